@@ -1,0 +1,7 @@
+/* tilestack umbrella header. */
+#ifndef TILESTACK_H
+#define TILESTACK_H
+#include "tilestack/core.h"
+#include "tilestack/numerics.h"
+#include "tilestack/quant.h"
+#endif

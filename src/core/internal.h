@@ -1,0 +1,66 @@
+/* Internal helpers shared by every module (not installed). Internal non-static symbols use
+ * the ts__ prefix. */
+#ifndef TILESTACK_INTERNAL_H
+#define TILESTACK_INTERNAL_H
+
+#include "tilestack/core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Record a failure message for ts_last_error() and return `code`. printf-style. */
+ts_status ts__fail(ts_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#define TS__RETURN_IF_ERROR(expr)            \
+    do {                                     \
+        ts_status ts__st_ = (expr);          \
+        if (ts__st_ != TS_OK) return ts__st_; \
+    } while (0)
+
+/* Internal invariant: a bug if false. Always on. */
+#define TS__ASSERT(cond)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "tilestack: internal assertion failed: %s (%s:%d)\n", #cond,  \
+                    __FILE__, __LINE__);                                                   \
+            abort();                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static inline int64_t ts__ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t ts__align(int64_t a, int64_t b) { return ts__ceil_div(a, b) * b; }
+static inline int64_t ts__min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t ts__max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---- thread pool (src/core/threadpool.c) ----
+ * Fork-join over the persistent pool with static partitioning: task t of T always gets the
+ * same [begin,end) for the same n and T, so results never depend on scheduling. */
+typedef void (*ts__range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
+
+/* Split [0,n) into at most ts_get_num_threads() contiguous chunks, each a multiple of `grain`
+ * (except the last), and run fn on each; returns when all are done. Runs inline when one
+ * chunk suffices or when called from inside a pool task. */
+void ts__parallel_for(int64_t n, int64_t grain, ts__range_fn fn, void *ctx);
+
+/* Run fn(ctx, tid, nthreads) for tid in [0, nthreads) on the pool (nthreads <= pool size). */
+typedef void (*ts__task_fn)(void *ctx, int tid, int nthreads);
+void ts__parallel_run(int nthreads, ts__task_fn fn, void *ctx);
+
+/* Per-thread scratch (tid as given to a task; tid 0 for the caller). Grows on demand, is
+ * 64-byte aligned, and is reused across calls: no allocation once warm. NULL if out of memory. */
+void *ts__scratch(int tid, size_t bytes);
+
+/* 64-byte aligned allocation. */
+void *ts__aligned_alloc(size_t bytes);
+void ts__aligned_free(void *p);
+
+/* ---- dispatch (src/core/dispatch.c) ----
+ * The ISA in use, resolved once from detection and TS_ISA. Modules keep their own small
+ * kernel tables per ISA and pick one with this. */
+ts_isa ts__active_isa(void);
+
+#endif

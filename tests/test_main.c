@@ -1,0 +1,90 @@
+/* Test runner: runs every registered test (or those whose name contains argv[1]) and ends
+ * with the line "N passed, N failed". Exit status is non-zero if any test failed. */
+#include "ts_test.h"
+
+#include "tilestack/core.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define TS_MAX_TESTS 4096
+
+typedef struct { const char *name, *file; ts_test_fn fn; } ts_test_entry;
+static ts_test_entry g_tests[TS_MAX_TESTS];
+static int g_ntests;
+
+void ts_test_register(const char *name, const char *file, ts_test_fn fn) {
+    if (g_ntests < TS_MAX_TESTS) {
+        g_tests[g_ntests].name = name;
+        g_tests[g_ntests].file = file;
+        g_tests[g_ntests].fn = fn;
+        g_ntests++;
+    }
+}
+
+void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, ...) {
+    t->failures++;
+    if (t->failures > 8) return;
+    fprintf(stdout, "    %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+}
+
+void *ts_test_read_golden(ts_test_ctx *t, const char *name, size_t *size) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", TS_GOLDEN_DIR, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ts_test_fail(t, __FILE__, __LINE__, "golden file missing: %s", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        ts_test_fail(t, __FILE__, __LINE__, "cannot read golden file %s", path);
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    const ts_test_entry *x = a, *y = b;
+    int c = strcmp(x->file, y->file);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_ntests; i++) {
+        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        ts_test_ctx ctx = {g_tests[i].name, 0};
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        g_tests[i].fn(&ctx);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        if (ctx.failures) {
+            failed++;
+            printf("FAIL %-48s (%ld failed checks, %.0f ms)\n", g_tests[i].name, ctx.failures, ms);
+        } else {
+            passed++;
+            printf("ok   %-48s (%.0f ms)\n", g_tests[i].name, ms);
+        }
+        fflush(stdout);
+    }
+    printf("isa=%s threads=%d\n", ts_isa_name(ts_get_isa()), ts_get_num_threads());
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
