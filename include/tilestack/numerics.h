@@ -15,7 +15,8 @@ extern "C" {
 TS_API uint16_t ts_f32_to_bf16(float x);
 TS_API float ts_bf16_to_f32(uint16_t h);
 
-/* IEEE binary16: RNE, subnormals kept, overflow to inf, NaN quieted. */
+/* IEEE binary16: RNE, subnormals kept, overflow to inf, NaN quieted (top payload bits kept,
+ * as F16C). Decoding (here and for bf16) widens exactly, NaN payload included. */
 TS_API uint16_t ts_f32_to_f16(float x);
 TS_API float ts_f16_to_f32(uint16_t h);
 
@@ -26,7 +27,8 @@ TS_API uint8_t ts_f32_to_e4m3(float x);
 TS_API uint8_t ts_f32_to_e4m3_sat(float x);
 TS_API float ts_e4m3_to_f32(uint8_t v);
 
-/* float8_e5m2: RNE, overflow to inf, NaN quieted; _sat clamps to +-57344. */
+/* float8_e5m2: RNE, overflow to inf, NaN gives 0x7E | sign (as ml_dtypes); _sat clamps to
+ * +-57344. e4m3/e5m2 NaN codes decode to 0x7FC00000 | sign. */
 TS_API uint8_t ts_f32_to_e5m2(float x);
 TS_API uint8_t ts_f32_to_e5m2_sat(float x);
 TS_API float ts_e5m2_to_f32(uint8_t v);
@@ -53,9 +55,13 @@ TS_API int32_t ts_pack_ue8m0x4(const uint8_t e[4]);
 TS_API void ts_unpack_ue8m0x4(int32_t w, uint8_t e[4]);
 
 /* E5M6 (TileKernels): 12 bits = 1 sign, 5 exponent (bias 15), 6 mantissa; max 65024, has
- * inf/NaN like f16. Encoding: f32 -> f16 bits with round-toward-zero, then drop 4 mantissa bits
- * with RNE using all 17 discarded bits. Eight values pack into three little-endian uint32
- * words: value i occupies bits [12i, 12i+12) of the 96-bit little-endian stream. */
+ * inf/NaN like f16 (the top 12 bits of an f16). Encoding, as TileKernels' float_to_e5m6:
+ * h = f16 bits of x with round-toward-zero (CUDA __float2half_rz: finite overflow gives
+ * +-65504, every NaN gives 0x7FFF), v = h >> 4, then v += ((v & 1) + (bits(x) & 0x1FFFF) >
+ * 0x10000). This is RNE in the f16 normal range; elsewhere the rule is applied literally
+ * (see docs/numerics.md). Decoding widens (v << 4) as an f16. Eight values pack into three
+ * uint32 words most-significant first: value i occupies bits [84-12i, 96-12i) of the 96-bit
+ * number w[0]*2^64 + w[1]*2^32 + w[2] (value 0 = top 12 bits of w[0]). */
 TS_API uint16_t ts_f32_to_e5m6(float x);
 TS_API float ts_e5m6_to_f32(uint16_t v);
 TS_API void ts_e5m6_pack8(const uint16_t v[8], uint32_t w[3]);
