@@ -1,0 +1,255 @@
+/* Bench harness: timing, derived figures, the result table and the JSON-lines writer. */
+#include "bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double ts__now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define TS__MAX_SAMPLES 31
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+ts_status ts__bench_time(ts__bench_fn fn, void *ctx, bool quick, ts__timing *out) {
+    /* Warm-up: caches, page faults of outputs, the pool's threads, the CPU clock. */
+    const double warm_s = quick ? 0.01 : 0.05;
+    double start = ts__now_s(), per_call = 0;
+    int calls = 0;
+    for (;;) {
+        double a = ts__now_s();
+        ts_status st = fn(ctx);
+        if (st != TS_OK) return st;
+        double dt = ts__now_s() - a;
+        per_call = (calls == 0 || dt < per_call) ? dt : per_call;
+        calls++;
+        if (calls >= 2 && ts__now_s() - start >= warm_s) break;
+    }
+    /* Batch short calls so one sample lasts a few ms, far above clock and scheduling noise. */
+    const double sample_s = quick ? 0.002 : 0.005;
+    int64_t inner = 1;
+    if (per_call > 0 && per_call < sample_s) inner = (int64_t)ceil(sample_s / per_call);
+    else if (per_call <= 0) inner = 1000;
+
+    const int min_runs = quick ? 5 : 7;
+    const double budget_s = quick ? 0.15 : 0.5;
+    double samples[TS__MAX_SAMPLES];
+    int runs = 0;
+    double total = 0;
+    while (runs < min_runs || (total < budget_s && runs < TS__MAX_SAMPLES)) {
+        double a = ts__now_s();
+        for (int64_t i = 0; i < inner; i++) {
+            ts_status st = fn(ctx);
+            if (st != TS_OK) return st;
+        }
+        double dt = ts__now_s() - a;
+        total += dt;
+        samples[runs++] = dt / (double)inner;
+    }
+    qsort(samples, (size_t)runs, sizeof samples[0], cmp_double);
+    out->median_s = (runs % 2) ? samples[runs / 2]
+                               : 0.5 * (samples[runs / 2 - 1] + samples[runs / 2]);
+    out->min_s = samples[0];
+    out->runs = runs;
+    out->inner = inner;
+    return TS_OK;
+}
+
+const char *ts__roof_name(ts__roof r) {
+    switch (r) {
+    case TS__ROOF_FMA: return "fma_peak";
+    case TS__ROOF_DRAM: return "dram_read";
+    case TS__ROOF_L3: return "l3_read";
+    case TS__ROOF_L2: return "l2_read";
+    case TS__ROOF_MEMCPY: return "memcpy";
+    case TS__ROOF_NONE: break;
+    }
+    return "none";
+}
+
+double ts__roof_gbps(const ts__machine *m, ts__roof r) {
+    switch (r) {
+    case TS__ROOF_DRAM: return m->dram_read_gbps;
+    case TS__ROOF_L3: return m->l3_read_gbps;
+    case TS__ROOF_L2: return m->l2_read_gbps;
+    case TS__ROOF_MEMCPY: return m->memcpy_gbps;
+    case TS__ROOF_FMA: case TS__ROOF_NONE: break;
+    }
+    return 0;
+}
+
+double ts__row_gbps(const ts__bench_row *row) {
+    return (row->bytes > 0 && row->t.median_s > 0) ? row->bytes / row->t.median_s * 1e-9 : -1;
+}
+
+double ts__row_gflops(const ts__bench_row *row) {
+    return (row->flops > 0 && row->t.median_s > 0) ? row->flops / row->t.median_s * 1e-9 : -1;
+}
+
+double ts__row_roofline_frac(const ts__bench_row *row, const ts__machine *m) {
+    if (row->roof == TS__ROOF_NONE || row->t.median_s <= 0) return -1;
+    double t_roof = 0;
+    if (row->flops > 0 && m->fma_peak_gflops > 0)
+        t_roof = row->flops / (m->fma_peak_gflops * 1e9);
+    double bw = ts__roof_gbps(m, row->roof);
+    if (row->roof != TS__ROOF_FMA && row->bytes > 0 && bw > 0) {
+        double t_bw = row->bytes / (bw * 1e9);
+        if (t_bw > t_roof) t_roof = t_bw;
+    }
+    return t_roof > 0 ? t_roof / row->t.median_s : -1;
+}
+
+void ts__json_write_string(FILE *f, const char *s) {
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+            else fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+void ts__json_write_number(FILE *f, double v) {
+    if (!isfinite(v) || v < 0) fputs("null", f);
+    else fprintf(f, "%.6g", v);
+}
+
+static void json_machine(FILE *f, const ts__machine *m) {
+    fputs("{\"fma_peak_gflops\":", f);
+    ts__json_write_number(f, m->fma_peak_gflops);
+    fputs(",\"dram_read_gbps\":", f);
+    ts__json_write_number(f, m->dram_read_gbps);
+    fputs(",\"l3_read_gbps\":", f);
+    ts__json_write_number(f, m->l3_read_gbps);
+    fputs(",\"l2_read_gbps\":", f);
+    ts__json_write_number(f, m->l2_read_gbps);
+    fputs(",\"memcpy_gbps\":", f);
+    ts__json_write_number(f, m->memcpy_gbps);
+    fprintf(f, ",\"threads\":%d}", m->threads);
+}
+
+static void json_row(const ts__bench_opts *opts, const ts__bench_row *row, const char *error) {
+    FILE *f = opts->json;
+    const ts__machine *m = ts__probe_machine(row->threads, opts->quick);
+    const bool ok = error == NULL;
+    fputs("{\"suite\":", f);
+    ts__json_write_string(f, row->suite);
+    fputs(",\"name\":", f);
+    ts__json_write_string(f, row->name);
+    fputs(",\"shape\":", f);
+    ts__json_write_string(f, row->shape);
+    fputs(",\"dtype\":", f);
+    ts__json_write_string(f, row->dtype);
+    fprintf(f, ",\"threads\":%d,\"isa\":", row->threads);
+    ts__json_write_string(f, opts->isa_name);
+    fputs(",\"seconds\":", f);
+    ts__json_write_number(f, ok ? row->t.median_s : -1);
+    fputs(",\"seconds_min\":", f);
+    ts__json_write_number(f, ok ? row->t.min_s : -1);
+    fprintf(f, ",\"runs\":%d", ok ? row->t.runs : 0);
+    fputs(",\"gflops\":", f);
+    ts__json_write_number(f, ok ? ts__row_gflops(row) : -1);
+    fputs(",\"gbps\":", f);
+    ts__json_write_number(f, ok ? ts__row_gbps(row) : -1);
+    fputs(",\"roofline\":", f);
+    ts__json_write_string(f, ts__roof_name(row->roof));
+    fputs(",\"roofline_frac\":", f);
+    ts__json_write_number(f, ok ? ts__row_roofline_frac(row, m) : -1);
+    fputs(",\"baseline\":", f);
+    ts__json_write_string(f, row->baseline);
+    fputs(",\"baseline_seconds\":", f);
+    ts__json_write_number(f, ok && row->baseline ? row->baseline_seconds : -1);
+    fputs(",\"baseline_ratio\":", f);
+    ts__json_write_number(f, ok && row->baseline && row->baseline_seconds > 0
+                                 ? row->baseline_seconds / row->t.median_s
+                                 : -1);
+    fputs(",\"machine\":", f);
+    json_machine(f, m);
+    if (error) {
+        fputs(",\"error\":", f);
+        ts__json_write_string(f, error);
+    }
+    fputs("}\n", f);
+    fflush(f);
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (s < 1e-3) snprintf(buf, n, "%.2f us", s * 1e6);
+    else if (s < 1.0) snprintf(buf, n, "%.3f ms", s * 1e3);
+    else snprintf(buf, n, "%.3f s", s);
+}
+
+static void fmt_num(char *buf, size_t n, double v, const char *fmt) {
+    if (v < 0 || !isfinite(v)) snprintf(buf, n, "-");
+    else snprintf(buf, n, fmt, v);
+}
+
+void ts__bench_table_header(FILE *f) {
+    fprintf(f, "%-30s %-16s %3s %11s %8s %8s %-9s %6s  %-9s %7s\n", "name", "shape", "thr",
+            "time(med)", "GB/s", "GFLOP/s", "roofline", "frac", "baseline", "ratio");
+}
+
+void ts__bench_report(const ts__bench_opts *opts, const ts__bench_row *row) {
+    const ts__machine *m = ts__probe_machine(row->threads, opts->quick);
+    char t[32], gb[32], gf[32], fr[32], ra[32];
+    fmt_time(t, sizeof t, row->t.median_s);
+    fmt_num(gb, sizeof gb, ts__row_gbps(row), "%.2f");
+    fmt_num(gf, sizeof gf, ts__row_gflops(row), "%.2f");
+    double frac = ts__row_roofline_frac(row, m);
+    fmt_num(fr, sizeof fr, frac < 0 ? -1 : frac * 100, "%.1f%%");
+    double ratio = (row->baseline && row->baseline_seconds > 0)
+                       ? row->baseline_seconds / row->t.median_s : -1;
+    fmt_num(ra, sizeof ra, ratio, ratio < 0.1 ? "%.3fx" : "%.2fx");
+    printf("%-30s %-16s %3d %11s %8s %8s %-9s %6s  %-9s %7s\n", row->name, row->shape,
+           row->threads, t, gb, gf, ts__roof_name(row->roof), fr,
+           row->baseline ? row->baseline : "-", ra);
+    fflush(stdout);
+    if (opts->json) json_row(opts, row, NULL);
+}
+
+void ts__bench_report_error(const ts__bench_opts *opts, const ts__bench_row *row,
+                            const char *why) {
+    printf("%-30s %-16s %3d  not run: %s\n", row->name, row->shape, row->threads, why);
+    fflush(stdout);
+    if (opts->json) json_row(opts, row, why);
+}
+
+void ts__bench_print_machine(FILE *f, const ts__machine *m) {
+    fprintf(f,
+            "machine, %d thread%s: FP32 FMA peak %.1f GFLOP/s | read GB/s: DRAM %.1f, L3 %.1f, "
+            "L2 %.1f | memcpy (r+w) %.1f GB/s\n",
+            m->threads, m->threads == 1 ? "" : "s", m->fma_peak_gflops, m->dram_read_gbps,
+            m->l3_read_gbps, m->l2_read_gbps, m->memcpy_gbps);
+}
+
+int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]) {
+    if (opts->threads > 0) {
+        list[0] = opts->threads;
+        return 1;
+    }
+    int cores = ts_get_cpu_info() ? ts_get_cpu_info()->logical_cpus : 1;
+    if (cores < 1) cores = 1;
+    list[0] = 1;
+    if (cores == 1) return 1;
+    list[1] = cores;
+    return 2;
+}

@@ -1,0 +1,123 @@
+/* Bench harness of the `tilestack` CLI: machine probes (the rooflines), timing, the result
+ * table and the JSON-lines writer. Suites register in bench/suites.c.
+ *
+ * Method (design brief, "Performance method"): every run first measures this machine's FP32
+ * FMA peak and DRAM / L3 / L2 read and memcpy bandwidth for the thread count in use, then
+ * reports each kernel as a fraction of its roofline plus a ratio to a baseline timed in the
+ * same run. Times are medians of >= 5 runs after warm-up (the minimum is reported too). */
+#ifndef TS_BENCH_H
+#define TS_BENCH_H
+
+#include "tilestack/tilestack.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- machine probes (bench/probes.c) ---- */
+
+typedef struct ts__machine {
+    int threads;
+    double fma_peak_gflops; /* FP32, all `threads` together */
+    double dram_read_gbps;  /* read-only reduction over a buffer >= 8x L3 */
+    double l3_read_gbps;    /* read-only, ~half of L3 in all */
+    double l2_read_gbps;    /* read-only, ~half of L2 per thread */
+    double memcpy_gbps;     /* glibc memcpy on DRAM-sized buffers, bytes read + written */
+} ts__machine;
+
+/* Probe once per thread count per process (cached); `quick` shortens every probe. Never NULL:
+ * a failed allocation leaves the affected bandwidths at 0. */
+const ts__machine *ts__probe_machine(int threads, bool quick);
+
+/* Kernels of the probes; the avx2 ones live in bench/avx2/ (compiled with -mavx2 -mfma). Each
+ * returns a value derived from every byte/flop so the work cannot be optimised away. */
+float ts__probe_fma_generic(int64_t iters);          /* 2*8*8 flops per iteration */
+float ts__probe_read_generic(const void *p, size_t bytes); /* bytes % 256 == 0 */
+#ifdef TS_HAVE_AVX2_KERNELS
+float ts__probe_fma_avx2(int64_t iters);             /* 12 ymm chains: 192 flops/iteration */
+float ts__probe_read_avx2(const void *p, size_t bytes);    /* 32-byte aligned, bytes % 256 == 0 */
+#endif
+
+/* ---- timing (bench/bench.c) ---- */
+
+typedef ts_status (*ts__bench_fn)(void *ctx);
+
+typedef struct ts__timing {
+    double median_s; /* per call */
+    double min_s;
+    int runs;        /* timed samples */
+    int64_t inner;   /* calls per sample (short kernels are batched above clock noise) */
+} ts__timing;
+
+double ts__now_s(void); /* CLOCK_MONOTONIC */
+
+/* Warm up, then time >= 5 samples (more by default, while under a time budget). Stops at
+ * the first failing call and returns its status. */
+ts_status ts__bench_time(ts__bench_fn fn, void *ctx, bool quick, ts__timing *out);
+
+/* ---- results ---- */
+
+typedef enum ts__roof {
+    TS__ROOF_NONE = 0,
+    TS__ROOF_FMA,    /* compute only */
+    TS__ROOF_DRAM,   /* bytes / DRAM read BW (with flops: min of both bounds) */
+    TS__ROOF_L3,
+    TS__ROOF_L2,
+    TS__ROOF_MEMCPY, /* bytes read + written / memcpy BW: streaming kernels that also write */
+} ts__roof;
+
+const char *ts__roof_name(ts__roof r);
+double ts__roof_gbps(const ts__machine *m, ts__roof r);
+
+typedef struct ts__bench_row {
+    const char *suite, *name, *shape, *dtype;
+    int threads;
+    ts__timing t;
+    double flops; /* per call; 0 when not a compute kernel */
+    double bytes; /* per call, as the roofline counts them; 0 if not applicable */
+    ts__roof roof;
+    const char *baseline;    /* NULL if none */
+    double baseline_seconds; /* median per call of the baseline */
+} ts__bench_row;
+
+typedef struct ts__bench_opts {
+    bool quick;
+    int threads;  /* 0: the suite's default thread counts */
+    FILE *json;   /* NULL: no JSON */
+    const char *isa_name; /* ISA in use, for the table title */
+} ts__bench_opts;
+
+/* Fill the derived fields and print one table row (+ one JSON line when opts->json). */
+void ts__bench_table_header(FILE *f);
+void ts__bench_report(const ts__bench_opts *opts, const ts__bench_row *row);
+/* A row that could not run (kernel missing or failing): printed, and written to JSON with
+ * "error" set and null figures, so a missing kernel is visible rather than silently absent. */
+void ts__bench_report_error(const ts__bench_opts *opts, const ts__bench_row *row,
+                            const char *why);
+void ts__bench_print_machine(FILE *f, const ts__machine *m);
+
+/* Derived figures (also used by `tilestack demo`). */
+double ts__row_gbps(const ts__bench_row *row);
+double ts__row_gflops(const ts__bench_row *row);
+/* roofline time / measured time: min of the compute and bandwidth bounds; < 0 if none. */
+double ts__row_roofline_frac(const ts__bench_row *row, const ts__machine *m);
+
+/* JSON string literal with escapes (", \, control characters as \uXXXX). */
+void ts__json_write_string(FILE *f, const char *s);
+/* A finite double, or null (NaN/inf/negative sentinel are not valid JSON numbers). */
+void ts__json_write_number(FILE *f, double v);
+
+/* ---- suites (bench/suites.c registry) ---- */
+
+typedef int (*ts__suite_fn)(const ts__bench_opts *opts);
+int ts__suite_numerics(const ts__bench_opts *opts);
+/* The numerics kernels on a bf16 [m, n] activation at `threads` (for `tilestack demo`). */
+int ts__numerics_tour(const ts__bench_opts *opts, int64_t m, int64_t n, int threads);
+
+/* Thread counts a suite runs by default: {1, online cores} or {opts->threads}. Returns count. */
+int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]);
+
+/* `tilestack bench ...`: returns the process exit code. */
+int ts__cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,244 @@
+/* Machine probes: the rooflines every bench row is measured against (cpu_anchors.md §1.6).
+ * Each probe runs on `threads` worker threads pinned one per CPU, released together by a
+ * barrier; the figure is the best of a few repetitions after one warm-up, because a probe
+ * estimates a ceiling, not a typical run. */
+#include "bench.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#define TS__PROBE_MAX_THREADS 256
+
+typedef enum probe_kind { PROBE_FMA, PROBE_READ, PROBE_MEMCPY } probe_kind;
+
+typedef struct probe_job {
+    probe_kind kind;
+    int threads, reps;
+    bool avx2;
+    int64_t fma_iters;       /* per thread per repetition */
+    const char *src;         /* READ / MEMCPY: thread t uses [t*slice, (t+1)*slice) */
+    char *dst;
+    size_t slice;
+    int passes;              /* READ: passes over the slice per repetition */
+    pthread_barrier_t bar;
+    double t0, best_s;
+    float sink[TS__PROBE_MAX_THREADS];
+} probe_job;
+
+typedef struct probe_arg {
+    probe_job *job;
+    int tid;
+} probe_arg;
+
+float ts__probe_fma_generic(int64_t iters) {
+    /* 64 independent lanes (8 chains of 8) so an SSE build still overlaps add latency. */
+    volatile float seed[3] = {1.0f, 0.9999999f, 1e-7f};
+    float acc[64];
+    for (int j = 0; j < 64; j++) acc[j] = seed[0] + (float)j * 0.01f;
+    const float m = seed[1], c = seed[2];
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 64; j++) acc[j] = acc[j] * m + c;
+    float s = 0;
+    for (int j = 0; j < 64; j++) s += acc[j];
+    return s;
+}
+
+float ts__probe_read_generic(const void *p, size_t bytes) {
+    /* Integer sums: they vectorise under the baseline ISA and have 1-cycle latency. */
+    const uint64_t *q = (const uint64_t *)p;
+    size_t n = bytes / 8;
+    uint64_t s[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += q[i + j];
+    uint64_t t = 0;
+    for (int j = 0; j < 8; j++) t ^= s[j];
+    return (float)(t & 0xffff);
+}
+
+static void pin_to_cpu(int tid) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu <= 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((int)(tid % ncpu), &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
+}
+
+static void *probe_worker(void *p) {
+    probe_arg *a = (probe_arg *)p;
+    probe_job *j = a->job;
+    int tid = a->tid;
+    pin_to_cpu(tid);
+    float sink = 0;
+    for (int r = 0; r <= j->reps; r++) { /* r == 0 is the warm-up */
+        pthread_barrier_wait(&j->bar);
+        if (tid == 0) j->t0 = ts__now_s();
+        switch (j->kind) {
+        case PROBE_FMA:
+#ifdef TS_HAVE_AVX2_KERNELS
+            if (j->avx2) { sink += ts__probe_fma_avx2(j->fma_iters); break; }
+#endif
+            sink += ts__probe_fma_generic(j->fma_iters);
+            break;
+        case PROBE_READ: {
+            const char *s = j->src + (size_t)tid * j->slice;
+            for (int k = 0; k < j->passes; k++) {
+#ifdef TS_HAVE_AVX2_KERNELS
+                if (j->avx2) { sink += ts__probe_read_avx2(s, j->slice); continue; }
+#endif
+                sink += ts__probe_read_generic(s, j->slice);
+            }
+            break;
+        }
+        case PROBE_MEMCPY:
+            memcpy(j->dst + (size_t)tid * j->slice, j->src + (size_t)tid * j->slice, j->slice);
+            break;
+        }
+        pthread_barrier_wait(&j->bar);
+        if (tid == 0 && r > 0) {
+            double dt = ts__now_s() - j->t0;
+            if (j->best_s <= 0 || dt < j->best_s) j->best_s = dt;
+        }
+    }
+    j->sink[tid] = sink;
+    return NULL;
+}
+
+/* Best time of one repetition over all threads; <= 0 if threads could not be started. */
+static double probe_run(probe_job *j) {
+    pthread_t th[TS__PROBE_MAX_THREADS];
+    probe_arg args[TS__PROBE_MAX_THREADS];
+    j->best_s = 0;
+    if (pthread_barrier_init(&j->bar, NULL, (unsigned)j->threads) != 0) return 0;
+    int started = 0;
+    for (int t = 0; t < j->threads; t++) {
+        args[t].job = j;
+        args[t].tid = t;
+        if (pthread_create(&th[t], NULL, probe_worker, &args[t]) != 0) break;
+        started++;
+    }
+    if (started != j->threads) {
+        /* Cannot release a barrier sized for more threads; this only happens when the system
+         * refuses threads, where no figure would be trustworthy anyway. */
+        fprintf(stderr, "tilestack bench: could not start %d probe threads\n", j->threads);
+        exit(1);
+    }
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&j->bar);
+    return j->best_s;
+}
+
+static bool use_avx2(void) {
+#ifdef TS_HAVE_AVX2_KERNELS
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    return ci && ci->has_avx2 && ci->has_fma;
+#else
+    return false;
+#endif
+}
+
+/* One large buffer, shared by every thread count's DRAM and memcpy probes: faulting in
+ * 256 MiB costs about as much as the probes themselves. */
+static char *g_big;
+static size_t g_big_bytes;
+
+static char *big_buffer(size_t bytes) {
+    if (g_big && g_big_bytes >= bytes) return g_big;
+    free(g_big);
+    g_big = NULL;
+    g_big_bytes = 0;
+    /* 2 MiB alignment lets transparent huge pages back it, as a production allocator would. */
+    char *p = aligned_alloc((size_t)2 << 20, bytes);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    /* Non-zero fill: zero pages may be shared copy-on-write, which would flatter the read. */
+    memset(p, 1, bytes);
+    g_big = p;
+    g_big_bytes = bytes;
+    return p;
+}
+
+static double read_gbps(int threads, bool avx2, const char *buf, size_t slice, int passes,
+                        int reps) {
+    probe_job j;
+    memset(&j, 0, sizeof j);
+    j.kind = PROBE_READ;
+    j.threads = threads;
+    j.reps = reps;
+    j.avx2 = avx2;
+    j.src = buf;
+    j.slice = slice;
+    j.passes = passes;
+    double s = probe_run(&j);
+    return s > 0 ? (double)slice * passes * threads / s * 1e-9 : 0;
+}
+
+static ts__machine g_cache[TS__PROBE_MAX_THREADS + 1];
+static bool g_cached[TS__PROBE_MAX_THREADS + 1];
+
+const ts__machine *ts__probe_machine(int threads, bool quick) {
+    if (threads < 1) threads = 1;
+    if (threads > TS__PROBE_MAX_THREADS) threads = TS__PROBE_MAX_THREADS;
+    if (g_cached[threads]) return &g_cache[threads];
+
+    ts__machine *m = &g_cache[threads];
+    memset(m, 0, sizeof *m);
+    m->threads = threads;
+    const bool avx2 = use_avx2();
+    const int reps = quick ? 3 : 5;
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    const size_t l2 = (ci && ci->l2_bytes > 0) ? (size_t)ci->l2_bytes : (size_t)512 << 10;
+    const size_t l3 = (ci && ci->l3_bytes > 0) ? (size_t)ci->l3_bytes : (size_t)32 << 20;
+
+    /* FMA: ~30 ms (quick) or ~100 ms per repetition at ~3 GHz. */
+    {
+        probe_job j;
+        memset(&j, 0, sizeof j);
+        j.kind = PROBE_FMA;
+        j.threads = threads;
+        j.reps = reps;
+        j.avx2 = avx2;
+        const double flops_per_iter = avx2 ? 12.0 * 8 * 2 : 64.0 * 2;
+        j.fma_iters = (int64_t)((quick ? 3e9 : 1e10) / flops_per_iter);
+        double s = probe_run(&j);
+        if (s > 0) m->fma_peak_gflops = flops_per_iter * (double)j.fma_iters * threads / s * 1e-9;
+    }
+
+    /* DRAM: >= 8x L3 in all so no cache level holds a meaningful part of it. */
+    size_t dram = l3 * 8;
+    if (dram < ((size_t)256 << 20)) dram = (size_t)256 << 20;
+    dram -= dram % ((size_t)threads * 2 * 4096);
+    char *big = big_buffer(dram);
+    if (big) {
+        m->dram_read_gbps = read_gbps(threads, avx2, big, dram / threads, 1, reps);
+        /* memcpy: first half -> second half (each >= 4x L3); bytes read + written. */
+        probe_job j;
+        memset(&j, 0, sizeof j);
+        j.kind = PROBE_MEMCPY;
+        j.threads = threads;
+        j.reps = reps;
+        j.src = big;
+        j.dst = big + dram / 2;
+        j.slice = dram / 2 / threads;
+        double s = probe_run(&j);
+        if (s > 0) m->memcpy_gbps = 2.0 * (double)j.slice * threads / s * 1e-9;
+
+        /* L3: ~half of it in all, split over the threads (they share it). */
+        size_t s3 = l3 / 2 / threads;
+        s3 -= s3 % 256;
+        m->l3_read_gbps = read_gbps(threads, avx2, big, s3, quick ? 8 : 16, reps);
+        /* L2: ~half of each thread's own L2; ~64-128 MiB read per thread per repetition. */
+        size_t s2 = l2 / 2;
+        s2 -= s2 % 256;
+        int passes = (int)(((size_t)(quick ? 64 : 128) << 20) / s2);
+        m->l2_read_gbps = read_gbps(threads, avx2, big, s2, passes, reps);
+    }
+    g_cached[threads] = true;
+    return m;
+}

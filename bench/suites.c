@@ -1,0 +1,119 @@
+/* `tilestack bench`: the suite registry and the command line. A new suite is one line in
+ * g_suites plus its ts__suite_* function. */
+#include "bench.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct suite_entry {
+    const char *name;
+    const char *what;
+    ts__suite_fn fn;
+} suite_entry;
+
+static const suite_entry g_suites[] = {
+    {"numerics", "format conversions (L2-resident decode, DRAM encode) and FP8/FP4 quantisers",
+     ts__suite_numerics},
+};
+#define N_SUITES (sizeof g_suites / sizeof g_suites[0])
+
+static void list_suites(FILE *f) {
+    fprintf(f, "suites:\n");
+    for (size_t i = 0; i < N_SUITES; i++)
+        fprintf(f, "  %-10s %s\n", g_suites[i].name, g_suites[i].what);
+    fprintf(f, "  %-10s every suite above\n", "all");
+}
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: tilestack bench <suite|all> [--quick] [--threads N] [--json FILE]\n"
+            "       tilestack bench --list\n"
+            "  --quick      shorter probes and fewer samples (>= 5 either way)\n"
+            "  --threads N  run every row at N threads (default: 1 and all cores)\n"
+            "  --json FILE  write one JSON object per result row to FILE\n");
+}
+
+static bool parse_threads(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > 256) return false;
+    *out = (int)v;
+    return true;
+}
+
+int ts__cmd_bench(int argc, char **argv) {
+    ts__bench_opts opts;
+    memset(&opts, 0, sizeof opts);
+    const char *suite = NULL, *json_path = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--quick")) {
+            opts.quick = true;
+        } else if (!strcmp(a, "--list")) {
+            list_suites(stdout);
+            return 0;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage(stdout);
+            list_suites(stdout);
+            return 0;
+        } else if (!strcmp(a, "--threads") || !strncmp(a, "--threads=", 10)) {
+            const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || !parse_threads(v, &opts.threads)) {
+                fprintf(stderr, "tilestack bench: --threads needs an integer in [1, 256]\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--json") || !strncmp(a, "--json=", 7)) {
+            json_path = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!json_path || !*json_path) {
+                fprintf(stderr, "tilestack bench: --json needs a file name\n");
+                return 2;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "tilestack bench: unknown option '%s'\n", a);
+            bench_usage(stderr);
+            return 2;
+        } else if (!suite) {
+            suite = a;
+        } else {
+            fprintf(stderr, "tilestack bench: one suite at a time (got '%s' and '%s')\n", suite, a);
+            return 2;
+        }
+    }
+    if (!suite) {
+        fprintf(stderr, "tilestack bench: which suite?\n");
+        bench_usage(stderr);
+        list_suites(stderr);
+        return 2;
+    }
+    const bool all = !strcmp(suite, "all");
+    const suite_entry *chosen = NULL;
+    for (size_t i = 0; i < N_SUITES && !all; i++)
+        if (!strcmp(suite, g_suites[i].name)) chosen = &g_suites[i];
+    if (!all && !chosen) {
+        fprintf(stderr, "tilestack bench: unknown suite '%s'\n", suite);
+        list_suites(stderr);
+        return 2;
+    }
+
+    if (json_path) {
+        opts.json = fopen(json_path, "w");
+        if (!opts.json) {
+            fprintf(stderr, "tilestack bench: cannot open '%s' for writing\n", json_path);
+            return 1;
+        }
+    }
+    opts.isa_name = ts_isa_name(ts_get_isa());
+
+    const int saved_threads = ts_get_num_threads();
+    int rc = 0;
+    for (size_t i = 0; i < N_SUITES; i++) {
+        if (!all && &g_suites[i] != chosen) continue;
+        int r = g_suites[i].fn(&opts);
+        if (r > rc) rc = r;
+    }
+    (void)ts_set_num_threads(saved_threads);
+    if (opts.json) fclose(opts.json);
+    return rc;
+}

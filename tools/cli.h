@@ -1,0 +1,9 @@
+/* Subcommands of the `tilestack` CLI; each returns the process exit code
+ * (0 success, 1 failure while running, 2 bad command line). */
+#ifndef TS_TOOLS_CLI_H
+#define TS_TOOLS_CLI_H
+
+int ts__cmd_info(int argc, char **argv);
+int ts__cmd_demo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,68 @@
+/* `tilestack info`: what this binary will run on and with. */
+#include "cli.h"
+#include "bench.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void print_size(const char *label, int64_t bytes, const char *suffix) {
+    if (bytes <= 0) printf("%s unknown", label);
+    else if (bytes >= (1 << 20) && bytes % (1 << 20) == 0)
+        printf("%s %lld MiB%s", label, (long long)(bytes >> 20), suffix);
+    else printf("%s %lld KiB%s", label, (long long)(bytes >> 10), suffix);
+}
+
+int ts__cmd_info(int argc, char **argv) {
+    bool probe = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--probe")) probe = true;
+        else {
+            fprintf(stderr, "tilestack info: unknown option '%s' (only --probe)\n", argv[i]);
+            return 2;
+        }
+    }
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    printf("tilestack   %s (headers %s)\n", ts_version_string(), TS_VERSION_STRING);
+#if defined(__VERSION__)
+    printf("built with  gcc/clang %s%s\n", __VERSION__,
+#ifdef TS_HAVE_AVX2_KERNELS
+           ", AVX2 kernels compiled in"
+#else
+           ", generic kernels only"
+#endif
+    );
+#endif
+    if (!ci) {
+        printf("cpu         unknown (detection failed)\n");
+        return 1;
+    }
+    printf("cpu         %s (%s)\n", ci->brand[0] ? ci->brand : "?", ci->vendor[0] ? ci->vendor : "?");
+    printf("features   ");
+    const struct { bool on; const char *name; } f[] = {
+        {ci->has_sse42, "sse4.2"},     {ci->has_avx, "avx"},           {ci->has_avx2, "avx2"},
+        {ci->has_fma, "fma"},          {ci->has_f16c, "f16c"},         {ci->has_bmi2, "bmi2"},
+        {ci->has_avx512f, "avx512f"},  {ci->has_avx512bw, "avx512bw"}, {ci->has_avx512vl, "avx512vl"},
+        {ci->has_avx512bf16, "avx512bf16"}, {ci->has_avx512vnni, "avx512vnni"},
+        {ci->has_neon, "neon"},        {ci->has_asimddp, "asimddp"},   {ci->has_sve, "sve"},
+    };
+    int any = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].on) printf(" %s", f[i].name), any = 1;
+    printf("%s\n", any ? "" : " (none detected)");
+    printf("isa         %s in use, best here %s (TS_ISA=generic|avx2 forces a path)\n",
+           ts_isa_name(ts_get_isa()), ts_isa_name(ci->best_isa));
+    printf("threads     %d in the pool, %d logical CPUs (TS_NUM_THREADS=N sets the pool)\n",
+           ts_get_num_threads(), ci->logical_cpus);
+    printf("caches     ");
+    print_size(" L1d", ci->l1d_bytes, " per core,");
+    print_size(" L2", ci->l2_bytes, " per core,");
+    print_size(" L3", ci->l3_bytes, " total\n");
+    if (probe) {
+        int threads[2];
+        ts__bench_opts o = {0};
+        int nt = ts__bench_thread_list(&o, threads);
+        for (int t = 0; t < nt; t++)
+            ts__bench_print_machine(stdout, ts__probe_machine(threads[t], false));
+    }
+    return 0;
+}
