@@ -77,6 +77,13 @@ ts_status ts_convert(const void *src, ts_dtype src_dtype, void *dst, ts_dtype ds
     if (!src) return ts__fail(TS_ERR_NULL_POINTER, "ts_convert: src is NULL");
     if (!dst) return ts__fail(TS_ERR_NULL_POINTER, "ts_convert: dst is NULL");
     uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst;
+    /* natural alignment of the element type (as for any C array); no vector alignment */
+    if (s0 % (uintptr_t)(sd == 1 ? sn : 1))
+        return ts__fail(TS_ERR_ALIGNMENT, "ts_convert: src is not aligned to its %lld-byte element",
+                        (long long)sn);
+    if (d0 % (uintptr_t)(dd == 1 ? dn : 1))
+        return ts__fail(TS_ERR_ALIGNMENT, "ts_convert: dst is not aligned to its %lld-byte element",
+                        (long long)dn);
     if (s0 < d0 + (uintptr_t)dbytes && d0 < s0 + (uintptr_t)sbytes)
         return ts__fail(TS_ERR_ALIASING, "ts_convert: src and dst overlap");
 

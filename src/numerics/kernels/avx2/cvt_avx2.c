@@ -95,12 +95,9 @@ static void ts__cvt_e4m3_f32__avx2(const void *src, void *dst, int64_t n) {
     const uint8_t *s = (const uint8_t *)src;
     float *d = (float *)dst;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + i));
-        _mm256_storeu_ps(d + i, ts__avx2_e4m3_decode(_mm256_cvtepu8_epi32(b)));
-        _mm256_storeu_ps(d + i + 8,
-                         ts__avx2_e4m3_decode(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))));
-    }
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(d + i + 8 * k, ts__avx2_e4m3x8_load_decode(s + i + 8 * k));
     GEN(TS__CVT_E4M3_F32)(s + i, d + i, n - i);
 }
 

@@ -172,19 +172,27 @@ TS__AVX2_INL uint32_t ts__avx2_e2m1_pack8(__m256i c) {
 
 /* ======================= decoders: codes -> 8 x f32 ======================= */
 
-/* ts_e4m3_to_f32 of 8 codes held in 32-bit lanes (only the low 8 bits are read). */
+/* ts_e4m3_to_f32 of 8 codes held in 32-bit lanes, sign-extended from the byte
+ * (_mm256_cvtepi8_epi32) so that bit 31 is the sign; bits 0..6 are the magnitude. */
 TS__AVX2_INL __m256 ts__avx2_e4m3_decode(__m256i v) {
     __m256i m = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
     /* place e/m under the f32 exponent/mantissa and rebias by 120 (normal codes) */
     __m256i nb = _mm256_add_epi32(_mm256_slli_epi32(m, 20), _mm256_set1_epi32(120 << 23));
-    /* subnormal codes m < 8: m * 2^-9, from the integer, never through a denormal */
-    __m256 sb = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+    /* subnormal codes m < 8 (m * 2^-9): an 8-entry in-register table, no denormal math */
+    const __m256 subtab = _mm256_setr_ps(0.0f, 0x1p-9f, 0x2p-9f, 0x3p-9f, 0x4p-9f, 0x5p-9f,
+                                         0x6p-9f, 0x7p-9f);
+    __m256 sb = _mm256_permutevar8x32_ps(subtab, m);
     __m256i sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), m);
     __m256i r = _mm256_blendv_epi8(nb, _mm256_castps_si256(sb), sub);
     __m256i nan = _mm256_cmpeq_epi32(m, _mm256_set1_epi32(0x7F));
     r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC00000), nan);
-    __m256i s = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+    __m256i s = _mm256_and_si256(v, _mm256_set1_epi32((int)0x80000000u));
     return _mm256_castsi256_ps(_mm256_or_si256(r, s));
+}
+
+/* 8 e4m3 bytes at p -> 8 floats. */
+TS__AVX2_INL __m256 ts__avx2_e4m3x8_load_decode(const uint8_t *p) {
+    return ts__avx2_e4m3_decode(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
 /* ts_e5m2_to_f32 of 8 codes in 32-bit lanes. */
