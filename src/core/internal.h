@@ -43,15 +43,23 @@ typedef void (*ts__range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 
 /* Split [0,n) into at most ts_get_num_threads() contiguous chunks, each a multiple of `grain`
  * (except the last), and run fn on each; returns when all are done. Runs inline when one
- * chunk suffices or when called from inside a pool task. */
+ * chunk suffices or when called from inside a pool task. `tid` passed to fn is the chunk
+ * index; a chunk may run on any thread (inline: all on the caller), so tasks must not wait
+ * for one another. grain < 1 counts as 1. */
 void ts__parallel_for(int64_t n, int64_t grain, ts__range_fn fn, void *ctx);
 
-/* Run fn(ctx, tid, nthreads) for tid in [0, nthreads) on the pool (nthreads <= pool size). */
+/* Run fn(ctx, tid, nthreads) for tid in [0, nthreads) on the pool. nthreads may exceed the
+ * pool (several tids then run one after another on a thread): tasks must not wait for one
+ * another. */
 typedef void (*ts__task_fn)(void *ctx, int tid, int nthreads);
 void ts__parallel_run(int nthreads, ts__task_fn fn, void *ctx);
 
 /* Per-thread scratch (tid as given to a task; tid 0 for the caller). Grows on demand, is
- * 64-byte aligned, and is reused across calls: no allocation once warm. NULL if out of memory. */
+ * 64-byte aligned, and is reused across calls: no allocation once warm. NULL if out of memory.
+ * The arena belongs to the calling thread at its task nesting level (serial code, a task, a
+ * nested task): call it from the task itself, never "one per tid" from serial code (aborts).
+ * A call may move the arena (contents not kept) and invalidates the previous pointer from the
+ * same thread and level; a driver's serial scratch survives its own tasks' scratch calls. */
 void *ts__scratch(int tid, size_t bytes);
 
 /* 64-byte aligned allocation. */
