@@ -72,7 +72,8 @@ TS_API void ts_e5m6_unpack8(const uint32_t w[3], uint16_t v[8]);
  * {bf16, f16, e4m3, e5m2, e2m1x2, e5m6x8, ue8m0} -> f32, plus bf16 -> e4m3 / e2m1x2.
  * For e2m1x2, n counts values (must be even; bytes = n/2). For e5m6x8, n must be a multiple
  * of 8 (bytes = 3n/2). e4m3 encoding here is the non-saturating ts_f32_to_e4m3. src and dst
- * must not overlap. */
+ * must not overlap (TS_ERR_ALIASING) and must be aligned to their element size
+ * (TS_ERR_ALIGNMENT); NULL is accepted only when n == 0. */
 TS_API ts_status ts_convert(const void *src, ts_dtype src_dtype, void *dst, ts_dtype dst_dtype,
                             int64_t n);
 
