@@ -79,15 +79,17 @@ typedef enum ts_sf_arch {
 } ts_sf_arch;
 
 /* deep_gemm.transform_sf_into_required_layout on CPU: same output shape, strides and bytes as
- * upstream for the given arch. recipe = (gran_mn, gran_k). num_groups = 0 for a 2-D sf.
- * `layout` receives the required output view (data = NULL) when out == NULL, so callers can
- * size the buffer; otherwise out must match it. */
+ * upstream for the given arch. recipe = (gran_mn, gran_k): the caller resolves upstream's
+ * 3-tuple recipe + is_sfa to the operand's (gran_mn, gran_k). num_groups = 0 for a 2-D sf.
+ * `layout` (if non-NULL) receives the required output view (data = NULL) and *alloc_elems (if
+ * non-NULL) the 4-byte elements it spans, so callers can size the buffer; out == NULL stops
+ * there, otherwise out must match the layout and is filled. Where upstream returns sf itself
+ * (SM90 128x128 f32, SM100 packed int), the layout is sf's own and out may be sf (no-op). */
 TS_API ts_status ts_transform_sf_into_required_layout(const ts_tensor *sf, int64_t mn, int64_t k,
                                                       int64_t gran_mn, int64_t gran_k,
-                                                      int64_t num_groups, bool is_sfa,
-                                                      bool disable_ue8m0_cast, ts_sf_arch arch,
-                                                      ts_tensor *layout, int64_t *alloc_elems,
-                                                      ts_tensor *out);
+                                                      int64_t num_groups, bool disable_ue8m0_cast,
+                                                      ts_sf_arch arch, ts_tensor *layout,
+                                                      int64_t *alloc_elems, ts_tensor *out);
 
 /* deep_gemm.testing.calc_diff: 1 - 2*sum(x*y)/sum(x*x + y*y) in float64; 0 if both are all
  * zero. x and y: same shape, any float dtype (bf16, f16, f32, f64). */

@@ -1,0 +1,54 @@
+/* Portable quantiser kernels: the reference every SIMD table must match bit for bit. */
+#include "numerics/quant_kernels.h"
+
+static inline float ld_bf16(const void *x, int64_t j) { return ts_bf16_to_f32(((const uint16_t *)x)[j]); }
+static inline float ld_f16(const void *x, int64_t j) { return ts_f16_to_f32(((const uint16_t *)x)[j]); }
+static inline float ld_f32(const void *x, int64_t j) { return ((const float *)x)[j]; }
+
+static inline uint32_t ab_bf16(const void *x, int64_t j) { return ts__absbits_bf16(((const uint16_t *)x)[j]); }
+static inline uint32_t ab_f16(const void *x, int64_t j) {
+    return ts__bits_from_f32(ts_f16_to_f32(((const uint16_t *)x)[j] & 0x7FFFu));
+}
+static inline uint32_t ab_f32(const void *x, int64_t j) { return ts__absbits_f32(((const uint32_t *)x)[j]); }
+
+#define TS__DEF_GENERIC(SFX)                                                                     \
+    uint32_t ts__qk_absmax_##SFX##__generic(const void *x, int64_t n) {                                     \
+        uint32_t m = 0;                                                                          \
+        for (int64_t j = 0; j < n; j++) {                                                        \
+            uint32_t a = ab_##SFX(x, j);                                                         \
+            m = a > m ? a : m;                                                                   \
+        }                                                                                        \
+        return m;                                                                                \
+    }                                                                                            \
+    void ts__qk_absmax_cols_##SFX##__generic(const void *x, int64_t n, uint32_t *acc) {                     \
+        for (int64_t j = 0; j < n; j++) {                                                        \
+            uint32_t a = ab_##SFX(x, j);                                                         \
+            acc[j] = a > acc[j] ? a : acc[j];                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    void ts__qk_enc_e4m3_##SFX##__generic(const void *x, int64_t n, float inv, uint8_t *q) {                \
+        for (int64_t j = 0; j < n; j++) q[j] = ts__enc_e4m3_scaled(ld_##SFX(x, j) * inv);        \
+    }                                                                                            \
+    void ts__qk_enc_e4m3_cols_##SFX##__generic(const void *x, int64_t n, const float *inv, uint8_t *q) {    \
+        for (int64_t j = 0; j < n; j++) q[j] = ts__enc_e4m3_scaled(ld_##SFX(x, j) * inv[j]);     \
+    }                                                                                            \
+    float ts__qk_fp8_block_##SFX##__generic(const void *x, int64_t n, bool ue8m0, uint8_t *q) {             \
+        float sf = ts__fp8_scale(ts__qk_absmax_##SFX##__generic(x, n), ue8m0);                                     \
+        ts__qk_enc_e4m3_##SFX##__generic(x, n, 1.0f / sf, q);                                                      \
+        return sf;                                                                               \
+    }
+
+TS__DEF_GENERIC(bf16)
+TS__DEF_GENERIC(f16)
+TS__DEF_GENERIC(f32)
+
+#define TS__ENTRY(SFX)                                                                           \
+    {ts__qk_absmax_##SFX##__generic, ts__qk_absmax_cols_##SFX##__generic,                       \
+     ts__qk_enc_e4m3_##SFX##__generic, ts__qk_enc_e4m3_cols_##SFX##__generic,                   \
+     ts__qk_fp8_block_##SFX##__generic}
+
+const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT] = {
+    [TS__QSRC_BF16] = TS__ENTRY(bf16),
+    [TS__QSRC_F16] = TS__ENTRY(f16),
+    [TS__QSRC_F32] = TS__ENTRY(f32),
+};

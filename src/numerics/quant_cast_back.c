@@ -1,0 +1,101 @@
+/* Dequantisers: out[i,j] = decode(x[i,j]) * sf[i / gran_mn, j / gran_k], in f32, then rounded
+ * to out's dtype. Packed scales decode as upstream's unpack_ue8m0_from_int: byte << 23 viewed
+ * as f32 (so byte 0 gives +0.0 and byte 255 gives +inf, not 2^-127 / NaN). FP4 code 8 (-0)
+ * decodes to +0 as in upstream's _dequantize_from_fp4_e2m1. */
+#include "numerics/quant_kernels.h"
+
+#include "tilestack/quant.h"
+
+typedef struct cb_ctx {
+    const uint8_t *x;
+    int64_t x_rs;
+    bool fp4;
+    const char *sf;
+    int64_t sf_s0, sf_s1;
+    bool packed;
+    int64_t gmn, gk, n;
+    char *out;
+    int64_t out_rs;
+    ts_dtype out_dtype;
+} cb_ctx;
+
+static inline float sf_load(const cb_ctx *c, int64_t i, int64_t kb) {
+    if (!c->packed) return ((const float *)c->sf)[i * c->sf_s0 + kb * c->sf_s1];
+    uint32_t w = ((const uint32_t *)c->sf)[i * c->sf_s0 + (kb >> 2) * c->sf_s1];
+    return ts__f32_from_bits(((w >> (8 * (kb & 3))) & 0xFFu) << 23);
+}
+
+static inline float dec_fp4(uint8_t code) {
+    return code == 8 ? 0.0f : ts_e2m1_to_f32(code);
+}
+
+static void cb_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const cb_ctx *c = (const cb_ctx *)vctx;
+    for (int64_t i = r0; i < r1; i++) {
+        const uint8_t *xr = c->x + i * c->x_rs;
+        const int64_t si = i / c->gmn;
+        for (int64_t kb = 0; kb * c->gk < c->n; kb++) {
+            const float s = sf_load(c, si, kb);
+            const int64_t j1 = ts__min64(c->n, (kb + 1) * c->gk);
+            for (int64_t j = kb * c->gk; j < j1; j++) {
+                float d = c->fp4 ? dec_fp4((uint8_t)((xr[j >> 1] >> (4 * (j & 1))) & 0xF))
+                                 : ts_e4m3_to_f32(xr[j]);
+                float v = d * s;
+                if (v != v) v = ts__f32_from_bits(TS__CANON_NAN_BITS);
+                switch (c->out_dtype) {
+                case TS_F32: ((float *)(c->out + i * c->out_rs))[j] = v; break;
+                case TS_BF16: ((uint16_t *)(c->out + i * c->out_rs))[j] = ts_f32_to_bf16(v); break;
+                default: ((uint16_t *)(c->out + i * c->out_rs))[j] = ts_f32_to_f16(v); break;
+                }
+            }
+        }
+    }
+}
+
+static ts_status cast_back(const ts_tensor *x, const char *xname, bool fp4, const ts_tensor *sf,
+                           int64_t gmn, int64_t gk, ts_tensor *out) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(x, xname));
+    if (fp4 ? !(x->dtype == TS_E2M1X2 || x->dtype == TS_I8 || x->dtype == TS_U8) : x->dtype != TS_E4M3)
+        return ts__fail(TS_ERR_DTYPE, "tensor '%s': dtype %s, expected %s", xname,
+                        ts_dtype_name(x->dtype), fp4 ? "e2m1x2" : "e4m3");
+    if (x->ndim != 2) return ts__fail(TS_ERR_SHAPE, "tensor '%s': ndim %d, expected 2", xname, (int)x->ndim);
+    TS__RETURN_IF_ERROR(ts_tensor_check_last_contiguous(x, xname));
+    if (gmn <= 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "sf_gran_mn = %lld must be positive", (long long)gmn);
+    if (gk <= 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "sf_gran_k = %lld must be positive", (long long)gk);
+    const int64_t m = x->shape[0], n = fp4 ? x->shape[1] * 2 : x->shape[1];
+    const int64_t nb = ts__cdiv_safe(n, gk), mb = ts__cdiv_safe(m, gmn);
+    TS__RETURN_IF_ERROR(ts_tensor_check(sf, "sf"));
+    bool packed = sf->dtype == TS_UE8M0X4 || sf->dtype == TS_I32;
+    if (!packed && sf->dtype != TS_F32)
+        return ts__fail(TS_ERR_DTYPE, "tensor 'sf': dtype %s, expected f32 or ue8m0x4", ts_dtype_name(sf->dtype));
+    const int64_t sshape[2] = {mb, packed ? ts__cdiv_safe(nb, 4) : nb};
+    TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", sf->dtype, sf->dtype, 2, sshape, false));
+    TS__RETURN_IF_ERROR(ts_tensor_check(out, "out"));
+    if (out->dtype != TS_F32 && out->dtype != TS_BF16 && out->dtype != TS_F16)
+        return ts__fail(TS_ERR_DTYPE, "tensor 'out': dtype %s, expected bf16, f16 or f32", ts_dtype_name(out->dtype));
+    const int64_t oshape[2] = {m, n};
+    TS__RETURN_IF_ERROR(ts__quant_check_out(out, "out", out->dtype, out->dtype, 2, oshape, true));
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, xname, out, "out"));
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(sf, "sf", out, "out"));
+    if (m == 0 || n == 0) return TS_OK;
+    cb_ctx c = {
+        .x = (const uint8_t *)x->data, .x_rs = x->strides[0], .fp4 = fp4,
+        .sf = (const char *)sf->data, .sf_s0 = sf->strides[0], .sf_s1 = sf->strides[1],
+        .packed = packed, .gmn = gmn, .gk = gk, .n = n,
+        .out = (char *)out->data, .out_rs = out->strides[0] * (int64_t)ts_dtype_size(out->dtype),
+        .out_dtype = out->dtype,
+    };
+    ts__parallel_for(m, 1, cb_rows, &c);
+    return TS_OK;
+}
+
+ts_status ts_cast_back_from_fp8(const ts_tensor *x_fp8, const ts_tensor *sf, int64_t sf_gran_mn,
+                                int64_t sf_gran_k, ts_tensor *out) {
+    return cast_back(x_fp8, "x_fp8", false, sf, sf_gran_mn, sf_gran_k, out);
+}
+
+ts_status ts_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *sf, int64_t sf_gran_mn,
+                                int64_t sf_gran_k, ts_tensor *out) {
+    return cast_back(x_fp4, "x_fp4", true, sf, sf_gran_mn, sf_gran_k, out);
+}

@@ -1,0 +1,181 @@
+/* FP4 (e2m1) per-token quantiser in two flavours, and the packed-FP4 transpose.
+ *  DeepGEMM (deep_gemm/utils/math.py): amax clamped >= 1e-4 (NaN propagates), sf = amax / 6,
+ *    optional ceil_to_ue8m0, x * (1/sf), strict-threshold codes (ties round down).
+ *  TileKernels (quant/common.py get_sf_and_inv): amax by max() that skips NaN (CUDA fmaxf),
+ *    clamped >= 6 * 2^-126; without ue8m0 sf = amax / 6 and sf_inv = 6 / amax; with ue8m0 the
+ *    exponent e = ((bits(sf) - 1) >> 23) + 1 - 127 gives sf = 2^e, sf_inv = 2^-e (uint32
+ *    arithmetic, replicated literally); x * sf_inv converted by RNE with saturation to +-6.
+ * Codes are packed two per byte, element 2i in the low nibble. */
+#include "numerics/quant_kernels.h"
+
+#include "tilestack/quant.h"
+
+#include <math.h>
+
+static inline float ld_src(const char *x, ts__qsrc src, int64_t j) {
+    switch (src) {
+    case TS__QSRC_BF16: return ts_bf16_to_f32(((const uint16_t *)x)[j]);
+    case TS__QSRC_F16: return ts_f16_to_f32(((const uint16_t *)x)[j]);
+    default: return ((const float *)x)[j];
+    }
+}
+
+typedef struct fp4_ctx {
+    const char *x;
+    int64_t x_rs;
+    ts__qsrc src;
+    const ts__quant_kernels *k;
+    int64_t n, gran_k, nb;
+    bool ue8m0, packed, rne;
+    uint8_t *q;
+    int64_t q_rs;
+    char *sf;
+    int64_t sf_s0, sf_s1;
+} fp4_ctx;
+
+/* Scale of one block: sf (what the f32 output stores), its ue8m0 byte and the multiplier. */
+typedef struct fp4_scale { float sf, inv; uint8_t e; } fp4_scale;
+
+static fp4_scale scale_deepgemm(const fp4_ctx *c, const char *xb, int64_t len) {
+    uint32_t ab = c->k->absmax(xb, len);
+    float sf;
+    if (ab > 0x7F800000u) {
+        sf = ts__f32_from_bits(TS__CANON_NAN_BITS);
+    } else {
+        float amax = ts__f32_from_bits(ab);
+        if (amax < 1e-4f) amax = 1e-4f;
+        sf = amax / 6.0f;
+    }
+    if (c->ue8m0) sf = ts_ceil_to_ue8m0(sf);
+    fp4_scale s = {sf, 1.0f / sf, (uint8_t)(ts__bits_from_f32(sf) >> 23)};
+    return s;
+}
+
+static fp4_scale scale_tilekernels(const fp4_ctx *c, const char *xb, int64_t len) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < len; j++) {
+        float a = fabsf(ld_src(xb, c->src, j));
+        if (a > amax) amax = a; /* NaN compares false: skipped, as fmaxf does */
+    }
+    const float clamp_min = 6.0f * 0x1p-126f;
+    if (amax < clamp_min) amax = clamp_min;
+    fp4_scale s;
+    s.sf = amax / 6.0f;
+    if (!c->ue8m0) {
+        s.inv = 6.0f / amax;
+        s.e = 0;
+        return s;
+    }
+    uint32_t bits = ts__bits_from_f32(s.sf);
+    uint32_t exp_sf = ((bits - 1u) >> 23) + 1u - 127u; /* may wrap for inf: kept literal */
+    s.sf = ts__f32_from_bits((127u + exp_sf) << 23);
+    s.inv = ts__f32_from_bits((127u - exp_sf) << 23);
+    s.e = (uint8_t)(exp_sf + 127u);
+    return s;
+}
+
+static void fp4_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const fp4_ctx *c = (const fp4_ctx *)vctx;
+    const size_t esz = ts__qsrc_size(c->src);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *xr = c->x + r * c->x_rs;
+        uint8_t *qr = c->q + r * c->q_rs;
+        uint32_t word = 0;
+        for (int64_t b = 0; b < c->nb; b++) {
+            int64_t j0 = b * c->gran_k, len = ts__min64(c->gran_k, c->n - j0);
+            const char *xb = xr + (size_t)j0 * esz;
+            fp4_scale s = c->rne ? scale_tilekernels(c, xb, len) : scale_deepgemm(c, xb, len);
+            for (int64_t j = j0; j < j0 + len; j++) {
+                float y = ld_src(xr, c->src, j) * s.inv;
+                uint8_t code = c->rne ? ts_f32_to_e2m1(y) : ts_f32_to_e2m1_dg(y);
+                code &= 0xFu;
+                if (j & 1) qr[j >> 1] = (uint8_t)(qr[j >> 1] | (code << 4));
+                else qr[j >> 1] = code;
+            }
+            if (!c->packed) {
+                ((float *)c->sf)[r * c->sf_s0 + b * c->sf_s1] = s.sf;
+            } else {
+                word |= (uint32_t)s.e << (8 * (b & 3));
+                if ((b & 3) == 3 || b == c->nb - 1) {
+                    ((uint32_t *)c->sf)[r * c->sf_s0 + (b >> 2) * c->sf_s1] = word;
+                    word = 0;
+                }
+            }
+        }
+    }
+}
+
+ts_status ts_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                   bool use_packed_ue8m0, ts_fp4_rounding rounding,
+                                   ts_tensor *x_fp4, ts_tensor *sf) {
+    ts__qsrc src;
+    TS__RETURN_IF_ERROR(ts__quant_check_input(x, "x", &src));
+    if (gran_k <= 0)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "gran_k = %lld must be positive", (long long)gran_k);
+    if (use_packed_ue8m0 && !use_ue8m0)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "use_packed_ue8m0 requires use_ue8m0");
+    if (rounding != TS_FP4_ROUND_DEEPGEMM && rounding != TS_FP4_ROUND_RNE)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "rounding = %d is not a ts_fp4_rounding", (int)rounding);
+    const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);
+    if (n % 2 != 0)
+        return ts__fail(TS_ERR_SHAPE, "tensor 'x': columns %lld must be even for packed fp4", (long long)n);
+    const int64_t qshape[2] = {m, n / 2};
+    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp4, "x_fp4", TS_E2M1X2, TS_E2M1X2, 2, qshape, true));
+    if (use_packed_ue8m0) {
+        const int64_t sshape[2] = {m, ts__cdiv_safe(nb, 4)};
+        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_UE8M0X4, TS_I32, 2, sshape, false));
+    } else {
+        const int64_t sshape[2] = {m, nb};
+        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
+    }
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", x_fp4, "x_fp4"));
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", sf, "sf"));
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x_fp4, "x_fp4", sf, "sf"));
+    if (m == 0 || n == 0) return TS_OK;
+    fp4_ctx c = {
+        .x = (const char *)x->data,
+        .x_rs = x->strides[0] * (int64_t)ts__qsrc_size(src),
+        .src = src,
+        .k = ts__quant_kernels_for(src),
+        .n = n, .gran_k = gran_k, .nb = nb,
+        .ue8m0 = use_ue8m0, .packed = use_packed_ue8m0, .rne = rounding == TS_FP4_ROUND_RNE,
+        .q = (uint8_t *)x_fp4->data,
+        .q_rs = x_fp4->strides[0],
+        .sf = (char *)sf->data, .sf_s0 = sf->strides[0], .sf_s1 = sf->strides[1],
+    };
+    ts__parallel_for(m, 1, fp4_rows, &c);
+    return TS_OK;
+}
+
+/* ---- transpose ---- */
+
+static bool is_fp4_storage(ts_dtype t) { return t == TS_E2M1X2 || t == TS_I8 || t == TS_U8; }
+
+ts_status ts_transpose_packed_fp4(const ts_tensor *a, ts_tensor *out) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(a, "a"));
+    if (!is_fp4_storage(a->dtype))
+        return ts__fail(TS_ERR_DTYPE, "tensor 'a': dtype %s, expected e2m1x2 (or i8/u8)", ts_dtype_name(a->dtype));
+    if (a->ndim != 2) return ts__fail(TS_ERR_SHAPE, "tensor 'a': ndim %d, expected 2", (int)a->ndim);
+    const int64_t m = a->shape[0], n = a->shape[1] * 2;
+    if (m % 2 != 0)
+        return ts__fail(TS_ERR_SHAPE, "tensor 'a': rows %lld must be even", (long long)m);
+    const int64_t oshape[2] = {n, m / 2};
+    TS__RETURN_IF_ERROR(ts_tensor_check(out, "out"));
+    if (!is_fp4_storage(out->dtype))
+        return ts__fail(TS_ERR_DTYPE, "tensor 'out': dtype %s, expected e2m1x2 (or i8/u8)", ts_dtype_name(out->dtype));
+    TS__RETURN_IF_ERROR(ts_tensor_check_shape(out, "out", 2, oshape));
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(a, "a", out, "out"));
+    const uint8_t *src = (const uint8_t *)a->data;
+    uint8_t *dst = (uint8_t *)out->data;
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i2 = 0; i2 < m / 2; i2++) {
+            uint8_t b0 = src[(2 * i2) * a->strides[0] + (j >> 1) * a->strides[1]];
+            uint8_t b1 = src[(2 * i2 + 1) * a->strides[0] + (j >> 1) * a->strides[1]];
+            uint8_t lo = (j & 1) ? (uint8_t)(b0 >> 4) : (uint8_t)(b0 & 0xF);
+            uint8_t hi = (j & 1) ? (uint8_t)(b1 >> 4) : (uint8_t)(b1 & 0xF);
+            dst[j * out->strides[0] + i2 * out->strides[1]] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+    return TS_OK;
+}

@@ -1,0 +1,236 @@
+/* FP8 (e4m3) quantisers with DeepGEMM's formulas (deep_gemm/utils/math.py): per-token 1 x g,
+ * per-block g x g and per-channel g x 1. Threads split rows (or columns) statically; each
+ * output block depends only on its own inputs, so results never depend on the thread count. */
+#include "numerics/quant_kernels.h"
+
+#include "tilestack/quant.h"
+
+/* Scale outputs are stored through their strides: a row-major, MN-major or TMA-aligned view
+ * all work. Packed scales put block b in byte b % 4 of word b / 4. */
+typedef struct sf_out {
+    char *data;
+    int64_t s0, s1; /* element strides */
+    bool packed;
+} sf_out;
+
+static inline void sf_store_f32(const sf_out *o, int64_t r, int64_t c, float v) {
+    ((float *)o->data)[r * o->s0 + c * o->s1] = v;
+}
+static inline void sf_store_word(const sf_out *o, int64_t r, int64_t w, uint32_t v) {
+    ((uint32_t *)o->data)[r * o->s0 + w * o->s1] = v;
+}
+
+/* ---- per token ---- */
+
+typedef struct pt_ctx {
+    const char *x;
+    int64_t x_rs; /* bytes */
+    size_t esz;
+    const ts__quant_kernels *k;
+    int64_t n, gran_k, nb;
+    bool ue8m0;
+    uint8_t *q;
+    int64_t q_rs;
+    sf_out sf;
+} pt_ctx;
+
+static void pt_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const pt_ctx *c = (const pt_ctx *)vctx;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *xr = c->x + r * c->x_rs;
+        uint8_t *qr = c->q + r * c->q_rs;
+        uint32_t word = 0;
+        for (int64_t b = 0; b < c->nb; b++) {
+            int64_t j0 = b * c->gran_k;
+            int64_t len = ts__min64(c->gran_k, c->n - j0);
+            float s = c->k->fp8_block(xr + (size_t)j0 * c->esz, len, c->ue8m0, qr + j0);
+            if (!c->sf.packed) {
+                sf_store_f32(&c->sf, r, b, s);
+            } else {
+                word |= ((ts__bits_from_f32(s) >> 23) & 0xFFu) << (8 * (b & 3));
+                if ((b & 3) == 3 || b == c->nb - 1) {
+                    sf_store_word(&c->sf, r, b >> 2, word);
+                    word = 0;
+                }
+            }
+        }
+    }
+}
+
+static ts_status check_common(const ts_tensor *x, int64_t gran_k, ts__qsrc *src) {
+    TS__RETURN_IF_ERROR(ts__quant_check_input(x, "x", src));
+    if (gran_k <= 0)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "gran_k = %lld must be positive", (long long)gran_k);
+    return TS_OK;
+}
+
+static ts_status check_outputs_disjoint(const ts_tensor *x, const ts_tensor *q, const ts_tensor *sf) {
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", q, "x_fp8"));
+    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", sf, "sf"));
+    return ts__quant_check_disjoint(q, "x_fp8", sf, "sf");
+}
+
+ts_status ts_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                   bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf) {
+    ts__qsrc src;
+    TS__RETURN_IF_ERROR(check_common(x, gran_k, &src));
+    if (use_packed_ue8m0 && !use_ue8m0)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "use_packed_ue8m0 requires use_ue8m0");
+    const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);
+    const int64_t qshape[2] = {m, n};
+    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
+    if (use_packed_ue8m0) {
+        const int64_t sshape[2] = {m, ts__cdiv_safe(nb, 4)};
+        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_UE8M0X4, TS_I32, 2, sshape, false));
+    } else {
+        const int64_t sshape[2] = {m, nb};
+        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
+    }
+    TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
+    if (m == 0 || n == 0) return TS_OK;
+
+    pt_ctx c = {
+        .x = (const char *)x->data,
+        .x_rs = x->strides[0] * (int64_t)ts__qsrc_size(src),
+        .esz = ts__qsrc_size(src),
+        .k = ts__quant_kernels_for(src),
+        .n = n, .gran_k = gran_k, .nb = nb,
+        .ue8m0 = use_ue8m0,
+        .q = (uint8_t *)x_fp8->data,
+        .q_rs = x_fp8->strides[0],
+        .sf = {(char *)sf->data, sf->strides[0], sf->strides[1], use_packed_ue8m0},
+    };
+    ts__parallel_for(m, 1, pt_rows, &c);
+    return TS_OK;
+}
+
+/* ---- per block ---- */
+
+typedef struct pb_ctx {
+    const char *x;
+    int64_t x_rs;
+    size_t esz;
+    const ts__quant_kernels *k;
+    int64_t m, n, g, nbn;
+    bool ue8m0;
+    uint8_t *q;
+    int64_t q_rs;
+    sf_out sf;
+} pb_ctx;
+
+static void pb_rowblocks(void *vctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const pb_ctx *c = (const pb_ctx *)vctx;
+    for (int64_t bi = b0; bi < b1; bi++) {
+        int64_t r0 = bi * c->g, r1 = ts__min64(r0 + c->g, c->m);
+        for (int64_t bj = 0; bj < c->nbn; bj++) {
+            int64_t j0 = bj * c->g, len = ts__min64(c->g, c->n - j0);
+            uint32_t amax = 0;
+            for (int64_t r = r0; r < r1; r++) {
+                uint32_t a = c->k->absmax(c->x + r * c->x_rs + (size_t)j0 * c->esz, len);
+                amax = a > amax ? a : amax;
+            }
+            float s = ts__fp8_scale(amax, c->ue8m0), inv = 1.0f / s;
+            for (int64_t r = r0; r < r1; r++)
+                c->k->enc_e4m3(c->x + r * c->x_rs + (size_t)j0 * c->esz, len, inv, c->q + r * c->q_rs + j0);
+            sf_store_f32(&c->sf, bi, bj, s);
+        }
+    }
+}
+
+ts_status ts_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                   ts_tensor *x_fp8, ts_tensor *sf) {
+    ts__qsrc src;
+    TS__RETURN_IF_ERROR(check_common(x, gran_k, &src));
+    const int64_t m = x->shape[0], n = x->shape[1];
+    const int64_t qshape[2] = {m, n};
+    const int64_t sshape[2] = {ts__cdiv_safe(m, gran_k), ts__cdiv_safe(n, gran_k)};
+    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
+    TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
+    TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
+    if (m == 0 || n == 0) return TS_OK;
+    pb_ctx c = {
+        .x = (const char *)x->data,
+        .x_rs = x->strides[0] * (int64_t)ts__qsrc_size(src),
+        .esz = ts__qsrc_size(src),
+        .k = ts__quant_kernels_for(src),
+        .m = m, .n = n, .g = gran_k, .nbn = sshape[1],
+        .ue8m0 = use_ue8m0,
+        .q = (uint8_t *)x_fp8->data,
+        .q_rs = x_fp8->strides[0],
+        .sf = {(char *)sf->data, sf->strides[0], sf->strides[1], false},
+    };
+    ts__parallel_for(sshape[0], 1, pb_rowblocks, &c);
+    return TS_OK;
+}
+
+/* ---- per channel ---- */
+
+/* Columns per strip: bounds the on-stack amax / reciprocal arrays. */
+#define PC_STRIP 512
+
+typedef struct pc_ctx {
+    const char *x;
+    int64_t x_rs;
+    size_t esz;
+    const ts__quant_kernels *k;
+    int64_t ngroups, g;
+    bool ue8m0;
+    uint8_t *q;
+    int64_t q_rs;
+    sf_out sf;
+} pc_ctx;
+
+static void pc_cols(void *vctx, int64_t c0, int64_t c1, int tid) {
+    (void)tid;
+    const pc_ctx *c = (const pc_ctx *)vctx;
+    uint32_t amax[PC_STRIP];
+    float inv[PC_STRIP];
+    for (int64_t s0 = c0; s0 < c1; s0 += PC_STRIP) {
+        int64_t len = ts__min64(PC_STRIP, c1 - s0);
+        for (int64_t gi = 0; gi < c->ngroups; gi++) {
+            int64_t r0 = gi * c->g;
+            memset(amax, 0, sizeof amax);
+            for (int64_t r = r0; r < r0 + c->g; r++)
+                c->k->absmax_cols(c->x + r * c->x_rs + (size_t)s0 * c->esz, len, amax);
+            for (int64_t j = 0; j < len; j++) {
+                float s = ts__fp8_scale(amax[j], c->ue8m0);
+                sf_store_f32(&c->sf, gi, s0 + j, s);
+                inv[j] = 1.0f / s;
+            }
+            for (int64_t r = r0; r < r0 + c->g; r++)
+                c->k->enc_e4m3_cols(c->x + r * c->x_rs + (size_t)s0 * c->esz, len, inv,
+                                    c->q + r * c->q_rs + s0);
+        }
+    }
+}
+
+ts_status ts_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                     ts_tensor *x_fp8, ts_tensor *sf) {
+    ts__qsrc src;
+    TS__RETURN_IF_ERROR(check_common(x, gran_k, &src));
+    const int64_t m = x->shape[0], n = x->shape[1];
+    if (m % gran_k != 0)
+        return ts__fail(TS_ERR_SHAPE, "tensor 'x': rows %lld not a multiple of gran_k %lld",
+                        (long long)m, (long long)gran_k);
+    const int64_t qshape[2] = {m, n};
+    const int64_t sshape[2] = {m / gran_k, n};
+    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
+    TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
+    TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
+    if (m == 0 || n == 0) return TS_OK;
+    pc_ctx c = {
+        .x = (const char *)x->data,
+        .x_rs = x->strides[0] * (int64_t)ts__qsrc_size(src),
+        .esz = ts__qsrc_size(src),
+        .k = ts__quant_kernels_for(src),
+        .ngroups = m / gran_k, .g = gran_k,
+        .ue8m0 = use_ue8m0,
+        .q = (uint8_t *)x_fp8->data,
+        .q_rs = x_fp8->strides[0],
+        .sf = {(char *)sf->data, sf->strides[0], sf->strides[1], false},
+    };
+    ts__parallel_for(n, 64, pc_cols, &c);
+    return TS_OK;
+}

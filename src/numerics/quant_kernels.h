@@ -1,0 +1,105 @@
+/* Internal: the quantisers' per-ISA kernel table and the scalar rules every path shares.
+ *
+ * Framework code (validation, threading, scale-factor stores) lives in quant_*.c; kernels only
+ * see contiguous runs of one row. The generic and AVX2 tables must give identical bits. */
+#ifndef TS_QUANT_KERNELS_H
+#define TS_QUANT_KERNELS_H
+
+#include "core/internal.h"
+#include "tilestack/numerics.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Source element kinds a quantiser reads. */
+typedef enum ts__qsrc { TS__QSRC_BF16 = 0, TS__QSRC_F16 = 1, TS__QSRC_F32 = 2, TS__QSRC_COUNT } ts__qsrc;
+
+/* The CUDA canonical NaN: what a torch CUDA op returns for any NaN result. We emit it for NaN
+ * scales so every path (and every platform) gives the same bits. */
+#define TS__CANON_NAN_BITS 0x7FFFFFFFu
+#define TS__E4M3_NAN 0x7Fu
+
+typedef struct ts__quant_kernels {
+    /* max |x| over n values, as f32 bits; a NaN anywhere gives a value above 0x7F800000.
+     * Integer max of |x| bits orders all non-NaN values correctly and puts NaN last, so the
+     * result never depends on the order of evaluation. */
+    uint32_t (*absmax)(const void *x, int64_t n);
+    /* acc[j] = max(acc[j], |x[j]| bits) for j < n. */
+    void (*absmax_cols)(const void *x, int64_t n, uint32_t *acc);
+    /* q[j] = e4m3(f32(x[j]) * inv), a NaN product giving 0x7F. */
+    void (*enc_e4m3)(const void *x, int64_t n, float inv, uint8_t *q);
+    /* q[j] = e4m3(f32(x[j]) * inv[j]), a NaN product giving 0x7F. */
+    void (*enc_e4m3_cols)(const void *x, int64_t n, const float *inv, uint8_t *q);
+    /* One per-token block (n <= gran_k values; the zero padding never changes amax): returns
+     * the scale and writes n codes. Equal to absmax + ts__fp8_scale + enc_e4m3. */
+    float (*fp8_block)(const void *x, int64_t n, bool ue8m0, uint8_t *q);
+} ts__quant_kernels;
+
+extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
+/* The generic entries by name, so SIMD tables can reuse the ones they do not specialise. */
+#define TS__QK_DECL_GENERIC(SFX)                                                                 \
+    uint32_t ts__qk_absmax_##SFX##__generic(const void *x, int64_t n);                           \
+    void ts__qk_absmax_cols_##SFX##__generic(const void *x, int64_t n, uint32_t *acc);           \
+    void ts__qk_enc_e4m3_##SFX##__generic(const void *x, int64_t n, float inv, uint8_t *q);      \
+    void ts__qk_enc_e4m3_cols_##SFX##__generic(const void *x, int64_t n, const float *inv,       \
+                                               uint8_t *q);                                      \
+    float ts__qk_fp8_block_##SFX##__generic(const void *x, int64_t n, bool ue8m0, uint8_t *q);
+TS__QK_DECL_GENERIC(bf16)
+TS__QK_DECL_GENERIC(f16)
+TS__QK_DECL_GENERIC(f32)
+#if defined(TS_HAVE_AVX2_KERNELS)
+extern const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT];
+#endif
+
+/* The table for the active ISA and source kind. */
+static inline const ts__quant_kernels *ts__quant_kernels_for(ts__qsrc src) {
+#if defined(TS_HAVE_AVX2_KERNELS)
+    if (ts__active_isa() == TS_ISA_AVX2) return &ts__quant_kernels_avx2[src];
+#endif
+    return &ts__quant_kernels_generic[src];
+}
+
+static inline float ts__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t ts__bits_from_f32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* DeepGEMM's FP8 scale from an amax (f32 bits): clamp >= 1e-4 (NaN passes through, as torch's
+ * clamp), sf = amax / 448 in f32, then ceil_to_ue8m0 if asked (NaN -> 2^127 there). */
+static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
+    float sf;
+    if (amax_bits > 0x7F800000u) {
+        sf = ts__f32_from_bits(TS__CANON_NAN_BITS);
+    } else {
+        float amax = ts__f32_from_bits(amax_bits);
+        if (amax < 1e-4f) amax = 1e-4f;
+        sf = amax / 448.0f;
+    }
+    return ue8m0 ? ts_ceil_to_ue8m0(sf) : sf;
+}
+
+/* e4m3 of one scaled value; NaN results (NaN inputs, inf * 0, NaN scale) give 0x7F, as the
+ * CUDA canonical NaN does upstream. */
+static inline uint8_t ts__enc_e4m3_scaled(float y) {
+    return y != y ? (uint8_t)TS__E4M3_NAN : ts_f32_to_e4m3(y);
+}
+
+/* |x| bits of one source element, widened to f32 bits. */
+static inline uint32_t ts__absbits_bf16(uint16_t h) { return (uint32_t)(h & 0x7FFFu) << 16; }
+static inline uint32_t ts__absbits_f32(uint32_t u) { return u & 0x7FFFFFFFu; }
+
+/* ---- framework helpers shared by quant_*.c (quant_common.c) ---- */
+
+/* x: valid 2-D view with a contiguous last dim, dtype bf16 / f16 / f32; sets *src. */
+ts_status ts__quant_check_input(const ts_tensor *x, const char *name, ts__qsrc *src);
+/* t: valid view of `dtype` (or `alt`, when alt != dtype) with exactly `ndim` dims of `shape`,
+ * data aligned to its element size; last dim contiguous if `last_contig`. */
+ts_status ts__quant_check_out(const ts_tensor *t, const char *name, ts_dtype dtype, ts_dtype alt,
+                              int32_t ndim, const int64_t *shape, bool last_contig);
+/* TS_ERR_ALIASING if the byte spans of a and b overlap. */
+ts_status ts__quant_check_disjoint(const ts_tensor *a, const char *an, const ts_tensor *b,
+                                   const char *bn);
+/* ceil(a / b) for a >= 0, b > 0 without overflow. */
+static inline int64_t ts__cdiv_safe(int64_t a, int64_t b) { return a == 0 ? 0 : (a - 1) / b + 1; }
+static inline size_t ts__qsrc_size(ts__qsrc s) { return s == TS__QSRC_F32 ? 4 : 2; }
+
+#endif
