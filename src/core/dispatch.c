@@ -26,6 +26,7 @@ const char *ts_isa_name(ts_isa isa) {
 /* A path is runnable when this build has its kernels and this CPU (and OS) supports them. */
 static int isa_runnable(ts_isa isa) {
     const ts_cpu_info *ci = ts_get_cpu_info();
+    (void)ci; /* unused when this build has no SIMD kernels */
     switch (isa) {
     case TS_ISA_GENERIC: return 1;
     case TS_ISA_AVX2:
