@@ -27,6 +27,8 @@ TS_TEST(cpu_info_is_consistent) {
 #endif
     TS_CHECK(ci->l1d_bytes >= 0 && ci->l2_bytes >= 0 && ci->l3_bytes >= 0);
     if (ci->l1d_bytes && ci->l2_bytes) TS_CHECK(ci->l2_bytes >= ci->l1d_bytes);
+    TS_CHECK(ci->l3_instance_bytes >= 0 && ci->l3_instance_bytes <= ci->l3_bytes);
+    if (ci->l3_bytes) TS_CHECK(ci->l3_instance_bytes > 0 && ci->l3_bytes % ci->l3_instance_bytes == 0);
     TS_CHECK((unsigned)ci->best_isa < TS_ISA_COUNT_);
 #if defined(__x86_64__) && defined(TS_HAVE_AVX2_KERNELS)
     TS_CHECK_EQ_INT(ci->best_isa == TS_ISA_AVX2, ci->has_avx2 && ci->has_fma && ci->has_f16c);
@@ -124,4 +126,50 @@ TS_TEST(cpu_set_isa_invalid_values) {
     TS_CHECK_STATUS(ts_set_isa((ts_isa)1000), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "ts_set_isa") != NULL);
     TS_CHECK(ts_get_isa() == saved);
+}
+
+/* Linux derives its sysfs cache description from the same cpuid leaves on x86, so the two
+ * must agree where sysfs has an entry. */
+static int64_t sysfs_cache_bytes(int want_level, const char *want_type) {
+    for (int idx = 0; idx < 16; idx++) {
+        char path[128], buf[64];
+        int level = 0;
+        char type[32] = "";
+        int64_t bytes = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", idx);
+        FILE *f = fopen(path, "r");
+        if (!f) return 0;
+        if (fscanf(f, "%d", &level) != 1) level = 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", idx);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%31s", type) != 1) type[0] = '\0';
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
+        if ((f = fopen(path, "r"))) {
+            if (fgets(buf, sizeof buf, f)) {
+                char *end;
+                bytes = strtoll(buf, &end, 10);
+                if (*end == 'K') bytes <<= 10;
+                else if (*end == 'M') bytes <<= 20;
+            }
+            fclose(f);
+        }
+        if (level == want_level && strcmp(type, want_type) == 0) return bytes;
+    }
+    return 0;
+}
+
+TS_TEST(cpu_caches_match_sysfs) {
+#if defined(__x86_64__) && defined(__linux__)
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    int64_t l1d = sysfs_cache_bytes(1, "Data"), l2 = sysfs_cache_bytes(2, "Unified"),
+            l3 = sysfs_cache_bytes(3, "Unified");
+    if (l1d) TS_CHECK_EQ_INT(ci->l1d_bytes, l1d);
+    if (l2) TS_CHECK_EQ_INT(ci->l2_bytes, l2);
+    if (l3) TS_CHECK_EQ_INT(ci->l3_instance_bytes, l3);
+#else
+    (void)ts_t_;
+#endif
 }

@@ -152,6 +152,7 @@ typedef struct ts_cpu_info {
     int logical_cpus;
     int64_t l1d_bytes, l2_bytes, l3_bytes; /* per core for L1/L2, total visible for L3; 0 unknown */
     ts_isa best_isa;                        /* best path this build can run here */
+    int64_t l3_instance_bytes; /* one L3 instance (a CCX or a socket shares it); 0 unknown */
 } ts_cpu_info;
 
 TS_API const ts_cpu_info *ts_get_cpu_info(void);

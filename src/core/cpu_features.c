@@ -82,6 +82,7 @@ static void caches_from_sysfs(ts_cpu_info *ci) {
             snprintf(path, sizeof path,
                      "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", idx);
             if (read_small_file(path, shared, sizeof shared)) sharing = count_cpu_list(shared);
+            ci->l3_instance_bytes = bytes;
             ci->l3_bytes = total_over_instances(bytes, sharing, ci->logical_cpus);
         }
     }
@@ -116,7 +117,10 @@ static int caches_from_leaf(ts_cpu_info *ci, unsigned leaf) {
         int64_t bytes = ways * parts * line * sets;
         if (level == 1 && type == 1) ci->l1d_bytes = bytes;
         else if (level == 2) ci->l2_bytes = bytes;
-        else if (level == 3) ci->l3_bytes = total_over_instances(bytes, sharing, ci->logical_cpus);
+        else if (level == 3) {
+            ci->l3_instance_bytes = bytes;
+            ci->l3_bytes = total_over_instances(bytes, sharing, ci->logical_cpus);
+        }
         found = 1;
     }
     return found;
@@ -191,7 +195,9 @@ static void detect_x86(ts_cpu_info *ci) {
         if (max_ext >= 0x80000006u) {
             cpuid(0x80000006u, 0, r);
             ci->l2_bytes = (int64_t)(r[2] >> 16) << 10;
-            ci->l3_bytes = (int64_t)(r[3] >> 18) * (512 << 10); /* already the total */
+            /* The L3 this core sees; how many instances there are is unknown here. */
+            ci->l3_instance_bytes = (int64_t)(r[3] >> 18) * (512 << 10);
+            ci->l3_bytes = ci->l3_instance_bytes;
         }
     }
 }
