@@ -93,7 +93,7 @@ ts_status ts_tensor_check(const ts_tensor *t, const char *name) {
             return ts__fail(TS_ERR_STRIDE, "tensor '%s': stride[%d] = %lld is negative", name, (int)d, (long long)t->strides[d]);
     }
     if (ts_tensor_numel(t) < 0) return ts__fail(TS_ERR_OVERFLOW, "tensor '%s': element count overflows 64 bits", name);
-    int64_t nbytes;
+    int64_t nbytes = 0;
     TS__RETURN_IF_ERROR(span_bytes(t, name, &nbytes));
     if (nbytes > 0 && !t->data) return ts__fail(TS_ERR_NULL_POINTER, "tensor '%s': data is NULL", name);
     if (nbytes > 0 && (uintptr_t)t->data > UINTPTR_MAX - (uintptr_t)nbytes)
@@ -103,7 +103,7 @@ ts_status ts_tensor_check(const ts_tensor *t, const char *name) {
 
 ts_status ts_tensor_nbytes(const ts_tensor *t, int64_t *nbytes) {
     TS__RETURN_IF_ERROR(ts_tensor_check(t, "tensor"));
-    int64_t n;
+    int64_t n = 0;
     TS__RETURN_IF_ERROR(span_bytes(t, "tensor", &n));
     if (nbytes) *nbytes = n;
     return TS_OK;
