@@ -207,3 +207,41 @@ TS_TEST(quant_fp8_bad_input) {
     }
 #undef EXPECT
 }
+
+/* Generic and AVX2 per-token paths on adversarial blocks: random finite bf16 bit patterns
+ * mixed with tiny, zero and huge values, so every fast/slow branch of the AVX2 kernel runs. */
+TS_TEST(quant_fp8_generic_vs_avx2_random_bits) {
+    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    const ts_isa saved = TS_ISA_AVX2;
+    const int64_t m = 64, n = 7168 + 96;
+    uint16_t *x = (uint16_t *)malloc((size_t)(m * n) * 2);
+    ts_prng p = ts_prng_seed(4242);
+    for (int64_t i = 0; i < m * n; i++) {
+        uint32_t u = ts_prng_u32(&p);
+        uint16_t h = (uint16_t)u;
+        switch ((u >> 16) % 8) {
+        case 0: h &= 0x807F; break;              /* bf16 subnormal or zero */
+        case 1: h = (uint16_t)(h & 0x8000); break; /* +-0 */
+        default: break;
+        }
+        if ((h & 0x7F80) == 0x7F80 && (i % 97) != 0) h ^= 0x4000; /* mostly finite */
+        if ((i / n) % 2 == 0) /* narrow range rows: the all-normal fast path */
+            h = (uint16_t)((h & 0x807F) | (0x3F00 + (((u >> 20) & 3) << 7)));
+        x[i] = h;
+    }
+    uint8_t *q1 = (uint8_t *)malloc((size_t)(m * n)), *q2 = (uint8_t *)malloc((size_t)(m * n));
+    float *s1 = (float *)malloc((size_t)m * 57 * 4), *s2 = (float *)malloc((size_t)m * 57 * 4);
+    ts_tensor xt = ts_tensor_2d(x, TS_BF16, m, n);
+    for (int ue = 0; ue < 2; ue++) {
+        ts_tensor a = ts_tensor_2d(q1, TS_E4M3, m, n), b = ts_tensor_2d(q2, TS_E4M3, m, n);
+        ts_tensor sa = ts_tensor_2d(s1, TS_F32, m, 57), sb = ts_tensor_2d(s2, TS_F32, m, 57);
+        TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
+        TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&xt, ue, 128, false, &a, &sa), TS_OK);
+        TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
+        TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&xt, ue, 128, false, &b, &sb), TS_OK);
+        TS_CHECK(memcmp(q1, q2, (size_t)(m * n)) == 0);
+        TS_CHECK(memcmp(s1, s2, (size_t)m * 57 * 4) == 0);
+    }
+    ts_set_isa(saved);
+    free(x); free(q1); free(q2); free(s1); free(s2);
+}

@@ -34,21 +34,28 @@ typedef struct pt_ctx {
     sf_out sf;
 } pt_ctx;
 
+/* Blocks per kernel call: bounds the on-stack scale buffer, no allocation in the loop. */
+#define PT_SEG_BLOCKS 256
+
 static void pt_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     (void)tid;
     const pt_ctx *c = (const pt_ctx *)vctx;
+    float srow[PT_SEG_BLOCKS];
     for (int64_t r = r0; r < r1; r++) {
         const char *xr = c->x + r * c->x_rs;
         uint8_t *qr = c->q + r * c->q_rs;
         uint32_t word = 0;
-        for (int64_t b = 0; b < c->nb; b++) {
-            int64_t j0 = b * c->gran_k;
-            int64_t len = ts__min64(c->gran_k, c->n - j0);
-            float s = c->k->fp8_block(xr + (size_t)j0 * c->esz, len, c->ue8m0, qr + j0);
-            if (!c->sf.packed) {
-                sf_store_f32(&c->sf, r, b, s);
-            } else {
-                word |= ((ts__bits_from_f32(s) >> 23) & 0xFFu) << (8 * (b & 3));
+        for (int64_t b0 = 0; b0 < c->nb; b0 += PT_SEG_BLOCKS) {
+            const int64_t nseg = ts__min64(PT_SEG_BLOCKS, c->nb - b0), j0 = b0 * c->gran_k;
+            const int64_t len = ts__min64(c->n - j0, nseg * c->gran_k);
+            c->k->fp8_row(xr + (size_t)j0 * c->esz, len, c->gran_k, c->ue8m0, qr + j0, srow);
+            for (int64_t i = 0; i < nseg; i++) {
+                const int64_t b = b0 + i;
+                if (!c->sf.packed) {
+                    sf_store_f32(&c->sf, r, b, srow[i]);
+                    continue;
+                }
+                word |= ((ts__bits_from_f32(srow[i]) >> 23) & 0xFFu) << (8 * (b & 3));
                 if ((b & 3) == 3 || b == c->nb - 1) {
                     sf_store_word(&c->sf, r, b >> 2, word);
                     word = 0;

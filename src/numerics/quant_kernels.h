@@ -31,9 +31,10 @@ typedef struct ts__quant_kernels {
     void (*enc_e4m3)(const void *x, int64_t n, float inv, uint8_t *q);
     /* q[j] = e4m3(f32(x[j]) * inv[j]), a NaN product giving 0x7F. */
     void (*enc_e4m3_cols)(const void *x, int64_t n, const float *inv, uint8_t *q);
-    /* One per-token block (n <= gran_k values; the zero padding never changes amax): returns
-     * the scale and writes n codes. Equal to absmax + ts__fp8_scale + enc_e4m3. */
-    float (*fp8_block)(const void *x, int64_t n, bool ue8m0, uint8_t *q);
+    /* One per-token row of n values in blocks of gran_k (the last may be short; the zero
+     * padding never changes amax): writes n codes and ceil(n / gran_k) scales to sf.
+     * Equal, block by block, to absmax + ts__fp8_scale + enc_e4m3. */
+    void (*fp8_row)(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf);
 } ts__quant_kernels;
 
 extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
@@ -44,7 +45,8 @@ extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
     void ts__qk_enc_e4m3_##SFX##__generic(const void *x, int64_t n, float inv, uint8_t *q);      \
     void ts__qk_enc_e4m3_cols_##SFX##__generic(const void *x, int64_t n, const float *inv,       \
                                                uint8_t *q);                                      \
-    float ts__qk_fp8_block_##SFX##__generic(const void *x, int64_t n, bool ue8m0, uint8_t *q);
+    void ts__qk_fp8_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
+                                         uint8_t *q, float *sf);
 TS__QK_DECL_GENERIC(bf16)
 TS__QK_DECL_GENERIC(f16)
 TS__QK_DECL_GENERIC(f32)

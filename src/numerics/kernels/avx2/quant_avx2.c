@@ -50,7 +50,8 @@ static uint32_t absmax_bf16(const void *x, int64_t n) {
     const __m256i mask = _mm256_set1_epi16(0x7FFF);
     __m256i m = _mm256_setzero_si256();
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
+    const int64_t nv = n - n % 16;
+    for (; j < nv; j += 16)
         m = _mm256_max_epu16(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + j)), mask));
     uint32_t r = hmax_epu16(m);
     for (; j < n; j++) {
@@ -60,11 +61,12 @@ static uint32_t absmax_bf16(const void *x, int64_t n) {
     return r << 16;
 }
 
-static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
+__attribute__((noinline)) static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
     const uint16_t *p = (const uint16_t *)x;
     const __m256 vi = _mm256_set1_ps(inv);
     int64_t j = 0;
-    for (; j + 32 <= n; j += 32) {
+    const int64_t nv = n - n % 32;
+    for (; j < nv; j += 32) {
         __m256i c[4];
         for (int t = 0; t < 4; t++) {
             __m256 v = bf16x8_to_f32(_mm_loadu_si128((const __m128i *)(p + j + 8 * t)));
@@ -75,38 +77,95 @@ static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
     for (; j < n; j++) q[j] = ts__enc_e4m3_scaled(ts_bf16_to_f32(p[j]) * inv);
 }
 
-/* Finite 128-value block entirely in registers. */
-static float fp8_block128_bf16(const uint16_t *p, bool ue8m0, uint8_t *q) {
-    __m256i r[8];
-    const __m256i mask = _mm256_set1_epi16(0x7FFF);
-    __m256i m = _mm256_setzero_si256();
-    for (int t = 0; t < 8; t++) {
-        r[t] = _mm256_loadu_si256((const __m256i *)(p + 16 * t));
-        m = _mm256_max_epu16(m, _mm256_and_si256(r[t], mask));
-    }
-    uint32_t amax = hmax_epu16(m);
-    if (amax >= 0x7F80u) return ts__qk_fp8_block_bf16__generic(p, 128, ue8m0, q);
-    float sf = ts__fp8_scale(amax << 16, ue8m0);
-    const __m256 vi = _mm256_set1_ps(1.0f / sf);
-    for (int t = 0; t < 8; t += 2) {
-        __m256 v0 = bf16x8_to_f32(_mm256_castsi256_si128(r[t]));
-        __m256 v1 = bf16x8_to_f32(_mm256_extracti128_si256(r[t], 1));
-        __m256 v2 = bf16x8_to_f32(_mm256_castsi256_si128(r[t + 1]));
-        __m256 v3 = bf16x8_to_f32(_mm256_extracti128_si256(r[t + 1], 1));
-        __m256i c0 = ts__avx2_e4m3_codes(_mm256_mul_ps(v0, vi));
-        __m256i c1 = ts__avx2_e4m3_codes(_mm256_mul_ps(v1, vi));
-        __m256i c2 = ts__avx2_e4m3_codes(_mm256_mul_ps(v2, vi));
-        __m256i c3 = ts__avx2_e4m3_codes(_mm256_mul_ps(v3, vi));
-        _mm256_storeu_si256((__m256i *)(q + 16 * t), pack_codes32(c0, c1, c2, c3));
-    }
-    return sf;
+/* Fast e4m3 codes of a finite 128-value bf16 block whose non-zero |y| all lie in the e4m3
+ * normal range [2^-6, 448 (+ rounding)]: RNE at f32 bit 20 plus the exponent rebias is one
+ * integer add chain; zeros go negative and packus saturates them to code 0. Works on |x| in
+ * 16-bit lanes: unpack with zero puts |x| << 16 (the f32 bits) in 32-bit lanes, and the
+ * unpack lane order is undone by the matching packus. The sign is or-ed back from the input. */
+static inline __m256i e4m3_mag_normal(__m256 ay) {
+    __m256i a = _mm256_castps_si256(ay);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
+    a = _mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF - (960 << 20)));
+    return _mm256_srai_epi32(_mm256_add_epi32(a, lsb), 20);
 }
 
-static float fp8_block_bf16(const void *x, int64_t n, bool ue8m0, uint8_t *q) {
-    if (n == 128) return fp8_block128_bf16((const uint16_t *)x, ue8m0, q);
-    float sf = ts__fp8_scale(absmax_bf16(x, n), ue8m0);
-    enc_e4m3_bf16(x, n, 1.0f / sf, q);
-    return sf;
+/* Blocks of 128 in three passes over at most 64 blocks (16 KB of bf16, which stays in L1 for
+ * the second read): |x| max and smallest non-zero |x| per block, then the scales (independent
+ * divisions pipeline instead of stalling each block), then the codes. */
+#define CHUNK_BLOCKS 64
+
+static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8_t *q, float *sf) {
+    uint32_t amax[CHUNK_BLOCKS], amin[CHUNK_BLOCKS];
+    float inv[CHUNK_BLOCKS];
+    const __m256i mask = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint16_t *pb = p + 128 * b;
+        __m256i mx = _mm256_setzero_si256(), mn = _mm256_set1_epi16(-1);
+        for (int t = 0; t < 8; t++) {
+            __m256i ra = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(pb + 16 * t)), mask);
+            mx = _mm256_max_epu16(mx, ra);
+            mn = _mm256_min_epu16(mn, _mm256_sub_epi16(ra, one)); /* zero wraps to 0xFFFF */
+        }
+        amax[b] = hmax_epu16(mx);
+        __m128i m8 = _mm_min_epu16(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
+        /* all-zero blocks give 0xFFFF + 1: never "tiny" */
+        amin[b] = ((uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(m8)) & 0xFFFFu) + 1u;
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        sf[b] = ts__fp8_scale(amax[b] << 16, ue8m0);
+        inv[b] = 1.0f / sf[b];
+    }
+    const __m256i zero = _mm256_setzero_si256(), s80 = _mm256_set1_epi16(0x80);
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint16_t *pb = p + 128 * b;
+        uint8_t *qb = q + 128 * b;
+        /* The first pass waits on DRAM while the others run from L1: fetch the data that
+         * follows this chunk (the next row, when rows are contiguous) during the compute. */
+        const char *ahead = (const char *)(p + 128 * nblk) + 256 * b;
+        for (int l = 0; l < 256; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        if (amax[b] >= 0x7F80u) { /* inf / NaN: exact generic route */
+            ts__qk_enc_e4m3_bf16__generic(pb, 128, inv[b], qb);
+            continue;
+        }
+        if (amin[b] < 0x7F80u && ts__f32_from_bits(amin[b] << 16) * inv[b] < 0x1p-6f) {
+            enc_e4m3_bf16(pb, 128, inv[b], qb); /* some codes are e4m3 subnormals */
+            continue;
+        }
+        const __m256 vi = _mm256_set1_ps(inv[b]);
+        for (int t = 0; t < 8; t += 2) {
+            __m256i h[2];
+            for (int u = 0; u < 2; u++) {
+                __m256i r = _mm256_loadu_si256((const __m256i *)(pb + 16 * (t + u)));
+                __m256i ra = _mm256_and_si256(r, mask);
+                __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra));
+                __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra));
+                __m256i c16 = _mm256_packus_epi32(e4m3_mag_normal(_mm256_mul_ps(lo, vi)),
+                                                  e4m3_mag_normal(_mm256_mul_ps(hi, vi)));
+                h[u] = _mm256_or_si256(c16, _mm256_and_si256(_mm256_srli_epi16(r, 8), s80));
+            }
+            __m256i bytes = _mm256_packus_epi16(h[0], h[1]);
+            _mm256_storeu_si256((__m256i *)(qb + 16 * t), _mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
+        }
+    }
+}
+
+static void fp8_row_bf16(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf) {
+    const uint16_t *p = (const uint16_t *)x;
+    int64_t b = 0, j0 = 0;
+    if (gran_k == 128) {
+        const int64_t full = n / 128;
+        for (; b < full; b += CHUNK_BLOCKS) {
+            int64_t nblk = full - b < CHUNK_BLOCKS ? full - b : CHUNK_BLOCKS;
+            fp8_chunk128_bf16(p + 128 * b, nblk, ue8m0, q + 128 * b, sf + b);
+        }
+        b = full;
+        j0 = full * 128;
+    }
+    for (; j0 < n; b++, j0 += gran_k) {
+        int64_t len = n - j0 < gran_k ? n - j0 : gran_k;
+        sf[b] = ts__fp8_scale(absmax_bf16(p + j0, len), ue8m0);
+        enc_e4m3_bf16(p + j0, len, 1.0f / sf[b], q + j0);
+    }
 }
 
 /* ---- f32 ---- */
@@ -116,7 +175,8 @@ static uint32_t absmax_f32(const void *x, int64_t n) {
     const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
     __m256i m = _mm256_setzero_si256();
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
+    const int64_t nv = n - n % 8;
+    for (; j < nv; j += 8)
         m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + j)), mask));
     uint32_t r = hmax_epu32(m);
     for (; j < n; j++) {
@@ -130,7 +190,8 @@ static void enc_e4m3_f32(const void *x, int64_t n, float inv, uint8_t *q) {
     const float *p = (const float *)x;
     const __m256 vi = _mm256_set1_ps(inv);
     int64_t j = 0;
-    for (; j + 32 <= n; j += 32) {
+    const int64_t nv = n - n % 32;
+    for (; j < nv; j += 32) {
         __m256i c[4];
         for (int t = 0; t < 4; t++)
             c[t] = e4m3_scaled_codes(_mm256_mul_ps(_mm256_loadu_ps(p + j + 8 * t), vi));
@@ -139,10 +200,13 @@ static void enc_e4m3_f32(const void *x, int64_t n, float inv, uint8_t *q) {
     for (; j < n; j++) q[j] = ts__enc_e4m3_scaled(p[j] * inv);
 }
 
-static float fp8_block_f32(const void *x, int64_t n, bool ue8m0, uint8_t *q) {
-    float sf = ts__fp8_scale(absmax_f32(x, n), ue8m0);
-    enc_e4m3_f32(x, n, 1.0f / sf, q);
-    return sf;
+static void fp8_row_f32(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf) {
+    const float *p = (const float *)x;
+    for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gran_k) {
+        int64_t len = n - j0 < gran_k ? n - j0 : gran_k;
+        sf[b] = ts__fp8_scale(absmax_f32(p + j0, len), ue8m0);
+        enc_e4m3_f32(p + j0, len, 1.0f / sf[b], q + j0);
+    }
 }
 
 /* ---- f16: amax on raw half bits, encode after F16C widening ---- */
@@ -152,7 +216,8 @@ static uint32_t absmax_f16(const void *x, int64_t n) {
     const __m256i mask = _mm256_set1_epi16(0x7FFF);
     __m256i m = _mm256_setzero_si256();
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
+    const int64_t nv = n - n % 16;
+    for (; j < nv; j += 16)
         m = _mm256_max_epu16(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + j)), mask));
     uint32_t r = hmax_epu16(m);
     for (; j < n; j++) {
@@ -167,7 +232,8 @@ static void enc_e4m3_f16(const void *x, int64_t n, float inv, uint8_t *q) {
     const uint16_t *p = (const uint16_t *)x;
     const __m256 vi = _mm256_set1_ps(inv);
     int64_t j = 0;
-    for (; j + 32 <= n; j += 32) {
+    const int64_t nv = n - n % 32;
+    for (; j < nv; j += 32) {
         __m256i c[4];
         for (int t = 0; t < 4; t++) {
             __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + j + 8 * t)));
@@ -178,17 +244,20 @@ static void enc_e4m3_f16(const void *x, int64_t n, float inv, uint8_t *q) {
     for (; j < n; j++) q[j] = ts__enc_e4m3_scaled(ts_f16_to_f32(p[j]) * inv);
 }
 
-static float fp8_block_f16(const void *x, int64_t n, bool ue8m0, uint8_t *q) {
-    float sf = ts__fp8_scale(absmax_f16(x, n), ue8m0);
-    enc_e4m3_f16(x, n, 1.0f / sf, q);
-    return sf;
+static void fp8_row_f16(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf) {
+    const uint16_t *p = (const uint16_t *)x;
+    for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gran_k) {
+        int64_t len = n - j0 < gran_k ? n - j0 : gran_k;
+        sf[b] = ts__fp8_scale(absmax_f16(p + j0, len), ue8m0);
+        enc_e4m3_f16(p + j0, len, 1.0f / sf[b], q + j0);
+    }
 }
 
 const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = {absmax_bf16, ts__qk_absmax_cols_bf16__generic, enc_e4m3_bf16,
-                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_block_bf16},
+                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_row_bf16},
     [TS__QSRC_F16] = {absmax_f16, ts__qk_absmax_cols_f16__generic, enc_e4m3_f16,
-                      ts__qk_enc_e4m3_cols_f16__generic, fp8_block_f16},
+                      ts__qk_enc_e4m3_cols_f16__generic, fp8_row_f16},
     [TS__QSRC_F32] = {absmax_f32, ts__qk_absmax_cols_f32__generic, enc_e4m3_f32,
-                      ts__qk_enc_e4m3_cols_f32__generic, fp8_block_f32},
+                      ts__qk_enc_e4m3_cols_f32__generic, fp8_row_f32},
 };

@@ -1,6 +1,10 @@
 /* Portable quantiser kernels: the reference every SIMD table must match bit for bit. */
 #include "numerics/quant_kernels.h"
 
+typedef uint16_t ts__qsrc_elem_bf16;
+typedef uint16_t ts__qsrc_elem_f16;
+typedef float ts__qsrc_elem_f32;
+
 static inline float ld_bf16(const void *x, int64_t j) { return ts_bf16_to_f32(((const uint16_t *)x)[j]); }
 static inline float ld_f16(const void *x, int64_t j) { return ts_f16_to_f32(((const uint16_t *)x)[j]); }
 static inline float ld_f32(const void *x, int64_t j) { return ((const float *)x)[j]; }
@@ -32,10 +36,16 @@ static inline uint32_t ab_f32(const void *x, int64_t j) { return ts__absbits_f32
     void ts__qk_enc_e4m3_cols_##SFX##__generic(const void *x, int64_t n, const float *inv, uint8_t *q) {    \
         for (int64_t j = 0; j < n; j++) q[j] = ts__enc_e4m3_scaled(ld_##SFX(x, j) * inv[j]);     \
     }                                                                                            \
-    float ts__qk_fp8_block_##SFX##__generic(const void *x, int64_t n, bool ue8m0, uint8_t *q) {             \
-        float sf = ts__fp8_scale(ts__qk_absmax_##SFX##__generic(x, n), ue8m0);                                     \
-        ts__qk_enc_e4m3_##SFX##__generic(x, n, 1.0f / sf, q);                                                      \
-        return sf;                                                                               \
+    void ts__qk_fp8_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
+                                         uint8_t *q, float *sf) {                                \
+        const size_t esz = sizeof(*(ts__qsrc_elem_##SFX *)0);                                    \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gran_k) {                                 \
+            const void *xb = (const char *)x + (size_t)j0 * esz;                                 \
+            int64_t len = n - j0 < gran_k ? n - j0 : gran_k;                                     \
+            float s = ts__fp8_scale(ts__qk_absmax_##SFX##__generic(xb, len), ue8m0);             \
+            ts__qk_enc_e4m3_##SFX##__generic(xb, len, 1.0f / s, q + j0);                         \
+            sf[b] = s;                                                                           \
+        }                                                                                        \
     }
 
 TS__DEF_GENERIC(bf16)
@@ -45,7 +55,7 @@ TS__DEF_GENERIC(f32)
 #define TS__ENTRY(SFX)                                                                           \
     {ts__qk_absmax_##SFX##__generic, ts__qk_absmax_cols_##SFX##__generic,                       \
      ts__qk_enc_e4m3_##SFX##__generic, ts__qk_enc_e4m3_cols_##SFX##__generic,                   \
-     ts__qk_fp8_block_##SFX##__generic}
+     ts__qk_fp8_row_##SFX##__generic}
 
 const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = TS__ENTRY(bf16),
