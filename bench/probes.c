@@ -195,6 +195,8 @@ const ts__machine *ts__probe_machine(int threads, bool quick) {
     const ts_cpu_info *ci = ts_get_cpu_info();
     const size_t l2 = (ci && ci->l2_bytes > 0) ? (size_t)ci->l2_bytes : (size_t)512 << 10;
     const size_t l3 = (ci && ci->l3_bytes > 0) ? (size_t)ci->l3_bytes : (size_t)32 << 20;
+    /* Threads may all share one L3 instance (one CCX): size the L3 probe for one instance. */
+    const size_t l3_one = (ci && ci->l3_instance_bytes > 0) ? (size_t)ci->l3_instance_bytes : l3;
 
     /* FMA: ~30 ms (quick) or ~100 ms per repetition at ~3 GHz. */
     {
@@ -229,8 +231,8 @@ const ts__machine *ts__probe_machine(int threads, bool quick) {
         double s = probe_run(&j);
         if (s > 0) m->memcpy_gbps = 2.0 * (double)j.slice * threads / s * 1e-9;
 
-        /* L3: ~half of it in all, split over the threads (they share it). */
-        size_t s3 = l3 / 2 / threads;
+        /* L3: ~half of one instance in all, split over the threads (they share it). */
+        size_t s3 = l3_one / 2 / threads;
         s3 -= s3 % 256;
         m->l3_read_gbps = read_gbps(threads, avx2, big, s3, quick ? 8 : 16, reps);
         /* L2: ~half of each thread's own L2; ~64-128 MiB read per thread per repetition. */
