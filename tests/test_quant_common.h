@@ -130,9 +130,11 @@ static int qt_run_record(ts_test_ctx *ts_t_, const qrec *r) {
     return bad;
 }
 
-/* Every record whose op is in [op_lo, op_hi], for each ISA path and thread counts 1..4
- * (records with more than 2M values: threads 1 and 3 only, to bound the run time). */
-static void qt_run_golden(ts_test_ctx *ts_t_, uint32_t op_lo, uint32_t op_hi) {
+/* Every record whose op is in [op_lo, op_hi], for each ISA path and thread counts 1..4 (or,
+ * unless all_pairs, generic with 1 and 3 threads and AVX2 with 2 and 4)
+ * (records with more than 2M values: generic with 2 threads, AVX2 with 1 and 3, to bound
+ * the run time). */
+static void qt_run_golden(ts_test_ctx *ts_t_, uint32_t op_lo, uint32_t op_hi, bool all_pairs) {
     size_t size = 0;
     qrec *recs = (qrec *)TS_READ_GOLDEN("quant_cases.bin", &size);
     if (!recs) return;
@@ -147,7 +149,10 @@ static void qt_run_golden(ts_test_ctx *ts_t_, uint32_t op_lo, uint32_t op_hi) {
             for (size_t i = 0; i < size / sizeof(qrec); i++) {
                 const qrec *r = &recs[i];
                 if (r->op < op_lo || r->op > op_hi) continue;
-                if (r->m * r->n > 2000000 && th != 1 && th != 3) continue;
+                if (!all_pairs && (th % 2) != (isa == TS_ISA_GENERIC ? 1 : 0)) continue;
+                if (r->m * r->n > 2000000 &&
+                    !(isa == TS_ISA_GENERIC ? th == 2 : (th == 1 || th == 3)))
+                    continue;
                 if (qt_run_record(ts_t_, r) && TS_FAILED())
                     printf("    (isa %s, threads %d)\n", ts_isa_name((ts_isa)isa), th);
                 count++;

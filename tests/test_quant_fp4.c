@@ -1,7 +1,7 @@
 /* FP4 quantisers (DeepGEMM strict thresholds and TileKernels RNE), cast-back and transpose. */
 #include "test_quant_common.h"
 
-TS_TEST(quant_fp4_golden) { qt_run_golden(ts_t_, QOP_FP4_DG, QOP_FP4_RNE); }
+TS_TEST(quant_fp4_golden) { qt_run_golden(ts_t_, QOP_FP4_DG, QOP_FP4_RNE, false); }
 
 TS_TEST(quant_fp4_rules) {
     /* amax 6 -> sf 1: codes follow the strict thresholds (ties down) */

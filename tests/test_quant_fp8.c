@@ -1,7 +1,7 @@
 /* FP8 quantisers: golden vectors (tests/gen/gen_quant.py), NaN/inf rules, cast-back, bad input. */
 #include "test_quant_common.h"
 
-TS_TEST(quant_fp8_golden) { qt_run_golden(ts_t_, QOP_FP8_TOKEN, QOP_FP8_CHANNEL); }
+TS_TEST(quant_fp8_golden) { qt_run_golden(ts_t_, QOP_FP8_TOKEN, QOP_FP8_CHANNEL, true); }
 
 static uint32_t f2u_(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
