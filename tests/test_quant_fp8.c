@@ -181,6 +181,10 @@ TS_TEST(quant_fp8_bad_input) {
     EXPECT(ts_per_token_cast_to_fp8(&x, false, 128, true, &qt, &st), TS_ERR_INVALID_ARGUMENT);
     b = x; b.shape[0] = INT64_C(1) << 40; b.shape[1] = INT64_C(1) << 40; b.strides[0] = INT64_C(1) << 40;
     EXPECT(ts_per_token_cast_to_fp8(&b, false, 128, false, &qt, &st), TS_ERR_OVERFLOW);
+    b = qt; b.strides[0] = 100; /* rows overlap */
+    EXPECT(ts_per_token_cast_to_fp8(&x, false, 128, false, &b, &st), TS_ERR_STRIDE);
+    b = st; b.strides[0] = 1; b.strides[1] = 2; /* (4,2) with strides (1,2): elements collide */
+    EXPECT(ts_per_token_cast_to_fp8(&x, false, 128, false, &qt, &b), TS_ERR_STRIDE);
     ts_tensor alias = ts_tensor_2d(xb, TS_E4M3, 4, 256);
     EXPECT(ts_per_token_cast_to_fp8(&x, false, 128, false, &alias, &st), TS_ERR_ALIASING);
     /* per-block / per-channel */

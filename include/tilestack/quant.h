@@ -18,7 +18,9 @@ extern "C" {
  *   sf i32 / ue8m0x4 [m, ceil(ceil(n/gran_k)/4)]       when use_packed_ue8m0 (needs use_ue8m0;
  *                                                      missing trailing bytes are 0).
  * Per block: amax = max|x| in f32, clamped >= 1e-4; sf = amax/448; if use_ue8m0,
- * sf = ceil_to_ue8m0(sf); q = e4m3(x * (1.0f/sf)) (RNE, non-saturating as torch). */
+ * sf = ceil_to_ue8m0(sf); q = e4m3(x * (1.0f/sf)) (RNE, non-saturating as torch).
+ * NaN/inf follow torch on CUDA (docs/quant.md): a NaN block gets sf = NaN 0x7FFFFFFF (2^127
+ * with ue8m0) and every NaN product the code 0x7F. */
 TS_API ts_status ts_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                           bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf);
 
@@ -44,7 +46,9 @@ TS_API ts_status ts_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, in
 
 /* Dequantise: out[i,j] = decode(x[i,j]) * sf[i/sf_gran_mn, j/sf_gran_k], product in f32 and
  * rounded (RNE) to out's dtype (bf16, f16 or f32). sf is f32, or ue8m0x4-packed along its last
- * dim. Per-token: (1, 128); per-block: (128, 128); per-channel: (128, 1) with sf [m/128, n]. */
+ * dim. Per-token: (1, 128); per-block: (128, 128); per-channel: (128, 1) with sf [m/128, n].
+ * Packed bytes decode as upstream's unpack_ue8m0_from_int (b << 23: 0 -> 0.0, 255 -> inf); fp4
+ * code 8 (-0) decodes to +0 as upstream. NaN products give the canonical NaN 0x7FFFFFFF. */
 TS_API ts_status ts_cast_back_from_fp8(const ts_tensor *x_fp8, const ts_tensor *sf,
                                        int64_t sf_gran_mn, int64_t sf_gran_k, ts_tensor *out);
 TS_API ts_status ts_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *sf,
@@ -53,7 +57,7 @@ TS_API ts_status ts_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *
 /* [m, n/2] packed fp4 -> [n, m/2] packed fp4 of the transpose; m even. */
 TS_API ts_status ts_transpose_packed_fp4(const ts_tensor *a, ts_tensor *out);
 
-/* align(x, 16 / elem_size). */
+/* align(x, 16 / elem_size); -1 if elem_size does not divide 16 or x < 0. */
 TS_API int64_t ts_get_tma_aligned_size(int64_t x, int64_t elem_size);
 
 /* The view upstream returns for sf f32 [MN, SFK] or [G, MN, SFK]: same shape, strides

@@ -37,6 +37,19 @@ ts_status ts__quant_check_out(const ts_tensor *t, const char *name, ts_dtype dty
     if ((uintptr_t)t->data % esz != 0)
         return ts__fail(TS_ERR_ALIGNMENT, "tensor '%s': data %p not aligned to its %zu-byte elements",
                         name, t->data, esz);
+    /* Outputs are written by several threads: two indices sharing an element would race. A
+     * 2-D view is free of self-overlap when one dim steps over the whole extent of the other. */
+    if (ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1) {
+        const int64_t s0 = t->strides[0], s1 = t->strides[1];
+        const bool ok = (s1 >= 1 && s0 / t->shape[1] >= s1) || (s0 >= 1 && s1 / t->shape[0] >= s0);
+        if (!ok)
+            return ts__fail(TS_ERR_STRIDE, "tensor '%s': strides (%lld, %lld) make elements overlap", name,
+                            (long long)s0, (long long)s1);
+    } else if (ndim == 2 && t->shape[0] > 1 && t->strides[0] < 1) {
+        return ts__fail(TS_ERR_STRIDE, "tensor '%s': row stride %lld makes rows overlap", name, (long long)t->strides[0]);
+    } else if (ndim == 2 && t->shape[1] > 1 && t->strides[1] < 1) {
+        return ts__fail(TS_ERR_STRIDE, "tensor '%s': column stride %lld makes columns overlap", name, (long long)t->strides[1]);
+    }
     return TS_OK;
 }
 

@@ -164,7 +164,7 @@ ts_status ts_transpose_packed_fp4(const ts_tensor *a, ts_tensor *out) {
     TS__RETURN_IF_ERROR(ts_tensor_check(out, "out"));
     if (!is_fp4_storage(out->dtype))
         return ts__fail(TS_ERR_DTYPE, "tensor 'out': dtype %s, expected e2m1x2 (or i8/u8)", ts_dtype_name(out->dtype));
-    TS__RETURN_IF_ERROR(ts_tensor_check_shape(out, "out", 2, oshape));
+    TS__RETURN_IF_ERROR(ts__quant_check_out(out, "out", out->dtype, out->dtype, 2, oshape, false));
     TS__RETURN_IF_ERROR(ts__quant_check_disjoint(a, "a", out, "out"));
     const uint8_t *src = (const uint8_t *)a->data;
     uint8_t *dst = (uint8_t *)out->data;
