@@ -171,6 +171,56 @@ TS_TEST(convert_bulk_exhaustive_decode) {
     free(out);
 }
 
+/* The AVX2 e4m3 paths pack and clamp 32 lanes at a time and peel the decode's destination to
+ * 32 bytes: every code at every destination offset, and f32 inputs at and one ulp either side
+ * of every e4m3 rounding midpoint (ties, the 464 overflow edge, the subnormal range), plus
+ * inf, NaNs whose int32 view is barely negative, -0 and f32 denormals, both signs. */
+TS_TEST(convert_bulk_e4m3_edges) {
+    ts_isa saved_isa = ts_get_isa();
+    uint8_t c8[256 + 8];
+    float out[256 + 8], ref[256];
+    for (int i = 0; i < 256; i++) ref[i] = ts_e4m3_to_f32((uint8_t)i);
+    enum { NE = 127 * 3 * 2 + 16 * 2 };
+    uint32_t in[NE];
+    int k = 0;
+    for (int m = 0; m < 127; m++) { /* midpoint between code m and m + 1 (m = 126: 464) */
+        float lo = ts_e4m3_to_f32((uint8_t)m), hi = m < 126 ? ts_e4m3_to_f32((uint8_t)(m + 1)) : 480.0f;
+        float mid = lo + (hi - lo) * 0.5f;
+        uint32_t b;
+        memcpy(&b, &mid, 4);
+        for (int d = -1; d <= 1; d++)
+            for (int sg = 0; sg < 2; sg++) in[k++] = (b + (uint32_t)d) | (uint32_t)sg << 31;
+    }
+    static const uint32_t sp[16] = {0, 1, 0x007FFFFF, 0x00800000, 0x3AFFFFFF, 0x3B000000,
+                                    0x3C7FFFFF, 0x3C800000, 0x43E00000, 0x43F00000, 0x43F00001,
+                                    0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF};
+    for (int i = 0; i < 16; i++)
+        for (int sg = 0; sg < 2; sg++) in[k++] = sp[i] | (uint32_t)sg << 31;
+    uint8_t want[NE], got[NE + 1];
+    for (int i = 0; i < NE; i++) {
+        float f;
+        memcpy(&f, &in[i], 4);
+        want[i] = ts_f32_to_e4m3(f);
+    }
+    for (int isa = 0; isa < 2; isa++) {
+        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+        for (int off = 0; off < 8; off++) {
+            for (int i = 0; i < 256; i++) c8[off + i] = (uint8_t)i;
+            TS_CHECK_STATUS(ts_convert(c8 + off, TS_E4M3, out + off, TS_F32, 256 - off), TS_OK);
+            TS_CHECK_MSG(!memcmp(out + off, ref, (size_t)(256 - off) * 4), "decode off=%d isa=%d",
+                         off, isa);
+        }
+        for (int off = 0; off < 4; off++) { /* shifts which lanes of a 32-block hold what */
+            memset(got, 0x5A, sizeof got);
+            TS_CHECK_STATUS(ts_convert(in + off, TS_F32, got, TS_E4M3, NE - off), TS_OK);
+            TS_CHECK_MSG(!memcmp(got, want + off, (size_t)(NE - off)), "encode off=%d isa=%d",
+                         off, isa);
+            TS_CHECK(got[NE - off] == 0x5A);
+        }
+    }
+    ts_set_isa(saved_isa);
+}
+
 TS_TEST(convert_bulk_bad_input) {
     float f[16] = {0};
     uint8_t b[64];

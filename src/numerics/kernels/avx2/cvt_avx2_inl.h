@@ -18,19 +18,27 @@
 
 /* ======================= encoders: 8 x f32 -> codes in 32-bit lanes ======================= */
 
-/* e4m3 magnitude codes from |x| bits `a` (sign cleared): RNE; past 448 (> 464), inf and NaN
- * all give 0x7F. */
-TS__AVX2_INL __m256i ts__avx2_e4m3_mag(__m256i a) {
-    /* normal range: round the f32 bits at bit 20, then rebias the exponent (127 -> 7) */
+/* e4m3 magnitude codes from |x| bits `a` (sign cleared), before the clamp: RNE; every value
+ * past 448 (> 464), inf and NaN gives a code above 0x7E, and every code is a non-negative
+ * int32 (at most 0x440), so either an unsigned min or a signed-saturating pack clamps it. */
+TS__AVX2_INL __m256i ts__avx2_e4m3_mag_raw(__m256i a) {
+    /* normal range: round the f32 bits at bit 20; the exponent rebias (127 -> 7) rides in the
+     * rounding constant. Below 2^-6 the sum wraps, but those lanes take the other path. */
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
-    __m256i cn = _mm256_add_epi32(a, _mm256_add_epi32(_mm256_set1_epi32(0x7FFFF), lsb));
-    cn = _mm256_sub_epi32(_mm256_srli_epi32(cn, 20), _mm256_set1_epi32(120 << 3));
+    __m256i cn = _mm256_add_epi32(_mm256_add_epi32(a, lsb),
+                                  _mm256_set1_epi32(0x7FFFF - (int)(960u << 20)));
+    cn = _mm256_srli_epi32(cn, 20);
     /* |x| < 2^-6 (subnormal range): quantum 2^-9 is the ulp of 2^14, so the FPU add rounds */
     __m256 sm = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(16384.0f));
     __m256i cs = _mm256_sub_epi32(_mm256_castps_si256(sm), _mm256_set1_epi32(0x46800000));
     __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C800000), a);
-    __m256i c = _mm256_blendv_epi8(cn, cs, tiny);
-    return _mm256_min_epu32(c, _mm256_set1_epi32(0x7F));
+    return _mm256_blendv_epi8(cn, cs, tiny);
+}
+
+/* e4m3 magnitude codes from |x| bits `a` (sign cleared): RNE; past 448 (> 464), inf and NaN
+ * all give 0x7F. */
+TS__AVX2_INL __m256i ts__avx2_e4m3_mag(__m256i a) {
+    return _mm256_min_epu32(ts__avx2_e4m3_mag_raw(a), _mm256_set1_epi32(0x7F));
 }
 
 /* ts_f32_to_e4m3 on 8 lanes: codes 0..0xFF in 32-bit lanes. */
@@ -146,6 +154,27 @@ TS__AVX2_INL __m256i ts__avx2_pack_u8x32(__m256i c0, __m256i c1, __m256i c2, __m
     return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* ts_f32_to_e4m3 of 32 floats (x0 = elements 0..7, ...) -> 32 codes in element order. Cheaper
+ * than four ts__avx2_e4m3_codes + ts__avx2_pack_u8x32: the signed-saturating packs clamp the
+ * raw magnitudes to 0x7F, and packing the raw f32 bits the same way leaves every lane's sign
+ * in bit 7 (a negative int32 stays negative through both packs), so no per-lane clamp or
+ * sign shuffling is needed. */
+TS__AVX2_INL __m256i ts__avx2_e4m3x32_encode(__m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+    const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF);
+    __m256i u0 = _mm256_castps_si256(x0), u1 = _mm256_castps_si256(x1);
+    __m256i u2 = _mm256_castps_si256(x2), u3 = _mm256_castps_si256(x3);
+    __m256i m0 = ts__avx2_e4m3_mag_raw(_mm256_and_si256(u0, abs));
+    __m256i m1 = ts__avx2_e4m3_mag_raw(_mm256_and_si256(u1, abs));
+    __m256i m2 = ts__avx2_e4m3_mag_raw(_mm256_and_si256(u2, abs));
+    __m256i m3 = ts__avx2_e4m3_mag_raw(_mm256_and_si256(u3, abs));
+    __m256i m = _mm256_packs_epi16(_mm256_packs_epi32(m0, m1), _mm256_packs_epi32(m2, m3));
+    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32(u0, u1), _mm256_packs_epi32(u2, u3));
+    __m256i c = _mm256_or_si256(m, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
+    /* the packs work per 128-bit half: dword j holds elements 0..3 of x_j, dword 4 + j its
+     * elements 4..7 */
+    return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* 8 byte codes in 32-bit lanes -> 8 bytes (element order) in the low 64 bits. */
 TS__AVX2_INL __m128i ts__avx2_pack_u8x8(__m256i c) {
     __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
@@ -193,6 +222,24 @@ TS__AVX2_INL __m256 ts__avx2_e4m3_decode(__m256i v) {
 /* 8 e4m3 bytes at p -> 8 floats. */
 TS__AVX2_INL __m256 ts__avx2_e4m3x8_load_decode(const uint8_t *p) {
     return ts__avx2_e4m3_decode(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* ts_e4m3_to_f32 of 16 codes -> out[0] (elements 0..7), out[1] (8..15). Cheaper per value than
+ * ts__avx2_e4m3_decode: in 16-bit lanes the code's sign goes to bit 15 and its 7 magnitude
+ * bits under the f16 exponent/mantissa, an f16 equal to the e4m3 value times 2^-8 (biases 15
+ * vs 7), subnormals included, which vcvtph2ps widens exactly; the multiply by 2^8 is exact.
+ * Magnitude 0x7F would read as 480, so it is swapped for the f16 quiet NaN 0x7E00 | sign,
+ * which widens to 0x7FC00000 | sign as the reference returns, and a NaN times 256 keeps its
+ * bits. No denormal is read or produced (the smallest f16 here, 2^-17, is a normal f32). */
+TS__AVX2_INL void ts__avx2_e4m3x16_decode(__m128i bytes, __m256 out[2]) {
+    __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7); /* s s m6..m0 0000000 */
+    __m256i h = _mm256_and_si256(t, _mm256_set1_epi16((short)0xBF80));
+    __m256i nan = _mm256_cmpeq_epi16(_mm256_or_si256(t, _mm256_set1_epi16((short)0xC000)),
+                                     _mm256_set1_epi16((short)0xFF80));
+    h = _mm256_add_epi16(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00 - 0x3F80)));
+    const __m256 k = _mm256_set1_ps(256.0f);
+    out[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k);
+    out[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k);
 }
 
 /* ts_e5m2_to_f32 of 8 codes in 32-bit lanes. */
