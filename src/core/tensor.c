@@ -28,7 +28,8 @@ ts_tensor ts_tensor_make(void *data, ts_dtype dtype, int32_t ndim, const int64_t
     for (int32_t d = ndim - 1; d >= 0; d--) {
         t.shape[d] = shape[d];
         t.strides[d] = stride;
-        stride *= shape[d] > 0 ? shape[d] : 1;
+        /* A stride that overflows saturates; ts_tensor_check then reports TS_ERR_OVERFLOW. */
+        if (__builtin_mul_overflow(stride, shape[d] > 0 ? shape[d] : 1, &stride)) stride = INT64_MAX;
     }
     return t;
 }
