@@ -137,7 +137,7 @@ static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8
         sf[b8] = ts__fp8_scale(amax[b8] << 16, ue8m0);
         inv[b8] = 1.0f / sf[b8];
     }
-    const __m256i zero = _mm256_setzero_si256(), s80 = _mm256_set1_epi16(0x80);
+    const __m256i zero = _mm256_setzero_si256(), s80 = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nblk; b++) {
         const uint16_t *pb = p + 128 * b;
         uint8_t *qb = q + 128 * b;
@@ -155,17 +155,19 @@ static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8
         }
         const __m256 vi = _mm256_set1_ps(inv[b]);
         for (int t = 0; t < 8; t += 2) {
-            __m256i h[2];
+            __m256i r[2], h[2];
             for (int u = 0; u < 2; u++) {
-                __m256i r = _mm256_loadu_si256((const __m256i *)(pb + 16 * (t + u)));
-                __m256i ra = _mm256_and_si256(r, mask);
+                r[u] = _mm256_loadu_si256((const __m256i *)(pb + 16 * (t + u)));
+                __m256i ra = _mm256_and_si256(r[u], mask);
                 __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra));
                 __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra));
-                __m256i c16 = _mm256_packus_epi32(e4m3_mag_normal(_mm256_mul_ps(lo, vi)),
-                                                  e4m3_mag_normal(_mm256_mul_ps(hi, vi)));
-                h[u] = _mm256_or_si256(c16, _mm256_and_si256(_mm256_srli_epi16(r, 8), s80));
+                h[u] = _mm256_packus_epi32(e4m3_mag_normal(_mm256_mul_ps(lo, vi)),
+                                           e4m3_mag_normal(_mm256_mul_ps(hi, vi)));
             }
-            __m256i bytes = _mm256_packus_epi16(h[0], h[1]);
+            /* signed saturation maps negative bf16 to 0x80 and the rest to <= 0x7F: & 0x80 is the
+             * sign byte, in the same lane order as the packed codes */
+            __m256i sign = _mm256_and_si256(_mm256_packs_epi16(r[0], r[1]), s80);
+            __m256i bytes = _mm256_or_si256(_mm256_packus_epi16(h[0], h[1]), sign);
             _mm256_storeu_si256((__m256i *)(qb + 16 * t), _mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
         }
     }
