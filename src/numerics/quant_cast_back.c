@@ -32,22 +32,30 @@ static inline float dec_fp4(uint8_t code) {
 static void cb_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     (void)tid;
     const cb_ctx *c = (const cb_ctx *)vctx;
+    /* decode tables: 256 e4m3 codes, or 256 fp4 bytes as (low, high) value pairs */
+    float lut[512];
+    for (int v = 0; v < 256; v++) {
+        if (c->fp4) {
+            lut[2 * v] = dec_fp4((uint8_t)(v & 0xF));
+            lut[2 * v + 1] = dec_fp4((uint8_t)(v >> 4));
+        } else {
+            lut[v] = ts_e4m3_to_f32((uint8_t)v);
+        }
+    }
     for (int64_t i = r0; i < r1; i++) {
         const uint8_t *xr = c->x + i * c->x_rs;
         const int64_t si = i / c->gmn;
+        char *orow = c->out + i * c->out_rs;
         for (int64_t kb = 0; kb * c->gk < c->n; kb++) {
             const float s = sf_load(c, si, kb);
             const int64_t j1 = ts__min64(c->n, (kb + 1) * c->gk);
             for (int64_t j = kb * c->gk; j < j1; j++) {
-                float d = c->fp4 ? dec_fp4((uint8_t)((xr[j >> 1] >> (4 * (j & 1))) & 0xF))
-                                 : ts_e4m3_to_f32(xr[j]);
+                float d = c->fp4 ? lut[2 * xr[j >> 1] + (j & 1)] : lut[xr[j]];
                 float v = d * s;
                 if (v != v) v = ts__f32_from_bits(TS__CANON_NAN_BITS);
-                switch (c->out_dtype) {
-                case TS_F32: ((float *)(c->out + i * c->out_rs))[j] = v; break;
-                case TS_BF16: ((uint16_t *)(c->out + i * c->out_rs))[j] = ts_f32_to_bf16(v); break;
-                default: ((uint16_t *)(c->out + i * c->out_rs))[j] = ts_f32_to_f16(v); break;
-                }
+                if (c->out_dtype == TS_F32) ((float *)orow)[j] = v;
+                else if (c->out_dtype == TS_BF16) ((uint16_t *)orow)[j] = ts_f32_to_bf16(v);
+                else ((uint16_t *)orow)[j] = ts_f32_to_f16(v);
             }
         }
     }

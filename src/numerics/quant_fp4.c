@@ -1,7 +1,7 @@
 /* FP4 (e2m1) per-token quantiser in two flavours, and the packed-FP4 transpose.
  *  DeepGEMM (deep_gemm/utils/math.py): amax clamped >= 1e-4 (NaN propagates), sf = amax / 6,
  *    optional ceil_to_ue8m0, x * (1/sf), strict-threshold codes (ties round down).
- *  TileKernels (quant/common.py get_sf_and_inv): amax by max() that skips NaN (CUDA fmaxf),
+ *  TileKernels (quant/common.py get_sf_and_inv): amax by a max that skips NaN (CUDA fmaxf),
  *    clamped >= 6 * 2^-126; without ue8m0 sf = amax / 6 and sf_inv = 6 / amax; with ue8m0 the
  *    exponent e = ((bits(sf) - 1) >> 23) + 1 - 127 gives sf = 2^e, sf_inv = 2^-e (uint32
  *    arithmetic, replicated literally); x * sf_inv converted by RNE with saturation to +-6.
@@ -10,7 +10,6 @@
 
 #include "tilestack/quant.h"
 
-#include <math.h>
 
 static inline float ld_src(const char *x, ts__qsrc src, int64_t j) {
     switch (src) {
@@ -52,11 +51,7 @@ static fp4_scale scale_deepgemm(const fp4_ctx *c, const char *xb, int64_t len) {
 }
 
 static fp4_scale scale_tilekernels(const fp4_ctx *c, const char *xb, int64_t len) {
-    float amax = 0.0f;
-    for (int64_t j = 0; j < len; j++) {
-        float a = fabsf(ld_src(xb, c->src, j));
-        if (a > amax) amax = a; /* NaN compares false: skipped, as fmaxf does */
-    }
+    float amax = ts__f32_from_bits(c->k->absmax_nonan(xb, len));
     const float clamp_min = 6.0f * 0x1p-126f;
     if (amax < clamp_min) amax = clamp_min;
     fp4_scale s;
@@ -86,12 +81,15 @@ static void fp4_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
             int64_t j0 = b * c->gran_k, len = ts__min64(c->gran_k, c->n - j0);
             const char *xb = xr + (size_t)j0 * esz;
             fp4_scale s = c->rne ? scale_tilekernels(c, xb, len) : scale_deepgemm(c, xb, len);
-            for (int64_t j = j0; j < j0 + len; j++) {
-                float y = ld_src(xr, c->src, j) * s.inv;
-                uint8_t code = c->rne ? ts_f32_to_e2m1(y) : ts_f32_to_e2m1_dg(y);
-                code &= 0xFu;
-                if (j & 1) qr[j >> 1] = (uint8_t)(qr[j >> 1] | (code << 4));
-                else qr[j >> 1] = code;
+            if ((j0 & 1) == 0 && (len & 1) == 0) { /* whole bytes: the ISA kernel */
+                c->k->enc_e2m1(xb, len, s.inv, !c->rne, qr + (j0 >> 1));
+            } else { /* odd gran_k: blocks split bytes */
+                for (int64_t j = j0; j < j0 + len; j++) {
+                    float y = ld_src(xr, c->src, j) * s.inv;
+                    uint8_t code = (uint8_t)((c->rne ? ts_f32_to_e2m1(y) : ts_f32_to_e2m1_dg(y)) & 0xFu);
+                    if (j & 1) qr[j >> 1] = (uint8_t)(qr[j >> 1] | (code << 4));
+                    else qr[j >> 1] = code;
+                }
             }
             if (!c->packed) {
                 ((float *)c->sf)[r * c->sf_s0 + b * c->sf_s1] = s.sf;

@@ -35,6 +35,11 @@ typedef struct ts__quant_kernels {
      * padding never changes amax): writes n codes and ceil(n / gran_k) scales to sf.
      * Equal, block by block, to absmax + ts__fp8_scale + enc_e4m3. */
     void (*fp8_row)(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf);
+    /* max |x| bits over n values skipping NaN (as CUDA fmaxf does); 0 if none. */
+    uint32_t (*absmax_nonan)(const void *x, int64_t n);
+    /* n even: e2m1 codes of f32(x[j]) * inv, two per byte (element 2i in the low nibble);
+     * dg: DeepGEMM's strict thresholds (ts_f32_to_e2m1_dg), else RNE (ts_f32_to_e2m1). */
+    void (*enc_e2m1)(const void *x, int64_t n, float inv, bool dg, uint8_t *q);
 } ts__quant_kernels;
 
 extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
@@ -46,7 +51,9 @@ extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
     void ts__qk_enc_e4m3_cols_##SFX##__generic(const void *x, int64_t n, const float *inv,       \
                                                uint8_t *q);                                      \
     void ts__qk_fp8_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
-                                         uint8_t *q, float *sf);
+                                         uint8_t *q, float *sf);                                 \
+    uint32_t ts__qk_absmax_nonan_##SFX##__generic(const void *x, int64_t n);                     \
+    void ts__qk_enc_e2m1_##SFX##__generic(const void *x, int64_t n, float inv, bool dg, uint8_t *q);
 TS__QK_DECL_GENERIC(bf16)
 TS__QK_DECL_GENERIC(f16)
 TS__QK_DECL_GENERIC(f32)

@@ -260,6 +260,10 @@ def cases():
                     for flags in (0, 1, 3, 4, 7):
                         seed += 1
                         yield (op, dtype, m, n, g, flags, seed)
+    for op in (3, 4):  # odd gran_k: blocks split bytes
+        for flags in (0, 3, 4, 7):
+            seed += 1
+            yield (op, "bf16", 9, 100, 33, flags, seed)
 
 
 def main():

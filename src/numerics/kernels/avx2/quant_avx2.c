@@ -277,11 +277,52 @@ static void fp8_row_f16(const void *x, int64_t n, int64_t gran_k, bool ue8m0, ui
     }
 }
 
+/* ---- e2m1 (fp4) ---- */
+
+#define TS__DEF_AVX2_FP4(SFX, T, LOAD8)                                                         \
+    static uint32_t absmax_nonan_##SFX(const void *x, int64_t n) {                              \
+        const T *p = (const T *)x;                                                               \
+        const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000); \
+        __m256i m = _mm256_setzero_si256();                                                      \
+        int64_t j = 0;                                                                           \
+        const int64_t nv = n - n % 8;                                                            \
+        for (; j < nv; j += 8) {                                                                 \
+            __m256i a = _mm256_and_si256(_mm256_castps_si256(LOAD8(p + j)), absm);               \
+            a = _mm256_andnot_si256(_mm256_cmpgt_epi32(a, inf), a); /* NaN -> 0 */              \
+            m = _mm256_max_epu32(m, a);                                                          \
+        }                                                                                        \
+        uint32_t r = hmax_epu32(m);                                                              \
+        uint32_t t = ts__qk_absmax_nonan_##SFX##__generic(p + j, n - j);                         \
+        return t > r ? t : r;                                                                    \
+    }                                                                                            \
+    static void enc_e2m1_##SFX(const void *x, int64_t n, float inv, bool dg, uint8_t *q) {      \
+        const T *p = (const T *)x;                                                               \
+        const __m256 vi = _mm256_set1_ps(inv);                                                   \
+        int64_t j = 0;                                                                           \
+        const int64_t nv = n - n % 8;                                                            \
+        for (; j < nv; j += 8) {                                                                 \
+            __m256 y = _mm256_mul_ps(LOAD8(p + j), vi);                                          \
+            __m256i c = dg ? ts__avx2_e2m1_dg_codes(y) : ts__avx2_e2m1_codes(y);                 \
+            uint32_t w = ts__avx2_e2m1_pack8(c);                                                 \
+            memcpy(q + j / 2, &w, 4);                                                            \
+        }                                                                                        \
+        ts__qk_enc_e2m1_##SFX##__generic(p + j, n - j, inv, dg, q + j / 2);                      \
+    }
+
+static inline __m256 load8_bf16(const uint16_t *p) { return bf16x8_to_f32(_mm_loadu_si128((const __m128i *)p)); }
+static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
+/* the exact widening (ts_f16_to_f32) keeps signalling NaNs; only NaN-ness matters here */
+static inline __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+TS__DEF_AVX2_FP4(bf16, uint16_t, load8_bf16)
+TS__DEF_AVX2_FP4(f16, uint16_t, load8_f16)
+TS__DEF_AVX2_FP4(f32, float, load8_f32)
+
 const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = {absmax_bf16, ts__qk_absmax_cols_bf16__generic, enc_e4m3_bf16,
-                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_row_bf16},
+                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_row_bf16, absmax_nonan_bf16, enc_e2m1_bf16},
     [TS__QSRC_F16] = {absmax_f16, ts__qk_absmax_cols_f16__generic, enc_e4m3_f16,
-                      ts__qk_enc_e4m3_cols_f16__generic, fp8_row_f16},
+                      ts__qk_enc_e4m3_cols_f16__generic, fp8_row_f16, absmax_nonan_f16, enc_e2m1_f16},
     [TS__QSRC_F32] = {absmax_f32, ts__qk_absmax_cols_f32__generic, enc_e4m3_f32,
-                      ts__qk_enc_e4m3_cols_f32__generic, fp8_row_f32},
+                      ts__qk_enc_e4m3_cols_f32__generic, fp8_row_f32, absmax_nonan_f32, enc_e2m1_f32},
 };

@@ -46,6 +46,23 @@ static inline uint32_t ab_f32(const void *x, int64_t j) { return ts__absbits_f32
             ts__qk_enc_e4m3_##SFX##__generic(xb, len, 1.0f / s, q + j0);                         \
             sf[b] = s;                                                                           \
         }                                                                                        \
+    }                                                                                            \
+    uint32_t ts__qk_absmax_nonan_##SFX##__generic(const void *x, int64_t n) {                    \
+        uint32_t m = 0;                                                                          \
+        for (int64_t j = 0; j < n; j++) {                                                        \
+            uint32_t a = ab_##SFX(x, j);                                                         \
+            if (a <= 0x7F800000u && a > m) m = a;                                                \
+        }                                                                                        \
+        return m;                                                                                \
+    }                                                                                            \
+    void ts__qk_enc_e2m1_##SFX##__generic(const void *x, int64_t n, float inv, bool dg,          \
+                                          uint8_t *q) {                                          \
+        for (int64_t j = 0; j + 1 < n; j += 2) {                                                 \
+            float y0 = ld_##SFX(x, j) * inv, y1 = ld_##SFX(x, j + 1) * inv;                      \
+            uint8_t c0 = dg ? ts_f32_to_e2m1_dg(y0) : ts_f32_to_e2m1(y0);                        \
+            uint8_t c1 = dg ? ts_f32_to_e2m1_dg(y1) : ts_f32_to_e2m1(y1);                        \
+            q[j >> 1] = (uint8_t)((c0 & 0xFu) | ((c1 & 0xFu) << 4));                             \
+        }                                                                                        \
     }
 
 TS__DEF_GENERIC(bf16)
@@ -55,7 +72,8 @@ TS__DEF_GENERIC(f32)
 #define TS__ENTRY(SFX)                                                                           \
     {ts__qk_absmax_##SFX##__generic, ts__qk_absmax_cols_##SFX##__generic,                       \
      ts__qk_enc_e4m3_##SFX##__generic, ts__qk_enc_e4m3_cols_##SFX##__generic,                   \
-     ts__qk_fp8_row_##SFX##__generic}
+     ts__qk_fp8_row_##SFX##__generic, ts__qk_absmax_nonan_##SFX##__generic,                     \
+     ts__qk_enc_e2m1_##SFX##__generic}
 
 const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = TS__ENTRY(bf16),
