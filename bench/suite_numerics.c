@@ -1,7 +1,7 @@
 /* Suite `numerics`: bulk format conversions and the FP8/FP4 quantisers.
  *
  * Rows and their rooflines (bytes always count input + output):
- *   decode  e4m3/e2m1/bf16 -> f32, 64K values, L2-resident      -> L2 read bandwidth;
+ *   decode  e4m3/e2m1/bf16 -> f32, in+out = L2/2 (as the L2 probe) -> L2 read bandwidth;
  *   encode  f32 -> bf16/e4m3, 16M values, DRAM-resident          -> memcpy bandwidth;
  *   casts   bf16 [8192, 7168] (DeepSeek V3 hidden size), DRAM    -> memcpy bandwidth.
  * Baselines timed in the same run: the generic C path (ts_set_isa(TS_ISA_GENERIC)) for the
@@ -174,9 +174,13 @@ static void run_row(numerics_env *env, ts__bench_row *row, ts__bench_fn fn, void
 /* ---- row groups ---- */
 
 static void decode_rows(numerics_env *env, int threads) {
-    const int64_t n = 65536;
-    void *src = alloc_or_null((size_t)n * 2);
-    float *dst = alloc_or_null((size_t)n * 4);
+    /* Working set (input + output) = half of one core's L2, the same footprint as the L2 read
+     * probe, so "L2-resident" means the same thing for the kernel and for its roofline. */
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    const int64_t l2 = (ci && ci->l2_bytes > 0) ? ci->l2_bytes : (int64_t)512 << 10;
+    const int64_t nmax = l2 / 2 / 4; /* upper bound on values: output alone is 4 B each */
+    void *src = alloc_or_null((size_t)nmax * 2);
+    float *dst = alloc_or_null((size_t)nmax * 4);
     if (!src || !dst) {
         fprintf(stderr, "tilestack bench: out of memory\n");
         env->failures++;
@@ -194,13 +198,16 @@ static void decode_rows(numerics_env *env, int threads) {
         {"decode bf16->f32", "bf16->f32", TS_BF16, 2.0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t n = (int64_t)((double)(l2 / 2) / (cases[i].in_bytes_per_value + 4.0)) / 64 * 64;
+        char shape[32];
+        snprintf(shape, sizeof shape, "[%lld]", (long long)n);
         if (cases[i].sd == TS_E4M3) fill_e4m3(src, n);
         else if (cases[i].sd == TS_BF16) fill_bf16(src, n);
         else fill_bytes(src, n / 2);
         convert_ctx c = {src, cases[i].sd, dst, TS_F32, n};
         ts__bench_row row = {0};
         row.name = cases[i].name;
-        row.shape = "[65536]";
+        row.shape = shape;
         row.dtype = cases[i].dtype;
         row.threads = threads;
         row.bytes = (double)n * (cases[i].in_bytes_per_value + 4.0);

@@ -101,8 +101,16 @@ static void ts__cvt_e4m3_f32__avx2(const void *src, void *dst, int64_t n) {
     }
     __m256 o[8];
     for (; i + 64 <= n; i += 64) {
-        for (int k = 0; k < 4; k++)
-            ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(s + i + 16 * k)), o + 2 * k);
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+        /* Same bits either way; the branch only skips the NaN fix-up when there is none. */
+        if (!ts__avx2_e4m3x64_has_nan(b0, b1)) {
+            for (int k = 0; k < 4; k++)
+                ts__avx2_e4m3x16_decode_nonan(_mm_loadu_si128((const __m128i *)(s + i + 16 * k)), o + 2 * k);
+        } else {
+            for (int k = 0; k < 4; k++)
+                ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(s + i + 16 * k)), o + 2 * k);
+        }
         for (int k = 0; k < 8; k++) _mm256_storeu_ps(d + i + 8 * k, o[k]);
     }
     for (; i + 16 <= n; i += 16) {
