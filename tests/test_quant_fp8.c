@@ -245,6 +245,25 @@ TS_TEST(quant_fp8_generic_vs_avx2_random_bits) {
         TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&xt, ue, 128, false, &b, &sb), TS_OK);
         TS_CHECK(memcmp(q1, q2, (size_t)(m * n)) == 0);
         TS_CHECK(memcmp(s1, s2, (size_t)m * 57 * 4) == 0);
+        /* gran_k 32 and per-block go through the general run encoder */
+        ts_tensor sa32 = ts_tensor_2d(s1, TS_F32, m / 8, 227), sb32 = ts_tensor_2d(s2, TS_F32, m / 8, 227);
+        ts_tensor x8 = ts_tensor_2d(x, TS_BF16, m / 8, n), a8 = ts_tensor_2d(q1, TS_E4M3, m / 8, n),
+                  b8 = ts_tensor_2d(q2, TS_E4M3, m / 8, n);
+        TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
+        TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&x8, ue, 32, false, &a8, &sa32), TS_OK);
+        TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
+        TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&x8, ue, 32, false, &b8, &sb32), TS_OK);
+        TS_CHECK(memcmp(q1, q2, (size_t)(m / 8 * n)) == 0);
+        TS_CHECK(memcmp(s1, s2, (size_t)(m / 8) * 227 * 4) == 0);
+        ts_tensor pa = ts_tensor_2d(s1, TS_F32, 1, 57), pb = ts_tensor_2d(s2, TS_F32, 1, 57);
+        ts_tensor xb = ts_tensor_2d(x, TS_BF16, m, n), qa = ts_tensor_2d(q1, TS_E4M3, m, n),
+                  qb = ts_tensor_2d(q2, TS_E4M3, m, n);
+        TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
+        TS_CHECK_STATUS(ts_per_block_cast_to_fp8(&xb, ue, 128, &qa, &pa), TS_OK);
+        TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
+        TS_CHECK_STATUS(ts_per_block_cast_to_fp8(&xb, ue, 128, &qb, &pb), TS_OK);
+        TS_CHECK(memcmp(q1, q2, (size_t)(m * n)) == 0);
+        TS_CHECK(memcmp(s1, s2, 57 * 4) == 0);
     }
     ts_set_isa(saved);
     free(x); free(q1); free(q2); free(s1); free(s2);

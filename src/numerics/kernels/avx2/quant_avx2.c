@@ -61,7 +61,7 @@ static uint32_t absmax_bf16(const void *x, int64_t n) {
     return r << 16;
 }
 
-__attribute__((noinline)) static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
+__attribute__((noinline)) static void enc_e4m3_bf16_any(const void *x, int64_t n, float inv, uint8_t *q) {
     const uint16_t *p = (const uint16_t *)x;
     const __m256 vi = _mm256_set1_ps(inv);
     int64_t j = 0;
@@ -87,6 +87,62 @@ static inline __m256i e4m3_mag_normal(__m256 ay) {
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
     a = _mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF - (960 << 20)));
     return _mm256_srai_epi32(_mm256_add_epi32(a, lsb), 20);
+}
+
+/* Smallest |x| bits (bf16) whose product with inv reaches the e4m3 normal range 2^-6. The
+ * product is monotone in |x|, so start from the quotient and step to the exact boundary. */
+static uint32_t normal_threshold_bf16(float inv) {
+    if (!(inv > 0.0f) || inv > 0x1p127f) return 0x7F80u; /* inv 0, NaN or inf: no fast path */
+    float t = 0x1p-6f / inv;
+    uint32_t h = ts__bits_from_f32(t) >> 16;
+    if (h >= 0x7F80u) return 0x7F80u;
+    while (h > 0 && ts__f32_from_bits((h - 1) << 16) * inv >= 0x1p-6f) h--;
+    while (h < 0x7F80u && ts__f32_from_bits(h << 16) * inv < 0x1p-6f) h++;
+    return h;
+}
+
+/* Any run of bf16: 32-value groups whose non-zero |x| all scale into the e4m3 normal range
+ * (and are finite) take the short integer path, the rest the general encoder. inv comes from
+ * the run's own scale (inv <= 448 / amax up to rounding), so no product passes 464. */
+static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
+    const uint16_t *p = (const uint16_t *)x;
+    const uint32_t thr = normal_threshold_bf16(inv);
+    if (thr >= 0x7F80u) { /* inv 0 / NaN / tiny: even zeros need the exact route (0 * NaN) */
+        enc_e4m3_bf16_any(x, n, inv, q);
+        return;
+    }
+    const __m256i mask = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
+    const __m256i vthr = _mm256_set1_epi16((short)thr), vhi = _mm256_set1_epi16(0x7F7F);
+    const __m256i s80 = _mm256_set1_epi8((char)0x80);
+    const __m256 vi = _mm256_set1_ps(inv);
+    int64_t j = 0;
+    const int64_t nv = n - n % 32;
+    for (; j < nv; j += 32) {
+        __m256i r[2], ra[2];
+        r[0] = _mm256_loadu_si256((const __m256i *)(p + j));
+        r[1] = _mm256_loadu_si256((const __m256i *)(p + j + 16));
+        __m256i bad = zero;
+        for (int u = 0; u < 2; u++) {
+            ra[u] = _mm256_and_si256(r[u], mask);
+            /* signed 16-bit compares are exact: |x| bits <= 0x7FFF */
+            __m256i small = _mm256_andnot_si256(_mm256_cmpeq_epi16(ra[u], zero), _mm256_cmpgt_epi16(vthr, ra[u]));
+            bad = _mm256_or_si256(bad, _mm256_or_si256(small, _mm256_cmpgt_epi16(ra[u], vhi)));
+        }
+        if (!_mm256_testz_si256(bad, bad)) {
+            enc_e4m3_bf16_any(p + j, 32, inv, q + j);
+            continue;
+        }
+        __m256i h[2];
+        for (int u = 0; u < 2; u++) {
+            __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra[u]));
+            __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra[u]));
+            h[u] = _mm256_packus_epi32(e4m3_mag_normal(_mm256_mul_ps(lo, vi)), e4m3_mag_normal(_mm256_mul_ps(hi, vi)));
+        }
+        __m256i sign = _mm256_and_si256(_mm256_packs_epi16(r[0], r[1]), s80);
+        __m256i bytes = _mm256_or_si256(_mm256_packus_epi16(h[0], h[1]), sign);
+        _mm256_storeu_si256((__m256i *)(q + j), _mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+    if (j < n) enc_e4m3_bf16_any(p + j, n - j, inv, q + j);
 }
 
 /* Blocks of 128 in three passes over at most 64 blocks (16 KB of bf16, which stays in L1 for
@@ -150,7 +206,7 @@ static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8
             continue;
         }
         if (amin[b] < 0x7F80u && ts__f32_from_bits(amin[b] << 16) * inv[b] < 0x1p-6f) {
-            enc_e4m3_bf16(pb, 128, inv[b], qb); /* some codes are e4m3 subnormals */
+            enc_e4m3_bf16_any(pb, 128, inv[b], qb); /* some codes are e4m3 subnormals */
             continue;
         }
         const __m256 vi = _mm256_set1_ps(inv[b]);
