@@ -126,22 +126,42 @@ typedef struct pb_ctx {
     sf_out sf;
 } pb_ctx;
 
+/* Column blocks per strip: bounds the on-stack amax / reciprocal arrays. Rows are walked in
+ * order (amax pass, then encode pass), which streams memory instead of striding down
+ * 128-row columns. */
+#define PB_STRIP 256
+
 static void pb_rowblocks(void *vctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
     const pb_ctx *c = (const pb_ctx *)vctx;
+    uint32_t amax[PB_STRIP];
+    float inv[PB_STRIP];
     for (int64_t bi = b0; bi < b1; bi++) {
-        int64_t r0 = bi * c->g, r1 = ts__min64(r0 + c->g, c->m);
-        for (int64_t bj = 0; bj < c->nbn; bj++) {
-            int64_t j0 = bj * c->g, len = ts__min64(c->g, c->n - j0);
-            uint32_t amax = 0;
+        const int64_t r0 = bi * c->g, r1 = ts__min64(r0 + c->g, c->m);
+        for (int64_t s0 = 0; s0 < c->nbn; s0 += PB_STRIP) {
+            const int64_t ns = ts__min64(PB_STRIP, c->nbn - s0);
+            memset(amax, 0, sizeof amax);
             for (int64_t r = r0; r < r1; r++) {
-                uint32_t a = c->k->absmax(c->x + r * c->x_rs + (size_t)j0 * c->esz, len);
-                amax = a > amax ? a : amax;
+                const char *xr = c->x + r * c->x_rs;
+                for (int64_t k = 0; k < ns; k++) {
+                    const int64_t j0 = (s0 + k) * c->g, len = ts__min64(c->g, c->n - j0);
+                    uint32_t a = c->k->absmax(xr + (size_t)j0 * c->esz, len);
+                    amax[k] = a > amax[k] ? a : amax[k];
+                }
             }
-            float s = ts__fp8_scale(amax, c->ue8m0), inv = 1.0f / s;
-            for (int64_t r = r0; r < r1; r++)
-                c->k->enc_e4m3(c->x + r * c->x_rs + (size_t)j0 * c->esz, len, inv, c->q + r * c->q_rs + j0);
-            sf_store_f32(&c->sf, bi, bj, s);
+            for (int64_t k = 0; k < ns; k++) {
+                float s = ts__fp8_scale(amax[k], c->ue8m0);
+                sf_store_f32(&c->sf, bi, s0 + k, s);
+                inv[k] = 1.0f / s;
+            }
+            for (int64_t r = r0; r < r1; r++) {
+                const char *xr = c->x + r * c->x_rs;
+                uint8_t *qr = c->q + r * c->q_rs;
+                for (int64_t k = 0; k < ns; k++) {
+                    const int64_t j0 = (s0 + k) * c->g, len = ts__min64(c->g, c->n - j0);
+                    c->k->enc_e4m3(xr + (size_t)j0 * c->esz, len, inv[k], qr + j0);
+                }
+            }
         }
     }
 }
