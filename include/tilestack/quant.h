@@ -17,7 +17,8 @@ extern "C" {
  *   sf f32 [m, ceil(n/gran_k)]                         when !use_packed_ue8m0,
  *   sf i32 / ue8m0x4 [m, ceil(ceil(n/gran_k)/4)]       when use_packed_ue8m0 (needs use_ue8m0;
  *                                                      missing trailing bytes are 0).
- * Per block: amax = max|x| in f32, clamped >= 1e-4; sf = amax/448; if use_ue8m0,
+ * Per block: amax = max|x| in f32, clamped >= 1e-4; sf = amax * fl32(1/448) (torch on CUDA's
+ * `amax / 448.0`); if use_ue8m0,
  * sf = ceil_to_ue8m0(sf); q = e4m3(x * (1.0f/sf)) (RNE, non-saturating as torch).
  * NaN/inf follow torch on CUDA (docs/quant.md): a NaN block gets sf = NaN 0x7FFFFFFF (2^127
  * with ue8m0) and every NaN product the code 0x7F. */

@@ -1,5 +1,5 @@
 /* FP4 (e2m1) per-token quantiser in two flavours, and the packed-FP4 transpose.
- *  DeepGEMM (deep_gemm/utils/math.py): amax clamped >= 1e-4 (NaN propagates), sf = amax / 6,
+ *  DeepGEMM (deep_gemm/utils/math.py): amax clamped >= 1e-4 (NaN propagates), sf = amax * fl32(1/6),
  *    optional ceil_to_ue8m0, x * (1/sf), strict-threshold codes (ties round down).
  *  TileKernels (quant/common.py get_sf_and_inv): amax by a max that skips NaN (CUDA fmaxf),
  *    clamped >= 6 * 2^-126; without ue8m0 sf = amax / 6 and sf_inv = 6 / amax; with ue8m0 the
@@ -43,7 +43,7 @@ static fp4_scale scale_deepgemm(const fp4_ctx *c, const char *xb, int64_t len) {
     } else {
         float amax = ts__f32_from_bits(ab);
         if (amax < 1e-4f) amax = 1e-4f;
-        sf = amax / 6.0f;
+        sf = amax * (1.0f / 6.0f); /* torch-on-CUDA scalar division, as ts__fp8_scale */
     }
     if (c->ue8m0) sf = ts_ceil_to_ue8m0(sf);
     fp4_scale s = {sf, 1.0f / sf, (uint8_t)(ts__bits_from_f32(sf) >> 23)};

@@ -73,7 +73,10 @@ static inline float ts__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); 
 static inline uint32_t ts__bits_from_f32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 /* DeepGEMM's FP8 scale from an amax (f32 bits): clamp >= 1e-4 (NaN passes through, as torch's
- * clamp), sf = amax / 448 in f32, then ceil_to_ue8m0 if asked (NaN -> 2^127 there). */
+ * clamp), sf = amax * fl32(1/448), then ceil_to_ue8m0 if asked (NaN -> 2^127 there). The
+ * multiply is what upstream computes: DeepGEMM's tests run `x_amax / 448.0` on CUDA, where
+ * torch divides a tensor by a scalar as a multiply by the scalar's f32 reciprocal
+ * (div_true_kernel_cuda); that differs from a true division by one ulp for some amax. */
 static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
     float sf;
     if (amax_bits > 0x7F800000u) {
@@ -81,7 +84,7 @@ static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
     } else {
         float amax = ts__f32_from_bits(amax_bits);
         if (amax < 1e-4f) amax = 1e-4f;
-        sf = amax / 448.0f;
+        sf = amax * (1.0f / 448.0f);
     }
     return ue8m0 ? ts_ceil_to_ue8m0(sf) : sf;
 }

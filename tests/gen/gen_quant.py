@@ -87,14 +87,15 @@ def ceil_to_ue8m0(sf):
 def dg_scale(amax, qmax, ue8m0):
     amax = canon(amax)
     amax = np.where(amax < F32(1e-4), F32(1e-4), amax).astype(F32)
-    sf = canon((amax / F32(qmax)).astype(F32))
+    # torch on CUDA divides a tensor by a Python scalar as a multiply by its f32 reciprocal.
+    sf = canon((amax * (F32(1.0) / F32(qmax))).astype(F32))
     return ceil_to_ue8m0(sf) if ue8m0 else sf
 
 
 def e4m3(y):
     with np.errstate(invalid="ignore", over="ignore"):
         c = y.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).copy()
-    # torch's c10 rule: |y| >= 464 is NaN (ml_dtypes rounds 464 itself to 448; unreachable here)
+    # torch's c10 rule and ml_dtypes agree: RNE, 464 ties to 448, above 464 (and inf) is NaN
     c[np.isnan(y)] = 0x7F
     return c
 

@@ -151,12 +151,12 @@ static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
 #define CHUNK_BLOCKS 64
 
 /* ts__fp8_scale and its reciprocal for 8 blocks (amax as bf16 |x| bits): the same IEEE
- * divisions, vectorised so they pipeline. */
+ * operations, vectorised so the reciprocal divisions pipeline. */
 static inline void fp8_scale8(const uint32_t *amax16, bool ue8m0, float *sf, float *inv) {
     __m256i ab = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)amax16), 16);
     __m256i nan = _mm256_cmpgt_epi32(ab, _mm256_set1_epi32(0x7F800000));
     __m256 a = _mm256_max_ps(_mm256_castsi256_ps(ab), _mm256_set1_ps(1e-4f)); /* clamp; ab >= 0 */
-    __m256 s = _mm256_div_ps(a, _mm256_set1_ps(448.0f));
+    __m256 s = _mm256_mul_ps(a, _mm256_set1_ps(1.0f / 448.0f));
     __m256i sb = _mm256_blendv_epi8(_mm256_castps_si256(s), _mm256_set1_epi32((int)TS__CANON_NAN_BITS), nan);
     if (ue8m0) { /* ceil_to_ue8m0: sf > 0 here, NaN gives exponent 255 + 1, clamped to 254 */
         __m256i e = _mm256_srli_epi32(sb, 23);
