@@ -130,6 +130,7 @@ TS_TEST(cpu_set_isa_invalid_values) {
 
 /* Linux derives its sysfs cache description from the same cpuid leaves on x86, so the two
  * must agree where sysfs has an entry. */
+#if defined(__x86_64__) && defined(__linux__)
 static int64_t sysfs_cache_bytes(int want_level, const char *want_type) {
     for (int idx = 0; idx < 16; idx++) {
         char path[128], buf[64];
@@ -160,6 +161,7 @@ static int64_t sysfs_cache_bytes(int want_level, const char *want_type) {
     }
     return 0;
 }
+#endif
 
 TS_TEST(cpu_caches_match_sysfs) {
 #if defined(__x86_64__) && defined(__linux__)
