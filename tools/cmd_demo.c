@@ -33,7 +33,7 @@ int ts__cmd_demo(int argc, char **argv) {
     if (threads > 1) ts__bench_print_machine(stdout, ts__probe_machine(threads, quick));
 
     printf("\n2. Kernels on a bf16 [%lld, %lld] activation (DeepSeek hidden size) at %d "
-           "thread%s;\n   decodes on 64K L2-resident values at 1 thread. frac = roofline time / "
+           "thread%s;\n   decodes at 1 thread on L2-resident buffers (in + out = L2/2). frac = roofline time / "
            "measured time\n   (memcpy bandwidth for the streaming casts, L2 read bandwidth for "
            "decodes);\n   ratio = baseline time / kernel time (baseline: memcpy of the same "
            "bytes, or the generic C path).\n\n",
