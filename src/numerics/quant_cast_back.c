@@ -16,7 +16,8 @@ typedef struct cb_ctx {
     int64_t gmn, gk, n;
     char *out;
     int64_t out_rs;
-    ts_dtype out_dtype;
+    size_t out_esz;
+    const ts__quant_kernels *k; /* indexed by the output kind */
 } cb_ctx;
 
 static inline float sf_load(const cb_ctx *c, int64_t i, int64_t kb) {
@@ -25,37 +26,41 @@ static inline float sf_load(const cb_ctx *c, int64_t i, int64_t kb) {
     return ts__f32_from_bits(((w >> (8 * (kb & 3))) & 0xFFu) << 23);
 }
 
-static inline float dec_fp4(uint8_t code) {
-    return code == 8 ? 0.0f : ts_e2m1_to_f32(code);
-}
+/* Blocks per kernel call: bounds the on-stack scale buffer. */
+#define CB_SEG_BLOCKS 256
 
+/* Rows in segments of whole blocks, their scales gathered first, so the kernels loop without
+ * a call per block. With an odd fp4 gran_k, blocks split bytes: each block is then its own
+ * call, and a block starting at an odd element decodes that value from a shifted copy of the
+ * byte, so kernels always start on a byte boundary. */
 static void cb_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     (void)tid;
     const cb_ctx *c = (const cb_ctx *)vctx;
-    /* decode tables: 256 e4m3 codes, or 256 fp4 bytes as (low, high) value pairs */
-    float lut[512];
-    for (int v = 0; v < 256; v++) {
-        if (c->fp4) {
-            lut[2 * v] = dec_fp4((uint8_t)(v & 0xF));
-            lut[2 * v + 1] = dec_fp4((uint8_t)(v >> 4));
-        } else {
-            lut[v] = ts_e4m3_to_f32((uint8_t)v);
-        }
-    }
+    float sseg[CB_SEG_BLOCKS];
+    const int64_t nb = ts__cdiv_safe(c->n, c->gk);
+    const bool split = c->fp4 && (c->gk & 1);
     for (int64_t i = r0; i < r1; i++) {
         const uint8_t *xr = c->x + i * c->x_rs;
         const int64_t si = i / c->gmn;
         char *orow = c->out + i * c->out_rs;
-        for (int64_t kb = 0; kb * c->gk < c->n; kb++) {
-            const float s = sf_load(c, si, kb);
-            const int64_t j1 = ts__min64(c->n, (kb + 1) * c->gk);
-            for (int64_t j = kb * c->gk; j < j1; j++) {
-                float d = c->fp4 ? lut[2 * xr[j >> 1] + (j & 1)] : lut[xr[j]];
-                float v = d * s;
-                if (v != v) v = ts__f32_from_bits(TS__CANON_NAN_BITS);
-                if (c->out_dtype == TS_F32) ((float *)orow)[j] = v;
-                else if (c->out_dtype == TS_BF16) ((uint16_t *)orow)[j] = ts_f32_to_bf16(v);
-                else ((uint16_t *)orow)[j] = ts_f32_to_f16(v);
+        for (int64_t b0 = 0; b0 < nb; b0 += CB_SEG_BLOCKS) {
+            const int64_t nseg = ts__min64(CB_SEG_BLOCKS, nb - b0), j0 = b0 * c->gk;
+            for (int64_t b = 0; b < nseg; b++) sseg[b] = sf_load(c, si, b0 + b);
+            if (!split) {
+                const int64_t len = ts__min64(c->n - j0, nseg * c->gk);
+                char *o = orow + (size_t)j0 * c->out_esz;
+                if (c->fp4) c->k->dec_e2m1(xr + (j0 >> 1), len, c->gk, sseg, o);
+                else c->k->dec_e4m3(xr + j0, len, c->gk, sseg, o);
+                continue;
+            }
+            for (int64_t b = 0; b < nseg; b++) {
+                int64_t j = j0 + b * c->gk, len = ts__min64(c->n - j, c->gk);
+                if (j & 1) {
+                    const uint8_t hi = (uint8_t)(xr[j >> 1] >> 4);
+                    c->k->dec_e2m1(&hi, 1, 1, &sseg[b], orow + (size_t)j * c->out_esz);
+                    j++, len--;
+                }
+                c->k->dec_e2m1(xr + (j >> 1), len, c->gk, &sseg[b], orow + (size_t)j * c->out_esz);
             }
         }
     }
@@ -94,7 +99,9 @@ static ts_status cast_back(const ts_tensor *x, const char *xname, bool fp4, cons
         .sf = (const char *)sf->data, .sf_s0 = sf->strides[0], .sf_s1 = sf->strides[1],
         .packed = packed, .gmn = gmn, .gk = gk, .n = n,
         .out = (char *)out->data, .out_rs = out->strides[0] * (int64_t)ts_dtype_size(out->dtype),
-        .out_dtype = out->dtype,
+        .out_esz = ts_dtype_size(out->dtype),
+        .k = ts__quant_kernels_for(out->dtype == TS_F32 ? TS__QSRC_F32
+                                   : out->dtype == TS_BF16 ? TS__QSRC_BF16 : TS__QSRC_F16),
     };
     ts__parallel_for(m, 1, cb_rows, &c);
     return TS_OK;

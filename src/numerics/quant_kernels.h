@@ -40,6 +40,12 @@ typedef struct ts__quant_kernels {
     /* n even: e2m1 codes of f32(x[j]) * inv, two per byte (element 2i in the low nibble);
      * dg: DeepGEMM's strict thresholds (ts_f32_to_e2m1_dg), else RNE (ts_f32_to_e2m1). */
     void (*enc_e2m1)(const void *x, int64_t n, float inv, bool dg, uint8_t *q);
+    /* Cast-back; these entries are indexed by the OUTPUT kind. n values in blocks of gk (the
+     * last may be short): out[j] = kind(v), v = decode(q[j]) * s[j / gk] in f32, a NaN v
+     * replaced by TS__CANON_NAN_BITS before the rounding. */
+    void (*dec_e4m3)(const uint8_t *q, int64_t n, int64_t gk, const float *s, void *out);
+    /* Element 0 in the low nibble of q[0], gk even; code 8 (-0) reads +0 as upstream. */
+    void (*dec_e2m1)(const uint8_t *q, int64_t n, int64_t gk, const float *s, void *out);
 } ts__quant_kernels;
 
 extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
@@ -53,7 +59,11 @@ extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
     void ts__qk_fp8_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
                                          uint8_t *q, float *sf);                                 \
     uint32_t ts__qk_absmax_nonan_##SFX##__generic(const void *x, int64_t n);                     \
-    void ts__qk_enc_e2m1_##SFX##__generic(const void *x, int64_t n, float inv, bool dg, uint8_t *q);
+    void ts__qk_enc_e2m1_##SFX##__generic(const void *x, int64_t n, float inv, bool dg, uint8_t *q); \
+    void ts__qk_dec_e4m3_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk, const float *s, \
+                                          void *out);                                            \
+    void ts__qk_dec_e2m1_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk, const float *s, \
+                                          void *out);
 TS__QK_DECL_GENERIC(bf16)
 TS__QK_DECL_GENERIC(f16)
 TS__QK_DECL_GENERIC(f32)
@@ -94,6 +104,11 @@ static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
 static inline uint8_t ts__enc_e4m3_scaled(float y) {
     return y != y ? (uint8_t)TS__E4M3_NAN : ts_f32_to_e4m3(y);
 }
+
+/* Cast-back helpers: fp4 decode with upstream's +0 for code 8, and the f32 product with NaN
+ * canonicalised (what every output kind is rounded from). */
+static inline float ts__dec_e2m1_up(uint8_t code) { return code == 8 ? 0.0f : ts_e2m1_to_f32(code); }
+static inline float ts__canon_nan(float v) { return v != v ? ts__f32_from_bits(TS__CANON_NAN_BITS) : v; }
 
 /* |x| bits of one source element, widened to f32 bits. */
 static inline uint32_t ts__absbits_bf16(uint16_t h) { return (uint32_t)(h & 0x7FFFu) << 16; }

@@ -242,14 +242,21 @@ TS__AVX2_INL void ts__avx2_e4m3x16_decode(__m128i bytes, __m256 out[2]) {
     out[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k);
 }
 
+/* decode(code) * k for 16 codes known to hold no NaN code (0x7F / 0xFF), as
+ * ts__avx2_e4m3x16_decode: the f16 of the code is decode(code) * 2^-8 exactly, so with
+ * k = 256 * s (exact while finite) one multiply rounds decode(code) * s once, as the scalar
+ * product does. */
+TS__AVX2_INL void ts__avx2_e4m3x16_decode_nonan_mul(__m128i bytes, __m256 k, __m256 out[2]) {
+    __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7);
+    __m256i h = _mm256_and_si256(t, _mm256_set1_epi16((short)0xBF80));
+    out[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k);
+    out[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k);
+}
+
 /* ts__avx2_e4m3x16_decode for inputs known to hold no NaN code (0x7F / 0xFF): the NaN
  * fix-up is a third of the work, and real tensors almost never contain NaN. */
 TS__AVX2_INL void ts__avx2_e4m3x16_decode_nonan(__m128i bytes, __m256 out[2]) {
-    __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7);
-    __m256i h = _mm256_and_si256(t, _mm256_set1_epi16((short)0xBF80));
-    const __m256 k = _mm256_set1_ps(256.0f);
-    out[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k);
-    out[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k);
+    ts__avx2_e4m3x16_decode_nonan_mul(bytes, _mm256_set1_ps(256.0f), out);
 }
 
 /* True if any of the 64 bytes is an e4m3 NaN code. */
@@ -286,16 +293,17 @@ TS__AVX2_INL __m256 ts__avx2_e2m1_decode(__m256i v) {
 /* 16 packed e2m1 bytes (32 values) -> 32 floats in element order, out[0..3]. The f32 bit
  * patterns of e2m1 values are zero below bit 16, so two pshufb lookups (bytes 2 and 3 of
  * the float) per code build them without a gather. */
-TS__AVX2_INL void ts__avx2_e2m1x32_decode(__m128i bytes, __m256 out[4]) {
+TS__AVX2_INL void ts__avx2_e2m1x32_decode_tab(__m128i bytes, __m256 out[4], int plus_zero) {
     const __m256i t2 = _mm256_setr_epi8(0, 0, (char)0x80, (char)0xC0, 0, 0x40, (char)0x80,
                                         (char)0xC0, 0, 0, (char)0x80, (char)0xC0, 0, 0x40,
                                         (char)0x80, (char)0xC0, 0, 0, (char)0x80, (char)0xC0,
                                         0, 0x40, (char)0x80, (char)0xC0, 0, 0, (char)0x80,
                                         (char)0xC0, 0, 0x40, (char)0x80, (char)0xC0);
+    const char z8 = plus_zero ? 0 : (char)0x80; /* code 8: -0, or +0 when asked */
     const __m256i t3 = _mm256_setr_epi8(
-        0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, (char)0x80, (char)0xBF, (char)0xBF,
+        0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, z8, (char)0xBF, (char)0xBF,
         (char)0xBF, (char)0xC0, (char)0xC0, (char)0xC0, (char)0xC0, 0, 0x3F, 0x3F, 0x3F, 0x40,
-        0x40, 0x40, 0x40, (char)0x80, (char)0xBF, (char)0xBF, (char)0xBF, (char)0xC0,
+        0x40, 0x40, 0x40, z8, (char)0xBF, (char)0xBF, (char)0xBF, (char)0xC0,
         (char)0xC0, (char)0xC0, (char)0xC0);
     /* The in-lane unpacks below leave 128-bit lane 1 holding values 4..7 of each output
      * vector. Instead of fixing that with lane-crossing permutes on the 4 outputs, the input
@@ -316,6 +324,15 @@ TS__AVX2_INL void ts__avx2_e2m1x32_decode(__m128i bytes, __m256 out[4]) {
     out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, wl));
     out[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, wh));
     out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, wh));
+}
+
+TS__AVX2_INL void ts__avx2_e2m1x32_decode(__m128i bytes, __m256 out[4]) {
+    ts__avx2_e2m1x32_decode_tab(bytes, out, 0);
+}
+
+/* As ts__avx2_e2m1x32_decode, but code 8 (-0) gives +0, as upstream's dequantisation. */
+TS__AVX2_INL void ts__avx2_e2m1x32_decode_pz(__m128i bytes, __m256 out[4]) {
+    ts__avx2_e2m1x32_decode_tab(bytes, out, 1);
 }
 
 /* ts_bf16_to_f32 of 8 bf16 (u16 in memory order). */

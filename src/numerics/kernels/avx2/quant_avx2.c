@@ -374,11 +374,101 @@ TS__DEF_AVX2_FP4(bf16, uint16_t, load8_bf16)
 TS__DEF_AVX2_FP4(f16, uint16_t, load8_f16)
 TS__DEF_AVX2_FP4(f32, float, load8_f32)
 
+/* ---- cast-back: decode, scale, canonical NaN, round to the output kind ----
+ * Real data has finite scales and no NaN codes, so no product can be NaN: those 16 / 32
+ * values skip the NaN canonicalisation (and bf16 its NaN branch); the rest take the full
+ * route, which still gives the generic bits. */
+
+static inline __m256 scale_canon(__m256 d, __m256 vs) {
+    __m256 v = _mm256_mul_ps(d, vs);
+    const __m256 canon = _mm256_castsi256_ps(_mm256_set1_epi32((int)TS__CANON_NAN_BITS));
+    return _mm256_blendv_ps(v, canon, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
+/* ts_f32_to_bf16 for lanes known not to be NaN (inf rounds to inf by the same add). */
+static inline __m256i bf16_rne_nonan(__m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
+}
+
+/* 16 f32 (a: elements 0..7, b: 8..15) rounded to the output kind and stored; `nonan`
+ * promises no NaN lane. */
+static inline void st16_f32(float *o, __m256 a, __m256 b, bool nonan) {
+    (void)nonan;
+    _mm256_storeu_ps(o, a);
+    _mm256_storeu_ps(o + 8, b);
+}
+static inline void st16_bf16(uint16_t *o, __m256 a, __m256 b, bool nonan) {
+    __m256i r = nonan ? ts__avx2_pack_u16x16(bf16_rne_nonan(a), bf16_rne_nonan(b))
+                      : ts__avx2_pack_u16x16(ts__avx2_bf16_codes(a), ts__avx2_bf16_codes(b));
+    _mm256_storeu_si256((__m256i *)o, r);
+}
+static inline void st16_f16(uint16_t *o, __m256 a, __m256 b, bool nonan) {
+    (void)nonan;
+    _mm256_storeu_si256((__m256i *)o, _mm256_set_m128i(ts__avx2_f16_encode(b), ts__avx2_f16_encode(a)));
+}
+
+static inline bool finite_f32(float v) { return (ts__bits_from_f32(v) & 0x7FFFFFFFu) < 0x7F800000u; }
+
+/* Whole segments of a row per call (gran_k is often 32: a call per block would cost as much
+ * as its work); short block tails go to the generic kernel. */
+#define TS__DEF_AVX2_DEC(SFX, T)                                                                 \
+    static void dec_e4m3_##SFX(const uint8_t *q, int64_t n, int64_t gk, const float *s,          \
+                               void *out) {                                                      \
+        T *o = (T *)out;                                                                         \
+        const __m128i s80 = _mm_set1_epi8((char)0x80), ones = _mm_set1_epi8((char)0xFF);         \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gk) {                                     \
+            const int64_t j1 = n - j0 < gk ? n : j0 + gk;                                        \
+            const __m256 vs = _mm256_set1_ps(s[b]), k = _mm256_set1_ps(s[b] * 256.0f);           \
+            const bool fast = finite_f32(s[b] * 256.0f); /* then 256 * s is exact */             \
+            int64_t j = j0;                                                                      \
+            for (; j + 16 <= j1; j += 16) {                                                      \
+                __m128i by = _mm_loadu_si128((const __m128i *)(q + j));                          \
+                __m256 d[2];                                                                     \
+                if (fast && !_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(by, s80), ones))) {   \
+                    ts__avx2_e4m3x16_decode_nonan_mul(by, k, d);                                 \
+                    st16_##SFX(o + j, d[0], d[1], true);                                         \
+                } else {                                                                         \
+                    ts__avx2_e4m3x16_decode(by, d);                                              \
+                    st16_##SFX(o + j, scale_canon(d[0], vs), scale_canon(d[1], vs), false);     \
+                }                                                                                \
+            }                                                                                    \
+            if (j < j1) ts__qk_dec_e4m3_##SFX##__generic(q + j, j1 - j, gk, s + b, o + j);       \
+        }                                                                                        \
+    }                                                                                            \
+    static void dec_e2m1_##SFX(const uint8_t *q, int64_t n, int64_t gk, const float *s,          \
+                               void *out) {                                                      \
+        T *o = (T *)out;                                                                         \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gk) {                                     \
+            const int64_t j1 = n - j0 < gk ? n : j0 + gk;                                        \
+            const __m256 vs = _mm256_set1_ps(s[b]);                                              \
+            const bool fast = finite_f32(s[b]); /* codes are finite: no 0 * inf */               \
+            int64_t j = j0;                                                                      \
+            for (; j + 32 <= j1; j += 32) {                                                      \
+                __m256 d[4];                                                                     \
+                ts__avx2_e2m1x32_decode_pz(_mm_loadu_si128((const __m128i *)(q + j / 2)), d);    \
+                for (int t = 0; t < 4; t++)                                                      \
+                    d[t] = fast ? _mm256_mul_ps(d[t], vs) : scale_canon(d[t], vs);               \
+                st16_##SFX(o + j, d[0], d[1], fast);                                             \
+                st16_##SFX(o + j + 16, d[2], d[3], fast);                                        \
+            }                                                                                    \
+            if (j < j1) ts__qk_dec_e2m1_##SFX##__generic(q + j / 2, j1 - j, gk, s + b, o + j);   \
+        }                                                                                        \
+    }
+
+TS__DEF_AVX2_DEC(bf16, uint16_t)
+TS__DEF_AVX2_DEC(f16, uint16_t)
+TS__DEF_AVX2_DEC(f32, float)
+
 const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = {absmax_bf16, ts__qk_absmax_cols_bf16__generic, enc_e4m3_bf16,
-                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_row_bf16, absmax_nonan_bf16, enc_e2m1_bf16},
+                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_row_bf16, absmax_nonan_bf16, enc_e2m1_bf16,
+                       dec_e4m3_bf16, dec_e2m1_bf16},
     [TS__QSRC_F16] = {absmax_f16, ts__qk_absmax_cols_f16__generic, enc_e4m3_f16,
-                      ts__qk_enc_e4m3_cols_f16__generic, fp8_row_f16, absmax_nonan_f16, enc_e2m1_f16},
+                      ts__qk_enc_e4m3_cols_f16__generic, fp8_row_f16, absmax_nonan_f16, enc_e2m1_f16,
+                       dec_e4m3_f16, dec_e2m1_f16},
     [TS__QSRC_F32] = {absmax_f32, ts__qk_absmax_cols_f32__generic, enc_e4m3_f32,
-                      ts__qk_enc_e4m3_cols_f32__generic, fp8_row_f32, absmax_nonan_f32, enc_e2m1_f32},
+                      ts__qk_enc_e4m3_cols_f32__generic, fp8_row_f32, absmax_nonan_f32, enc_e2m1_f32,
+                       dec_e4m3_f32, dec_e2m1_f32},
 };

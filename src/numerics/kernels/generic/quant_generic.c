@@ -15,6 +15,10 @@ static inline uint32_t ab_f16(const void *x, int64_t j) {
 }
 static inline uint32_t ab_f32(const void *x, int64_t j) { return ts__absbits_f32(((const uint32_t *)x)[j]); }
 
+static inline void st_bf16(void *o, int64_t j, float v) { ((uint16_t *)o)[j] = ts_f32_to_bf16(v); }
+static inline void st_f16(void *o, int64_t j, float v) { ((uint16_t *)o)[j] = ts_f32_to_f16(v); }
+static inline void st_f32(void *o, int64_t j, float v) { ((float *)o)[j] = v; }
+
 #define TS__DEF_GENERIC(SFX)                                                                     \
     uint32_t ts__qk_absmax_##SFX##__generic(const void *x, int64_t n) {                                     \
         uint32_t m = 0;                                                                          \
@@ -63,6 +67,18 @@ static inline uint32_t ab_f32(const void *x, int64_t j) { return ts__absbits_f32
             uint8_t c1 = dg ? ts_f32_to_e2m1_dg(y1) : ts_f32_to_e2m1(y1);                        \
             q[j >> 1] = (uint8_t)((c0 & 0xFu) | ((c1 & 0xFu) << 4));                             \
         }                                                                                        \
+    }                                                                                            \
+    void ts__qk_dec_e4m3_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk,             \
+                                          const float *s, void *out) {                           \
+        for (int64_t j = 0; j < n; j++)                                                          \
+            st_##SFX(out, j, ts__canon_nan(ts_e4m3_to_f32(q[j]) * s[j / gk]));                   \
+    }                                                                                            \
+    void ts__qk_dec_e2m1_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk,             \
+                                          const float *s, void *out) {                           \
+        for (int64_t j = 0; j < n; j++) {                                                        \
+            uint8_t c = (uint8_t)((q[j >> 1] >> (4 * (j & 1))) & 0xFu);                          \
+            st_##SFX(out, j, ts__canon_nan(ts__dec_e2m1_up(c) * s[j / gk]));                     \
+        }                                                                                        \
     }
 
 TS__DEF_GENERIC(bf16)
@@ -73,7 +89,8 @@ TS__DEF_GENERIC(f32)
     {ts__qk_absmax_##SFX##__generic, ts__qk_absmax_cols_##SFX##__generic,                       \
      ts__qk_enc_e4m3_##SFX##__generic, ts__qk_enc_e4m3_cols_##SFX##__generic,                   \
      ts__qk_fp8_row_##SFX##__generic, ts__qk_absmax_nonan_##SFX##__generic,                     \
-     ts__qk_enc_e2m1_##SFX##__generic}
+     ts__qk_enc_e2m1_##SFX##__generic, ts__qk_dec_e4m3_##SFX##__generic,                         \
+     ts__qk_dec_e2m1_##SFX##__generic}
 
 const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = TS__ENTRY(bf16),
