@@ -246,7 +246,8 @@ int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]) {
         list[0] = opts->threads;
         return 1;
     }
-    int cores = ts_get_cpu_info() ? ts_get_cpu_info()->logical_cpus : 1;
+    /* The pool size: CPUs in this process's affinity mask, or TS_NUM_THREADS. */
+    int cores = ts_get_num_threads();
     if (cores < 1) cores = 1;
     list[0] = 1;
     if (cores == 1) return 1;

@@ -59,13 +59,21 @@ float ts__probe_read_generic(const void *p, size_t bytes) {
     return (float)(t & 0xffff);
 }
 
+/* Pin to the tid-th CPU this thread may run on (its inherited affinity mask), so probes honour
+ * taskset, cpusets and mpirun --bind-to. Best effort: a failure leaves the thread unpinned. */
 static void pin_to_cpu(int tid) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu <= 0) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((int)(tid % ncpu), &set);
-    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
+    cpu_set_t allowed, set;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    int count = CPU_COUNT(&allowed);
+    if (count <= 0) return;
+    int want = tid % count;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || want-- > 0) continue;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        return;
+    }
 }
 
 static void *probe_worker(void *p) {
