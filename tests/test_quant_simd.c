@@ -97,3 +97,84 @@ TS_TEST(quant_simd_cast_back_random_bits) {
     ts_set_isa(TS_ISA_AVX2);
     free(q), free(sf), free(oa), free(ob);
 }
+
+/* bf16 bit patterns for the quantisers: per row a regime. Rows % 5: 0 random finite bits with
+ * subnormals and zeros, 1 narrow range (few binades), 2 like 1 with an inf or NaN in some
+ * blocks, 3 e2m1 grid points and midpoints times a power of two (exact ties under ue8m0
+ * scales, near-ties otherwise), 4 all zero but a few tiny values. */
+static void qs_fill_bf16(uint16_t *x, int64_t m, int64_t n, uint64_t seed) {
+    static const float grid[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f};
+    ts_prng p = ts_prng_seed(seed);
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t j = 0; j < n; j++) {
+            uint32_t u = ts_prng_u32(&p);
+            uint16_t h = (uint16_t)u;
+            switch (r % 5) {
+            case 0:
+                if ((u >> 16) % 8 == 0) h &= 0x807F;
+                if ((u >> 16) % 8 == 1) h &= 0x8000;
+                if ((h & 0x7F80) == 0x7F80) h ^= 0x4000;
+                break;
+            case 1:
+            case 2:
+                h = (uint16_t)((h & 0x807F) | (0x3E00 + (((u >> 20) & 7) << 7)));
+                if (r % 5 == 2 && (u >> 24) % 61 == 0) h = (u >> 30) & 1 ? 0x7F80 : 0xFFC1;
+                break;
+            case 3:
+                h = ts_f32_to_bf16(grid[(u >> 8) % 14] * (float)(1 << (r % 7)) * ((u >> 31) ? -1.0f : 1.0f));
+                if ((u >> 4) % 23 == 0) h = ts_f32_to_bf16(6.0f * (float)(1 << (r % 7))); /* pin amax */
+                break;
+            default:
+                h = (u >> 8) % 97 == 0 ? (uint16_t)(u & 0x80FF) : (uint16_t)(u & 0x8000);
+                break;
+            }
+            x[r * n + j] = h;
+        }
+    }
+}
+
+/* Per-token FP4 in both rules over gran_k that take the chunked AVX2 path (multiples of 32),
+ * the per-block path (16, 48 with tails) and the odd-gran_k framework path; bf16, f16 and f32
+ * sources; f32 and packed scales. */
+TS_TEST(quant_simd_fp4_random_bits) {
+    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    const int saved_threads = ts_get_num_threads();
+    const int64_t m = 20, n = 2 * 1100; /* 2200: not a multiple of 32, 64 or 48 */
+    uint16_t *xb = malloc((size_t)(m * n) * 2);
+    float *xf = malloc((size_t)(m * n) * 4);
+    uint16_t *xh = malloc((size_t)(m * n) * 2);
+    qs_fill_bf16(xb, m, n, 99);
+    for (int64_t i = 0; i < m * n; i++) {
+        xf[i] = ts_bf16_to_f32(xb[i]);
+        xh[i] = ts_f32_to_f16(xf[i] * 0.01f);
+    }
+    uint8_t *qa = malloc((size_t)(m * n / 2)), *qb = malloc((size_t)(m * n / 2));
+    float *sa = malloc((size_t)(m * n) * 4), *sb = malloc((size_t)(m * n) * 4);
+    static const int64_t grans[] = {32, 64, 128, 16, 48, 7};
+    const void *srcs[3] = {xb, xh, xf};
+    static const ts_dtype sdt[3] = {TS_BF16, TS_F16, TS_F32};
+    for (int si = 0; si < 3; si++) {
+        ts_tensor xt = ts_tensor_2d((void *)srcs[si], sdt[si], m, n);
+        ts_tensor ta = ts_tensor_2d(qa, TS_E2M1X2, m, n / 2), tb = ts_tensor_2d(qb, TS_E2M1X2, m, n / 2);
+        for (size_t gi = 0; gi < sizeof grans / sizeof grans[0]; gi++) {
+            const int64_t g = grans[gi], nb = (n + g - 1) / g;
+            if (si > 0 && g != 32 && g != 48) continue;
+            for (int mode = 0; mode < 6; mode++) { /* rule x {f32, ue8m0 f32, ue8m0 packed} */
+                const ts_fp4_rounding rule = mode % 2 ? TS_FP4_ROUND_RNE : TS_FP4_ROUND_DEEPGEMM;
+                const bool ue = mode >= 2, packed = mode >= 4;
+                ts_tensor ssa = packed ? ts_tensor_2d(sa, TS_UE8M0X4, m, (nb + 3) / 4) : ts_tensor_2d(sa, TS_F32, m, nb);
+                ts_tensor ssb = packed ? ts_tensor_2d(sb, TS_UE8M0X4, m, (nb + 3) / 4) : ts_tensor_2d(sb, TS_F32, m, nb);
+                char what[96];
+                snprintf(what, sizeof what, "fp4 %s g %lld rule %d ue8m0 %d packed %d", ts_dtype_name(sdt[si]),
+                         (long long)g, (int)rule, ue, packed);
+                QS_SAME((size_t)(m * n / 2), qa, qb, ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &ta, &ssa),
+                        ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &tb, &ssb), what);
+                /* QS_SAME compared the codes; the scales of the last run: */
+                TS_CHECK_MSG(memcmp(sa, sb, (size_t)(ssa.shape[0] * ssa.shape[1]) * 4) == 0, "%s: scales differ", what);
+            }
+        }
+    }
+    ts_set_num_threads(saved_threads);
+    ts_set_isa(TS_ISA_AVX2);
+    free(xb), free(xf), free(xh), free(qa), free(qb), free(sa), free(sb);
+}

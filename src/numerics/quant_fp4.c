@@ -10,7 +10,6 @@
 
 #include "tilestack/quant.h"
 
-
 static inline float ld_src(const char *x, ts__qsrc src, int64_t j) {
     switch (src) {
     case TS__QSRC_BF16: return ts_bf16_to_f32(((const uint16_t *)x)[j]);
@@ -32,74 +31,57 @@ typedef struct fp4_ctx {
     int64_t sf_s0, sf_s1;
 } fp4_ctx;
 
-/* Scale of one block: sf (what the f32 output stores), its ue8m0 byte and the multiplier. */
-typedef struct fp4_scale { float sf, inv; uint8_t e; } fp4_scale;
+/* Blocks per kernel call: bounds the on-stack scale buffers; a multiple of 4, so packed
+ * words never straddle two calls. */
+#define FP4_SEG_BLOCKS 256
 
-static fp4_scale scale_deepgemm(const fp4_ctx *c, const char *xb, int64_t len) {
-    uint32_t ab = c->k->absmax(xb, len);
-    float sf;
-    if (ab > 0x7F800000u) {
-        sf = ts__f32_from_bits(TS__CANON_NAN_BITS);
-    } else {
-        float amax = ts__f32_from_bits(ab);
-        if (amax < 1e-4f) amax = 1e-4f;
-        sf = amax * (1.0f / 6.0f); /* torch-on-CUDA scalar division, as ts__fp8_scale */
+static void store_scales(const fp4_ctx *c, int64_t r, int64_t b0, int64_t nseg, const float *sf,
+                         const uint8_t *e) {
+    if (!c->packed) {
+        for (int64_t i = 0; i < nseg; i++) ((float *)c->sf)[r * c->sf_s0 + (b0 + i) * c->sf_s1] = sf[i];
+        return;
     }
-    if (c->ue8m0) sf = ts_ceil_to_ue8m0(sf);
-    fp4_scale s = {sf, 1.0f / sf, (uint8_t)(ts__bits_from_f32(sf) >> 23)};
-    return s;
-}
-
-static fp4_scale scale_tilekernels(const fp4_ctx *c, const char *xb, int64_t len) {
-    float amax = ts__f32_from_bits(c->k->absmax_nonan(xb, len));
-    const float clamp_min = 6.0f * 0x1p-126f;
-    if (amax < clamp_min) amax = clamp_min;
-    fp4_scale s;
-    s.sf = amax / 6.0f;
-    if (!c->ue8m0) {
-        s.inv = 6.0f / amax;
-        s.e = 0;
-        return s;
+    for (int64_t i = 0; i < nseg; i += 4) {
+        uint32_t word = 0;
+        for (int64_t t = 0; t < 4 && i + t < nseg; t++) word |= (uint32_t)e[i + t] << (8 * t);
+        ((uint32_t *)c->sf)[r * c->sf_s0 + ((b0 + i) >> 2) * c->sf_s1] = word;
     }
-    uint32_t bits = ts__bits_from_f32(s.sf);
-    uint32_t exp_sf = ((bits - 1u) >> 23) + 1u - 127u; /* may wrap for inf: kept literal */
-    s.sf = ts__f32_from_bits((127u + exp_sf) << 23);
-    s.inv = ts__f32_from_bits((127u - exp_sf) << 23);
-    s.e = (uint8_t)(exp_sf + 127u);
-    return s;
 }
 
 static void fp4_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     (void)tid;
     const fp4_ctx *c = (const fp4_ctx *)vctx;
     const size_t esz = ts__qsrc_size(c->src);
+    float sseg[FP4_SEG_BLOCKS];
+    uint8_t eseg[FP4_SEG_BLOCKS];
     for (int64_t r = r0; r < r1; r++) {
         const char *xr = c->x + r * c->x_rs;
         uint8_t *qr = c->q + r * c->q_rs;
-        uint32_t word = 0;
-        for (int64_t b = 0; b < c->nb; b++) {
-            int64_t j0 = b * c->gran_k, len = ts__min64(c->gran_k, c->n - j0);
-            const char *xb = xr + (size_t)j0 * esz;
-            fp4_scale s = c->rne ? scale_tilekernels(c, xb, len) : scale_deepgemm(c, xb, len);
-            if ((j0 & 1) == 0 && (len & 1) == 0) { /* whole bytes: the ISA kernel */
-                c->k->enc_e2m1(xb, len, s.inv, !c->rne, qr + (j0 >> 1));
-            } else { /* odd gran_k: blocks split bytes */
-                for (int64_t j = j0; j < j0 + len; j++) {
+        for (int64_t b0 = 0; b0 < c->nb; b0 += FP4_SEG_BLOCKS) {
+            const int64_t nseg = ts__min64(FP4_SEG_BLOCKS, c->nb - b0), j0 = b0 * c->gran_k;
+            if ((c->gran_k & 1) == 0) { /* whole bytes: the ISA row kernel */
+                const int64_t len = ts__min64(c->n - j0, nseg * c->gran_k);
+                c->k->fp4_row(xr + (size_t)j0 * esz, len, c->gran_k, c->ue8m0, c->rne, qr + (j0 >> 1),
+                              sseg, eseg);
+                store_scales(c, r, b0, nseg, sseg, eseg);
+                continue;
+            }
+            /* odd gran_k: blocks split bytes, value by value */
+            for (int64_t i = 0; i < nseg; i++) {
+                const int64_t jb = j0 + i * c->gran_k, len = ts__min64(c->gran_k, c->n - jb);
+                const char *xb = xr + (size_t)jb * esz;
+                const uint32_t a = c->rne ? c->k->absmax_nonan(xb, len) : c->k->absmax(xb, len);
+                const ts__fp4_scale_t s = ts__fp4_scale(a, c->ue8m0, c->rne);
+                for (int64_t j = jb; j < jb + len; j++) {
                     float y = ld_src(xr, c->src, j) * s.inv;
                     uint8_t code = (uint8_t)((c->rne ? ts_f32_to_e2m1(y) : ts_f32_to_e2m1_dg(y)) & 0xFu);
                     if (j & 1) qr[j >> 1] = (uint8_t)(qr[j >> 1] | (code << 4));
                     else qr[j >> 1] = code;
                 }
+                sseg[i] = s.sf;
+                eseg[i] = s.e;
             }
-            if (!c->packed) {
-                ((float *)c->sf)[r * c->sf_s0 + b * c->sf_s1] = s.sf;
-            } else {
-                word |= (uint32_t)s.e << (8 * (b & 3));
-                if ((b & 3) == 3 || b == c->nb - 1) {
-                    ((uint32_t *)c->sf)[r * c->sf_s0 + (b >> 2) * c->sf_s1] = word;
-                    word = 0;
-                }
-            }
+            store_scales(c, r, b0, nseg, sseg, eseg);
         }
     }
 }

@@ -40,6 +40,12 @@ typedef struct ts__quant_kernels {
     /* n even: e2m1 codes of f32(x[j]) * inv, two per byte (element 2i in the low nibble);
      * dg: DeepGEMM's strict thresholds (ts_f32_to_e2m1_dg), else RNE (ts_f32_to_e2m1). */
     void (*enc_e2m1)(const void *x, int64_t n, float inv, bool dg, uint8_t *q);
+    /* One per-token FP4 row: n values in blocks of gran_k (both even; the last block may be
+     * short): codes two per byte to q, per block b the stored scale sf[b] and its ue8m0 byte
+     * e[b]. Equal, block by block, to ts__fp4_scale (amax by absmax, or absmax_nonan when
+     * rne) + enc_e2m1 (dg = !rne). */
+    void (*fp4_row)(const void *x, int64_t n, int64_t gran_k, bool ue8m0, bool rne, uint8_t *q,
+                    float *sf, uint8_t *e);
     /* Cast-back; these entries are indexed by the OUTPUT kind. n values in blocks of gk (the
      * last may be short): out[j] = kind(v), v = decode(q[j]) * s[j / gk] in f32, a NaN v
      * replaced by TS__CANON_NAN_BITS before the rounding. */
@@ -60,6 +66,8 @@ extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
                                          uint8_t *q, float *sf);                                 \
     uint32_t ts__qk_absmax_nonan_##SFX##__generic(const void *x, int64_t n);                     \
     void ts__qk_enc_e2m1_##SFX##__generic(const void *x, int64_t n, float inv, bool dg, uint8_t *q); \
+    void ts__qk_fp4_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
+                                         bool rne, uint8_t *q, float *sf, uint8_t *e);          \
     void ts__qk_dec_e4m3_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk, const float *s, \
                                           void *out);                                            \
     void ts__qk_dec_e2m1_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk, const float *s, \
@@ -97,6 +105,47 @@ static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
         sf = amax * (1.0f / 448.0f);
     }
     return ue8m0 ? ts_ceil_to_ue8m0(sf) : sf;
+}
+
+/* FP4 scale of one block: sf (what an f32 scale output stores), the multiplier inv and the
+ * ue8m0 byte e (for packed output).
+ *  DeepGEMM (!rne): amax (NaN-propagating absmax bits) clamped >= 1e-4, sf = amax * fl32(1/6)
+ *    (torch-on-CUDA scalar division, as ts__fp8_scale), optional ceil_to_ue8m0, inv = 1/sf.
+ *  TileKernels (rne; amax from absmax_nonan): clamp >= 6 * 2^-126; without ue8m0 sf = amax/6,
+ *    inv = 6/amax; with ue8m0 e = ((bits(sf) - 1) >> 23) + 1 - 127 in uint32 arithmetic
+ *    (replicated literally, wrap included), sf = 2^e, inv = 2^-e. */
+typedef struct ts__fp4_scale_t { float sf, inv; uint8_t e; } ts__fp4_scale_t;
+static inline ts__fp4_scale_t ts__fp4_scale(uint32_t amax_bits, bool ue8m0, bool rne) {
+    ts__fp4_scale_t s;
+    if (!rne) {
+        float sf;
+        if (amax_bits > 0x7F800000u) {
+            sf = ts__f32_from_bits(TS__CANON_NAN_BITS);
+        } else {
+            float amax = ts__f32_from_bits(amax_bits);
+            if (amax < 1e-4f) amax = 1e-4f;
+            sf = amax * (1.0f / 6.0f);
+        }
+        if (ue8m0) sf = ts_ceil_to_ue8m0(sf);
+        s.sf = sf;
+        s.inv = 1.0f / sf;
+        s.e = (uint8_t)(ts__bits_from_f32(sf) >> 23);
+        return s;
+    }
+    float amax = ts__f32_from_bits(amax_bits);
+    const float clamp_min = 6.0f * 0x1p-126f;
+    if (amax < clamp_min) amax = clamp_min;
+    s.sf = amax / 6.0f;
+    if (!ue8m0) {
+        s.inv = 6.0f / amax;
+        s.e = 0;
+        return s;
+    }
+    uint32_t exp_sf = ((ts__bits_from_f32(s.sf) - 1u) >> 23) + 1u - 127u;
+    s.sf = ts__f32_from_bits((127u + exp_sf) << 23);
+    s.inv = ts__f32_from_bits((127u - exp_sf) << 23);
+    s.e = (uint8_t)(exp_sf + 127u);
+    return s;
 }
 
 /* e4m3 of one scaled value; NaN results (NaN inputs, inf * 0, NaN scale) give 0x7F, as the

@@ -25,6 +25,8 @@ static inline __m256i e4m3_scaled_codes(__m256 y) {
     return _mm256_blendv_epi8(c, _mm256_set1_epi32((int)TS__E4M3_NAN), nan);
 }
 
+static inline bool finite_f32(float v) { return (ts__bits_from_f32(v) & 0x7FFFFFFFu) < 0x7F800000u; }
+
 static inline __m256 bf16x8_to_f32(__m128i h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
@@ -150,13 +152,14 @@ static void enc_e4m3_bf16(const void *x, int64_t n, float inv, uint8_t *q) {
  * divisions pipeline instead of stalling each block), then the codes. */
 #define CHUNK_BLOCKS 64
 
-/* ts__fp8_scale and its reciprocal for 8 blocks (amax as bf16 |x| bits): the same IEEE
- * operations, vectorised so the reciprocal divisions pipeline. */
-static inline void fp8_scale8(const uint32_t *amax16, bool ue8m0, float *sf, float *inv) {
+/* DeepGEMM's scale (ts__fp8_scale, or ts__fp4_scale's !rne branch: rq = fl32(1/Qmax)) and its
+ * reciprocal for 8 blocks (amax as bf16 |x| bits): the same IEEE operations, vectorised so
+ * the reciprocal divisions pipeline. */
+static inline __m256 dg_scale8(const uint32_t *amax16, bool ue8m0, float rq, float *sf, float *inv) {
     __m256i ab = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)amax16), 16);
     __m256i nan = _mm256_cmpgt_epi32(ab, _mm256_set1_epi32(0x7F800000));
     __m256 a = _mm256_max_ps(_mm256_castsi256_ps(ab), _mm256_set1_ps(1e-4f)); /* clamp; ab >= 0 */
-    __m256 s = _mm256_mul_ps(a, _mm256_set1_ps(1.0f / 448.0f));
+    __m256 s = _mm256_mul_ps(a, _mm256_set1_ps(rq));
     __m256i sb = _mm256_blendv_epi8(_mm256_castps_si256(s), _mm256_set1_epi32((int)TS__CANON_NAN_BITS), nan);
     if (ue8m0) { /* ceil_to_ue8m0: sf > 0 here, NaN gives exponent 255 + 1, clamped to 254 */
         __m256i e = _mm256_srli_epi32(sb, 23);
@@ -168,6 +171,7 @@ static inline void fp8_scale8(const uint32_t *amax16, bool ue8m0, float *sf, flo
     __m256 sv = _mm256_castsi256_ps(sb);
     _mm256_storeu_ps(sf, sv);
     _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sv));
+    return sv;
 }
 
 static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8_t *q, float *sf) {
@@ -188,7 +192,7 @@ static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8
         amin[b] = ((uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(m8)) & 0xFFFFu) + 1u;
     }
     int64_t b8 = 0;
-    for (; b8 + 8 <= nblk; b8 += 8) fp8_scale8(amax + b8, ue8m0, sf + b8, inv + b8);
+    for (; b8 + 8 <= nblk; b8 += 8) (void)dg_scale8(amax + b8, ue8m0, 1.0f / 448.0f, sf + b8, inv + b8);
     for (; b8 < nblk; b8++) {
         sf[b8] = ts__fp8_scale(amax[b8] << 16, ue8m0);
         inv[b8] = 1.0f / sf[b8];
@@ -374,6 +378,165 @@ TS__DEF_AVX2_FP4(bf16, uint16_t, load8_bf16)
 TS__DEF_AVX2_FP4(f16, uint16_t, load8_f16)
 TS__DEF_AVX2_FP4(f32, float, load8_f32)
 
+/* Per-token FP4 rows. bf16 with gran_k % 32 == 0 works like the per-token FP8 chunk: |x| max
+ * per block on raw bf16 bits, the scales 8 blocks at a time (divisions pipeline), then the
+ * codes from L1. Codes come from 16-bit lanes: every e2m1 threshold t is bf16-exact, so
+ * with a = |y| bits, a > t  <=>  ceil(a / 2^16) > hi16(t), and a >= t  <=>  floor(a / 2^16)
+ * >= hi16(t); 16 values then cost one compare per threshold instead of two. That path needs
+ * finite x and a finite inv > 0 (so y is never NaN and its sign is x's); other blocks take
+ * the generic route. Everything else runs block by block on the AVX2 amax / encode above. */
+
+/* e2m1 code | sign of 16 bf16 values (raw bits r) times inv, in 16-bit lanes, element order.
+ * The unpacks widen lanes in a shuffled order that the packus below undoes. */
+static inline __m256i e2m1x16_bf16(__m256i r, __m256 vi, bool rne) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i ra = _mm256_and_si256(r, _mm256_set1_epi16(0x7FFF));
+    const __m256i ylo = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra)), vi));
+    const __m256i yhi = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra)), vi));
+    const __m256i r16 = _mm256_set1_epi32(0xFFFF);
+    const __m256i up = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r16), 16),
+                                           _mm256_srli_epi32(_mm256_add_epi32(yhi, r16), 16));
+    __m256i c = zero;
+#define GT(t) c = _mm256_sub_epi16(c, _mm256_cmpgt_epi16(up, _mm256_set1_epi16(t)))
+#define GE(t) c = _mm256_sub_epi16(c, _mm256_cmpgt_epi16(dn1, _mm256_set1_epi16(t)))
+    if (rne) { /* ties to the even code: >= where the upper neighbour is even; a >= t  <=>
+                * floor(a / 2^16) + 1 > hi16(t), which shares the GT constants */
+        const __m256i r1 = _mm256_set1_epi32(0x10000);
+        const __m256i dn1 = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r1), 16),
+                                                _mm256_srli_epi32(_mm256_add_epi32(yhi, r1), 16));
+        GT(0x3E80); GE(0x3F40); GT(0x3FA0); GE(0x3FE0); GT(0x4020); GE(0x4060); GT(0x40A0);
+    } else { /* DeepGEMM: strict thresholds 0.25 0.75 1.25 1.75 2.5 3.5 5 */
+        GT(0x3E80); GT(0x3F40); GT(0x3FA0); GT(0x3FE0); GT(0x4020); GT(0x4060); GT(0x40A0);
+    }
+#undef GT
+#undef GE
+    __m256i s = _mm256_and_si256(_mm256_srli_epi16(r, 12), _mm256_set1_epi16(8));
+    if (!rne) s = _mm256_andnot_si256(_mm256_cmpeq_epi16(c, zero), s); /* no sign on code 0 */
+    return _mm256_or_si256(c, s);
+}
+
+/* Two e2m1x16_bf16 results (elements 0..15, 16..31) -> 16 bytes, element 2i in the low
+ * nibble of byte i: pack to bytes, pair neighbours with one multiply-add (lo + 16 * hi),
+ * pack again and gather the 4-byte groups the in-lane packs scattered. */
+static inline __m128i e2m1_pack32(__m256i c0, __m256i c1) {
+    __m256i b = _mm256_packus_epi16(c0, c1);
+    __m256i w = _mm256_maddubs_epi16(b, _mm256_set1_epi16(0x1001));
+    __m256i p = _mm256_packus_epi16(w, w);
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5)));
+}
+
+/* TileKernels' scale (ts__fp4_scale's rne branch) for 8 blocks of finite amax. */
+static inline void tk_scale8(const uint32_t *amax16, bool ue8m0, float *sf, float *inv, uint32_t *e) {
+    __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)amax16), 16));
+    a = _mm256_max_ps(a, _mm256_set1_ps(6.0f * 0x1p-126f));
+    const __m256 six = _mm256_set1_ps(6.0f);
+    __m256 s = _mm256_div_ps(a, six);
+    if (!ue8m0) {
+        _mm256_storeu_ps(sf, s);
+        _mm256_storeu_ps(inv, _mm256_div_ps(six, a));
+        _mm256_storeu_si256((__m256i *)e, _mm256_setzero_si256());
+        return;
+    }
+    const __m256i one = _mm256_set1_epi32(1), b127 = _mm256_set1_epi32(127);
+    __m256i x = _mm256_srli_epi32(_mm256_sub_epi32(_mm256_castps_si256(s), one), 23);
+    x = _mm256_sub_epi32(_mm256_add_epi32(x, one), b127); /* uint32 wrap as the scalar rule */
+    _mm256_storeu_si256((__m256i *)sf, _mm256_slli_epi32(_mm256_add_epi32(b127, x), 23));
+    _mm256_storeu_si256((__m256i *)inv, _mm256_slli_epi32(_mm256_sub_epi32(b127, x), 23));
+    _mm256_storeu_si256((__m256i *)e, _mm256_and_si256(_mm256_add_epi32(x, b127), _mm256_set1_epi32(0xFF)));
+}
+
+/* Values per chunk: 4 KB of bf16, read again from L1 by the encode pass. */
+#define FP4_CHUNK_VALUES 2048
+#define FP4_CHUNK_BLOCKS 64
+
+/* always inlined with a constant rne, so each rule gets its own loop with its constants in
+ * registers */
+static inline __attribute__((always_inline)) void
+fp4_chunk_bf16_impl(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, bool rne, uint8_t *q,
+                    float *sf, uint8_t *e) {
+    uint32_t amax[FP4_CHUNK_BLOCKS], e32[FP4_CHUNK_BLOCKS];
+    float inv[FP4_CHUNK_BLOCKS];
+    const __m256i mask = _mm256_set1_epi16(0x7FFF);
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256i mx = _mm256_setzero_si256();
+        for (int64_t j = 0; j < gk; j += 16)
+            mx = _mm256_max_epu16(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + gk * b + j)), mask));
+        amax[b] = hmax_epu16(mx); /* NaN sorts above inf */
+    }
+    int64_t b8 = 0;
+    for (; b8 + 8 <= nblk; b8 += 8) {
+        if (rne) {
+            tk_scale8(amax + b8, ue8m0, sf + b8, inv + b8, e32 + b8);
+        } else {
+            __m256 sv = dg_scale8(amax + b8, ue8m0, 1.0f / 6.0f, sf + b8, inv + b8);
+            _mm256_storeu_si256((__m256i *)(e32 + b8), _mm256_srli_epi32(_mm256_castps_si256(sv), 23));
+        }
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        /* the tail, and blocks with inf / NaN (TileKernels' amax skips NaN): exact scalar */
+        if (b >= b8 || amax[b] >= 0x7F80u) {
+            const uint16_t *pb = p + gk * b;
+            uint32_t a = rne ? ts__qk_absmax_nonan_bf16__generic(pb, gk) : amax[b] << 16;
+            ts__fp4_scale_t s = ts__fp4_scale(a, ue8m0, rne);
+            sf[b] = s.sf, inv[b] = s.inv, e32[b] = s.e;
+        }
+        e[b] = (uint8_t)e32[b];
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        const uint16_t *pb = p + gk * b;
+        uint8_t *qb = q + gk / 2 * b;
+        /* fetch what follows this chunk while the encode pass runs from L1 */
+        const char *ahead = (const char *)(p + gk * nblk) + 2 * gk * b;
+        for (int64_t l = 0; l < 2 * gk; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        if (amax[b] >= 0x7F80u || !(inv[b] > 0.0f) || !finite_f32(inv[b])) {
+            ts__qk_enc_e2m1_bf16__generic(pb, gk, inv[b], !rne, qb);
+            continue;
+        }
+        const __m256 vi = _mm256_set1_ps(inv[b]);
+        for (int64_t j = 0; j < gk; j += 32) {
+            __m256i c0 = e2m1x16_bf16(_mm256_loadu_si256((const __m256i *)(pb + j)), vi, rne);
+            __m256i c1 = e2m1x16_bf16(_mm256_loadu_si256((const __m256i *)(pb + j + 16)), vi, rne);
+            _mm_storeu_si128((__m128i *)(qb + j / 2), e2m1_pack32(c0, c1));
+        }
+    }
+}
+
+static void fp4_chunk_bf16(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, bool rne,
+                           uint8_t *q, float *sf, uint8_t *e) {
+    if (rne) fp4_chunk_bf16_impl(p, nblk, gk, ue8m0, true, q, sf, e);
+    else fp4_chunk_bf16_impl(p, nblk, gk, ue8m0, false, q, sf, e);
+}
+
+#define TS__DEF_AVX2_FP4_ROW(SFX, T, CHUNKED)                                                           \
+    static inline void fp4_block_##SFX(const void *x, int64_t len, bool ue8m0, bool rne,         \
+                                       uint8_t *q, float *sf, uint8_t *e) {                      \
+        uint32_t a = rne ? absmax_nonan_##SFX(x, len) : absmax_##SFX(x, len);                    \
+        ts__fp4_scale_t s = ts__fp4_scale(a, ue8m0, rne);                                        \
+        enc_e2m1_##SFX(x, len, s.inv, !rne, q);                                                  \
+        *sf = s.sf;                                                                              \
+        *e = s.e;                                                                                \
+    }                                                                                            \
+    static void fp4_row_##SFX(const void *x, int64_t n, int64_t gran_k, bool ue8m0, bool rne,    \
+                              uint8_t *q, float *sf, uint8_t *e) {                               \
+        int64_t b = 0, j0 = 0;                                                                   \
+        if (CHUNKED && gran_k % 32 == 0) {                                                       \
+            const int64_t full = n / gran_k;                                                     \
+            int64_t step = FP4_CHUNK_VALUES / gran_k;                                            \
+            step = step < 1 ? 1 : step > FP4_CHUNK_BLOCKS ? FP4_CHUNK_BLOCKS : step;             \
+            for (; b < full; b += step)                                                          \
+                fp4_chunk_bf16((const uint16_t *)x + gran_k * b, full - b < step ? full - b : step, \
+                               gran_k, ue8m0, rne, q + gran_k / 2 * b, sf + b, e + b);           \
+            b = full, j0 = full * gran_k;                                                        \
+        }                                                                                        \
+        for (; j0 < n; b++, j0 += gran_k)                                                        \
+            fp4_block_##SFX((const T *)x + j0, n - j0 < gran_k ? n - j0 : gran_k, \
+                            ue8m0, rne, q + j0 / 2, sf + b, e + b);                              \
+    }
+
+TS__DEF_AVX2_FP4_ROW(bf16, uint16_t, 1)
+TS__DEF_AVX2_FP4_ROW(f16, uint16_t, 0)
+TS__DEF_AVX2_FP4_ROW(f32, float, 0)
+
 /* ---- cast-back: decode, scale, canonical NaN, round to the output kind ----
  * Real data has finite scales and no NaN codes, so no product can be NaN: those 16 / 32
  * values skip the NaN canonicalisation (and bf16 its NaN branch); the rest take the full
@@ -408,8 +571,6 @@ static inline void st16_f16(uint16_t *o, __m256 a, __m256 b, bool nonan) {
     (void)nonan;
     _mm256_storeu_si256((__m256i *)o, _mm256_set_m128i(ts__avx2_f16_encode(b), ts__avx2_f16_encode(a)));
 }
-
-static inline bool finite_f32(float v) { return (ts__bits_from_f32(v) & 0x7FFFFFFFu) < 0x7F800000u; }
 
 /* Whole segments of a row per call (gran_k is often 32: a call per block would cost as much
  * as its work); short block tails go to the generic kernel. */
@@ -461,14 +622,14 @@ TS__DEF_AVX2_DEC(bf16, uint16_t)
 TS__DEF_AVX2_DEC(f16, uint16_t)
 TS__DEF_AVX2_DEC(f32, float)
 
+#define TS__AVX2_ENTRY(SFX)                                                                      \
+    {.absmax = absmax_##SFX, .absmax_cols = ts__qk_absmax_cols_##SFX##__generic,                 \
+     .enc_e4m3 = enc_e4m3_##SFX, .enc_e4m3_cols = ts__qk_enc_e4m3_cols_##SFX##__generic,          \
+     .fp8_row = fp8_row_##SFX, .absmax_nonan = absmax_nonan_##SFX, .enc_e2m1 = enc_e2m1_##SFX,    \
+     .fp4_row = fp4_row_##SFX, .dec_e4m3 = dec_e4m3_##SFX, .dec_e2m1 = dec_e2m1_##SFX}
+
 const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT] = {
-    [TS__QSRC_BF16] = {absmax_bf16, ts__qk_absmax_cols_bf16__generic, enc_e4m3_bf16,
-                       ts__qk_enc_e4m3_cols_bf16__generic, fp8_row_bf16, absmax_nonan_bf16, enc_e2m1_bf16,
-                       dec_e4m3_bf16, dec_e2m1_bf16},
-    [TS__QSRC_F16] = {absmax_f16, ts__qk_absmax_cols_f16__generic, enc_e4m3_f16,
-                      ts__qk_enc_e4m3_cols_f16__generic, fp8_row_f16, absmax_nonan_f16, enc_e2m1_f16,
-                       dec_e4m3_f16, dec_e2m1_f16},
-    [TS__QSRC_F32] = {absmax_f32, ts__qk_absmax_cols_f32__generic, enc_e4m3_f32,
-                      ts__qk_enc_e4m3_cols_f32__generic, fp8_row_f32, absmax_nonan_f32, enc_e2m1_f32,
-                       dec_e4m3_f32, dec_e2m1_f32},
+    [TS__QSRC_BF16] = TS__AVX2_ENTRY(bf16),
+    [TS__QSRC_F16] = TS__AVX2_ENTRY(f16),
+    [TS__QSRC_F32] = TS__AVX2_ENTRY(f32),
 };

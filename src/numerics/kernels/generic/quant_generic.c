@@ -68,6 +68,20 @@ static inline void st_f32(void *o, int64_t j, float v) { ((float *)o)[j] = v; }
             q[j >> 1] = (uint8_t)((c0 & 0xFu) | ((c1 & 0xFu) << 4));                             \
         }                                                                                        \
     }                                                                                            \
+    void ts__qk_fp4_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
+                                         bool rne, uint8_t *q, float *sf, uint8_t *e) {          \
+        const size_t esz = sizeof(*(ts__qsrc_elem_##SFX *)0);                                    \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gran_k) {                                 \
+            const void *xb = (const char *)x + (size_t)j0 * esz;                                 \
+            int64_t len = n - j0 < gran_k ? n - j0 : gran_k;                                     \
+            uint32_t a = rne ? ts__qk_absmax_nonan_##SFX##__generic(xb, len)                     \
+                             : ts__qk_absmax_##SFX##__generic(xb, len);                          \
+            ts__fp4_scale_t s = ts__fp4_scale(a, ue8m0, rne);                                    \
+            ts__qk_enc_e2m1_##SFX##__generic(xb, len, s.inv, !rne, q + j0 / 2);                  \
+            sf[b] = s.sf;                                                                        \
+            e[b] = s.e;                                                                          \
+        }                                                                                        \
+    }                                                                                            \
     void ts__qk_dec_e4m3_##SFX##__generic(const uint8_t *q, int64_t n, int64_t gk,             \
                                           const float *s, void *out) {                           \
         for (int64_t j = 0; j < n; j++)                                                          \
@@ -89,8 +103,8 @@ TS__DEF_GENERIC(f32)
     {ts__qk_absmax_##SFX##__generic, ts__qk_absmax_cols_##SFX##__generic,                       \
      ts__qk_enc_e4m3_##SFX##__generic, ts__qk_enc_e4m3_cols_##SFX##__generic,                   \
      ts__qk_fp8_row_##SFX##__generic, ts__qk_absmax_nonan_##SFX##__generic,                     \
-     ts__qk_enc_e2m1_##SFX##__generic, ts__qk_dec_e4m3_##SFX##__generic,                         \
-     ts__qk_dec_e2m1_##SFX##__generic}
+     ts__qk_enc_e2m1_##SFX##__generic, ts__qk_fp4_row_##SFX##__generic,                         \
+     ts__qk_dec_e4m3_##SFX##__generic, ts__qk_dec_e2m1_##SFX##__generic}
 
 const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT] = {
     [TS__QSRC_BF16] = TS__ENTRY(bf16),
