@@ -98,39 +98,83 @@ TS_TEST(quant_simd_cast_back_random_bits) {
     free(q), free(sf), free(oa), free(ob);
 }
 
-/* bf16 bit patterns for the quantisers: per row a regime. Rows % 5: 0 random finite bits with
- * subnormals and zeros, 1 narrow range (few binades), 2 like 1 with an inf or NaN in some
- * blocks, 3 e2m1 grid points and midpoints times a power of two (exact ties under ue8m0
- * scales, near-ties otherwise), 4 all zero but a few tiny values. */
-static void qs_fill_bf16(uint16_t *x, int64_t m, int64_t n, uint64_t seed) {
+/* One row of bf16 bit patterns in one regime: 0 random finite bits with subnormals and zeros,
+ * 1 narrow range (few binades), 2 like 1 with an inf or NaN in some blocks, 3 e2m1 grid points
+ * and midpoints times 2^k (exact ties under ue8m0 scales, near-ties otherwise), 4 all zero but
+ * a few tiny values. */
+static void qs_fill_row(uint16_t *x, int64_t n, int regime, int k, ts_prng *p) {
     static const float grid[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f};
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t u = ts_prng_u32(p);
+        uint16_t h = (uint16_t)u;
+        switch (regime) {
+        case 0:
+            if ((u >> 16) % 8 == 0) h &= 0x807F;
+            if ((u >> 16) % 8 == 1) h &= 0x8000;
+            if ((h & 0x7F80) == 0x7F80) h ^= 0x4000;
+            break;
+        case 1:
+        case 2:
+            h = (uint16_t)((h & 0x807F) | (0x3E00 + (((u >> 20) & 7) << 7)));
+            if (regime == 2 && (u >> 24) % 61 == 0) h = (u >> 30) & 1 ? 0x7F80 : 0xFFC1;
+            break;
+        case 3:
+            h = ts_f32_to_bf16(grid[(u >> 8) % 14] * (float)(1 << k) * ((u >> 31) ? -1.0f : 1.0f));
+            if ((u >> 4) % 23 == 0) h = ts_f32_to_bf16(6.0f * (float)(1 << k)); /* pin amax */
+            break;
+        default:
+            h = (u >> 8) % 97 == 0 ? (uint16_t)(u & 0x80FF) : (uint16_t)(u & 0x8000);
+            break;
+        }
+        x[j] = h;
+    }
+}
+
+/* Rows cycle through the regimes. */
+static void qs_fill_bf16(uint16_t *x, int64_t m, int64_t n, uint64_t seed) {
     ts_prng p = ts_prng_seed(seed);
+    for (int64_t r = 0; r < m; r++) qs_fill_row(x + r * n, n, (int)(r % 5), (int)(r % 7), &p);
+}
+
+/* Per-block FP8 over tiles that are mixed finite (e4m3 subnormal products), all narrow-range
+ * (the AVX2 integer path), narrow with one all-zero row, narrow with inf / NaN, and a short
+ * last block-row; n spans two column strips and ends in a short block. */
+TS_TEST(quant_simd_fp8_block_random_bits) {
+    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    const int saved_threads = ts_get_num_threads();
+    const int64_t m = 128 * 3 + 40, n = 128 * 70 + 50;
+    uint16_t *x = malloc((size_t)(m * n) * 2);
+    float *xf = malloc((size_t)(m * n) * 4);
+    ts_prng p = ts_prng_seed(2024);
     for (int64_t r = 0; r < m; r++) {
-        for (int64_t j = 0; j < n; j++) {
-            uint32_t u = ts_prng_u32(&p);
-            uint16_t h = (uint16_t)u;
-            switch (r % 5) {
-            case 0:
-                if ((u >> 16) % 8 == 0) h &= 0x807F;
-                if ((u >> 16) % 8 == 1) h &= 0x8000;
-                if ((h & 0x7F80) == 0x7F80) h ^= 0x4000;
-                break;
-            case 1:
-            case 2:
-                h = (uint16_t)((h & 0x807F) | (0x3E00 + (((u >> 20) & 7) << 7)));
-                if (r % 5 == 2 && (u >> 24) % 61 == 0) h = (u >> 30) & 1 ? 0x7F80 : 0xFFC1;
-                break;
-            case 3:
-                h = ts_f32_to_bf16(grid[(u >> 8) % 14] * (float)(1 << (r % 7)) * ((u >> 31) ? -1.0f : 1.0f));
-                if ((u >> 4) % 23 == 0) h = ts_f32_to_bf16(6.0f * (float)(1 << (r % 7))); /* pin amax */
-                break;
-            default:
-                h = (u >> 8) % 97 == 0 ? (uint16_t)(u & 0x80FF) : (uint16_t)(u & 0x8000);
-                break;
+        static const int mixed[4] = {0, 1, 3, 4}; /* finite: the tile bounds pick the route */
+        int regime = r < 128 ? mixed[r % 4] : r < 256 ? 1 : r < 384 ? (r == 300 ? 4 : 1) : (int)(1 + r % 2);
+        qs_fill_row(x + r * n, n, regime, 0, &p);
+    }
+    for (int64_t i = 0; i < m * n; i++) xf[i] = ts_bf16_to_f32(x[i]);
+    uint8_t *qa = malloc((size_t)(m * n)), *qb = malloc((size_t)(m * n));
+    float *sa = malloc((size_t)(m * n) * 4), *sb = malloc((size_t)(m * n) * 4);
+    static const int64_t grans[] = {128, 64, 100};
+    for (int f32 = 0; f32 < 2; f32++) {
+        ts_tensor xt = f32 ? ts_tensor_2d(xf, TS_F32, m, n) : ts_tensor_2d(x, TS_BF16, m, n);
+        ts_tensor ta = ts_tensor_2d(qa, TS_E4M3, m, n), tb = ts_tensor_2d(qb, TS_E4M3, m, n);
+        for (size_t gi = 0; gi < sizeof grans / sizeof grans[0]; gi++) {
+            const int64_t g = grans[gi];
+            if (f32 && g != 128) continue;
+            for (int ue = 0; ue < 2; ue++) {
+                ts_tensor ssa = ts_tensor_2d(sa, TS_F32, (m + g - 1) / g, (n + g - 1) / g);
+                ts_tensor ssb = ts_tensor_2d(sb, TS_F32, (m + g - 1) / g, (n + g - 1) / g);
+                char what[96];
+                snprintf(what, sizeof what, "per_block %s g %lld ue8m0 %d", f32 ? "f32" : "bf16", (long long)g, ue);
+                QS_SAME((size_t)(m * n), qa, qb, ts_per_block_cast_to_fp8(&xt, ue, g, &ta, &ssa),
+                        ts_per_block_cast_to_fp8(&xt, ue, g, &tb, &ssb), what);
+                TS_CHECK_MSG(memcmp(sa, sb, (size_t)(ssa.shape[0] * ssa.shape[1]) * 4) == 0, "%s: scales differ", what);
             }
-            x[r * n + j] = h;
         }
     }
+    ts_set_num_threads(saved_threads);
+    ts_set_isa(TS_ISA_AVX2);
+    free(x), free(xf), free(qa), free(qb), free(sa), free(sb);
 }
 
 /* Per-token FP4 in both rules over gran_k that take the chunked AVX2 path (multiples of 32),

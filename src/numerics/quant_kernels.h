@@ -35,6 +35,13 @@ typedef struct ts__quant_kernels {
      * padding never changes amax): writes n codes and ceil(n / gran_k) scales to sf.
      * Equal, block by block, to absmax + ts__fp8_scale + enc_e4m3. */
     void (*fp8_row)(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf);
+    /* Per-block FP8 tiles, a row segment of n values in blocks of g (the last may be short).
+     * blk_stats folds each block's |x| max (f32 bits) into amax[b] and a kernel-private bound
+     * into amin[b] (start it at UINT32_MAX; 0 = none); blk_enc then writes the codes of
+     * f32(x[j]) * inv[b] given the folded tile values, equal to enc_e4m3 per block. */
+    void (*blk_stats)(const void *x, int64_t n, int64_t g, uint32_t *amax, uint32_t *amin);
+    void (*blk_enc)(const void *x, int64_t n, int64_t g, const uint32_t *amax, const uint32_t *amin,
+                    const float *inv, uint8_t *q);
     /* max |x| bits over n values skipping NaN (as CUDA fmaxf does); 0 if none. */
     uint32_t (*absmax_nonan)(const void *x, int64_t n);
     /* n even: e2m1 codes of f32(x[j]) * inv, two per byte (element 2i in the low nibble);
@@ -65,6 +72,11 @@ extern const ts__quant_kernels ts__quant_kernels_generic[TS__QSRC_COUNT];
     void ts__qk_fp8_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
                                          uint8_t *q, float *sf);                                 \
     uint32_t ts__qk_absmax_nonan_##SFX##__generic(const void *x, int64_t n);                     \
+    void ts__qk_blk_stats_##SFX##__generic(const void *x, int64_t n, int64_t g, uint32_t *amax,  \
+                                           uint32_t *amin);                                      \
+    void ts__qk_blk_enc_##SFX##__generic(const void *x, int64_t n, int64_t g,                    \
+                                         const uint32_t *amax, const uint32_t *amin,             \
+                                         const float *inv, uint8_t *q);                          \
     void ts__qk_enc_e2m1_##SFX##__generic(const void *x, int64_t n, float inv, bool dg, uint8_t *q); \
     void ts__qk_fp4_row_##SFX##__generic(const void *x, int64_t n, int64_t gran_k, bool ue8m0,   \
                                          bool rne, uint8_t *q, float *sf, uint8_t *e);          \

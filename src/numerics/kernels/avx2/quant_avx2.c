@@ -174,62 +174,100 @@ static inline __m256 dg_scale8(const uint32_t *amax16, bool ue8m0, float rq, flo
     return sv;
 }
 
+/* |x| max and smallest non-zero |x| of 128 bf16 values, as bf16 bits (all zero: min 0x10000,
+ * never "tiny"). */
+static inline void stats128_bf16(const uint16_t *pb, uint32_t *amax, uint32_t *amin) {
+    const __m256i mask = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
+    __m256i mx = _mm256_setzero_si256(), mn = _mm256_set1_epi16(-1);
+    for (int t = 0; t < 8; t++) {
+        __m256i ra = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(pb + 16 * t)), mask);
+        mx = _mm256_max_epu16(mx, ra);
+        mn = _mm256_min_epu16(mn, _mm256_sub_epi16(ra, one)); /* zero wraps to 0xFFFF */
+    }
+    *amax = hmax_epu16(mx);
+    __m128i m8 = _mm_min_epu16(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
+    *amin = ((uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(m8)) & 0xFFFFu) + 1u;
+}
+
+/* e4m3 codes of 128 bf16 values times inv, given bounds (bf16 bits) on their |x| max and
+ * smallest non-zero |x|: the integer path when all non-zero products are e4m3 normals, else
+ * the exact routes. */
+static inline void enc128_bf16(const uint16_t *pb, uint32_t amax, uint32_t amin, float inv, uint8_t *qb) {
+    if (amax >= 0x7F80u) { /* inf / NaN: exact generic route */
+        ts__qk_enc_e4m3_bf16__generic(pb, 128, inv, qb);
+        return;
+    }
+    if (amin < 0x7F80u && ts__f32_from_bits(amin << 16) * inv < 0x1p-6f) {
+        enc_e4m3_bf16_any(pb, 128, inv, qb); /* some codes are e4m3 subnormals */
+        return;
+    }
+    const __m256i mask = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
+    const __m256i s80 = _mm256_set1_epi8((char)0x80);
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (int t = 0; t < 8; t += 2) {
+        __m256i r[2], h[2];
+        for (int u = 0; u < 2; u++) {
+            r[u] = _mm256_loadu_si256((const __m256i *)(pb + 16 * (t + u)));
+            __m256i ra = _mm256_and_si256(r[u], mask);
+            __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra));
+            __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra));
+            h[u] = _mm256_packus_epi32(e4m3_mag_normal(_mm256_mul_ps(lo, vi)),
+                                       e4m3_mag_normal(_mm256_mul_ps(hi, vi)));
+        }
+        /* signed saturation maps negative bf16 to 0x80 and the rest to <= 0x7F: & 0x80 is the
+         * sign byte, in the same lane order as the packed codes */
+        __m256i sign = _mm256_and_si256(_mm256_packs_epi16(r[0], r[1]), s80);
+        __m256i bytes = _mm256_or_si256(_mm256_packus_epi16(h[0], h[1]), sign);
+        _mm256_storeu_si256((__m256i *)(qb + 16 * t), _mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+}
+
 static void fp8_chunk128_bf16(const uint16_t *p, int64_t nblk, bool ue8m0, uint8_t *q, float *sf) {
     uint32_t amax[CHUNK_BLOCKS], amin[CHUNK_BLOCKS];
     float inv[CHUNK_BLOCKS];
-    const __m256i mask = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nblk; b++) {
-        const uint16_t *pb = p + 128 * b;
-        __m256i mx = _mm256_setzero_si256(), mn = _mm256_set1_epi16(-1);
-        for (int t = 0; t < 8; t++) {
-            __m256i ra = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(pb + 16 * t)), mask);
-            mx = _mm256_max_epu16(mx, ra);
-            mn = _mm256_min_epu16(mn, _mm256_sub_epi16(ra, one)); /* zero wraps to 0xFFFF */
-        }
-        amax[b] = hmax_epu16(mx);
-        __m128i m8 = _mm_min_epu16(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
-        /* all-zero blocks give 0xFFFF + 1: never "tiny" */
-        amin[b] = ((uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(m8)) & 0xFFFFu) + 1u;
-    }
+    for (int64_t b = 0; b < nblk; b++) stats128_bf16(p + 128 * b, &amax[b], &amin[b]);
     int64_t b8 = 0;
     for (; b8 + 8 <= nblk; b8 += 8) (void)dg_scale8(amax + b8, ue8m0, 1.0f / 448.0f, sf + b8, inv + b8);
     for (; b8 < nblk; b8++) {
         sf[b8] = ts__fp8_scale(amax[b8] << 16, ue8m0);
         inv[b8] = 1.0f / sf[b8];
     }
-    const __m256i zero = _mm256_setzero_si256(), s80 = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nblk; b++) {
-        const uint16_t *pb = p + 128 * b;
-        uint8_t *qb = q + 128 * b;
         /* The first pass waits on DRAM while the others run from L1: fetch the data that
          * follows this chunk (the next row, when rows are contiguous) during the compute. */
         const char *ahead = (const char *)(p + 128 * nblk) + 256 * b;
         for (int l = 0; l < 256; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-        if (amax[b] >= 0x7F80u) { /* inf / NaN: exact generic route */
-            ts__qk_enc_e4m3_bf16__generic(pb, 128, inv[b], qb);
-            continue;
+        enc128_bf16(p + 128 * b, amax[b], amin[b], inv[b], q + 128 * b);
+    }
+}
+
+/* Per-block FP8 tiles: fold a row segment's per-block |x| max / smallest non-zero |x| (f32
+ * bits) into amax / amin, then encode with the tile's scales. With gran 128 the tile bounds
+ * pick the same route for every row as the per-token chunk does per block. */
+static void blk_stats_bf16(const void *x, int64_t n, int64_t g, uint32_t *amax, uint32_t *amin) {
+    const uint16_t *p = (const uint16_t *)x;
+    for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += g) {
+        uint32_t mx, mn = 0; /* 0: no bound, the general encoder */
+        if (g == 128 && n - j0 >= 128) {
+            stats128_bf16(p + j0, &mx, &mn);
+            mn = mn > 0xFFFFu ? 0xFFFFFFFFu : mn << 16;
+            mx <<= 16;
+        } else {
+            mx = absmax_bf16(p + j0, n - j0 < g ? n - j0 : g);
         }
-        if (amin[b] < 0x7F80u && ts__f32_from_bits(amin[b] << 16) * inv[b] < 0x1p-6f) {
-            enc_e4m3_bf16_any(pb, 128, inv[b], qb); /* some codes are e4m3 subnormals */
-            continue;
-        }
-        const __m256 vi = _mm256_set1_ps(inv[b]);
-        for (int t = 0; t < 8; t += 2) {
-            __m256i r[2], h[2];
-            for (int u = 0; u < 2; u++) {
-                r[u] = _mm256_loadu_si256((const __m256i *)(pb + 16 * (t + u)));
-                __m256i ra = _mm256_and_si256(r[u], mask);
-                __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra));
-                __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra));
-                h[u] = _mm256_packus_epi32(e4m3_mag_normal(_mm256_mul_ps(lo, vi)),
-                                           e4m3_mag_normal(_mm256_mul_ps(hi, vi)));
-            }
-            /* signed saturation maps negative bf16 to 0x80 and the rest to <= 0x7F: & 0x80 is the
-             * sign byte, in the same lane order as the packed codes */
-            __m256i sign = _mm256_and_si256(_mm256_packs_epi16(r[0], r[1]), s80);
-            __m256i bytes = _mm256_or_si256(_mm256_packus_epi16(h[0], h[1]), sign);
-            _mm256_storeu_si256((__m256i *)(qb + 16 * t), _mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
-        }
+        amax[b] = mx > amax[b] ? mx : amax[b];
+        amin[b] = mn < amin[b] ? mn : amin[b];
+    }
+}
+
+static void blk_enc_bf16(const void *x, int64_t n, int64_t g, const uint32_t *amax, const uint32_t *amin,
+                         const float *inv, uint8_t *q) {
+    const uint16_t *p = (const uint16_t *)x;
+    for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += g) {
+        if (g == 128 && n - j0 >= 128 && amin[b] != 0)
+            enc128_bf16(p + j0, amax[b] >> 16, amin[b] == 0xFFFFFFFFu ? 0x10000u : amin[b] >> 16, inv[b], q + j0);
+        else
+            enc_e4m3_bf16(p + j0, n - j0 < g ? n - j0 : g, inv[b], q + j0);
     }
 }
 
@@ -622,10 +660,29 @@ TS__DEF_AVX2_DEC(bf16, uint16_t)
 TS__DEF_AVX2_DEC(f16, uint16_t)
 TS__DEF_AVX2_DEC(f32, float)
 
+/* f16 / f32 per-block tiles: the AVX2 amax and run encoders block by block. */
+#define TS__DEF_AVX2_BLK(SFX, T)                                                                 \
+    static void blk_stats_##SFX(const void *x, int64_t n, int64_t g, uint32_t *amax, uint32_t *amin) { \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += g) {                                      \
+            uint32_t a = absmax_##SFX((const T *)x + j0, n - j0 < g ? n - j0 : g);               \
+            amax[b] = a > amax[b] ? a : amax[b];                                                 \
+            amin[b] = 0;                                                                         \
+        }                                                                                        \
+    }                                                                                            \
+    static void blk_enc_##SFX(const void *x, int64_t n, int64_t g, const uint32_t *amax,         \
+                              const uint32_t *amin, const float *inv, uint8_t *q) {              \
+        (void)amax, (void)amin;                                                                  \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += g)                                        \
+            enc_e4m3_##SFX((const T *)x + j0, n - j0 < g ? n - j0 : g, inv[b], q + j0);          \
+    }
+TS__DEF_AVX2_BLK(f16, uint16_t)
+TS__DEF_AVX2_BLK(f32, float)
+
 #define TS__AVX2_ENTRY(SFX)                                                                      \
     {.absmax = absmax_##SFX, .absmax_cols = ts__qk_absmax_cols_##SFX##__generic,                 \
      .enc_e4m3 = enc_e4m3_##SFX, .enc_e4m3_cols = ts__qk_enc_e4m3_cols_##SFX##__generic,          \
-     .fp8_row = fp8_row_##SFX, .absmax_nonan = absmax_nonan_##SFX, .enc_e2m1 = enc_e2m1_##SFX,    \
+     .fp8_row = fp8_row_##SFX, .blk_stats = blk_stats_##SFX, .blk_enc = blk_enc_##SFX,            \
+     .absmax_nonan = absmax_nonan_##SFX, .enc_e2m1 = enc_e2m1_##SFX,    \
      .fp4_row = fp4_row_##SFX, .dec_e4m3 = dec_e4m3_##SFX, .dec_e2m1 = dec_e2m1_##SFX}
 
 const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT] = {

@@ -51,6 +51,25 @@ static inline void st_f32(void *o, int64_t j, float v) { ((float *)o)[j] = v; }
             sf[b] = s;                                                                           \
         }                                                                                        \
     }                                                                                            \
+    void ts__qk_blk_stats_##SFX##__generic(const void *x, int64_t n, int64_t g, uint32_t *amax,  \
+                                           uint32_t *amin) {                                     \
+        const size_t esz = sizeof(*(ts__qsrc_elem_##SFX *)0);                                    \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += g) {                                      \
+            uint32_t a = ts__qk_absmax_##SFX##__generic((const char *)x + (size_t)j0 * esz,      \
+                                                        n - j0 < g ? n - j0 : g);                \
+            amax[b] = a > amax[b] ? a : amax[b];                                                 \
+            amin[b] = 0;                                                                         \
+        }                                                                                        \
+    }                                                                                            \
+    void ts__qk_blk_enc_##SFX##__generic(const void *x, int64_t n, int64_t g,                    \
+                                         const uint32_t *amax, const uint32_t *amin,             \
+                                         const float *inv, uint8_t *q) {                         \
+        (void)amax, (void)amin;                                                                  \
+        const size_t esz = sizeof(*(ts__qsrc_elem_##SFX *)0);                                    \
+        for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += g)                                        \
+            ts__qk_enc_e4m3_##SFX##__generic((const char *)x + (size_t)j0 * esz,                 \
+                                             n - j0 < g ? n - j0 : g, inv[b], q + j0);           \
+    }                                                                                            \
     uint32_t ts__qk_absmax_nonan_##SFX##__generic(const void *x, int64_t n) {                    \
         uint32_t m = 0;                                                                          \
         for (int64_t j = 0; j < n; j++) {                                                        \
@@ -102,7 +121,8 @@ TS__DEF_GENERIC(f32)
 #define TS__ENTRY(SFX)                                                                           \
     {ts__qk_absmax_##SFX##__generic, ts__qk_absmax_cols_##SFX##__generic,                       \
      ts__qk_enc_e4m3_##SFX##__generic, ts__qk_enc_e4m3_cols_##SFX##__generic,                   \
-     ts__qk_fp8_row_##SFX##__generic, ts__qk_absmax_nonan_##SFX##__generic,                     \
+     ts__qk_fp8_row_##SFX##__generic, ts__qk_blk_stats_##SFX##__generic,                        \
+     ts__qk_blk_enc_##SFX##__generic, ts__qk_absmax_nonan_##SFX##__generic,                     \
      ts__qk_enc_e2m1_##SFX##__generic, ts__qk_fp4_row_##SFX##__generic,                         \
      ts__qk_dec_e4m3_##SFX##__generic, ts__qk_dec_e2m1_##SFX##__generic}
 
