@@ -4,4 +4,5 @@
 #include "tilestack/core.h"
 #include "tilestack/numerics.h"
 #include "tilestack/quant.h"
+#include "tilestack/gemm.h"
 #endif

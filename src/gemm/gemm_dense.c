@@ -1,0 +1,434 @@
+/* Dense GEMM driver: validation, the four layout variants as views of one NT problem, BLIS
+ * blocking and threading, the epilogue.
+ *
+ * Loops per work item (an mb x nb block of D, items spread over threads):
+ *   for k0 (KC, a multiple of the scale block): pack B KC x nb; for ic (MC rows): pack A
+ *   MC x KC; for jr (NR): for ir (MR): micro-kernel into the item's f32 accumulator.
+ * K is never split across items, and every element's arithmetic is the canonical order
+ * whatever the blocking, so tile sizes may follow the thread count freely. */
+#include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
+#include "tilestack/gemm.h"
+#include "tilestack/numerics.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+enum {
+    MR = TS__GEMM_MR,
+    NR = TS__GEMM_NR,
+    KC = 256,     /* B micro-panel KC x NR x 4 B = 16 KiB: half of L1d; multiple of 32 and 128 */
+    MC = 144,     /* A block MC x KC x 4 B = 144 KiB in L2 (512 KiB) */
+    MB_MAX = 576, /* rows per item: the B panel is reused over MB_MAX / MC A blocks */
+    NB_MAX = 2048 /* B panel KC x NB_MAX x 4 B = 2 MiB and acc MB_MAX x NB_MAX x 4 B in L3 */
+};
+#define NKB_MAX (KC / 32)
+
+/* ---------------------------------------------------------------- validation */
+
+typedef struct byte_range { uintptr_t lo, hi; } byte_range;
+
+static byte_range tensor_range(const ts_tensor *t) {
+    byte_range r = {0, 0};
+    if (!t || !t->data) return r;
+    int64_t lo = 0, hi = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) return r;
+        int64_t ext = (t->shape[i] - 1) * t->strides[i];
+        if (ext < 0) lo += ext; else hi += ext;
+    }
+    size_t es = ts_dtype_size(t->dtype);
+    r.lo = (uintptr_t)t->data + (uintptr_t)(lo * (int64_t)es);
+    r.hi = (uintptr_t)t->data + (uintptr_t)((hi + 1) * (int64_t)es);
+    return r;
+}
+
+static bool ranges_overlap(byte_range a, byte_range b) {
+    return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
+
+/* prefer_mn: the variant built this view by transposing a row-major argument, so a view
+ * that is both K- and MN-contiguous (a size-1 dim) is read as MN-major, as the caller meant. */
+static ts_status make_operand(const ts_tensor *x, const char *name, bool bf16, bool prefer_mn,
+                              ts__gemm_operand *op) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(x, name));
+    if (x->ndim != 2)
+        return ts__fail(TS_ERR_SHAPE, "%s: expected 2 dims, got %d", name, (int)x->ndim);
+    if (bf16 ? x->dtype != TS_BF16 : (x->dtype != TS_E4M3 && x->dtype != TS_E2M1X2))
+        return ts__fail(TS_ERR_DTYPE, "%s: dtype %s, expected %s", name, ts_dtype_name(x->dtype),
+                        bf16 ? "bf16" : "e4m3 or e2m1x2 (packed fp4)");
+    bool kmaj = x->shape[1] <= 1 || x->strides[1] == 1;
+    bool mnmaj = x->shape[0] <= 1 || x->strides[0] == 1;
+    if (!kmaj && !mnmaj)
+        return ts__fail(TS_ERR_STRIDE,
+                        "%s: neither K-major nor MN-major (strides %lld, %lld; one must be 1)", name,
+                        (long long)x->strides[0], (long long)x->strides[1]);
+    memset(op, 0, sizeof *op);
+    op->data = x->data;
+    op->dtype = x->dtype;
+    op->k_major = kmaj && !(mnmaj && prefer_mn);
+    op->s_mn = x->strides[0];
+    op->s_k = x->strides[1];
+    op->mn = x->shape[0];
+    op->k = x->shape[1];
+    if (x->dtype == TS_E2M1X2) {
+        if (op->k_major) op->k *= 2; else op->mn *= 2;
+    }
+    return TS_OK;
+}
+
+static ts_status attach_scales(ts__gemm_operand *op, const ts_tensor *sf, const char *name,
+                               int64_t gran_mn, int64_t gran_k) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(sf, name));
+    if (sf->ndim != 2)
+        return ts__fail(TS_ERR_SHAPE, "%s: expected 2 dims, got %d", name, (int)sf->ndim);
+    bool packed = sf->dtype == TS_I32 || sf->dtype == TS_UE8M0X4;
+    if (!packed && sf->dtype != TS_F32)
+        return ts__fail(TS_ERR_DTYPE, "%s: dtype %s, expected f32 or packed ue8m0 (i32)", name,
+                        ts_dtype_name(sf->dtype));
+    if (packed && gran_mn != 1)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                        "%s: packed ue8m0 scales need gran_mn 1 (recipe gives %lld), as upstream",
+                        name, (long long)gran_mn);
+    int64_t want0 = ts__ceil_div(op->mn, gran_mn);
+    int64_t want1 = ts__ceil_div(op->k, gran_k);
+    if (packed) want1 = ts__ceil_div(want1, 4);
+    if (sf->shape[0] != want0 || sf->shape[1] != want1)
+        return ts__fail(TS_ERR_SHAPE,
+                        "%s: shape [%lld, %lld], expected [%lld, %lld] (MN %lld, K %lld, "
+                        "gran (%lld, %lld)%s)",
+                        name, (long long)sf->shape[0], (long long)sf->shape[1], (long long)want0,
+                        (long long)want1, (long long)op->mn, (long long)op->k, (long long)gran_mn,
+                        (long long)gran_k, packed ? ", 4 ue8m0 per int32" : "");
+    op->sf = sf->data;
+    op->sf_packed = packed;
+    op->sf_s_mn = sf->strides[0];
+    op->sf_s_k = sf->strides[1];
+    op->gran_mn = gran_mn;
+    op->gran_k = gran_k;
+    return TS_OK;
+}
+
+/* Upstream casts f32 scales to ue8m0 by keeping only the exponent and asserts that the sign
+ * and mantissa are zero: exact powers of two. */
+static ts_status check_pow2_scales(const ts_tensor *sf, const char *name) {
+    const float *p = (const float *)sf->data;
+    for (int64_t i = 0; i < sf->shape[0]; i++)
+        for (int64_t j = 0; j < sf->shape[1]; j++) {
+            float v = p[i * sf->strides[0] + j * sf->strides[1]];
+            if (ts_f32_to_ue8m0(v) == 255)
+                return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                                "%s[%lld, %lld] = %g is not a positive power of two, which the "
+                                "ue8m0 cast needs (fp4 operand or gran_k 32; pass "
+                                "disable_ue8m0_cast to use f32 scales as given)",
+                                name, (long long)i, (long long)j, (double)v);
+        }
+    return TS_OK;
+}
+
+static ts_status check_output(const ts_tensor *d, const ts_tensor *c, int64_t m, int64_t n,
+                              const ts_tensor *const *inputs, const char *const *names, int nin) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(d, "d"));
+    if (d->ndim != 2) return ts__fail(TS_ERR_SHAPE, "d: expected 2 dims, got %d", (int)d->ndim);
+    if (d->dtype != TS_BF16 && d->dtype != TS_F32)
+        return ts__fail(TS_ERR_DTYPE, "d: dtype %s, expected bf16 or f32", ts_dtype_name(d->dtype));
+    if (d->shape[0] != m || d->shape[1] != n)
+        return ts__fail(TS_ERR_SHAPE, "d: shape [%lld, %lld], expected [M, N] = [%lld, %lld]",
+                        (long long)d->shape[0], (long long)d->shape[1], (long long)m, (long long)n);
+    if (!ts_tensor_is_k_major(d))
+        return ts__fail(TS_ERR_STRIDE, "d: last dim must be contiguous (stride %lld)",
+                        (long long)d->strides[1]);
+    byte_range dr = tensor_range(d);
+    for (int i = 0; i < nin; i++)
+        if (inputs[i] && ranges_overlap(dr, tensor_range(inputs[i])))
+            return ts__fail(TS_ERR_ALIASING, "d overlaps input %s", names[i]);
+    if (c) {
+        TS__RETURN_IF_ERROR(ts_tensor_check(c, "c"));
+        if (c->ndim != 2) return ts__fail(TS_ERR_SHAPE, "c: expected 2 dims, got %d", (int)c->ndim);
+        if (c->dtype != d->dtype)
+            return ts__fail(TS_ERR_DTYPE, "c: dtype %s differs from d's %s", ts_dtype_name(c->dtype),
+                            ts_dtype_name(d->dtype));
+        if (c->shape[0] != m || c->shape[1] != n)
+            return ts__fail(TS_ERR_SHAPE, "c: shape [%lld, %lld], expected [M, N] = [%lld, %lld]",
+                            (long long)c->shape[0], (long long)c->shape[1], (long long)m,
+                            (long long)n);
+        bool same = c->data == d->data && c->strides[0] == d->strides[0] &&
+                    c->strides[1] == d->strides[1];
+        if (!same && ranges_overlap(dr, tensor_range(c)))
+            return ts__fail(TS_ERR_ALIASING,
+                            "c overlaps d without being the same view (same data and strides)");
+    }
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------------- execution */
+
+typedef struct gemm_job {
+    const ts__gemm_kernels *kern;
+    ts__gemm_operand a, b;
+    bool scaled;
+    int64_t g; /* canonical K block (scaled) */
+    int64_t m, n, k;
+    const ts_tensor *d, *c;
+    int64_t mb, nb, n_nblk;
+    size_t acc_floats, bpack_floats, sb_floats, apack_floats, sa_floats;
+    atomic_bool oom;
+} gemm_job;
+
+static inline float load_out(const ts_tensor *t, int64_t m, int64_t n) {
+    int64_t off = m * t->strides[0] + n * t->strides[1];
+    if (t->dtype == TS_F32) return ((const float *)t->data)[off];
+    return ts_bf16_to_f32(((const uint16_t *)t->data)[off]);
+}
+
+static inline void store_out(const ts_tensor *t, int64_t m, int64_t n, float v) {
+    int64_t off = m * t->strides[0] + n * t->strides[1];
+    if (t->dtype == TS_F32) ((float *)t->data)[off] = v;
+    else ((uint16_t *)t->data)[off] = ts_f32_to_bf16(v);
+}
+
+static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, float *sbp,
+                     float *apack, float *sap) {
+    const int64_t m0 = (item / j->n_nblk) * j->mb, n0 = (item % j->n_nblk) * j->nb;
+    const int64_t rows = ts__min64(j->mb, j->m - m0), cols = ts__min64(j->nb, j->n - n0);
+    const int64_t n_mt = ts__ceil_div(rows, MR), n_nt = ts__ceil_div(cols, NR);
+    memset(acc, 0, (size_t)(n_mt * n_nt) * MR * NR * sizeof(float));
+    for (int64_t k0 = 0; k0 < j->k; k0 += KC) {
+        const int64_t kc = ts__min64(KC, j->k - k0);
+        const int64_t nkb = j->scaled ? ts__ceil_div(kc, j->g) : 0, kb0 = j->scaled ? k0 / j->g : 0;
+        for (int64_t jt = 0; jt < n_nt; jt++) {
+            int64_t c0 = jt * NR;
+            ts__gemm_pack_panel(&j->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
+                                bpack + jt * KC * NR);
+            if (j->scaled)
+                ts__gemm_pack_scales(&j->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g, NR,
+                                     sbp + jt * NKB_MAX * NR);
+        }
+        for (int64_t ic = 0; ic < n_mt; ic += MC / MR) {
+            const int64_t mct = ts__min64(MC / MR, n_mt - ic);
+            for (int64_t it = 0; it < mct; it++) {
+                int64_t r0 = (ic + it) * MR;
+                ts__gemm_pack_panel(&j->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
+                                    apack + it * KC * MR);
+                if (j->scaled)
+                    ts__gemm_pack_scales(&j->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g,
+                                         MR, sap + it * NKB_MAX * MR);
+            }
+            for (int64_t jt = 0; jt < n_nt; jt++) {
+                const float *bp = bpack + jt * KC * NR, *sb = sbp + jt * NKB_MAX * NR;
+                float *acc_col = acc + jt * n_mt * MR * NR;
+                for (int64_t it = 0; it < mct; it++) {
+                    float *t = acc_col + (ic + it) * MR * NR;
+                    if (j->scaled)
+                        j->kern->scaled(kc, j->g, apack + it * KC * MR, bp, sap + it * NKB_MAX * MR,
+                                        sb, t);
+                    else
+                        j->kern->plain(kc, apack + it * KC * MR, bp, t);
+                }
+            }
+        }
+    }
+    /* Epilogue: D = C + acc (bf16: RNE of the f32 sum), or D = acc without C. */
+    for (int64_t jt = 0; jt < n_nt; jt++)
+        for (int64_t it = 0; it < n_mt; it++) {
+            const float *t = acc + (jt * n_mt + it) * MR * NR;
+            int64_t ri = ts__min64(MR, rows - it * MR), cj = ts__min64(NR, cols - jt * NR);
+            for (int64_t i = 0; i < ri; i++) {
+                int64_t m = m0 + it * MR + i;
+                for (int64_t q = 0; q < cj; q++) {
+                    int64_t n = n0 + jt * NR + q;
+                    float v = t[i * NR + q];
+                    if (j->c) v = load_out(j->c, m, n) + v;
+                    store_out(j->d, m, n, v);
+                }
+            }
+        }
+}
+
+static void gemm_task(void *ctx, int64_t begin, int64_t end, int tid) {
+    gemm_job *j = (gemm_job *)ctx;
+    size_t total = j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats;
+    float *s = (float *)ts__scratch(tid, total * sizeof(float));
+    if (!s) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    float *acc = s, *bpack = acc + j->acc_floats, *sbp = bpack + j->bpack_floats,
+          *apack = sbp + j->sb_floats, *sap = apack + j->apack_floats;
+    for (int64_t item = begin; item < end; item++) run_item(j, item, acc, bpack, sbp, apack, sap);
+}
+
+static ts_status run_gemm(gemm_job *j) {
+    const int64_t m = j->m, n = j->n;
+    if (m == 0 || n == 0) return TS_OK;
+    if (j->k == 0) {
+        size_t es = ts_dtype_size(j->d->dtype);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t q = 0; q < n; q++) {
+                char *dp = (char *)j->d->data + (r * j->d->strides[0] + q * j->d->strides[1]) * (int64_t)es;
+                if (j->c)
+                    memmove(dp, (const char *)j->c->data +
+                                    (r * j->c->strides[0] + q * j->c->strides[1]) * (int64_t)es, es);
+                else
+                    memset(dp, 0, es);
+            }
+        return TS_OK;
+    }
+    /* Blocking follows the thread count (the bits do not depend on it): shrink the item until
+     * there are at least as many items as threads. */
+    const int64_t T = ts_get_num_threads();
+    int64_t mb = ts__min64(MB_MAX, ts__align(m, MR)), nb = ts__min64(NB_MAX, ts__align(n, NR));
+    int64_t mi = ts__ceil_div(m, mb), ni = ts__ceil_div(n, nb);
+    if (mi * ni < T) {
+        int64_t want_n = ts__ceil_div(T, mi);
+        nb = ts__max64(NR, ts__align(ts__ceil_div(n, want_n), NR));
+        ni = ts__ceil_div(n, nb);
+        if (mi * ni < T) {
+            int64_t want_m = ts__ceil_div(T, ni);
+            mb = ts__max64(MR, ts__align(ts__ceil_div(m, want_m), MR));
+            mi = ts__ceil_div(m, mb);
+        }
+    }
+    j->mb = mb;
+    j->nb = nb;
+    j->n_nblk = ni;
+    j->acc_floats = align_floats((size_t)(ts__align(mb, MR) * ts__align(nb, NR)));
+    j->bpack_floats = align_floats((size_t)(KC * ts__align(nb, NR)));
+    j->sb_floats = align_floats((size_t)(NKB_MAX * ts__align(nb, NR)));
+    j->apack_floats = align_floats((size_t)(KC * MC));
+    j->sa_floats = align_floats((size_t)(NKB_MAX * MC));
+    atomic_store(&j->oom, false);
+    ts__parallel_for(mi * ni, 1, gemm_task, j);
+    if (atomic_load(&j->oom))
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "gemm: scratch allocation failed");
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static ts_status fp8_fp4_gemm(const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b,
+                              const ts_tensor *sfb, ts_tensor *d, const ts_tensor *c,
+                              const int64_t *recipe, const int64_t *recipe_a,
+                              const int64_t *recipe_b, bool disable_ue8m0_cast, bool a_mn,
+                              bool b_mn) {
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    TS__RETURN_IF_ERROR(make_operand(a, "a", false, a_mn, &j.a));
+    TS__RETURN_IF_ERROR(make_operand(b, "b", false, b_mn, &j.b));
+    if (j.a.k != j.b.k)
+        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)j.b.k,
+                        (long long)j.a.k);
+    if (!sfa) return ts__fail(TS_ERR_NULL_POINTER, "sfa is NULL");
+    if (!sfb) return ts__fail(TS_ERR_NULL_POINTER, "sfb is NULL");
+    ts_gemm_recipe r;
+    TS__RETURN_IF_ERROR(ts_gemm_resolve_recipe(recipe, recipe_a, recipe_b, sfb->dtype, &r));
+    TS__RETURN_IF_ERROR(attach_scales(&j.a, sfa, "sfa", r.gran_mn_a, r.gran_k_a));
+    TS__RETURN_IF_ERROR(attach_scales(&j.b, sfb, "sfb", r.gran_mn_b, r.gran_k_b));
+    const ts_tensor *ins[4] = {a, b, sfa, sfb};
+    const char *names[4] = {"a", "b", "sfa", "sfb"};
+    TS__RETURN_IF_ERROR(check_output(d, c, j.a.mn, j.b.mn, ins, names, 4));
+    bool sm100_route = j.a.dtype == TS_E2M1X2 || j.b.dtype == TS_E2M1X2 || r.gran_k_a == 32 ||
+                       r.gran_k_b == 32;
+    if (sm100_route && !disable_ue8m0_cast) {
+        if (!j.a.sf_packed) TS__RETURN_IF_ERROR(check_pow2_scales(sfa, "sfa"));
+        if (!j.b.sf_packed) TS__RETURN_IF_ERROR(check_pow2_scales(sfb, "sfb"));
+    }
+    j.kern = ts__gemm_select_kernels();
+    j.scaled = true;
+    j.g = ts__min64(r.gran_k_a, r.gran_k_b);
+    j.m = j.a.mn;
+    j.n = j.b.mn;
+    j.k = j.a.k;
+    j.d = d;
+    j.c = c;
+    return run_gemm(&j);
+}
+
+static ts_status bf16_gemm(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                           const ts_tensor *c, bool a_mn, bool b_mn) {
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    TS__RETURN_IF_ERROR(make_operand(a, "a", true, a_mn, &j.a));
+    TS__RETURN_IF_ERROR(make_operand(b, "b", true, b_mn, &j.b));
+    if (j.a.k != j.b.k)
+        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)j.b.k,
+                        (long long)j.a.k);
+    const ts_tensor *ins[2] = {a, b};
+    const char *names[2] = {"a", "b"};
+    TS__RETURN_IF_ERROR(check_output(d, c, j.a.mn, j.b.mn, ins, names, 2));
+    j.kern = ts__gemm_select_kernels();
+    j.scaled = false;
+    j.m = j.a.mn;
+    j.n = j.b.mn;
+    j.k = j.a.k;
+    j.d = d;
+    j.c = c;
+    return run_gemm(&j);
+}
+
+/* The transposed view of a 2-D argument (NULL and malformed views pass through for the
+ * validation to report). */
+static const ts_tensor *transposed(const ts_tensor *x, ts_tensor *tmp) {
+    if (!x || x->ndim != 2) return x;
+    *tmp = *x;
+    tmp->shape[0] = x->shape[1];
+    tmp->shape[1] = x->shape[0];
+    tmp->strides[0] = x->strides[1];
+    tmp->strides[1] = x->strides[0];
+    return tmp;
+}
+
+#define TS__FP8_ARGS                                                                         \
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,      \
+        ts_tensor *d, const ts_tensor *c, const int64_t *recipe, const int64_t *recipe_a,    \
+        const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast
+
+/* ta / tb: whether the variant transposes a (with sfa) / b (with sfb) into the NT view. */
+static ts_status fp8_variant(TS__FP8_ARGS, bool ta, bool tb) {
+    (void)compiled_dims;
+    ts_tensor at, sat, bt, sbt;
+    const ts_tensor *av = ta ? transposed(a, &at) : a, *sav = ta ? transposed(sfa, &sat) : sfa;
+    const ts_tensor *bv = tb ? transposed(b, &bt) : b, *sbv = tb ? transposed(sfb, &sbt) : sfb;
+    return fp8_fp4_gemm(av, sav, bv, sbv, d, c, recipe, recipe_a, recipe_b, disable_ue8m0_cast,
+                        ta, tb);
+}
+
+#define TS__FP8_PASS a, sfa, b, sfb, d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast
+
+ts_status ts_fp8_fp4_gemm_nt(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, false, false); }
+ts_status ts_fp8_fp4_gemm_nn(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, false, true); }
+ts_status ts_fp8_fp4_gemm_tn(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, true, true); }
+ts_status ts_fp8_fp4_gemm_tt(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, true, false); }
+ts_status ts_fp8_gemm_nt(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, false, false); }
+ts_status ts_fp8_gemm_nn(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, false, true); }
+ts_status ts_fp8_gemm_tn(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, true, true); }
+ts_status ts_fp8_gemm_tt(TS__FP8_ARGS) { return fp8_variant(TS__FP8_PASS, true, false); }
+
+static ts_status bf16_variant(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                              const ts_tensor *c, bool ta, bool tb) {
+    ts_tensor at, bt;
+    return bf16_gemm(ta ? transposed(a, &at) : a, tb ? transposed(b, &bt) : b, d, c, ta, tb);
+}
+
+ts_status ts_bf16_gemm_nt(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                          const ts_tensor *c, const char *compiled_dims) {
+    (void)compiled_dims;
+    return bf16_variant(a, b, d, c, false, false);
+}
+ts_status ts_bf16_gemm_nn(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                          const ts_tensor *c, const char *compiled_dims) {
+    (void)compiled_dims;
+    return bf16_variant(a, b, d, c, false, true);
+}
+ts_status ts_bf16_gemm_tn(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                          const ts_tensor *c, const char *compiled_dims) {
+    (void)compiled_dims;
+    return bf16_variant(a, b, d, c, true, true);
+}
+ts_status ts_bf16_gemm_tt(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                          const ts_tensor *c, const char *compiled_dims) {
+    (void)compiled_dims;
+    return bf16_variant(a, b, d, c, true, false);
+}

@@ -1,0 +1,111 @@
+/* Packing: operands (e4m3, packed e2m1, bf16; either major) converted to f32 micro-panels.
+ * Decoding is exact, so any packing path gives the same panels. */
+#include "gemm/gemm_internal.h"
+#include "tilestack/numerics.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static float g_e4m3[256], g_e2m1[16], g_ue8m0[256];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_tables(void) {
+    for (int i = 0; i < 256; i++) {
+        g_e4m3[i] = ts_e4m3_to_f32((uint8_t)i);
+        g_ue8m0[i] = ts_ue8m0_to_f32((uint8_t)i);
+    }
+    /* Code 8 (-0) decodes to +0 as upstream's dequantisation; inside the canonical sums the
+     * sign of a zero product never shows (every partial sum starts at +0). */
+    for (int i = 0; i < 16; i++) g_e2m1[i] = i == 8 ? 0.0f : ts_e2m1_to_f32((uint8_t)i);
+}
+
+static inline float bf16_bits_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
+                         int64_t kc, int w, float *dst) {
+    pthread_once(&g_once, init_tables);
+    for (int64_t i = rows; i < w; i++)
+        for (int64_t k = 0; k < kc; k++) dst[k * w + i] = 0.0f;
+    const int64_t smn = op->s_mn, sk = op->s_k;
+    switch (op->dtype) {
+    case TS_E4M3: {
+        const uint8_t *p = (const uint8_t *)op->data;
+        if (op->k_major) {
+            for (int64_t i = 0; i < rows; i++) {
+                const uint8_t *row = p + (r0 + i) * smn + k0 * sk;
+                for (int64_t k = 0; k < kc; k++) dst[k * w + i] = g_e4m3[row[k * sk]];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++) {
+                const uint8_t *col = p + r0 * smn + (k0 + k) * sk;
+                for (int64_t i = 0; i < rows; i++) dst[k * w + i] = g_e4m3[col[i * smn]];
+            }
+        }
+        break;
+    }
+    case TS_BF16: {
+        const uint16_t *p = (const uint16_t *)op->data;
+        if (op->k_major) {
+            for (int64_t i = 0; i < rows; i++) {
+                const uint16_t *row = p + (r0 + i) * smn + k0 * sk;
+                for (int64_t k = 0; k < kc; k++) dst[k * w + i] = bf16_bits_to_f32(row[k * sk]);
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++) {
+                const uint16_t *col = p + r0 * smn + (k0 + k) * sk;
+                for (int64_t i = 0; i < rows; i++) dst[k * w + i] = bf16_bits_to_f32(col[i * smn]);
+            }
+        }
+        break;
+    }
+    case TS_E2M1X2: {
+        const uint8_t *p = (const uint8_t *)op->data;
+        if (op->k_major) {
+            for (int64_t i = 0; i < rows; i++) {
+                const uint8_t *row = p + (r0 + i) * smn;
+                for (int64_t k = 0; k < kc; k++) {
+                    int64_t kk = k0 + k;
+                    dst[k * w + i] = g_e2m1[(row[(kk >> 1) * sk] >> ((kk & 1) * 4)) & 0xF];
+                }
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++) {
+                const uint8_t *col = p + (k0 + k) * sk;
+                for (int64_t i = 0; i < rows; i++) {
+                    int64_t r = r0 + i;
+                    dst[k * w + i] = g_e2m1[(col[(r >> 1) * smn] >> ((r & 1) * 4)) & 0xF];
+                }
+            }
+        }
+        break;
+    }
+    default: TS__ASSERT(0 && "gemm pack: unexpected dtype");
+    }
+}
+
+void ts__gemm_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t kb0,
+                          int64_t nkb, int64_t g, int w, float *dst) {
+    pthread_once(&g_once, init_tables);
+    for (int64_t b = 0; b < nkb; b++) {
+        int64_t kidx = ((kb0 + b) * g) / op->gran_k;
+        for (int64_t i = 0; i < w; i++) {
+            float s = 0.0f;
+            if (i < rows) {
+                int64_t ridx = (r0 + i) / op->gran_mn;
+                if (op->sf_packed) {
+                    const int32_t *sf = (const int32_t *)op->sf;
+                    uint32_t word = (uint32_t)sf[ridx * op->sf_s_mn + (kidx >> 2) * op->sf_s_k];
+                    s = g_ue8m0[(word >> ((kidx & 3) * 8)) & 0xFF];
+                } else {
+                    s = ((const float *)op->sf)[ridx * op->sf_s_mn + kidx * op->sf_s_k];
+                }
+            }
+            dst[b * w + i] = s;
+        }
+    }
+}
