@@ -19,8 +19,9 @@ enum {
     NR = TS__GEMM_NR,
     KC = 256,     /* B micro-panel KC x NR x 4 B = 16 KiB: half of L1d; multiple of 32 and 128 */
     MC = 144,     /* A block MC x KC x 4 B = 144 KiB in L2 (512 KiB) */
-    MB_MAX = 576, /* rows per item: the B panel is reused over MB_MAX / MC A blocks */
-    NB_MAX = 2048 /* B panel KC x NB_MAX x 4 B = 2 MiB and acc MB_MAX x NB_MAX x 4 B in L3 */
+    MB_MAX = 1152, /* rows per item: the B panel is reused over MB_MAX / MC A blocks */
+    NB_MAX = 2048 /* B panel KC x NB_MAX x 4 B = 2 MiB in L3; acc MB_MAX x NB_MAX x 4 B
+                     (9 MiB) streams once per KC step */
 };
 #define NKB_MAX (KC / 32)
 
@@ -175,16 +176,19 @@ typedef struct gemm_job {
     atomic_bool oom;
 } gemm_job;
 
-static inline float load_out(const ts_tensor *t, int64_t m, int64_t n) {
-    int64_t off = m * t->strides[0] + n * t->strides[1];
-    if (t->dtype == TS_F32) return ((const float *)t->data)[off];
-    return ts_bf16_to_f32(((const uint16_t *)t->data)[off]);
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
-static inline void store_out(const ts_tensor *t, int64_t m, int64_t n, float v) {
-    int64_t off = m * t->strides[0] + n * t->strides[1];
-    if (t->dtype == TS_F32) ((float *)t->data)[off] = v;
-    else ((uint16_t *)t->data)[off] = ts_f32_to_bf16(v);
+/* ts_f32_to_bf16, inlined for the epilogue: RNE, NaN -> 0x7FC0 with its sign. */
+static inline uint16_t f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
 }
 
 static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -231,17 +235,31 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
         }
     }
     /* Epilogue: D = C + acc (bf16: RNE of the f32 sum), or D = acc without C. */
+    const ts_tensor *d = j->d, *c = j->c;
+    const bool f32 = d->dtype == TS_F32;
     for (int64_t jt = 0; jt < n_nt; jt++)
         for (int64_t it = 0; it < n_mt; it++) {
             const float *t = acc + (jt * n_mt + it) * MR * NR;
             int64_t ri = ts__min64(MR, rows - it * MR), cj = ts__min64(NR, cols - jt * NR);
+            int64_t mrow = m0 + it * MR, ncol = n0 + jt * NR;
             for (int64_t i = 0; i < ri; i++) {
-                int64_t m = m0 + it * MR + i;
-                for (int64_t q = 0; q < cj; q++) {
-                    int64_t n = n0 + jt * NR + q;
-                    float v = t[i * NR + q];
-                    if (j->c) v = load_out(j->c, m, n) + v;
-                    store_out(j->d, m, n, v);
+                const float *ti = t + i * NR;
+                float v[NR];
+                if (c && f32) {
+                    const float *cp = (const float *)c->data + (mrow + i) * c->strides[0] + ncol;
+                    for (int64_t q = 0; q < cj; q++) v[q] = cp[q] + ti[q];
+                } else if (c) {
+                    const uint16_t *cp = (const uint16_t *)c->data + (mrow + i) * c->strides[0] + ncol;
+                    for (int64_t q = 0; q < cj; q++) v[q] = bf16_to_f32(cp[q]) + ti[q];
+                } else {
+                    for (int64_t q = 0; q < cj; q++) v[q] = ti[q];
+                }
+                if (f32) {
+                    float *dp = (float *)d->data + (mrow + i) * d->strides[0] + ncol;
+                    for (int64_t q = 0; q < cj; q++) dp[q] = v[q];
+                } else {
+                    uint16_t *dp = (uint16_t *)d->data + (mrow + i) * d->strides[0] + ncol;
+                    for (int64_t q = 0; q < cj; q++) dp[q] = f32_to_bf16(v[q]);
                 }
             }
         }

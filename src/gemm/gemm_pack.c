@@ -38,7 +38,10 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
         if (op->k_major) {
             for (int64_t i = 0; i < rows; i++) {
                 const uint8_t *row = p + (r0 + i) * smn + k0 * sk;
-                for (int64_t k = 0; k < kc; k++) dst[k * w + i] = g_e4m3[row[k * sk]];
+                if (sk == 1) /* the usual weight layout: let the compiler see unit stride */
+                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = g_e4m3[row[k]];
+                else
+                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = g_e4m3[row[k * sk]];
             }
         } else {
             for (int64_t k = 0; k < kc; k++) {
@@ -53,7 +56,10 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
         if (op->k_major) {
             for (int64_t i = 0; i < rows; i++) {
                 const uint16_t *row = p + (r0 + i) * smn + k0 * sk;
-                for (int64_t k = 0; k < kc; k++) dst[k * w + i] = bf16_bits_to_f32(row[k * sk]);
+                if (sk == 1)
+                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = bf16_bits_to_f32(row[k]);
+                else
+                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = bf16_bits_to_f32(row[k * sk]);
             }
         } else {
             for (int64_t k = 0; k < kc; k++) {
