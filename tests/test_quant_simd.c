@@ -177,6 +177,45 @@ TS_TEST(quant_simd_fp8_block_random_bits) {
     free(x), free(xf), free(qa), free(qb), free(sa), free(sb);
 }
 
+/* Per-channel FP8: columns of mixed regimes (rows cycle through them, so every column mixes
+ * them too), then narrow-range groups, a group with an inf column (inv 0: inf * 0) and a NaN;
+ * n spans two column strips plus a tail shorter than 32; bf16, f16 and f32. */
+TS_TEST(quant_simd_fp8_channel_random_bits) {
+    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    const int saved_threads = ts_get_num_threads();
+    const int64_t g = 32, m = g * 6, n = 1024 * 2 + 77;
+    uint16_t *x = malloc((size_t)(m * n) * 2), *xh = malloc((size_t)(m * n) * 2);
+    float *xf = malloc((size_t)(m * n) * 4);
+    ts_prng p = ts_prng_seed(31337);
+    for (int64_t r = 0; r < m; r++) qs_fill_row(x + r * n, n, r < 2 * g ? (int)(r % 5) : 1, 1, &p);
+    x[(3 * g + 5) * n + 100] = 0x7F80;       /* +inf */
+    x[(4 * g + 7) * n + 1500] = 0xFF80;      /* -inf */
+    x[(5 * g + 1) * n + 2100] = 0x7FC0;      /* NaN, in the tail columns */
+    for (int64_t i = 0; i < m * n; i++) {
+        xf[i] = ts_bf16_to_f32(x[i]);
+        xh[i] = ts_f32_to_f16(xf[i] * 0.001f);
+    }
+    uint8_t *qa = malloc((size_t)(m * n)), *qb = malloc((size_t)(m * n));
+    float *sa = malloc((size_t)(m / g * n) * 4), *sb = malloc((size_t)(m / g * n) * 4);
+    const void *srcs[3] = {x, xh, xf};
+    static const ts_dtype sdt[3] = {TS_BF16, TS_F16, TS_F32};
+    for (int si = 0; si < 3; si++) {
+        ts_tensor xt = ts_tensor_2d((void *)srcs[si], sdt[si], m, n);
+        ts_tensor ta = ts_tensor_2d(qa, TS_E4M3, m, n), tb = ts_tensor_2d(qb, TS_E4M3, m, n);
+        for (int ue = 0; ue < 2; ue++) {
+            ts_tensor ssa = ts_tensor_2d(sa, TS_F32, m / g, n), ssb = ts_tensor_2d(sb, TS_F32, m / g, n);
+            char what[96];
+            snprintf(what, sizeof what, "per_channel %s ue8m0 %d", ts_dtype_name(sdt[si]), ue);
+            QS_SAME((size_t)(m * n), qa, qb, ts_per_channel_cast_to_fp8(&xt, ue, g, &ta, &ssa),
+                    ts_per_channel_cast_to_fp8(&xt, ue, g, &tb, &ssb), what);
+            TS_CHECK_MSG(memcmp(sa, sb, (size_t)(m / g * n) * 4) == 0, "%s: scales differ", what);
+        }
+    }
+    ts_set_num_threads(saved_threads);
+    ts_set_isa(TS_ISA_AVX2);
+    free(x), free(xh), free(xf), free(qa), free(qb), free(sa), free(sb);
+}
+
 /* Per-token FP4 in both rules over gran_k that take the chunked AVX2 path (multiples of 32),
  * the per-block path (16, 48 with tails) and the odd-gran_k framework path; bf16, f16 and f32
  * sources; f32 and packed scales. */

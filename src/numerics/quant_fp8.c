@@ -189,41 +189,45 @@ ts_status ts_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t g
 
 /* ---- per channel ---- */
 
-/* Columns per strip: bounds the on-stack amax / reciprocal arrays. */
-#define PC_STRIP 512
+/* Work items are (row group, column strip) tiles of g rows x PC_STRIP columns (128 x 1024 bf16
+ * = 256 KB: the encode pass re-reads it from L2), numbered group-major so a thread's share
+ * walks along rows; the encode pass prefetches the next strip of each row. Threading over
+ * tiles rather than groups keeps both cores busy when m / g is small. */
+#define PC_STRIP 1024
 
 typedef struct pc_ctx {
     const char *x;
     int64_t x_rs;
     size_t esz;
     const ts__quant_kernels *k;
-    int64_t ngroups, g;
+    int64_t n, g, nstrips;
     bool ue8m0;
     uint8_t *q;
     int64_t q_rs;
     sf_out sf;
 } pc_ctx;
 
-static void pc_cols(void *vctx, int64_t c0, int64_t c1, int tid) {
+static void pc_tiles(void *vctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     const pc_ctx *c = (const pc_ctx *)vctx;
     uint32_t amax[PC_STRIP];
     float inv[PC_STRIP];
-    for (int64_t s0 = c0; s0 < c1; s0 += PC_STRIP) {
-        int64_t len = ts__min64(PC_STRIP, c1 - s0);
-        for (int64_t gi = 0; gi < c->ngroups; gi++) {
-            int64_t r0 = gi * c->g;
-            memset(amax, 0, sizeof amax);
-            for (int64_t r = r0; r < r0 + c->g; r++)
-                c->k->absmax_cols(c->x + r * c->x_rs + (size_t)s0 * c->esz, len, amax);
-            for (int64_t j = 0; j < len; j++) {
-                float s = ts__fp8_scale(amax[j], c->ue8m0);
-                sf_store_f32(&c->sf, gi, s0 + j, s);
-                inv[j] = 1.0f / s;
-            }
-            for (int64_t r = r0; r < r0 + c->g; r++)
-                c->k->enc_e4m3_cols(c->x + r * c->x_rs + (size_t)s0 * c->esz, len, inv,
-                                    c->q + r * c->q_rs + s0);
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t gi = t / c->nstrips, s0 = (t % c->nstrips) * PC_STRIP;
+        const int64_t len = ts__min64(PC_STRIP, c->n - s0), r0 = gi * c->g;
+        const int64_t next = ts__min64(PC_STRIP, c->n - s0 - len) * (int64_t)c->esz;
+        memset(amax, 0, (size_t)len * sizeof amax[0]);
+        for (int64_t r = r0; r < r0 + c->g; r++)
+            c->k->absmax_cols(c->x + r * c->x_rs + (size_t)s0 * c->esz, len, amax);
+        for (int64_t j = 0; j < len; j++) {
+            float s = ts__fp8_scale(amax[j], c->ue8m0);
+            sf_store_f32(&c->sf, gi, s0 + j, s);
+            inv[j] = 1.0f / s;
+        }
+        for (int64_t r = r0; r < r0 + c->g; r++) {
+            const char *xr = c->x + r * c->x_rs + (size_t)s0 * c->esz;
+            c->k->enc_e4m3_cols(xr, len, inv, c->q + r * c->q_rs + s0);
+            for (int64_t l = 0; l < next; l += 64) __builtin_prefetch(xr + (size_t)len * c->esz + l, 0, 1);
         }
     }
 }
@@ -247,12 +251,12 @@ ts_status ts_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t
         .x_rs = x->strides[0] * (int64_t)ts__qsrc_size(src),
         .esz = ts__qsrc_size(src),
         .k = ts__quant_kernels_for(src),
-        .ngroups = m / gran_k, .g = gran_k,
+        .n = n, .g = gran_k, .nstrips = ts__cdiv_safe(n, PC_STRIP),
         .ue8m0 = use_ue8m0,
         .q = (uint8_t *)x_fp8->data,
         .q_rs = x_fp8->strides[0],
         .sf = {(char *)sf->data, sf->strides[0], sf->strides[1], false},
     };
-    ts__parallel_for(n, 64, pc_cols, &c);
+    ts__parallel_for(m / gran_k * c.nstrips, 1, pc_tiles, &c);
     return TS_OK;
 }

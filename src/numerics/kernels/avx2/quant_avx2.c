@@ -411,6 +411,7 @@ static inline __m256 load8_bf16(const uint16_t *p) { return bf16x8_to_f32(_mm_lo
 static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
 /* the exact widening (ts_f16_to_f32) keeps signalling NaNs; only NaN-ness matters here */
 static inline __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline __m256 load8_f16_exact(const uint16_t *p) { return ts__avx2_f16_decode(_mm_loadu_si128((const __m128i *)p)); }
 
 TS__DEF_AVX2_FP4(bf16, uint16_t, load8_bf16)
 TS__DEF_AVX2_FP4(f16, uint16_t, load8_f16)
@@ -660,6 +661,55 @@ TS__DEF_AVX2_DEC(bf16, uint16_t)
 TS__DEF_AVX2_DEC(f16, uint16_t)
 TS__DEF_AVX2_DEC(f32, float)
 
+/* ---- per-channel: column-wise amax and encode with per-column reciprocals ----
+ * 32 products without NaN (the norm) take the 32-value encoder, which differs from the
+ * quantiser rule only on NaN (0x7F | sign instead of 0x7F); the others the generic rule. */
+
+#define TS__DEF_AVX2_COLS(SFX, T, LOAD8, ABS8)                                                   \
+    static void absmax_cols_##SFX(const void *x, int64_t n, uint32_t *acc) {                     \
+        const T *p = (const T *)x;                                                               \
+        int64_t j = 0;                                                                           \
+        for (; j + 8 <= n; j += 8) {                                                             \
+            __m256i a = _mm256_max_epu32(ABS8(p + j), _mm256_loadu_si256((const __m256i *)(acc + j))); \
+            _mm256_storeu_si256((__m256i *)(acc + j), a);                                        \
+        }                                                                                        \
+        ts__qk_absmax_cols_##SFX##__generic(p + j, n - j, acc + j);                              \
+    }                                                                                            \
+    static void enc_e4m3_cols_##SFX(const void *x, int64_t n, const float *inv, uint8_t *q) {    \
+        const T *p = (const T *)x;                                                               \
+        int64_t j = 0;                                                                           \
+        for (; j + 32 <= n; j += 32) {                                                           \
+            __m256 v[4], nan = _mm256_setzero_ps();                                              \
+            for (int t = 0; t < 4; t++) {                                                        \
+                v[t] = _mm256_mul_ps(LOAD8(p + j + 8 * t), _mm256_loadu_ps(inv + j + 8 * t));    \
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[t], v[t], _CMP_UNORD_Q));                \
+            }                                                                                    \
+            if (!_mm256_testz_ps(nan, nan)) {                                                    \
+                ts__qk_enc_e4m3_cols_##SFX##__generic(p + j, 32, inv + j, q + j);                \
+                continue;                                                                        \
+            }                                                                                    \
+            _mm256_storeu_si256((__m256i *)(q + j), ts__avx2_e4m3x32_encode(v[0], v[1], v[2], v[3])); \
+        }                                                                                        \
+        ts__qk_enc_e4m3_cols_##SFX##__generic(p + j, n - j, inv + j, q + j);                     \
+    }
+
+/* |x| as f32 bits, 8 lanes, exactly as the generic ab_* */
+static inline __m256i abs8_bf16(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFF)), 16);
+}
+static inline __m256i abs8_f16(const uint16_t *p) {
+    __m128i h = _mm_and_si128(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi16(0x7FFF));
+    return _mm256_castps_si256(ts__avx2_f16_decode(h)); /* exact widening, NaN payload kept */
+}
+static inline __m256i abs8_f32(const float *p) {
+    return _mm256_and_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi32(0x7FFFFFFF));
+}
+
+TS__DEF_AVX2_COLS(bf16, uint16_t, load8_bf16, abs8_bf16)
+TS__DEF_AVX2_COLS(f16, uint16_t, load8_f16_exact, abs8_f16)
+TS__DEF_AVX2_COLS(f32, float, load8_f32, abs8_f32)
+
 /* f16 / f32 per-block tiles: the AVX2 amax and run encoders block by block. */
 #define TS__DEF_AVX2_BLK(SFX, T)                                                                 \
     static void blk_stats_##SFX(const void *x, int64_t n, int64_t g, uint32_t *amax, uint32_t *amin) { \
@@ -679,8 +729,8 @@ TS__DEF_AVX2_BLK(f16, uint16_t)
 TS__DEF_AVX2_BLK(f32, float)
 
 #define TS__AVX2_ENTRY(SFX)                                                                      \
-    {.absmax = absmax_##SFX, .absmax_cols = ts__qk_absmax_cols_##SFX##__generic,                 \
-     .enc_e4m3 = enc_e4m3_##SFX, .enc_e4m3_cols = ts__qk_enc_e4m3_cols_##SFX##__generic,          \
+    {.absmax = absmax_##SFX, .absmax_cols = absmax_cols_##SFX,                                   \
+     .enc_e4m3 = enc_e4m3_##SFX, .enc_e4m3_cols = enc_e4m3_cols_##SFX,                            \
      .fp8_row = fp8_row_##SFX, .blk_stats = blk_stats_##SFX, .blk_enc = blk_enc_##SFX,            \
      .absmax_nonan = absmax_nonan_##SFX, .enc_e2m1 = enc_e2m1_##SFX,    \
      .fp4_row = fp4_row_##SFX, .dec_e4m3 = dec_e4m3_##SFX, .dec_e2m1 = dec_e2m1_##SFX}
