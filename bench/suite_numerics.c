@@ -75,7 +75,14 @@ static ts_status run_convert(void *p) {
     return ts_convert(c->src, c->sd, c->dst, c->dd, c->n);
 }
 
-typedef enum cast_kind { CAST_TOKEN_FP8, CAST_BLOCK_FP8, CAST_TOKEN_FP4, CAST_BACK_FP8 } cast_kind;
+typedef enum cast_kind {
+    CAST_TOKEN_FP8,
+    CAST_BLOCK_FP8,
+    CAST_CHANNEL_FP8,
+    CAST_TOKEN_FP4,
+    CAST_BACK_FP8,
+    CAST_BACK_FP4,
+} cast_kind;
 
 typedef struct cast_ctx {
     cast_kind kind;
@@ -92,11 +99,15 @@ static ts_status run_cast(void *p) {
         return ts_per_token_cast_to_fp8(&c->x, c->ue8m0, c->gran, c->packed, &c->q, &c->sf);
     case CAST_BLOCK_FP8:
         return ts_per_block_cast_to_fp8(&c->x, c->ue8m0, c->gran, &c->q, &c->sf);
+    case CAST_CHANNEL_FP8:
+        return ts_per_channel_cast_to_fp8(&c->x, c->ue8m0, c->gran, &c->q, &c->sf);
     case CAST_TOKEN_FP4:
         return ts_per_token_cast_to_fp4(&c->x, c->ue8m0, c->gran, c->packed, c->rounding, &c->q,
                                         &c->sf);
     case CAST_BACK_FP8:
         return ts_cast_back_from_fp8(&c->q, &c->sf, 1, c->gran, &c->out);
+    case CAST_BACK_FP4:
+        return ts_cast_back_from_fp4(&c->q, &c->sf, 1, c->gran, &c->out);
     }
     return TS_ERR_INTERNAL;
 }
@@ -292,11 +303,15 @@ static void cast_rows(numerics_env *env, int64_t m, int64_t n, const int *thread
          TS_FP4_ROUND_DEEPGEMM},
         {"per_block_cast_to_fp8", "bf16->e4m3,f32 sf", CAST_BLOCK_FP8, false, false, 128,
          TS_FP4_ROUND_DEEPGEMM},
+        {"per_channel_cast_to_fp8", "bf16->e4m3,f32 sf", CAST_CHANNEL_FP8, false, false, 128,
+         TS_FP4_ROUND_DEEPGEMM},
         {"per_token_cast_to_fp4", "bf16->e2m1,ue8m0x4", CAST_TOKEN_FP4, true, true, 32,
          TS_FP4_ROUND_DEEPGEMM},
         {"per_token_cast_to_fp4 rne", "bf16->e2m1,f32 sf", CAST_TOKEN_FP4, false, false, 32,
          TS_FP4_ROUND_RNE},
         {"cast_back_from_fp8", "e4m3,f32 sf->bf16", CAST_BACK_FP8, false, false, 128,
+         TS_FP4_ROUND_DEEPGEMM},
+        {"cast_back_from_fp4", "e2m1,ue8m0x4->bf16", CAST_BACK_FP4, true, true, 32,
          TS_FP4_ROUND_DEEPGEMM},
     };
     const size_t ncases = only_first ? 1 : sizeof cases / sizeof cases[0];
@@ -311,7 +326,7 @@ static void cast_rows(numerics_env *env, int64_t m, int64_t n, const int *thread
         c.rounding = cc->rounding;
         c.x = ts_tensor_2d(x, TS_BF16, m, n);
         double sf_bytes;
-        if (cc->kind == CAST_TOKEN_FP4) {
+        if (cc->kind == CAST_TOKEN_FP4 || cc->kind == CAST_BACK_FP4) {
             c.q = ts_tensor_2d(q, TS_E2M1X2, m, n / 2);
             c.sf = cc->packed ? ts_tensor_2d(sf, TS_I32, m, ts__ceil_div(sfk32, 4))
                               : ts_tensor_2d(sf, TS_F32, m, sfk32);
@@ -320,25 +335,31 @@ static void cast_rows(numerics_env *env, int64_t m, int64_t n, const int *thread
             c.q = ts_tensor_2d(q, TS_E4M3, m, n);
             if (cc->kind == CAST_BLOCK_FP8)
                 c.sf = ts_tensor_2d(sf, TS_F32, ts__ceil_div(m, 128), sfk128);
+            else if (cc->kind == CAST_CHANNEL_FP8)
+                c.sf = ts_tensor_2d(sf, TS_F32, m / 128, n);
             else
                 c.sf = cc->packed ? ts_tensor_2d(sf, TS_I32, m, ts__ceil_div(sfk128, 4))
                                   : ts_tensor_2d(sf, TS_F32, m, sfk128);
             sf_bytes = 4.0 * (double)(c.sf.shape[0] * c.sf.shape[1]);
         }
         double bytes;
-        if (cc->kind == CAST_BACK_FP8) {
+        if (cc->kind == CAST_BACK_FP8 || cc->kind == CAST_BACK_FP4) {
             /* Needs real quantised data: produce it once (untimed) with the per-token cast. */
+            const bool fp4 = cc->kind == CAST_BACK_FP4;
             c.out = ts_tensor_2d(back, TS_BF16, m, n);
             (void)ts_set_num_threads(threads[nthreads - 1]);
-            ts_status st = ts_per_token_cast_to_fp8(&c.x, false, 128, false, &c.q, &c.sf);
+            ts_status st = fp4 ? ts_per_token_cast_to_fp4(&c.x, cc->ue8m0, cc->gran, cc->packed,
+                                                          cc->rounding, &c.q, &c.sf)
+                               : ts_per_token_cast_to_fp8(&c.x, false, 128, false, &c.q, &c.sf);
             if (st != TS_OK) {
                 ts__bench_row row = {0};
                 row.suite = SUITE, row.name = cc->name, row.shape = shape, row.dtype = cc->dtype;
                 row.threads = threads[0];
-                ts__bench_report_error(env->opts, &row, "needs ts_per_token_cast_to_fp8");
+                ts__bench_report_error(env->opts, &row, fp4 ? "needs ts_per_token_cast_to_fp4"
+                                                              : "needs ts_per_token_cast_to_fp8");
                 continue;
             }
-            bytes = mn + sf_bytes + 2.0 * mn;
+            bytes = (fp4 ? 0.5 * mn : mn) + sf_bytes + 2.0 * mn;
         } else {
             bytes = 2.0 * mn + (cc->kind == CAST_TOKEN_FP4 ? 0.5 * mn : mn) + sf_bytes;
         }
