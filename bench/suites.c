@@ -15,6 +15,8 @@ typedef struct suite_entry {
 static const suite_entry g_suites[] = {
     {"numerics", "format conversions (L2-resident decode, DRAM encode) and FP8/FP4 quantisers",
      ts__suite_numerics},
+    {"gemm", "dense FP8/FP8xFP4/BF16 GEMM: compute-bound vs FMA peak, decode vs DRAM, vs OpenBLAS",
+     ts__suite_gemm},
 };
 #define N_SUITES (sizeof g_suites / sizeof g_suites[0])
 

@@ -48,10 +48,14 @@ static bool ranges_overlap(byte_range a, byte_range b) {
     return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
 }
 
+bool ts__gemm_views_overlap(const ts_tensor *x, const ts_tensor *y) {
+    return ranges_overlap(tensor_range(x), tensor_range(y));
+}
+
 /* prefer_mn: the variant built this view by transposing a row-major argument, so a view
  * that is both K- and MN-contiguous (a size-1 dim) is read as MN-major, as the caller meant. */
-static ts_status make_operand(const ts_tensor *x, const char *name, bool bf16, bool prefer_mn,
-                              ts__gemm_operand *op) {
+ts_status ts__gemm_make_operand(const ts_tensor *x, const char *name, bool bf16, bool prefer_mn,
+                               ts__gemm_operand *op) {
     TS__RETURN_IF_ERROR(ts_tensor_check(x, name));
     if (x->ndim != 2)
         return ts__fail(TS_ERR_SHAPE, "%s: expected 2 dims, got %d", name, (int)x->ndim);
@@ -78,8 +82,8 @@ static ts_status make_operand(const ts_tensor *x, const char *name, bool bf16, b
     return TS_OK;
 }
 
-static ts_status attach_scales(ts__gemm_operand *op, const ts_tensor *sf, const char *name,
-                               int64_t gran_mn, int64_t gran_k) {
+ts_status ts__gemm_attach_scales(ts__gemm_operand *op, const ts_tensor *sf, const char *name,
+                                 int64_t gran_mn, int64_t gran_k) {
     TS__RETURN_IF_ERROR(ts_tensor_check(sf, name));
     if (sf->ndim != 2)
         return ts__fail(TS_ERR_SHAPE, "%s: expected 2 dims, got %d", name, (int)sf->ndim);
@@ -112,7 +116,11 @@ static ts_status attach_scales(ts__gemm_operand *op, const ts_tensor *sf, const 
 
 /* Upstream casts f32 scales to ue8m0 by keeping only the exponent and asserts that the sign
  * and mantissa are zero: exact powers of two. */
-static ts_status check_pow2_scales(const ts_tensor *sf, const char *name) {
+bool ts__gemm_needs_ue8m0_cast(const ts__gemm_operand *a, const ts__gemm_operand *b) {
+    return a->dtype == TS_E2M1X2 || b->dtype == TS_E2M1X2 || a->gran_k == 32 || b->gran_k == 32;
+}
+
+ts_status ts__gemm_check_pow2_scales(const ts_tensor *sf, const char *name) {
     const float *p = (const float *)sf->data;
     for (int64_t i = 0; i < sf->shape[0]; i++)
         for (int64_t j = 0; j < sf->shape[1]; j++) {
@@ -153,6 +161,9 @@ static ts_status check_output(const ts_tensor *d, const ts_tensor *c, int64_t m,
             return ts__fail(TS_ERR_SHAPE, "c: shape [%lld, %lld], expected [M, N] = [%lld, %lld]",
                             (long long)c->shape[0], (long long)c->shape[1], (long long)m,
                             (long long)n);
+        if (!ts_tensor_is_k_major(c))
+            return ts__fail(TS_ERR_STRIDE, "c: last dim must be contiguous (stride %lld)",
+                            (long long)c->strides[1]);
         bool same = c->data == d->data && c->strides[0] == d->strides[0] &&
                     c->strides[1] == d->strides[1];
         if (!same && ranges_overlap(dr, tensor_range(c)))
@@ -166,11 +177,12 @@ static ts_status check_output(const ts_tensor *d, const ts_tensor *c, int64_t m,
 
 typedef struct gemm_job {
     const ts__gemm_kernels *kern;
-    ts__gemm_operand a, b;
+    ts__gemm_problem *probs;
+    int64_t nprob;
+    ts_dtype d_dtype;
     bool scaled;
     int64_t g; /* canonical K block (scaled) */
-    int64_t m, n, k;
-    const ts_tensor *d, *c;
+    int64_t n; /* shared by every problem */
     int64_t mb, nb, n_nblk;
     size_t acc_floats, bpack_floats, sb_floats, apack_floats, sa_floats;
     atomic_bool oom;
@@ -193,31 +205,61 @@ static inline uint16_t f32_to_bf16(float x) {
 
 static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* The problem holding global item `item` (problems are in item order). */
+static const ts__gemm_problem *find_problem(const gemm_job *j, int64_t item) {
+    int64_t lo = 0, hi = j->nprob - 1;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (j->probs[mid].item0 <= item) lo = mid; else hi = mid - 1;
+    }
+    return &j->probs[lo];
+}
+
+/* K == 0 as upstream's early_return: D = C bit for bit, or zeros. */
+static void copy_item(const gemm_job *j, const ts__gemm_problem *p, int64_t m0, int64_t rows,
+                      int64_t n0, int64_t cols) {
+    const size_t es = ts_dtype_size(j->d_dtype);
+    for (int64_t i = 0; i < rows; i++) {
+        char *dp = (char *)p->d + ((m0 + i) * p->ld_d + n0) * (int64_t)es;
+        if (p->c)
+            memmove(dp, (const char *)p->c + ((m0 + i) * p->ld_c + n0) * (int64_t)es,
+                    (size_t)cols * es);
+        else
+            memset(dp, 0, (size_t)cols * es);
+    }
+}
+
 static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, float *sbp,
                      float *apack, float *sap) {
+    const ts__gemm_problem *p = find_problem(j, item);
+    item -= p->item0;
     const int64_t m0 = (item / j->n_nblk) * j->mb, n0 = (item % j->n_nblk) * j->nb;
-    const int64_t rows = ts__min64(j->mb, j->m - m0), cols = ts__min64(j->nb, j->n - n0);
+    const int64_t rows = ts__min64(j->mb, p->m - m0), cols = ts__min64(j->nb, j->n - n0);
+    if (p->k == 0) {
+        copy_item(j, p, m0, rows, n0, cols);
+        return;
+    }
     const int64_t n_mt = ts__ceil_div(rows, MR), n_nt = ts__ceil_div(cols, NR);
     memset(acc, 0, (size_t)(n_mt * n_nt) * MR * NR * sizeof(float));
-    for (int64_t k0 = 0; k0 < j->k; k0 += KC) {
-        const int64_t kc = ts__min64(KC, j->k - k0);
+    for (int64_t k0 = 0; k0 < p->k; k0 += KC) {
+        const int64_t kc = ts__min64(KC, p->k - k0);
         const int64_t nkb = j->scaled ? ts__ceil_div(kc, j->g) : 0, kb0 = j->scaled ? k0 / j->g : 0;
         for (int64_t jt = 0; jt < n_nt; jt++) {
             int64_t c0 = jt * NR;
-            ts__gemm_pack_panel(&j->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
+            ts__gemm_pack_panel(&p->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
                                 bpack + jt * KC * NR);
             if (j->scaled)
-                ts__gemm_pack_scales(&j->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g, NR,
+                ts__gemm_pack_scales(&p->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g, NR,
                                      sbp + jt * NKB_MAX * NR);
         }
         for (int64_t ic = 0; ic < n_mt; ic += MC / MR) {
             const int64_t mct = ts__min64(MC / MR, n_mt - ic);
             for (int64_t it = 0; it < mct; it++) {
                 int64_t r0 = (ic + it) * MR;
-                ts__gemm_pack_panel(&j->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
+                ts__gemm_pack_panel(&p->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
                                     apack + it * KC * MR);
                 if (j->scaled)
-                    ts__gemm_pack_scales(&j->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g,
+                    ts__gemm_pack_scales(&p->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g,
                                          MR, sap + it * NKB_MAX * MR);
             }
             for (int64_t jt = 0; jt < n_nt; jt++) {
@@ -235,8 +277,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
         }
     }
     /* Epilogue: D = C + acc (bf16: RNE of the f32 sum), or D = acc without C. */
-    const ts_tensor *d = j->d, *c = j->c;
-    const bool f32 = d->dtype == TS_F32;
+    const bool f32 = j->d_dtype == TS_F32;
     for (int64_t jt = 0; jt < n_nt; jt++)
         for (int64_t it = 0; it < n_mt; it++) {
             const float *t = acc + (jt * n_mt + it) * MR * NR;
@@ -245,20 +286,20 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
             for (int64_t i = 0; i < ri; i++) {
                 const float *ti = t + i * NR;
                 float v[NR];
-                if (c && f32) {
-                    const float *cp = (const float *)c->data + (mrow + i) * c->strides[0] + ncol;
+                if (p->c && f32) {
+                    const float *cp = (const float *)p->c + (mrow + i) * p->ld_c + ncol;
                     for (int64_t q = 0; q < cj; q++) v[q] = cp[q] + ti[q];
-                } else if (c) {
-                    const uint16_t *cp = (const uint16_t *)c->data + (mrow + i) * c->strides[0] + ncol;
+                } else if (p->c) {
+                    const uint16_t *cp = (const uint16_t *)p->c + (mrow + i) * p->ld_c + ncol;
                     for (int64_t q = 0; q < cj; q++) v[q] = bf16_to_f32(cp[q]) + ti[q];
                 } else {
                     for (int64_t q = 0; q < cj; q++) v[q] = ti[q];
                 }
                 if (f32) {
-                    float *dp = (float *)d->data + (mrow + i) * d->strides[0] + ncol;
+                    float *dp = (float *)p->d + (mrow + i) * p->ld_d + ncol;
                     for (int64_t q = 0; q < cj; q++) dp[q] = v[q];
                 } else {
-                    uint16_t *dp = (uint16_t *)d->data + (mrow + i) * d->strides[0] + ncol;
+                    uint16_t *dp = (uint16_t *)p->d + (mrow + i) * p->ld_d + ncol;
                     for (int64_t q = 0; q < cj; q++) dp[q] = f32_to_bf16(v[q]);
                 }
             }
@@ -278,37 +319,46 @@ static void gemm_task(void *ctx, int64_t begin, int64_t end, int tid) {
     for (int64_t item = begin; item < end; item++) run_item(j, item, acc, bpack, sbp, apack, sap);
 }
 
-static ts_status run_gemm(gemm_job *j) {
-    const int64_t m = j->m, n = j->n;
-    if (m == 0 || n == 0) return TS_OK;
-    if (j->k == 0) {
-        size_t es = ts_dtype_size(j->d->dtype);
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t q = 0; q < n; q++) {
-                char *dp = (char *)j->d->data + (r * j->d->strides[0] + q * j->d->strides[1]) * (int64_t)es;
-                if (j->c)
-                    memmove(dp, (const char *)j->c->data +
-                                    (r * j->c->strides[0] + q * j->c->strides[1]) * (int64_t)es, es);
-                else
-                    memset(dp, 0, es);
-            }
-        return TS_OK;
+/* Item count of the whole batch for an mb x nb blocking; fills each problem's item0. */
+static int64_t count_items(ts__gemm_problem *probs, int64_t nprob, int64_t mb, int64_t ni) {
+    int64_t items = 0;
+    for (int64_t i = 0; i < nprob; i++) {
+        probs[i].item0 = items;
+        items += ts__ceil_div(probs[i].m, mb) * ni;
     }
+    return items;
+}
+
+ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, ts_dtype d_dtype,
+                             bool scaled, int64_t g) {
+    int64_t m_max = 0;
+    for (int64_t i = 0; i < nprob; i++) m_max = ts__max64(m_max, probs[i].m);
+    if (nprob == 0 || m_max == 0 || n == 0) return TS_OK;
+    gemm_job job, *j = &job;
+    memset(j, 0, sizeof *j);
+    j->kern = ts__gemm_select_kernels();
+    j->probs = probs;
+    j->nprob = nprob;
+    j->d_dtype = d_dtype;
+    j->scaled = scaled;
+    j->g = g;
+    j->n = n;
     /* Blocking follows the thread count (the bits do not depend on it): shrink the item until
      * there are at least as many items as threads. */
     const int64_t T = ts_get_num_threads();
-    int64_t mb = ts__min64(MB_MAX, ts__align(m, MR)), nb = ts__min64(NB_MAX, ts__align(n, NR));
-    int64_t mi = ts__ceil_div(m, mb), ni = ts__ceil_div(n, nb);
+    int64_t mb = ts__min64(MB_MAX, ts__align(m_max, MR)), nb = ts__min64(NB_MAX, ts__align(n, NR));
+    int64_t ni = ts__ceil_div(n, nb);
+    int64_t mi = count_items(probs, nprob, mb, 1);
     if (mi * ni < T) {
         int64_t want_n = ts__ceil_div(T, mi);
         nb = ts__max64(NR, ts__align(ts__ceil_div(n, want_n), NR));
         ni = ts__ceil_div(n, nb);
         if (mi * ni < T) {
             int64_t want_m = ts__ceil_div(T, ni);
-            mb = ts__max64(MR, ts__align(ts__ceil_div(m, want_m), MR));
-            mi = ts__ceil_div(m, mb);
+            mb = ts__max64(MR, ts__align(ts__ceil_div(m_max, want_m), MR));
         }
     }
+    const int64_t items = count_items(probs, nprob, mb, ni);
     j->mb = mb;
     j->nb = nb;
     j->n_nblk = ni;
@@ -318,10 +368,27 @@ static ts_status run_gemm(gemm_job *j) {
     j->apack_floats = align_floats((size_t)(KC * MC));
     j->sa_floats = align_floats((size_t)(NKB_MAX * MC));
     atomic_store(&j->oom, false);
-    ts__parallel_for(mi * ni, 1, gemm_task, j);
+    ts__parallel_for(items, 1, gemm_task, j);
     if (atomic_load(&j->oom))
         return ts__fail(TS_ERR_OUT_OF_MEMORY, "gemm: scratch allocation failed");
     return TS_OK;
+}
+
+/* A validated dense problem as a batch of one. */
+static ts_status run_dense(const ts__gemm_operand *a, const ts__gemm_operand *b, ts_tensor *d,
+                           const ts_tensor *c, bool scaled, int64_t g) {
+    ts__gemm_problem p;
+    memset(&p, 0, sizeof p);
+    p.a = *a;
+    p.b = *b;
+    p.m = a->mn;
+    p.n = b->mn;
+    p.k = a->k;
+    p.d = d->data;
+    p.ld_d = d->strides[0];
+    p.c = c ? c->data : NULL;
+    p.ld_c = c ? c->strides[0] : 0;
+    return ts__gemm_run_batch(&p, 1, p.n, d->dtype, scaled, g);
 }
 
 /* ---------------------------------------------------------------- entry points */
@@ -331,59 +398,40 @@ static ts_status fp8_fp4_gemm(const ts_tensor *a, const ts_tensor *sfa, const ts
                               const int64_t *recipe, const int64_t *recipe_a,
                               const int64_t *recipe_b, bool disable_ue8m0_cast, bool a_mn,
                               bool b_mn) {
-    gemm_job j;
-    memset(&j, 0, sizeof j);
-    TS__RETURN_IF_ERROR(make_operand(a, "a", false, a_mn, &j.a));
-    TS__RETURN_IF_ERROR(make_operand(b, "b", false, b_mn, &j.b));
-    if (j.a.k != j.b.k)
-        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)j.b.k,
-                        (long long)j.a.k);
+    ts__gemm_operand oa, ob;
+    TS__RETURN_IF_ERROR(ts__gemm_make_operand(a, "a", false, a_mn, &oa));
+    TS__RETURN_IF_ERROR(ts__gemm_make_operand(b, "b", false, b_mn, &ob));
+    if (oa.k != ob.k)
+        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)ob.k,
+                        (long long)oa.k);
     if (!sfa) return ts__fail(TS_ERR_NULL_POINTER, "sfa is NULL");
     if (!sfb) return ts__fail(TS_ERR_NULL_POINTER, "sfb is NULL");
     ts_gemm_recipe r;
     TS__RETURN_IF_ERROR(ts_gemm_resolve_recipe(recipe, recipe_a, recipe_b, sfb->dtype, &r));
-    TS__RETURN_IF_ERROR(attach_scales(&j.a, sfa, "sfa", r.gran_mn_a, r.gran_k_a));
-    TS__RETURN_IF_ERROR(attach_scales(&j.b, sfb, "sfb", r.gran_mn_b, r.gran_k_b));
+    TS__RETURN_IF_ERROR(ts__gemm_attach_scales(&oa, sfa, "sfa", r.gran_mn_a, r.gran_k_a));
+    TS__RETURN_IF_ERROR(ts__gemm_attach_scales(&ob, sfb, "sfb", r.gran_mn_b, r.gran_k_b));
     const ts_tensor *ins[4] = {a, b, sfa, sfb};
     const char *names[4] = {"a", "b", "sfa", "sfb"};
-    TS__RETURN_IF_ERROR(check_output(d, c, j.a.mn, j.b.mn, ins, names, 4));
-    bool sm100_route = j.a.dtype == TS_E2M1X2 || j.b.dtype == TS_E2M1X2 || r.gran_k_a == 32 ||
-                       r.gran_k_b == 32;
-    if (sm100_route && !disable_ue8m0_cast) {
-        if (!j.a.sf_packed) TS__RETURN_IF_ERROR(check_pow2_scales(sfa, "sfa"));
-        if (!j.b.sf_packed) TS__RETURN_IF_ERROR(check_pow2_scales(sfb, "sfb"));
+    TS__RETURN_IF_ERROR(check_output(d, c, oa.mn, ob.mn, ins, names, 4));
+    if (ts__gemm_needs_ue8m0_cast(&oa, &ob) && !disable_ue8m0_cast) {
+        if (!oa.sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales(sfa, "sfa"));
+        if (!ob.sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales(sfb, "sfb"));
     }
-    j.kern = ts__gemm_select_kernels();
-    j.scaled = true;
-    j.g = ts__min64(r.gran_k_a, r.gran_k_b);
-    j.m = j.a.mn;
-    j.n = j.b.mn;
-    j.k = j.a.k;
-    j.d = d;
-    j.c = c;
-    return run_gemm(&j);
+    return run_dense(&oa, &ob, d, c, true, ts__min64(r.gran_k_a, r.gran_k_b));
 }
 
 static ts_status bf16_gemm(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
                            const ts_tensor *c, bool a_mn, bool b_mn) {
-    gemm_job j;
-    memset(&j, 0, sizeof j);
-    TS__RETURN_IF_ERROR(make_operand(a, "a", true, a_mn, &j.a));
-    TS__RETURN_IF_ERROR(make_operand(b, "b", true, b_mn, &j.b));
-    if (j.a.k != j.b.k)
-        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)j.b.k,
-                        (long long)j.a.k);
+    ts__gemm_operand oa, ob;
+    TS__RETURN_IF_ERROR(ts__gemm_make_operand(a, "a", true, a_mn, &oa));
+    TS__RETURN_IF_ERROR(ts__gemm_make_operand(b, "b", true, b_mn, &ob));
+    if (oa.k != ob.k)
+        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)ob.k,
+                        (long long)oa.k);
     const ts_tensor *ins[2] = {a, b};
     const char *names[2] = {"a", "b"};
-    TS__RETURN_IF_ERROR(check_output(d, c, j.a.mn, j.b.mn, ins, names, 2));
-    j.kern = ts__gemm_select_kernels();
-    j.scaled = false;
-    j.m = j.a.mn;
-    j.n = j.b.mn;
-    j.k = j.a.k;
-    j.d = d;
-    j.c = c;
-    return run_gemm(&j);
+    TS__RETURN_IF_ERROR(check_output(d, c, oa.mn, ob.mn, ins, names, 2));
+    return run_dense(&oa, &ob, d, c, false, 0);
 }
 
 /* The transposed view of a 2-D argument (NULL and malformed views pass through for the

@@ -1,0 +1,418 @@
+/* Suite `gemm`: dense FP8 x FP8, FP8 x FP4 and BF16 GEMMs (D = A·Bᵀ, bf16 D) on DeepSeek
+ * shapes, against this machine's FMA peak and DRAM bandwidth and against OpenBLAS in the same
+ * run.
+ *
+ * Rows (issue 3, "Must reach"):
+ *   compute  M in {512, 2048} x (N, K) in {(4096,7168), (7168,2048), (2112,7168), (4096,4096)}:
+ *            roofline = FMA peak (flops = 2MNK); baseline = OpenBLAS cblas_sgemm on f32 copies
+ *            of the same operands, same thread count (timed once per shape and thread count);
+ *   decode   M in {1, 4, 16} x the same (N, K) + (7168, 16384): roofline = DRAM read of the
+ *            weight + weight-scale bytes (with the flops bound too: max of both times, so M = 16
+ *            rows that are compute-bound here are judged on FMA peak); weights rotate among
+ *            enough copies to span 2 x L3, so every call reads them from DRAM; baseline =
+ *            OpenBLAS sgemv (M = 1) or sgemm on f32 weights, rotated the same way.
+ * Recipes: FP8 = e4m3 x e4m3 with f32 scales (1, 128, 128); FP8xFP4 = e4m3 A (1, 128) x
+ * packed e2m1 B (1, 32), packed ue8m0 scales (the SM100 route); BF16 = plain bf16.
+ * TS_BENCH_FILTER=substring keeps only the rows whose "name shape" contains it. */
+#include "bench.h"
+
+#include "core/internal.h"
+#include "tilestack/gemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TS_HAVE_OPENBLAS
+#include <cblas.h>
+/* Declared by OpenBLAS's own cblas.h, but not by the reference header the alternatives
+ * system may install as <cblas.h>. */
+void openblas_set_num_threads(int num_threads);
+#endif
+
+#define SUITE "gemm"
+
+typedef enum gemm_kind { K_FP8, K_FP8_FP4, K_BF16, K_COUNT } gemm_kind;
+
+static const struct {
+    const char *name, *dtype;
+} g_kinds[K_COUNT] = {
+    {"fp8_gemm_nt", "e4m3 x e4m3, f32 sf (1,128,128) -> bf16"},
+    {"fp8_fp4_gemm_nt", "e4m3 (1,128) x e2m1 (1,32), ue8m0x4 sf -> bf16"},
+    {"bf16_gemm_nt", "bf16 x bf16 -> bf16"},
+};
+
+/* ---- inputs ---- */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static inline uint64_t rng64(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+/* Random bytes; e4m3 NaN codes (0x7f, 0xff) are nudged down, fp4 takes any byte. */
+static void fill_codes(uint8_t *p, int64_t n, bool e4m3) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t r = rng64();
+        memcpy(p + i, &r, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)rng64();
+    if (e4m3)
+        for (i = 0; i < n; i++)
+            if ((p[i] & 0x7f) == 0x7f) p[i]--;
+}
+
+static void fill_bf16(uint16_t *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t r = (uint32_t)(rng64() >> 20);
+        p[i] = (uint16_t)(((r >> 31) << 15) | ((120u + (r & 7u)) << 7) | ((r >> 3) & 0x7fu));
+    }
+}
+
+/* f32 scales: powers of two in [2^-10, 2^-7]; packed ue8m0: bytes 117..120 (same range). */
+static void fill_sf(void *p, int64_t n, bool packed) {
+    if (packed) {
+        uint8_t *b = (uint8_t *)p;
+        for (int64_t i = 0; i < 4 * n; i++) b[i] = (uint8_t)(117 + (rng64() & 3));
+    } else {
+        float *f = (float *)p;
+        for (int64_t i = 0; i < n; i++) f[i] = ldexpf(1.0f, -10 + (int)(rng64() & 3));
+    }
+}
+
+static void *balloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(size_t)63); }
+
+/* ---- one problem: operands for a kind, with `ncopies` copies of the weights ---- */
+
+#define MAX_COPIES 16
+
+typedef struct gemm_problem {
+    gemm_kind kind;
+    int64_t m, n, k;
+    int ncopies, next;
+    void *a, *sfa, *sfb, *d;
+    void *b[MAX_COPIES];
+    ts_tensor ta, tsfa, tsfb, td, tb[MAX_COPIES];
+    int64_t recipe_a[2], recipe_b[2];
+    double weight_bytes; /* one copy of B + sfb */
+} gemm_problem;
+
+static void problem_free(gemm_problem *p) {
+    free(p->a), free(p->sfa), free(p->sfb), free(p->d);
+    for (int i = 0; i < p->ncopies; i++) free(p->b[i]);
+    memset(p, 0, sizeof *p);
+}
+
+/* min_total_bytes: weight copies until their sum reaches it (0: one copy). */
+static bool problem_init(gemm_problem *p, gemm_kind kind, int64_t m, int64_t n, int64_t k,
+                         double min_total_bytes) {
+    memset(p, 0, sizeof *p);
+    p->kind = kind, p->m = m, p->n = n, p->k = k;
+    const int64_t kb128 = ts__ceil_div(k, 128);
+    size_t a_bytes, b_bytes;
+    int64_t sfa_n = 0, sfb_n = 0; /* 4-byte elements */
+    switch (kind) {
+    case K_FP8:
+        a_bytes = (size_t)(m * k), b_bytes = (size_t)(n * k);
+        sfa_n = m * kb128, sfb_n = ts__ceil_div(n, 128) * kb128;
+        break;
+    case K_FP8_FP4:
+        a_bytes = (size_t)(m * k), b_bytes = (size_t)(n * (k / 2));
+        sfa_n = m * ts__ceil_div(kb128, 4), sfb_n = n * ts__ceil_div(ts__ceil_div(k, 32), 4);
+        break;
+    default:
+        a_bytes = (size_t)(m * k) * 2, b_bytes = (size_t)(n * k) * 2;
+        break;
+    }
+    p->weight_bytes = (double)b_bytes + 4.0 * (double)sfb_n;
+    p->ncopies = 1;
+    while (p->ncopies < MAX_COPIES && (double)p->ncopies * p->weight_bytes < min_total_bytes)
+        p->ncopies++;
+    p->a = balloc(a_bytes);
+    p->d = balloc((size_t)(m * n) * 2);
+    if (sfa_n) p->sfa = balloc((size_t)sfa_n * 4), p->sfb = balloc((size_t)sfb_n * 4);
+    bool ok = p->a && p->d && (!sfa_n || (p->sfa && p->sfb));
+    for (int i = 0; i < p->ncopies; i++) ok = ok && (p->b[i] = balloc(b_bytes)) != NULL;
+    if (!ok) {
+        problem_free(p);
+        return false;
+    }
+    memset(p->d, 0, (size_t)(m * n) * 2);
+    switch (kind) {
+    case K_FP8:
+        fill_codes(p->a, m * k, true);
+        fill_sf(p->sfa, sfa_n, false);
+        fill_sf(p->sfb, sfb_n, false);
+        p->ta = ts_tensor_2d(p->a, TS_E4M3, m, k);
+        p->tsfa = ts_tensor_2d(p->sfa, TS_F32, m, kb128);
+        p->tsfb = ts_tensor_2d(p->sfb, TS_F32, ts__ceil_div(n, 128), kb128);
+        for (int i = 0; i < p->ncopies; i++) {
+            fill_codes(p->b[i], n * k, true);
+            p->tb[i] = ts_tensor_2d(p->b[i], TS_E4M3, n, k);
+        }
+        break;
+    case K_FP8_FP4:
+        fill_codes(p->a, m * k, true);
+        fill_sf(p->sfa, sfa_n, true);
+        fill_sf(p->sfb, sfb_n, true);
+        p->ta = ts_tensor_2d(p->a, TS_E4M3, m, k);
+        p->tsfa = ts_tensor_2d(p->sfa, TS_I32, m, ts__ceil_div(kb128, 4));
+        p->tsfb = ts_tensor_2d(p->sfb, TS_I32, n, sfb_n / n);
+        p->recipe_a[0] = 1, p->recipe_a[1] = 128, p->recipe_b[0] = 1, p->recipe_b[1] = 32;
+        for (int i = 0; i < p->ncopies; i++) {
+            fill_codes(p->b[i], n * (k / 2), false);
+            p->tb[i] = ts_tensor_2d(p->b[i], TS_E2M1X2, n, k / 2);
+        }
+        break;
+    default:
+        fill_bf16(p->a, m * k);
+        p->ta = ts_tensor_2d(p->a, TS_BF16, m, k);
+        for (int i = 0; i < p->ncopies; i++) {
+            fill_bf16(p->b[i], n * k);
+            p->tb[i] = ts_tensor_2d(p->b[i], TS_BF16, n, k);
+        }
+        break;
+    }
+    p->td = ts_tensor_2d(p->d, TS_BF16, m, n);
+    return true;
+}
+
+static ts_status run_problem(void *ctx) {
+    gemm_problem *p = (gemm_problem *)ctx;
+    const ts_tensor *b = &p->tb[p->next];
+    p->next = (p->next + 1) % p->ncopies;
+    switch (p->kind) {
+    case K_FP8:
+        return ts_fp8_gemm_nt(&p->ta, &p->tsfa, b, &p->tsfb, &p->td, NULL, NULL, NULL, NULL,
+                              NULL, false);
+    case K_FP8_FP4:
+        return ts_fp8_fp4_gemm_nt(&p->ta, &p->tsfa, b, &p->tsfb, &p->td, NULL, NULL, p->recipe_a,
+                                  p->recipe_b, NULL, false);
+    default: return ts_bf16_gemm_nt(&p->ta, b, &p->td, NULL, NULL);
+    }
+}
+
+/* ---- the OpenBLAS baseline: f32 copies of the operands' values ---- */
+
+typedef struct blas_problem {
+    int64_t m, n, k;
+    int ncopies, next;
+    float *a, *c, *b[MAX_COPIES];
+} blas_problem;
+
+static void blas_free(blas_problem *p) {
+    free(p->a), free(p->c);
+    for (int i = 0; i < p->ncopies; i++) free(p->b[i]);
+    memset(p, 0, sizeof *p);
+}
+
+/* The values of src's A and weight copies (unscaled: the time does not depend on them); the
+ * f32 weights rotate over enough copies to span min_total_bytes as well. */
+static bool blas_init(blas_problem *bp, const gemm_problem *src, double min_total_bytes) {
+    memset(bp, 0, sizeof *bp);
+    bp->m = src->m, bp->n = src->n, bp->k = src->k;
+    const int64_t mk = src->m * src->k, nk = src->n * src->k;
+    ts_dtype dt = src->kind == K_BF16 ? TS_BF16 : TS_E4M3;
+    ts_dtype bt = src->kind == K_FP8_FP4 ? TS_E2M1X2 : dt;
+    bp->ncopies = 1;
+    while (bp->ncopies < src->ncopies && (double)bp->ncopies * 4.0 * (double)nk < min_total_bytes)
+        bp->ncopies++;
+    bp->a = balloc((size_t)mk * 4);
+    bp->c = balloc((size_t)(src->m * src->n) * 4);
+    bool ok = bp->a && bp->c;
+    for (int i = 0; i < bp->ncopies; i++) ok = ok && (bp->b[i] = balloc((size_t)nk * 4)) != NULL;
+    ok = ok && ts_convert(src->a, dt, bp->a, TS_F32, mk) == TS_OK;
+    for (int i = 0; i < bp->ncopies && ok; i++)
+        ok = ts_convert(src->b[i], bt, bp->b[i], TS_F32, nk) == TS_OK;
+    if (!ok) {
+        blas_free(bp);
+        return false;
+    }
+    memset(bp->c, 0, (size_t)(src->m * src->n) * 4);
+    return true;
+}
+
+#ifdef TS_HAVE_OPENBLAS
+static ts_status run_blas(void *ctx) {
+    blas_problem *p = (blas_problem *)ctx;
+    const float *b = p->b[p->next];
+    p->next = (p->next + 1) % p->ncopies;
+    if (p->m == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)p->n, (int)p->k, 1.0f, b, (int)p->k, p->a, 1,
+                    0.0f, p->c, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->m, (int)p->n, (int)p->k, 1.0f,
+                    p->a, (int)p->k, b, (int)p->k, 0.0f, p->c, (int)p->n);
+    return TS_OK;
+}
+#endif
+
+/* ---- rows ---- */
+
+typedef struct gemm_env {
+    const ts__bench_opts *opts;
+    const char *filter;
+    double l3_bytes;
+    int failures;
+} gemm_env;
+
+static bool wanted(const gemm_env *env, const char *name, const char *shape) {
+    if (!env->filter || !*env->filter) return true;
+    char key[256];
+    snprintf(key, sizeof key, "%s %s", name, shape);
+    return strstr(key, env->filter) != NULL;
+}
+
+/* Median time of the OpenBLAS baseline at `threads`, or 0 when it is unavailable. */
+static double time_blas(const gemm_env *env, blas_problem *bp, int threads) {
+#ifdef TS_HAVE_OPENBLAS
+    openblas_set_num_threads(threads);
+    ts__timing bt;
+    if (ts__bench_time(run_blas, bp, env->opts->quick, &bt) == TS_OK) return bt.median_s;
+#else
+    (void)env, (void)bp, (void)threads;
+#endif
+    return 0;
+}
+
+static void report(gemm_env *env, ts__bench_row *row, ts_status st, double base_s,
+                   const char *base_name) {
+    row->suite = SUITE;
+    if (st != TS_OK) {
+        char why[256];
+        const char *detail = ts_last_error();
+        snprintf(why, sizeof why, "%s%s%s%s", ts_status_str(st), detail[0] ? " (" : "", detail,
+                 detail[0] ? ")" : "");
+        row->baseline = NULL;
+        ts__bench_report_error(env->opts, row, why);
+        if (st != TS_ERR_UNSUPPORTED) env->failures++;
+        return;
+    }
+    row->baseline = base_s > 0 ? base_name : NULL;
+    row->baseline_seconds = base_s;
+    ts__bench_report(env->opts, row);
+}
+
+static void oom(gemm_env *env, const char *what) {
+    fprintf(stderr, "tilestack bench: out of memory for %s\n", what);
+    env->failures++;
+}
+
+/* One (M, N, K): every wanted kind at every thread count, with one OpenBLAS baseline per
+ * thread count. decode: weights rotate over 2 x L3 and the roofline is DRAM. */
+static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool decode,
+                       const int *threads, int nthreads) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "[%lld,%lld,%lld]", (long long)m, (long long)n, (long long)k);
+    char names[K_COUNT][48];
+    bool want[K_COUNT], any = false;
+    for (int kd = 0; kd < K_COUNT; kd++) {
+        snprintf(names[kd], sizeof names[kd], "%s%s", g_kinds[kd].name, decode ? " decode" : "");
+        want[kd] = wanted(env, names[kd], shape);
+        any = any || want[kd];
+    }
+    if (!any) return;
+    const double span = decode ? 2.0 * env->l3_bytes : 0.0;
+    gemm_problem probs[K_COUNT];
+    memset(probs, 0, sizeof probs);
+    int first = -1;
+    for (int kd = 0; kd < K_COUNT; kd++) {
+        if (!want[kd]) continue;
+        if (!problem_init(&probs[kd], (gemm_kind)kd, m, n, k, span)) {
+            oom(env, shape);
+            want[kd] = false;
+            continue;
+        }
+        if (first < 0) first = kd;
+    }
+    blas_problem bp;
+    memset(&bp, 0, sizeof bp);
+    bool have_blas = false;
+#ifdef TS_HAVE_OPENBLAS
+    if (first >= 0) have_blas = blas_init(&bp, &probs[first], span);
+#endif
+    for (int t = 0; t < nthreads; t++) {
+        (void)ts_set_num_threads(threads[t]);
+        double base_s = 0;
+        for (int kd = 0; kd < K_COUNT; kd++) {
+            if (!want[kd]) continue;
+            ts__bench_row row = {0};
+            row.name = names[kd];
+            row.shape = shape;
+            row.dtype = g_kinds[kd].dtype;
+            row.threads = threads[t];
+            row.flops = 2.0 * (double)m * (double)n * (double)k;
+            row.bytes = decode ? probs[kd].weight_bytes : 0;
+            row.roof = decode ? TS__ROOF_DRAM : TS__ROOF_FMA;
+            ts_status st = ts__bench_time(run_problem, &probs[kd], env->opts->quick, &row.t);
+            /* The baseline runs after the first kernel row so its threads never spin while
+             * ours are timed for the rest of this thread count. */
+            if (have_blas && base_s == 0) {
+                base_s = time_blas(env, &bp, threads[t]);
+                (void)ts_set_num_threads(threads[t]);
+            }
+            report(env, &row, st, base_s, m == 1 ? "openblas_sgemv" : "openblas_sgemm");
+        }
+    }
+    blas_free(&bp);
+    for (int kd = 0; kd < K_COUNT; kd++) problem_free(&probs[kd]);
+}
+
+static const int64_t g_nk[][2] = {{4096, 7168}, {7168, 2048}, {2112, 7168}, {4096, 4096},
+                                  {7168, 16384}};
+
+static void print_machines(const ts__bench_opts *opts, const int *threads, int nthreads) {
+    for (int t = 0; t < nthreads; t++)
+        ts__bench_print_machine(stdout, ts__probe_machine(threads[t], opts->quick));
+}
+
+static void env_init(gemm_env *env, const ts__bench_opts *opts) {
+    memset(env, 0, sizeof *env);
+    env->opts = opts;
+    env->filter = getenv("TS_BENCH_FILTER");
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    env->l3_bytes = (ci && ci->l3_bytes > 0) ? (double)ci->l3_bytes : 32.0 * (1 << 20);
+}
+
+int ts__suite_gemm(const ts__bench_opts *opts) {
+    int threads[2];
+    int nthreads = ts__bench_thread_list(opts, threads);
+    print_machines(opts, threads, nthreads);
+    printf("\nsuite gemm (ISA %s); frac = share of the roofline (fma_peak: compute rows; "
+           "dram_read: decode rows, weight + scale bytes, or the FMA bound when larger);\n"
+           "ratio = OpenBLAS time (f32 copies of the operands) / time\n",
+           opts->isa_name ? opts->isa_name : "?");
+#ifndef TS_HAVE_OPENBLAS
+    printf("(built without OpenBLAS: no baseline)\n");
+#endif
+    ts__bench_table_header(stdout);
+    gemm_env env;
+    env_init(&env, opts);
+    if (opts->quick) {
+        /* One compute and one decode shape: the whole --quick suite stays well under a minute. */
+        shape_rows(&env, 512, 4096, 4096, false, threads, nthreads);
+        shape_rows(&env, 1, 4096, 7168, true, threads, nthreads);
+    } else {
+        static const int64_t cm[] = {512, 2048}, dm[] = {1, 4, 16};
+        for (size_t s = 0; s < 4; s++)
+            for (size_t i = 0; i < 2; i++)
+                shape_rows(&env, cm[i], g_nk[s][0], g_nk[s][1], false, threads, nthreads);
+        for (size_t s = 0; s < 5; s++)
+            for (size_t i = 0; i < 3; i++)
+                shape_rows(&env, dm[i], g_nk[s][0], g_nk[s][1], true, threads, nthreads);
+    }
+    return env.failures ? 1 : 0;
+}
+
+/* `tilestack demo`: one dense FP8 GEMM (a short prefill chunk through one projection). */
+int ts__gemm_tour(const ts__bench_opts *opts, int threads) {
+    gemm_env env;
+    env_init(&env, opts);
+    env.filter = "fp8_gemm_nt ";
+    ts__bench_table_header(stdout);
+    shape_rows(&env, 256, 2048, 2048, false, &threads, 1);
+    return env.failures ? 1 : 0;
+}
