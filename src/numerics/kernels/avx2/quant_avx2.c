@@ -9,6 +9,7 @@
 #include "numerics/kernels/avx2/cvt_avx2_inl.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 /* Pack 4 x 8 codes (32-bit lanes, 0..255) into 32 bytes in element order. */
 static inline __m256i pack_codes32(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
@@ -435,22 +436,30 @@ static inline __m256i e2m1x16_bf16(__m256i r, __m256 vi, bool rne) {
     const __m256i r16 = _mm256_set1_epi32(0xFFFF);
     const __m256i up = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r16), 16),
                                            _mm256_srli_epi32(_mm256_add_epi32(yhi, r16), 16));
-    __m256i c = zero;
+    const __m256i s = _mm256_and_si256(_mm256_srli_epi16(r, 12), _mm256_set1_epi16(8));
+    const __m256i gt025 = _mm256_cmpgt_epi16(up, _mm256_set1_epi16(0x3E80));
+    if (!rne) {
+        /* DeepGEMM's strict thresholds are rounding half down: from 1.0 up, that is
+         * (a + 2^21 - 1) >> 22 on the f32 bits, = (up + 31) >> 6 here, minus the rebias 252
+         * (saturating, then clamped to 7); below 1.0 (e2m1 subnormals) two compares, and
+         * the max of both is right on either side of 1.0. No sign on code 0 (|y| <= 0.25). */
+        __m256i cn = _mm256_srli_epi16(_mm256_add_epi16(up, _mm256_set1_epi16(31)), 6);
+        cn = _mm256_min_epu16(_mm256_subs_epu16(cn, _mm256_set1_epi16(252)), _mm256_set1_epi16(7));
+        const __m256i gt075 = _mm256_cmpgt_epi16(up, _mm256_set1_epi16(0x3F40));
+        const __m256i cs = _mm256_sub_epi16(_mm256_sub_epi16(zero, gt025), gt075);
+        return _mm256_or_si256(_mm256_max_epi16(cn, cs), _mm256_and_si256(s, gt025));
+    }
+    /* RNE: ties to the even code, so >= where the upper neighbour is even; a >= t <=>
+     * floor(a / 2^16) + 1 > hi16(t), which shares the > constants */
+    const __m256i r1 = _mm256_set1_epi32(0x10000);
+    const __m256i dn1 = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r1), 16),
+                                            _mm256_srli_epi32(_mm256_add_epi32(yhi, r1), 16));
+    __m256i c = _mm256_sub_epi16(zero, gt025);
 #define GT(t) c = _mm256_sub_epi16(c, _mm256_cmpgt_epi16(up, _mm256_set1_epi16(t)))
 #define GE(t) c = _mm256_sub_epi16(c, _mm256_cmpgt_epi16(dn1, _mm256_set1_epi16(t)))
-    if (rne) { /* ties to the even code: >= where the upper neighbour is even; a >= t  <=>
-                * floor(a / 2^16) + 1 > hi16(t), which shares the GT constants */
-        const __m256i r1 = _mm256_set1_epi32(0x10000);
-        const __m256i dn1 = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r1), 16),
-                                                _mm256_srli_epi32(_mm256_add_epi32(yhi, r1), 16));
-        GT(0x3E80); GE(0x3F40); GT(0x3FA0); GE(0x3FE0); GT(0x4020); GE(0x4060); GT(0x40A0);
-    } else { /* DeepGEMM: strict thresholds 0.25 0.75 1.25 1.75 2.5 3.5 5 */
-        GT(0x3E80); GT(0x3F40); GT(0x3FA0); GT(0x3FE0); GT(0x4020); GT(0x4060); GT(0x40A0);
-    }
+    GE(0x3F40); GT(0x3FA0); GE(0x3FE0); GT(0x4020); GE(0x4060); GT(0x40A0);
 #undef GT
 #undef GE
-    __m256i s = _mm256_and_si256(_mm256_srli_epi16(r, 12), _mm256_set1_epi16(8));
-    if (!rne) s = _mm256_andnot_si256(_mm256_cmpeq_epi16(c, zero), s); /* no sign on code 0 */
     return _mm256_or_si256(c, s);
 }
 
@@ -488,18 +497,22 @@ static inline void tk_scale8(const uint32_t *amax16, bool ue8m0, float *sf, floa
 #define FP4_CHUNK_VALUES 2048
 #define FP4_CHUNK_BLOCKS 64
 
-/* always inlined with a constant rne, so each rule gets its own loop with its constants in
- * registers */
+/* Always inlined with constant rne (and gk 32, the common gran), so each variant gets its own
+ * unrolled loops with its constants in registers. */
 static inline __attribute__((always_inline)) void
 fp4_chunk_bf16_impl(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, bool rne, uint8_t *q,
                     float *sf, uint8_t *e) {
     uint32_t amax[FP4_CHUNK_BLOCKS], e32[FP4_CHUNK_BLOCKS];
     float inv[FP4_CHUNK_BLOCKS];
+    uint8_t fast[FP4_CHUNK_BLOCKS / 8]; /* bit b % 8: block b takes the 16-bit-lane path */
     const __m256i mask = _mm256_set1_epi16(0x7FFF);
     for (int64_t b = 0; b < nblk; b++) {
         __m256i mx = _mm256_setzero_si256();
-        for (int64_t j = 0; j < gk; j += 16)
-            mx = _mm256_max_epu16(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + gk * b + j)), mask));
+        for (int64_t j = 0; j < gk; j += 32) {
+            const __m256i *v = (const __m256i *)(p + gk * b + j);
+            mx = _mm256_max_epu16(mx, _mm256_and_si256(_mm256_loadu_si256(v), mask));
+            mx = _mm256_max_epu16(mx, _mm256_and_si256(_mm256_loadu_si256(v + 1), mask));
+        }
         amax[b] = hmax_epu16(mx); /* NaN sorts above inf */
     }
     int64_t b8 = 0;
@@ -510,7 +523,15 @@ fp4_chunk_bf16_impl(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, boo
             __m256 sv = dg_scale8(amax + b8, ue8m0, 1.0f / 6.0f, sf + b8, inv + b8);
             _mm256_storeu_si256((__m256i *)(e32 + b8), _mm256_srli_epi32(_mm256_castps_si256(sv), 23));
         }
+        /* fast: finite x (amax < inf) and 0 < inv < inf */
+        const __m256 vi = _mm256_loadu_ps(inv + b8);
+        __m256 ok = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F80),
+                                                           _mm256_loadu_si256((const __m256i *)(amax + b8))));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(vi, _mm256_setzero_ps(), _CMP_GT_OQ));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(vi, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+        fast[b8 / 8] = (uint8_t)_mm256_movemask_ps(ok);
     }
+    if (b8 < nblk) fast[b8 / 8] = 0;
     for (int64_t b = 0; b < nblk; b++) {
         /* the tail, and blocks with inf / NaN (TileKernels' amax skips NaN): exact scalar */
         if (b >= b8 || amax[b] >= 0x7F80u) {
@@ -527,7 +548,7 @@ fp4_chunk_bf16_impl(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, boo
         /* fetch what follows this chunk while the encode pass runs from L1 */
         const char *ahead = (const char *)(p + gk * nblk) + 2 * gk * b;
         for (int64_t l = 0; l < 2 * gk; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-        if (amax[b] >= 0x7F80u || !(inv[b] > 0.0f) || !finite_f32(inv[b])) {
+        if (!((fast[b / 8] >> (b % 8)) & 1)) {
             ts__qk_enc_e2m1_bf16__generic(pb, gk, inv[b], !rne, qb);
             continue;
         }
@@ -542,8 +563,13 @@ fp4_chunk_bf16_impl(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, boo
 
 static void fp4_chunk_bf16(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, bool rne,
                            uint8_t *q, float *sf, uint8_t *e) {
-    if (rne) fp4_chunk_bf16_impl(p, nblk, gk, ue8m0, true, q, sf, e);
-    else fp4_chunk_bf16_impl(p, nblk, gk, ue8m0, false, q, sf, e);
+    if (gk == 32) {
+        if (rne) fp4_chunk_bf16_impl(p, nblk, 32, ue8m0, true, q, sf, e);
+        else fp4_chunk_bf16_impl(p, nblk, 32, ue8m0, false, q, sf, e);
+    } else {
+        if (rne) fp4_chunk_bf16_impl(p, nblk, gk, ue8m0, true, q, sf, e);
+        else fp4_chunk_bf16_impl(p, nblk, gk, ue8m0, false, q, sf, e);
+    }
 }
 
 #define TS__DEF_AVX2_FP4_ROW(SFX, T, CHUNKED)                                                           \
