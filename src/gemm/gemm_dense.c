@@ -346,7 +346,10 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     /* Blocking follows the thread count (the bits do not depend on it): shrink the item until
      * there are at least as many items as threads. */
     const int64_t T = ts_get_num_threads();
-    int64_t mb = ts__min64(MB_MAX, ts__align(m_max, MR)), nb = ts__min64(NB_MAX, ts__align(n, NR));
+    /* Equal blocks (MB_MAX / NB_MAX are caps): a 2048-row problem is two 1026-row blocks,
+     * not 1152 + 896, so a static split over the threads does not leave one idle. */
+    int64_t mb = ts__align(ts__ceil_div(m_max, ts__ceil_div(m_max, MB_MAX)), MR);
+    int64_t nb = ts__align(ts__ceil_div(n, ts__ceil_div(n, NB_MAX)), NR);
     int64_t ni = ts__ceil_div(n, nb);
     int64_t mi = count_items(probs, nprob, mb, 1);
     if (mi * ni < T) {

@@ -9,6 +9,7 @@
 #ifndef TS_GEMM_KERNELS_H
 #define TS_GEMM_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define TS__GEMM_MR 6
@@ -31,6 +32,15 @@ typedef struct ts__gemm_kernels {
 extern const ts__gemm_kernels ts__gemm_kernels_generic;
 #if defined(TS_HAVE_AVX2_KERNELS)
 extern const ts__gemm_kernels ts__gemm_kernels_avx2;
+#endif
+
+#if defined(TS_HAVE_AVX2_KERNELS)
+struct ts__gemm_operand;
+/* ts__gemm_pack_panel for a full panel (rows == w) of a K-major operand with unit K stride
+ * and w in {MR, NR}: same floats, decoded and transposed with AVX2. Returns false (nothing
+ * written) for any other case. */
+bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
+                                int64_t kc, int w, float *dst);
 #endif
 
 /* The table for the ISA in use (read once per call by the driver). */

@@ -1,6 +1,7 @@
 /* Packing: operands (e4m3, packed e2m1, bf16; either major) converted to f32 micro-panels.
  * Decoding is exact, so any packing path gives the same panels. */
 #include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
 #include "tilestack/numerics.h"
 
 #include <pthread.h>
@@ -28,6 +29,14 @@ static inline float bf16_bits_to_f32(uint16_t h) {
 
 void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
                          int64_t kc, int w, float *dst) {
+#if defined(TS_HAVE_AVX2_KERNELS)
+    if (rows == w && op->k_major) {
+        ts_isa isa = ts__active_isa();
+        if ((isa == TS_ISA_AVX2 || isa == TS_ISA_AVX512) &&
+            ts__gemm_pack_kmajor__avx2(op, r0, k0, kc, w, dst))
+            return;
+    }
+#endif
     pthread_once(&g_once, init_tables);
     for (int64_t i = rows; i < w; i++)
         for (int64_t k = 0; k < kc; k++) dst[k * w + i] = 0.0f;

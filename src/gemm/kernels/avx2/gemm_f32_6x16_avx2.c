@@ -29,9 +29,19 @@ enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
                                                 _mm256_load_ps(ci + 8)));           \
     } while (0)
 
+/* The driver walks accumulator tiles in memory order, and the item's accumulator is larger
+ * than L2: fetch the next tile now, while this one's FMAs run, so its loads do not stall the
+ * next call. (A prefetch past the last tile is harmless: prefetches never fault.) */
+#define TS__PREFETCH_NEXT_TILE(acc)                                              \
+    do {                                                                         \
+        for (int q_ = 0; q_ < MR * NR; q_ += 16)                                 \
+            _mm_prefetch((const char *)((acc) + MR * NR + q_), _MM_HINT_T0);     \
+    } while (0)
+
 static void ts__gemm_f32_6x16_scaled__avx2(int64_t kc, int64_t g, const float *ap,
                                            const float *bp, const float *sa, const float *sb,
                                            float *acc) {
+    TS__PREFETCH_NEXT_TILE(acc);
     for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
         int64_t len = kc - k0 < g ? kc - k0 : g;
         __m256 p00 = _mm256_setzero_ps(), p01 = _mm256_setzero_ps();
@@ -41,6 +51,7 @@ static void ts__gemm_f32_6x16_scaled__avx2(int64_t kc, int64_t g, const float *a
         __m256 p40 = _mm256_setzero_ps(), p41 = _mm256_setzero_ps();
         __m256 p50 = _mm256_setzero_ps(), p51 = _mm256_setzero_ps();
         const float *a = ap + k0 * MR, *b = bp + k0 * NR;
+#pragma GCC unroll 4
         for (int64_t k = 0; k < len; k++, a += MR, b += NR) {
             __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
             TS__ROWS_FMA();
@@ -54,6 +65,7 @@ static void ts__gemm_f32_6x16_scaled__avx2(int64_t kc, int64_t g, const float *a
 
 static void ts__gemm_f32_6x16_plain__avx2(int64_t kc, const float *ap, const float *bp,
                                           float *acc) {
+    TS__PREFETCH_NEXT_TILE(acc);
     __m256 p00 = _mm256_load_ps(acc + 0 * NR), p01 = _mm256_load_ps(acc + 0 * NR + 8);
     __m256 p10 = _mm256_load_ps(acc + 1 * NR), p11 = _mm256_load_ps(acc + 1 * NR + 8);
     __m256 p20 = _mm256_load_ps(acc + 2 * NR), p21 = _mm256_load_ps(acc + 2 * NR + 8);
@@ -61,6 +73,7 @@ static void ts__gemm_f32_6x16_plain__avx2(int64_t kc, const float *ap, const flo
     __m256 p40 = _mm256_load_ps(acc + 4 * NR), p41 = _mm256_load_ps(acc + 4 * NR + 8);
     __m256 p50 = _mm256_load_ps(acc + 5 * NR), p51 = _mm256_load_ps(acc + 5 * NR + 8);
     const float *a = ap, *b = bp;
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
         TS__ROWS_FMA();

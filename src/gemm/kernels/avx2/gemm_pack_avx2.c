@@ -1,0 +1,125 @@
+/* AVX2 packing of full K-major micro-panels (the usual layout of both GEMM operands): each
+ * row's K run is decoded 16/32/8 values per instruction sequence into a small row-major
+ * buffer, then 8 x 8 register transposes write the panel (dst[k * w + i]). Decoding is exact
+ * and the rest only moves bits, so the panel equals the scalar table packing bit for bit. */
+#include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
+#include "numerics/kernels/avx2/cvt_avx2_inl.h"
+#include "tilestack/numerics.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+enum { CH = 64 }; /* K values per chunk: a 16 x 64 f32 buffer (4 KiB) stays in L1 */
+
+static inline float bf16_bits_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Row `src` (already offset to the chunk's first value) -> len floats. */
+static inline void decode_row(ts_dtype dt, const void *src, int64_t kbase, int len, float *out) {
+    int q = 0;
+    switch (dt) {
+    case TS_E4M3: {
+        const uint8_t *p = (const uint8_t *)src;
+        for (; q + 16 <= len; q += 16) {
+            __m256 v[2];
+            ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(p + q)), v);
+            _mm256_storeu_ps(out + q, v[0]);
+            _mm256_storeu_ps(out + q + 8, v[1]);
+        }
+        for (; q < len; q++) out[q] = ts_e4m3_to_f32(p[q]);
+        break;
+    }
+    case TS_BF16: {
+        const uint16_t *p = (const uint16_t *)src;
+        for (; q + 8 <= len; q += 8) {
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + q)));
+            _mm256_storeu_ps(out + q, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+        for (; q < len; q++) out[q] = bf16_bits_to_f32(p[q]);
+        break;
+    }
+    default: { /* TS_E2M1X2; src points at the byte holding value kbase (kbase even) */
+        const uint8_t *p = (const uint8_t *)src;
+        (void)kbase;
+        for (; q + 32 <= len; q += 32) {
+            __m256 v[4];
+            /* code 8 (-0) as +0, as the scalar table */
+            ts__avx2_e2m1x32_decode_tab(_mm_loadu_si128((const __m128i *)(p + q / 2)), v, 1);
+            for (int t = 0; t < 4; t++) _mm256_storeu_ps(out + q + 8 * t, v[t]);
+        }
+        for (; q < len; q++) {
+            int code = (p[q >> 1] >> ((q & 1) * 4)) & 0xF;
+            out[q] = code == 8 ? 0.0f : ts_e2m1_to_f32((uint8_t)code);
+        }
+        break;
+    }
+    }
+}
+
+/* r[i] = 8 consecutive K values of row i -> r[q] = row values 0..7 for K value q. */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t k0, int64_t kc,
+                                int w, float *dst) {
+    if ((w != TS__GEMM_NR && w != TS__GEMM_MR) || op->s_k != 1) return false;
+    const bool fp4 = op->dtype == TS_E2M1X2;
+    if (fp4 && (k0 & 1)) return false;
+    const size_t es = op->dtype == TS_BF16 ? 2 : 1;
+    _Alignas(32) float tmp[TS__GEMM_NR][CH];
+    for (int64_t kk = 0; kk < kc; kk += CH) {
+        const int len = (int)(kc - kk < CH ? kc - kk : CH);
+        for (int i = 0; i < w; i++) {
+            const int64_t r = r0 + i, k = k0 + kk;
+            const char *src = (const char *)op->data +
+                              (size_t)(r * op->s_mn + (fp4 ? (k >> 1) : k)) * es;
+            decode_row(op->dtype, src, k, len, tmp[i]);
+        }
+        float *d = dst + kk * w;
+        const int len8 = len & ~7;
+        if (w == TS__GEMM_NR) {
+            for (int k = 0; k < len8; k += 8)
+                for (int g = 0; g < 2; g++) {
+                    __m256 v[8];
+                    for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(&tmp[g * 8 + i][k]);
+                    transpose8(v);
+                    for (int q = 0; q < 8; q++) _mm256_storeu_ps(d + (k + q) * w + g * 8, v[q]);
+                }
+        } else {
+            for (int k = 0; k < len8; k += 8) {
+                __m256 v[8];
+                for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(&tmp[i < w ? i : w - 1][k]);
+                transpose8(v);
+                for (int q = 0; q < 8; q++) {
+                    float *o = d + (k + q) * w;
+                    _mm_storeu_ps(o, _mm256_castps256_ps128(v[q]));
+                    _mm_storel_pi((__m64 *)(o + 4), _mm256_extractf128_ps(v[q], 1));
+                }
+            }
+        }
+        for (int k = len8; k < len; k++)
+            for (int i = 0; i < w; i++) d[k * w + i] = tmp[i][k];
+    }
+    return true;
+}
