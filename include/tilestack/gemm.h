@@ -103,6 +103,107 @@ TS_API ts_status ts_bf16_gemm_tn(const ts_tensor *a, const ts_tensor *b, ts_tens
 TS_API ts_status ts_bf16_gemm_tt(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
                                  const ts_tensor *c, const char *compiled_dims);
 
+/* ---- Grouped GEMMs (MoE). Each group is the dense NT GEMM of its rows against its weight,
+ * in the same canonical order: a grouped result row has the bits of the dense call on that
+ * row alone. Layout encodings, skipped rows and validation: docs/gemm.md ("Grouped GEMMs").
+ * Grouped layouts and masks are TS_I32 tensors in host memory. Everything is validated before
+ * anything is written. */
+
+/* Row (M-grouped) / K (K-grouped) alignment of the contiguous layouts: every group segment
+ * starts on a multiple of it. Default 128; the setter takes 1..65536 (TS_ERR_INVALID_ARGUMENT
+ * otherwise). Process-wide, as upstream's runtime setting. */
+TS_API int ts_get_mk_alignment_for_contiguous_layout(void);
+TS_API ts_status ts_set_mk_alignment_for_contiguous_layout(int alignment);
+/* Upstream returns 128 except on SM100 (a BLOCK_M search); a CPU has no BLOCK_M, so 128
+ * whatever expected_m (<= 0 means "not given"). */
+TS_API int ts_get_theoretical_mk_alignment_for_contiguous_layout(int64_t expected_m);
+
+/* M-grouped contiguous: a [M_sum, K] (K-major), sfa [M_sum, ...] with gran_mn 1; b [G, N, K]
+ * (nn: the [G, K, N] view), sfb [G, ...] (nn: transposed with b); d [M_sum, N] bf16 or f32.
+ * grouped_layout: m_indices [M_sum] (group of each row, -1 = padding; per alignment block the
+ * first row decides: a -1 block is skipped and not written, a group block is computed whole
+ * with that group's weight, -1 tail rows included, as upstream's BLOCK_M = alignment tiles),
+ * or with use_psum_layout the cumulative ends [G] (group g = rows [align(end[g-1]), end[g])),
+ * where ensure_zero_padding writes exact zeros to the gap rows [end[g], align(end[g])).
+ * expected_m_for_psum_layout is a hint (ignored). */
+TS_API ts_status ts_m_grouped_fp8_fp4_gemm_nt_contiguous(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *grouped_layout, const int64_t *recipe, const int64_t *recipe_a,
+    const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast,
+    bool use_psum_layout, bool ensure_zero_padding, int64_t expected_m_for_psum_layout);
+TS_API ts_status ts_m_grouped_fp8_fp4_gemm_nn_contiguous(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *grouped_layout, const int64_t *recipe, const int64_t *recipe_a,
+    const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast,
+    bool use_psum_layout, bool ensure_zero_padding);
+TS_API ts_status ts_m_grouped_fp8_gemm_nt_contiguous(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *grouped_layout, const int64_t *recipe, const int64_t *recipe_a,
+    const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast,
+    bool use_psum_layout, bool ensure_zero_padding, int64_t expected_m_for_psum_layout);
+TS_API ts_status ts_m_grouped_fp8_gemm_nn_contiguous(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *grouped_layout, const int64_t *recipe, const int64_t *recipe_a,
+    const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast,
+    bool use_psum_layout, bool ensure_zero_padding);
+TS_API ts_status ts_m_grouped_bf16_gemm_nt_contiguous(
+    const ts_tensor *a, const ts_tensor *b, ts_tensor *d, const ts_tensor *grouped_layout,
+    const char *compiled_dims, bool use_psum_layout, bool ensure_zero_padding,
+    int64_t expected_m_for_psum_layout);
+TS_API ts_status ts_m_grouped_bf16_gemm_nn_contiguous(
+    const ts_tensor *a, const ts_tensor *b, ts_tensor *d, const ts_tensor *grouped_layout,
+    const char *compiled_dims, bool use_psum_layout, bool ensure_zero_padding,
+    int64_t expected_m_for_psum_layout);
+
+/* M-grouped masked: a [G, M_max, K], sfa [G, ...], b [G, N, K], sfb [G, ...], d [G, M_max, N]
+ * bf16 or f32; masked_m [G] in [0, M_max]: rows at or past masked_m[g] are never written.
+ * expected_m is a hint and must be > 0, as upstream. */
+TS_API ts_status ts_m_grouped_fp8_fp4_gemm_nt_masked(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *masked_m, int64_t expected_m, const int64_t *recipe,
+    const int64_t *recipe_a, const int64_t *recipe_b, const char *compiled_dims,
+    bool disable_ue8m0_cast);
+TS_API ts_status ts_m_grouped_fp8_gemm_nt_masked(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *masked_m, int64_t expected_m, const int64_t *recipe,
+    const int64_t *recipe_a, const int64_t *recipe_b, const char *compiled_dims,
+    bool disable_ue8m0_cast);
+TS_API ts_status ts_fp8_m_grouped_gemm_nt_masked( /* legacy name */
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const ts_tensor *masked_m, int64_t expected_m, const int64_t *recipe,
+    const int64_t *recipe_a, const int64_t *recipe_b, const char *compiled_dims,
+    bool disable_ue8m0_cast);
+TS_API ts_status ts_m_grouped_bf16_gemm_nt_masked(const ts_tensor *a, const ts_tensor *b,
+                                                  ts_tensor *d, const ts_tensor *masked_m,
+                                                  int64_t expected_m, const char *compiled_dims);
+TS_API ts_status ts_bf16_m_grouped_gemm_nt_masked(const ts_tensor *a, const ts_tensor *b,
+                                                  ts_tensor *d, const ts_tensor *masked_m,
+                                                  int64_t expected_m, const char *compiled_dims);
+
+/* K-grouped (MoE weight gradient): D[g] = C[g] + A_gᵀ·B_g over group g's K slice; d [G, M, N]
+ * f32 (or bf16), c NULL or of d's shape and dtype (may be d). Group K sizes: ks_cpu[num_ks]
+ * (num_ks == G; groups consecutive; grouped_layout NULL or equal to ks), or with
+ * use_psum_layout grouped_layout [G] of cumulative ends (group g = [align(end[g-1]), end[g]),
+ * ks_cpu ignored). k = 0 groups give D[g] = C[g] (bits) or zeros.
+ * tn: a [sum K, M], b [sum K, N] (either major); sfa [sum_g S_g, M], sfb [sum_g S_g, N] f32
+ *     with S_g = ceil(k_g / gran_k) (psum: ceil(align(k_g) / gran_k)), or packed ue8m0
+ *     [sum_g ceil(S_g / 4), MN]; recipe (1, 1, 32 | 128), NULL = (1, 1, 128); f32 scales must
+ *     be powers of two (upstream runs tn on SM100 only).
+ * nt: a, b 1-D, group g stored K-major [M, k_g] (resp. [N, k_g]) one after another; sfa
+ *     [M, sum_g S_g], sfb [N, sum_g S_g] f32 (any values); recipe (1, 1, 128); no psum. */
+TS_API ts_status ts_k_grouped_fp8_gemm_tn_contiguous(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const int64_t *ks_cpu, int64_t num_ks, const ts_tensor *grouped_layout,
+    const ts_tensor *c, const int64_t *recipe, const char *compiled_dims, bool use_psum_layout);
+TS_API ts_status ts_k_grouped_fp8_gemm_nt_contiguous(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_tensor *b, const ts_tensor *sfb,
+    ts_tensor *d, const int64_t *ks_cpu, int64_t num_ks, const ts_tensor *grouped_layout,
+    const ts_tensor *c, const int64_t *recipe, const char *compiled_dims, bool use_psum_layout);
+TS_API ts_status ts_k_grouped_bf16_gemm_tn_contiguous(
+    const ts_tensor *a, const ts_tensor *b, ts_tensor *d, const int64_t *ks_cpu, int64_t num_ks,
+    const ts_tensor *grouped_layout, const ts_tensor *c, const char *compiled_dims,
+    bool use_psum_layout);
+
 /* Runtime configuration. num_sms is the thread count on a CPU: ts_set_num_sms(n) is
  * ts_set_num_threads(n), with 0 meaning "all logical CPUs" as upstream's default. */
 TS_API ts_status ts_set_num_sms(int n);
