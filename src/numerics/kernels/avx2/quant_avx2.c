@@ -426,16 +426,10 @@ TS__DEF_AVX2_FP4(f32, float, load8_f32)
  * finite x and a finite inv > 0 (so y is never NaN and its sign is x's); other blocks take
  * the generic route. Everything else runs block by block on the AVX2 amax / encode above. */
 
-/* e2m1 code | sign of 16 bf16 values (raw bits r) times inv, in 16-bit lanes, element order.
- * The unpacks widen lanes in a shuffled order that the packus below undoes. */
-static inline __m256i e2m1x16_bf16(__m256i r, __m256 vi, bool rne) {
+/* e2m1 code | sign in 16-bit lanes of 16 values y = x * inv (x: raw bf16 bits r), given
+ * up = ceil(|y| bits / 2^16) and, for RNE, dn1 = floor(|y| bits / 2^16) + 1. */
+static inline __m256i e2m1x16_codes(__m256i r, __m256i up, __m256i dn1, bool rne) {
     const __m256i zero = _mm256_setzero_si256();
-    const __m256i ra = _mm256_and_si256(r, _mm256_set1_epi16(0x7FFF));
-    const __m256i ylo = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra)), vi));
-    const __m256i yhi = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra)), vi));
-    const __m256i r16 = _mm256_set1_epi32(0xFFFF);
-    const __m256i up = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r16), 16),
-                                           _mm256_srli_epi32(_mm256_add_epi32(yhi, r16), 16));
     const __m256i s = _mm256_and_si256(_mm256_srli_epi16(r, 12), _mm256_set1_epi16(8));
     const __m256i gt025 = _mm256_cmpgt_epi16(up, _mm256_set1_epi16(0x3E80));
     if (!rne) {
@@ -449,11 +443,8 @@ static inline __m256i e2m1x16_bf16(__m256i r, __m256 vi, bool rne) {
         const __m256i cs = _mm256_sub_epi16(_mm256_sub_epi16(zero, gt025), gt075);
         return _mm256_or_si256(_mm256_max_epi16(cn, cs), _mm256_and_si256(s, gt025));
     }
-    /* RNE: ties to the even code, so >= where the upper neighbour is even; a >= t <=>
-     * floor(a / 2^16) + 1 > hi16(t), which shares the > constants */
-    const __m256i r1 = _mm256_set1_epi32(0x10000);
-    const __m256i dn1 = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r1), 16),
-                                            _mm256_srli_epi32(_mm256_add_epi32(yhi, r1), 16));
+    /* RNE: ties to the even code, so >= where the upper neighbour is even (a >= t <=> dn1 >
+     * hi16(t), sharing the > constants) */
     __m256i c = _mm256_sub_epi16(zero, gt025);
 #define GT(t) c = _mm256_sub_epi16(c, _mm256_cmpgt_epi16(up, _mm256_set1_epi16(t)))
 #define GE(t) c = _mm256_sub_epi16(c, _mm256_cmpgt_epi16(dn1, _mm256_set1_epi16(t)))
@@ -461,6 +452,34 @@ static inline __m256i e2m1x16_bf16(__m256i r, __m256 vi, bool rne) {
 #undef GT
 #undef GE
     return _mm256_or_si256(c, s);
+}
+
+/* e2m1x16_codes of x * inv: the product in f32, then up / dn1 from its bits. The unpacks
+ * widen lanes in a shuffled order that the packus below undoes. */
+static inline __m256i e2m1x16_bf16(__m256i r, __m256 vi, bool rne) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i ra = _mm256_and_si256(r, _mm256_set1_epi16(0x7FFF));
+    const __m256i ylo = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, ra)), vi));
+    const __m256i yhi = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, ra)), vi));
+    const __m256i r16 = _mm256_set1_epi32(0xFFFF), r1 = _mm256_set1_epi32(0x10000);
+    const __m256i up = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r16), 16),
+                                           _mm256_srli_epi32(_mm256_add_epi32(yhi, r16), 16));
+    __m256i dn1 = up;
+    if (rne)
+        dn1 = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_add_epi32(ylo, r1), 16),
+                                  _mm256_srli_epi32(_mm256_add_epi32(yhi, r1), 16));
+    return e2m1x16_codes(r, up, dn1, rne);
+}
+
+/* e2m1x16_codes of x * 2^k (inv a power of two, k <= 100; ue8m0 scales): the product of a
+ * normal bf16 is exact and its bf16 bits are |x| bits + k * 128 (vk), one saturating add
+ * clamped to [0, inf]; results that would underflow land far below 0.25 (zero and subnormal
+ * x included, as k <= 100), as the true products do. */
+static inline __m256i e2m1x16_bf16_pow2(__m256i r, __m256i vk, bool rne) {
+    const __m256i ra = _mm256_and_si256(r, _mm256_set1_epi16(0x7FFF));
+    __m256i up = _mm256_max_epi16(_mm256_adds_epi16(ra, vk), _mm256_setzero_si256());
+    up = _mm256_min_epi16(up, _mm256_set1_epi16(0x7F80)); /* overflow reads as inf */
+    return e2m1x16_codes(r, up, _mm256_add_epi16(up, _mm256_set1_epi16(1)), rne);
 }
 
 /* Two e2m1x16_bf16 results (elements 0..15, 16..31) -> 16 bytes, element 2i in the low
@@ -550,6 +569,17 @@ fp4_chunk_bf16_impl(const uint16_t *p, int64_t nblk, int64_t gk, bool ue8m0, boo
         for (int64_t l = 0; l < 2 * gk; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
         if (!((fast[b / 8] >> (b % 8)) & 1)) {
             ts__qk_enc_e2m1_bf16__generic(pb, gk, inv[b], !rne, qb);
+            continue;
+        }
+        const uint32_t ib = ts__bits_from_f32(inv[b]);
+        const int k = (int)(ib >> 23) - 127; /* inv = 2^k when its mantissa is zero */
+        if ((ib & 0x7FFFFFu) == 0 && k <= 100) {
+            const __m256i vk = _mm256_set1_epi16((short)(k * 128));
+            for (int64_t j = 0; j < gk; j += 32) {
+                __m256i c0 = e2m1x16_bf16_pow2(_mm256_loadu_si256((const __m256i *)(pb + j)), vk, rne);
+                __m256i c1 = e2m1x16_bf16_pow2(_mm256_loadu_si256((const __m256i *)(pb + j + 16)), vk, rne);
+                _mm_storeu_si128((__m128i *)(qb + j / 2), e2m1_pack32(c0, c1));
+            }
             continue;
         }
         const __m256 vi = _mm256_set1_ps(inv[b]);
