@@ -742,3 +742,36 @@ TS_TEST(gemm_grouped_bad_input) {
     mp_free(&p), kp_free(&kp);
     ts_set_mk_alignment_for_contiguous_layout(al0);
 }
+
+/* Upstream's alias names are the same functions. */
+TS_TEST(gemm_grouped_aliases_bitwise) {
+    const int al0 = ts_get_mk_alignment_for_contiguous_layout();
+    ts_set_mk_alignment_for_contiguous_layout(8);
+    const int64_t G = 2, M = 24, N = 20;
+    int32_t lay[24];
+    for (int i = 0; i < 24; i++) lay[i] = i < 8 ? 1 : i < 13 ? 0 : -1;
+    mproblem p = mp_make(G, M, N, 160, false, false, 7000);
+    ts_tensor lv = ts_tensor_1d(lay, TS_I32, M);
+    float *d1 = canary_f32(M * N), *d2 = canary_f32(M * N);
+    ts_tensor v1 = ts_tensor_2d(d1, TS_F32, M, N), v2 = ts_tensor_2d(d2, TS_F32, M, N);
+    TS_CHECK_STATUS(ts_m_grouped_fp8_fp4_gemm_nt_contiguous(&p.ta, &p.tsa, &p.tb, &p.tsb, &v1, &lv, NULL,
+                                                            p.ra, p.rb, NULL, false, false, true, 0),
+                    TS_OK);
+    TS_CHECK_STATUS(ts_m_grouped_fp8_gemm_nt_contiguous(&p.ta, &p.tsa, &p.tb, &p.tsb, &v2, &lv, NULL,
+                                                        p.ra, p.rb, NULL, false, false, true, 0),
+                    TS_OK);
+    TS_CHECK(memcmp(d1, d2, (size_t)(M * N) * 4) == 0);
+    ts_tensor b = p.tb, sb = p.tsb;
+    b.shape[1] = p.tb.shape[2], b.shape[2] = p.tb.shape[1];
+    b.strides[1] = p.tb.strides[2], b.strides[2] = p.tb.strides[1];
+    sb.shape[1] = p.tsb.shape[2], sb.shape[2] = p.tsb.shape[1];
+    sb.strides[1] = p.tsb.strides[2], sb.strides[2] = p.tsb.strides[1];
+    free(d2), d2 = canary_f32(M * N), v2.data = d2;
+    TS_CHECK_STATUS(ts_m_grouped_fp8_gemm_nn_contiguous(&p.ta, &p.tsa, &b, &sb, &v2, &lv, NULL, p.ra,
+                                                        p.rb, NULL, false, false, true),
+                    TS_OK);
+    TS_CHECK(memcmp(d1, d2, (size_t)(M * N) * 4) == 0);
+    free(d1), free(d2);
+    mp_free(&p);
+    ts_set_mk_alignment_for_contiguous_layout(al0);
+}
