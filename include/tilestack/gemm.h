@@ -204,6 +204,59 @@ TS_API ts_status ts_k_grouped_bf16_gemm_tn_contiguous(
     const ts_tensor *grouped_layout, const ts_tensor *c, const char *compiled_dims,
     bool use_psum_layout);
 
+/* ---- CPU extension: weight pre-packing (docs/gemm.md, "Pre-packed weights").
+ * ts_gemm_prepack_b converts a weight once into an opaque layout that the decode path (small
+ * M) streams sequentially: 32-column panels, each a run of K blocks holding the block's
+ * low-precision values (kept as e4m3 / e2m1 / bf16 bytes, 32 columns per K value) followed by
+ * the block's 32 column scales. The *_packed entry points take it in place of (b, sfb);
+ * their results are bit-identical to the unpacked call with the same recipe.
+ *   b       [N, K] (dense) or [G, N, K] (grouped), e4m3, e2m1x2 or bf16, either major;
+ *           kn: b is given as [K, N] ([G, K, N]) with sfb transposed alongside, as the nn
+ *           variants take it.
+ *   sfb     the scales the unpacked call would take (2-D, or 3-D [G, ...]); NULL for bf16.
+ *   recipe_b (gran_mn, gran_k) of B; NULL = the default the GEMMs pick for this sfb dtype:
+ *           (128, 128) for f32, (1, 128) for packed ue8m0. A later call whose recipe resolves
+ *           to another B granularity is TS_ERR_INVALID_ARGUMENT.
+ * Packed ue8m0 scales stay one byte per scale; f32 scales stay f32. The packed weight is
+ * read-only and may be shared by concurrent calls. */
+typedef struct ts_packed_weight ts_packed_weight;
+TS_API ts_status ts_gemm_prepack_b(const ts_tensor *b, const ts_tensor *sfb,
+                                   const int64_t *recipe_b, bool kn, ts_packed_weight **out);
+TS_API void ts_packed_weight_destroy(ts_packed_weight *pw);
+/* Bytes the packed weight holds (values + scales + panel padding); 0 for NULL. */
+TS_API size_t ts_packed_weight_nbytes(const ts_packed_weight *pw);
+
+/* Dense GEMMs on a packed [N, K] weight: D = C + A·Bᵀ. a is a [M, K] view in either major
+ * (a tn / tt call passes the transposed view of its [K, M] argument); other arguments as
+ * ts_fp8_fp4_gemm_nt / ts_bf16_gemm_nt. */
+TS_API ts_status ts_fp8_fp4_gemm_nt_packed(const ts_tensor *a, const ts_tensor *sfa,
+                                           const ts_packed_weight *b, ts_tensor *d,
+                                           const ts_tensor *c, const int64_t *recipe,
+                                           const int64_t *recipe_a, const int64_t *recipe_b,
+                                           const char *compiled_dims, bool disable_ue8m0_cast);
+TS_API ts_status ts_bf16_gemm_nt_packed(const ts_tensor *a, const ts_packed_weight *b,
+                                        ts_tensor *d, const ts_tensor *c,
+                                        const char *compiled_dims);
+/* M-grouped GEMMs on a packed [G, N, K] weight (the nt and nn layouts both pack to it). */
+TS_API ts_status ts_m_grouped_fp8_fp4_gemm_contiguous_packed(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_packed_weight *b, ts_tensor *d,
+    const ts_tensor *grouped_layout, const int64_t *recipe, const int64_t *recipe_a,
+    const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast,
+    bool use_psum_layout, bool ensure_zero_padding);
+TS_API ts_status ts_m_grouped_bf16_gemm_contiguous_packed(
+    const ts_tensor *a, const ts_packed_weight *b, ts_tensor *d, const ts_tensor *grouped_layout,
+    const char *compiled_dims, bool use_psum_layout, bool ensure_zero_padding);
+TS_API ts_status ts_m_grouped_fp8_fp4_gemm_masked_packed(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_packed_weight *b, ts_tensor *d,
+    const ts_tensor *masked_m, int64_t expected_m, const int64_t *recipe,
+    const int64_t *recipe_a, const int64_t *recipe_b, const char *compiled_dims,
+    bool disable_ue8m0_cast);
+TS_API ts_status ts_m_grouped_bf16_gemm_masked_packed(const ts_tensor *a,
+                                                      const ts_packed_weight *b, ts_tensor *d,
+                                                      const ts_tensor *masked_m,
+                                                      int64_t expected_m,
+                                                      const char *compiled_dims);
+
 /* Runtime configuration. num_sms is the thread count on a CPU: ts_set_num_sms(n) is
  * ts_set_num_threads(n), with 0 meaning "all logical CPUs" as upstream's default. */
 TS_API ts_status ts_set_num_sms(int n);

@@ -310,13 +310,38 @@ static void gemm_task(void *ctx, int64_t begin, int64_t end, int tid) {
     gemm_job *j = (gemm_job *)ctx;
     size_t total = j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats;
     float *s = (float *)ts__scratch(tid, total * sizeof(float));
-    if (!s) {
+    if (!s) { /* reserved before the parallel region; only a changed thread mapping gets here */
         atomic_store(&j->oom, true);
         return;
     }
     float *acc = s, *bpack = acc + j->acc_floats, *sbp = bpack + j->bpack_floats,
           *apack = sbp + j->sb_floats, *sap = apack + j->apack_floats;
     for (int64_t item = begin; item < end; item++) run_item(j, item, acc, bpack, sbp, apack, sap);
+}
+
+typedef struct reserve_job {
+    size_t bytes;
+    atomic_bool oom;
+} reserve_job;
+
+static void reserve_task(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)begin, (void)end;
+    reserve_job *r = (reserve_job *)ctx;
+    if (!ts__scratch(tid, r->bytes)) atomic_store(&r->oom, true);
+}
+
+/* The same split as the work pass (same n, grain and thread count: a static partition, so
+ * each chunk lands where it will run), touching each task's scratch first: a failed
+ * allocation is reported before any output is written, and the work pass finds its arena
+ * already large enough. */
+ts_status ts__gemm_reserve_scratch(int64_t items, int64_t grain, size_t bytes) {
+    reserve_job r;
+    r.bytes = bytes;
+    atomic_store(&r.oom, false);
+    ts__parallel_for(items, grain, reserve_task, &r);
+    if (atomic_load(&r.oom))
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "gemm: %zu bytes of per-thread scratch", bytes);
+    return TS_OK;
 }
 
 /* Item count of the whole batch for an mb x nb blocking; fills each problem's item0. */
@@ -332,8 +357,16 @@ static int64_t count_items(ts__gemm_problem *probs, int64_t nprob, int64_t mb, i
 ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, ts_dtype d_dtype,
                              bool scaled, int64_t g) {
     int64_t m_max = 0;
-    for (int64_t i = 0; i < nprob; i++) m_max = ts__max64(m_max, probs[i].m);
+    bool k_all = true, m_all = true;
+    for (int64_t i = 0; i < nprob; i++) {
+        m_max = ts__max64(m_max, probs[i].m);
+        k_all = k_all && probs[i].k > 0;
+        m_all = m_all && probs[i].m > 0;
+    }
     if (nprob == 0 || m_max == 0 || n == 0) return TS_OK;
+    /* Few rows: the GEMM is a stream over the weight (same bits, see gemm_decode.c). */
+    if (m_max <= TS__GEMM_SMALL_M && k_all && m_all)
+        return ts__gemm_run_decode(probs, nprob, n, d_dtype, scaled, g);
     gemm_job job, *j = &job;
     memset(j, 0, sizeof *j);
     j->kern = ts__gemm_select_kernels();
@@ -370,6 +403,10 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     j->sb_floats = align_floats((size_t)(NKB_MAX * ts__align(nb, NR)));
     j->apack_floats = align_floats((size_t)(KC * MC));
     j->sa_floats = align_floats((size_t)(NKB_MAX * MC));
+    TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(
+        items, 1,
+        (j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats) *
+            sizeof(float)));
     atomic_store(&j->oom, false);
     ts__parallel_for(items, 1, gemm_task, j);
     if (atomic_load(&j->oom))
@@ -500,4 +537,64 @@ ts_status ts_bf16_gemm_tt(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
                           const ts_tensor *c, const char *compiled_dims) {
     (void)compiled_dims;
     return bf16_variant(a, b, d, c, true, false);
+}
+
+/* ---------------------------------------------------------------- packed weights */
+
+ts_status ts_fp8_fp4_gemm_nt_packed(const ts_tensor *a, const ts_tensor *sfa,
+                                    const ts_packed_weight *b, ts_tensor *d, const ts_tensor *c,
+                                    const int64_t *recipe, const int64_t *recipe_a,
+                                    const int64_t *recipe_b, const char *compiled_dims,
+                                    bool disable_ue8m0_cast) {
+    (void)compiled_dims;
+    ts__gemm_operand oa;
+    TS__RETURN_IF_ERROR(ts__gemm_make_operand(a, "a", false, false, &oa));
+    TS__RETURN_IF_ERROR(ts__gemm_check_packed(b, "b"));
+    if (b->grouped)
+        return ts__fail(TS_ERR_SHAPE, "b: packed from a grouped [G, N, K] weight; the dense "
+                                      "GEMM takes one packed from [N, K]");
+    if (!b->scaled)
+        return ts__fail(TS_ERR_DTYPE, "b: packed bf16 weight; use ts_bf16_gemm_nt_packed");
+    ts__gemm_operand ob = ts__gemm_packed_operand(b, 0);
+    if (oa.k != ob.k)
+        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)ob.k,
+                        (long long)oa.k);
+    if (!sfa) return ts__fail(TS_ERR_NULL_POINTER, "sfa is NULL");
+    ts_gemm_recipe r;
+    TS__RETURN_IF_ERROR(ts__gemm_packed_recipe(b, recipe, recipe_a, recipe_b, &r));
+    TS__RETURN_IF_ERROR(ts__gemm_attach_scales(&oa, sfa, "sfa", r.gran_mn_a, r.gran_k_a));
+    const ts_tensor *ins[2] = {a, sfa};
+    const char *names[2] = {"a", "sfa"};
+    TS__RETURN_IF_ERROR(check_output(d, c, oa.mn, ob.mn, ins, names, 2));
+    if (ts__gemm_needs_ue8m0_cast(&oa, &ob) && !disable_ue8m0_cast) {
+        if (!oa.sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales(sfa, "sfa"));
+        if (!ob.sf_packed && !b->sf_pow2)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            "b: the packed weight's f32 scales are not all positive powers of "
+                            "two, which the ue8m0 cast needs (fp4 operand or gran_k 32; pass "
+                            "disable_ue8m0_cast to use f32 scales as given)");
+    }
+    return run_dense(&oa, &ob, d, c, true, ts__min64(r.gran_k_a, r.gran_k_b));
+}
+
+ts_status ts_bf16_gemm_nt_packed(const ts_tensor *a, const ts_packed_weight *b, ts_tensor *d,
+                                 const ts_tensor *c, const char *compiled_dims) {
+    (void)compiled_dims;
+    ts__gemm_operand oa;
+    TS__RETURN_IF_ERROR(ts__gemm_make_operand(a, "a", true, false, &oa));
+    TS__RETURN_IF_ERROR(ts__gemm_check_packed(b, "b"));
+    if (b->grouped)
+        return ts__fail(TS_ERR_SHAPE, "b: packed from a grouped [G, N, K] weight; the dense "
+                                      "GEMM takes one packed from [N, K]");
+    if (b->scaled)
+        return ts__fail(TS_ERR_DTYPE, "b: packed %s weight; use ts_fp8_fp4_gemm_nt_packed",
+                        ts_dtype_name(b->dtype));
+    ts__gemm_operand ob = ts__gemm_packed_operand(b, 0);
+    if (oa.k != ob.k)
+        return ts__fail(TS_ERR_SHAPE, "b: K = %lld does not match a's K = %lld", (long long)ob.k,
+                        (long long)oa.k);
+    const ts_tensor *ins[1] = {a};
+    const char *names[1] = {"a"};
+    TS__RETURN_IF_ERROR(check_output(d, c, oa.mn, ob.mn, ins, names, 1));
+    return run_dense(&oa, &ob, d, c, false, 0);
 }

@@ -13,6 +13,7 @@ typedef struct mg_call {
     ts_tensor *d;
     const int64_t *recipe, *recipe_a, *recipe_b;
     bool disable_ue8m0_cast;
+    const ts_packed_weight *pw; /* in place of b, sfb */
 } mg_call;
 
 /* Validated weights: group 0 as an NT operand, and the byte steps to group g. */
@@ -30,6 +31,14 @@ static ts__gemm_operand weight_of(const mg_weight *w, int64_t g) {
 
 /* b [G, N, K] (nn: [G, K, N]) with sfb [G, ...] transposed alongside. */
 static ts_status weight_operand(const mg_call *cl, const ts_gemm_recipe *r, mg_weight *w) {
+    if (cl->pw) {
+        (void)r;
+        w->b0 = ts__gemm_packed_operand(cl->pw, 0);
+        w->groups = cl->pw->groups;
+        w->step = cl->pw->group_bytes;
+        w->sf_step = 0;
+        return TS_OK;
+    }
     TS__RETURN_IF_ERROR(ts_tensor_check(cl->b, "b"));
     if (cl->b->ndim != 3)
         return ts__fail(TS_ERR_SHAPE, "b: expected 3 dims [G, %s], got %d",
@@ -60,11 +69,25 @@ static ts_status operands(const mg_call *cl, const ts_tensor *a0, const ts_tenso
                           ts_gemm_recipe *r, ts__gemm_operand *oa, mg_weight *w) {
     memset(r, 0, sizeof *r);
     TS__RETURN_IF_ERROR(ts__gemm_make_operand(a0, "a", cl->bf16, false, oa));
+    if (cl->pw) {
+        TS__RETURN_IF_ERROR(ts__gemm_check_packed(cl->pw, "b"));
+        if (!cl->pw->grouped)
+            return ts__fail(TS_ERR_SHAPE, "b: packed from a 2-D weight; grouped GEMMs take one "
+                                          "packed from [G, N, K]");
+        if (cl->pw->scaled == cl->bf16)
+            return ts__fail(TS_ERR_DTYPE, "b: packed %s weight, this call takes %s",
+                            ts_dtype_name(cl->pw->dtype), cl->bf16 ? "bf16" : "e4m3 or e2m1x2");
+    }
     if (!cl->bf16) {
         if (!cl->sfa) return ts__fail(TS_ERR_NULL_POINTER, "sfa is NULL");
-        if (!cl->sfb) return ts__fail(TS_ERR_NULL_POINTER, "sfb is NULL");
-        TS__RETURN_IF_ERROR(
-            ts_gemm_resolve_recipe(cl->recipe, cl->recipe_a, cl->recipe_b, cl->sfb->dtype, r));
+        if (cl->pw) {
+            TS__RETURN_IF_ERROR(
+                ts__gemm_packed_recipe(cl->pw, cl->recipe, cl->recipe_a, cl->recipe_b, r));
+        } else {
+            if (!cl->sfb) return ts__fail(TS_ERR_NULL_POINTER, "sfb is NULL");
+            TS__RETURN_IF_ERROR(ts_gemm_resolve_recipe(cl->recipe, cl->recipe_a, cl->recipe_b,
+                                                       cl->sfb->dtype, r));
+        }
         if (r->gran_mn_a != 1)
             return ts__fail(TS_ERR_INVALID_ARGUMENT,
                             "recipe: grouped GEMMs take per-token A scales (gran_mn 1), got %lld",
@@ -78,11 +101,19 @@ static ts_status operands(const mg_call *cl, const ts_tensor *a0, const ts_tenso
     return TS_OK;
 }
 
+static ts_status check_sfb_pow2(const mg_call *cl) {
+    if (!cl->pw) return ts__gemm_check_pow2_scales3(cl->sfb, "sfb");
+    if (cl->pw->sf_pow2) return TS_OK;
+    return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                    "b: the packed weight's f32 scales are not all positive powers of two, "
+                    "which the ue8m0 cast needs (pass disable_ue8m0_cast to use them as given)");
+}
+
 static ts_status check_scale_values(const mg_call *cl, const ts__gemm_operand *oa,
                                     const ts__gemm_operand *ob, const ts_tensor *sfa0) {
     if (cl->bf16 || cl->disable_ue8m0_cast || !ts__gemm_needs_ue8m0_cast(oa, ob)) return TS_OK;
     if (!oa->sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales(sfa0, "sfa"));
-    if (!ob->sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales3(cl->sfb, "sfb"));
+    if (!ob->sf_packed) TS__RETURN_IF_ERROR(check_sfb_pow2(cl));
     return TS_OK;
 }
 
@@ -267,7 +298,7 @@ static ts_status m_grouped_masked(const mg_call *cl, const ts_tensor *masked_m, 
     TS__RETURN_IF_ERROR(ts__gemm_check_no_overlap(cl->d, ins, names, 5));
     if (!cl->bf16 && !cl->disable_ue8m0_cast && ts__gemm_needs_ue8m0_cast(&oa, &w.b0)) {
         if (!oa.sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales3(cl->sfa, "sfa"));
-        if (!w.b0.sf_packed) TS__RETURN_IF_ERROR(ts__gemm_check_pow2_scales3(cl->sfb, "sfb"));
+        if (!w.b0.sf_packed) TS__RETURN_IF_ERROR(check_sfb_pow2(cl));
     }
 
     const size_t bytes = (size_t)groups * sizeof(ts__gemm_problem) + 64;
@@ -305,7 +336,7 @@ static ts_status m_grouped_masked(const mg_call *cl, const ts_tensor *masked_m, 
 
 static ts_status fp8_contig(FP8_CONTIG_ARGS, bool nn) {
     (void)compiled_dims;
-    mg_call cl = {false, nn, a, sfa, b, sfb, d, recipe, recipe_a, recipe_b, disable_ue8m0_cast};
+    mg_call cl = {false, nn, a, sfa, b, sfb, d, recipe, recipe_a, recipe_b, disable_ue8m0_cast, NULL};
     return m_grouped_contiguous(&cl, grouped_layout, use_psum_layout, ensure_zero_padding);
 }
 
@@ -334,7 +365,7 @@ ts_status ts_m_grouped_bf16_gemm_nt_contiguous(const ts_tensor *a, const ts_tens
                                                bool ensure_zero_padding,
                                                int64_t expected_m_for_psum_layout) {
     (void)compiled_dims, (void)expected_m_for_psum_layout;
-    mg_call cl = {true, false, a, NULL, b, NULL, d, NULL, NULL, NULL, false};
+    mg_call cl = {true, false, a, NULL, b, NULL, d, NULL, NULL, NULL, false, NULL};
     return m_grouped_contiguous(&cl, grouped_layout, use_psum_layout, ensure_zero_padding);
 }
 ts_status ts_m_grouped_bf16_gemm_nn_contiguous(const ts_tensor *a, const ts_tensor *b,
@@ -343,7 +374,7 @@ ts_status ts_m_grouped_bf16_gemm_nn_contiguous(const ts_tensor *a, const ts_tens
                                                bool ensure_zero_padding,
                                                int64_t expected_m_for_psum_layout) {
     (void)compiled_dims, (void)expected_m_for_psum_layout;
-    mg_call cl = {true, true, a, NULL, b, NULL, d, NULL, NULL, NULL, false};
+    mg_call cl = {true, true, a, NULL, b, NULL, d, NULL, NULL, NULL, false, NULL};
     return m_grouped_contiguous(&cl, grouped_layout, use_psum_layout, ensure_zero_padding);
 }
 
@@ -355,7 +386,7 @@ ts_status ts_m_grouped_bf16_gemm_nn_contiguous(const ts_tensor *a, const ts_tens
 
 static ts_status fp8_masked(FP8_MASKED_ARGS) {
     (void)compiled_dims;
-    mg_call cl = {false, false, a, sfa, b, sfb, d, recipe, recipe_a, recipe_b, disable_ue8m0_cast};
+    mg_call cl = {false, false, a, sfa, b, sfb, d, recipe, recipe_a, recipe_b, disable_ue8m0_cast, NULL};
     return m_grouped_masked(&cl, masked_m, expected_m);
 }
 
@@ -371,11 +402,57 @@ ts_status ts_m_grouped_bf16_gemm_nt_masked(const ts_tensor *a, const ts_tensor *
                                            const ts_tensor *masked_m, int64_t expected_m,
                                            const char *compiled_dims) {
     (void)compiled_dims;
-    mg_call cl = {true, false, a, NULL, b, NULL, d, NULL, NULL, NULL, false};
+    mg_call cl = {true, false, a, NULL, b, NULL, d, NULL, NULL, NULL, false, NULL};
     return m_grouped_masked(&cl, masked_m, expected_m);
 }
 ts_status ts_bf16_m_grouped_gemm_nt_masked(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
                                            const ts_tensor *masked_m, int64_t expected_m,
                                            const char *compiled_dims) {
     return ts_m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims);
+}
+
+/* ---------------------------------------------------------------- packed weights */
+
+ts_status ts_m_grouped_fp8_fp4_gemm_contiguous_packed(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_packed_weight *b, ts_tensor *d,
+    const ts_tensor *grouped_layout, const int64_t *recipe, const int64_t *recipe_a,
+    const int64_t *recipe_b, const char *compiled_dims, bool disable_ue8m0_cast,
+    bool use_psum_layout, bool ensure_zero_padding) {
+    (void)compiled_dims;
+    mg_call cl = {false, false, a, sfa, NULL, NULL, d, recipe, recipe_a, recipe_b,
+                  disable_ue8m0_cast, b};
+    if (!b) return ts__fail(TS_ERR_NULL_POINTER, "b is NULL");
+    return m_grouped_contiguous(&cl, grouped_layout, use_psum_layout, ensure_zero_padding);
+}
+
+ts_status ts_m_grouped_bf16_gemm_contiguous_packed(const ts_tensor *a, const ts_packed_weight *b,
+                                                   ts_tensor *d, const ts_tensor *grouped_layout,
+                                                   const char *compiled_dims,
+                                                   bool use_psum_layout,
+                                                   bool ensure_zero_padding) {
+    (void)compiled_dims;
+    mg_call cl = {true, false, a, NULL, NULL, NULL, d, NULL, NULL, NULL, false, b};
+    if (!b) return ts__fail(TS_ERR_NULL_POINTER, "b is NULL");
+    return m_grouped_contiguous(&cl, grouped_layout, use_psum_layout, ensure_zero_padding);
+}
+
+ts_status ts_m_grouped_fp8_fp4_gemm_masked_packed(
+    const ts_tensor *a, const ts_tensor *sfa, const ts_packed_weight *b, ts_tensor *d,
+    const ts_tensor *masked_m, int64_t expected_m, const int64_t *recipe,
+    const int64_t *recipe_a, const int64_t *recipe_b, const char *compiled_dims,
+    bool disable_ue8m0_cast) {
+    (void)compiled_dims;
+    mg_call cl = {false, false, a, sfa, NULL, NULL, d, recipe, recipe_a, recipe_b,
+                  disable_ue8m0_cast, b};
+    if (!b) return ts__fail(TS_ERR_NULL_POINTER, "b is NULL");
+    return m_grouped_masked(&cl, masked_m, expected_m);
+}
+
+ts_status ts_m_grouped_bf16_gemm_masked_packed(const ts_tensor *a, const ts_packed_weight *b,
+                                               ts_tensor *d, const ts_tensor *masked_m,
+                                               int64_t expected_m, const char *compiled_dims) {
+    (void)compiled_dims;
+    mg_call cl = {true, false, a, NULL, NULL, NULL, d, NULL, NULL, NULL, false, b};
+    if (!b) return ts__fail(TS_ERR_NULL_POINTER, "b is NULL");
+    return m_grouped_masked(&cl, masked_m, expected_m);
 }

@@ -3,6 +3,7 @@
 #define TS_GEMM_INTERNAL_H
 
 #include "core/internal.h"
+#include "tilestack/gemm.h"
 
 /* One operand as the NT driver sees it: logical [mn, k] with element (r, k) at storage unit
  * r*s_mn + k*s_k, except packed fp4, where the pair index along the contiguous dim is used
@@ -19,7 +20,51 @@ typedef struct ts__gemm_operand {
     bool sf_packed;
     int64_t sf_s_mn, sf_s_k;
     int64_t gran_mn, gran_k;
+    /* Pre-packed weight (gemm_prepack.c): data points at this operand's group of packed bytes
+     * and the layout comes from pw; s_mn, s_k and sf are unused. */
+    const struct ts_packed_weight *pw;
 } ts__gemm_operand;
+
+/* ---- pre-packed weights (gemm_prepack.c) ----
+ * Per group: panels of TS__PW_W columns, panel-major; per panel, nkb blocks of kb K values,
+ * each block_bytes long: kb rows of TS__PW_W values (row = one K value across the panel's
+ * columns; e4m3 one byte each, e2m1 two per byte with column 2i in the low nibble of byte i,
+ * bf16 two bytes each), zeros past K and past N, then TS__PW_W scales (f32, or one ue8m0
+ * byte each when sf_u8; replicated per column for gran_mn 128; 0 past N). */
+#define TS__PW_W 32
+struct ts_packed_weight {
+    uint64_t magic;
+    ts_dtype dtype;      /* TS_E4M3, TS_E2M1X2 or TS_BF16 */
+    bool grouped;        /* packed from [G, N, K] */
+    int64_t groups, n, k;
+    bool scaled;         /* fp8 / fp4 with scales */
+    ts_dtype sf_dtype;   /* the source sfb dtype (default recipe resolution) */
+    bool sf_u8;          /* scales stored as ue8m0 bytes */
+    bool sf_pow2;        /* every f32 scale is a positive power of two (ue8m0 routes) */
+    bool nan_free;       /* no e4m3 NaN code (lets the decoder skip the NaN fix-up) */
+    int64_t gran_mn, gran_k;
+    int64_t kb, nkb, npanel;
+    int64_t row_bytes;   /* bytes of one K row of a panel */
+    int64_t block_bytes, panel_bytes, group_bytes;
+    size_t nbytes;
+    uint8_t *data;
+};
+#define TS__PW_MAGIC 0x7473707765696768ull
+
+/* A packed weight's group g as an NT operand (no checks). */
+ts__gemm_operand ts__gemm_packed_operand(const struct ts_packed_weight *pw, int64_t g);
+/* TS_ERR_NULL_POINTER / TS_ERR_INVALID_ARGUMENT for a NULL or destroyed packed weight. */
+ts_status ts__gemm_check_packed(const struct ts_packed_weight *pw, const char *name);
+/* ts__gemm_pack_panel / ts__gemm_pack_scales for a packed-weight operand (scalar decode). */
+void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
+                            int64_t kc, int w, float *dst);
+void ts__gemm_pw_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t kb0,
+                             int64_t nkb, int64_t g, int w, float *dst);
+/* Resolves the call's recipe for a packed weight and checks that its B granularity is the
+ * one the weight was packed with. */
+ts_status ts__gemm_packed_recipe(const struct ts_packed_weight *pw, const int64_t *recipe,
+                                 const int64_t *recipe_a, const int64_t *recipe_b,
+                                 ts_gemm_recipe *r);
 
 /* dst[k*w + i] = value (r0+i, k0+k) for i < rows, 0 for rows <= i < w; k < kc. */
 void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
@@ -56,6 +101,7 @@ typedef struct ts__gemm_problem {
     const void *c;
     int64_t ld_c;
     int64_t item0; /* set by ts__gemm_run_batch */
+    int64_t aoff, saoff; /* decode path: offsets of this problem's f32 A and A scales */
 } ts__gemm_problem;
 
 /* Runs the problems as one parallel pass (work items over problems x M blocks x N blocks, a
@@ -64,6 +110,16 @@ typedef struct ts__gemm_problem {
  * or zeros. Every element follows the canonical order, so a problem's rows have the same bits
  * as the dense call on that problem alone. Runs on the calling thread's pool; the problems'
  * outputs must not overlap. */
+/* Problems with at most this many rows take the decode path (gemm_decode.c). */
+#define TS__GEMM_SMALL_M 16
+/* The decode path for a batch whose problems all have 1..TS__GEMM_SMALL_M rows and K > 0
+ * (called by ts__gemm_run_batch; same contract). */
+ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,
+                              ts_dtype d_dtype, bool scaled, int64_t g);
+/* Makes every thread that ts__parallel_for(items, grain, ...) will use hold `bytes` of task
+ * scratch, so that an allocation failure is reported before any output is written. */
+ts_status ts__gemm_reserve_scratch(int64_t items, int64_t grain, size_t bytes);
+
 ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, ts_dtype d_dtype,
                              bool scaled, int64_t g);
 

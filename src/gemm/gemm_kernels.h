@@ -23,10 +23,38 @@ typedef void (*ts__gemm_ukr_scaled_fn)(int64_t kc, int64_t g, const float *ap, c
 /* Plain: acc = fmaf(a_k, b_k, acc) for k ascending over kc values. */
 typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *bp, float *acc);
 
+/* Decode (small-M) kernel: one panel of TS__GEMM_DW = 32 output columns, rows i < m (m <= 16),
+ * over `len` K values.
+ *   fmt TS_E4M3 / TS_E2M1X2 / TS_BF16: B rows in the packed-weight layout (gemm_internal.h),
+ *   row_bytes apart; TS_F32: f32 rows of 32 values (row_bytes = 128).
+ *   a: f32 A values, a[k * m + i].
+ *   Scaled (sa != NULL): sub-blocks of g values from k = 0 (the last may be short); for
+ *   sub-block s: p = 0; p = fmaf(a, b, p) over its K values; then
+ *   acc[i * 32 + j] = fmaf(p, sa[s * m + i] * sb_s[j], acc), sb_s = the 32 scales at
+ *   sb + s * sb_step (f32, or ue8m0 bytes when sb_u8).
+ *   Plain (sa == NULL): acc = fmaf(a, b, acc) for k ascending.
+ * Every lane is one output column's scalar fmaf chain, so all ISA versions give the same bits
+ * as the 6x16 kernels. */
+#define TS__GEMM_DW 32
+typedef struct ts__gemm_dec_args {
+    int fmt; /* ts_dtype */
+    bool nan_free; /* TS_E4M3: no NaN code in the B rows */
+    int64_t len, g, m;
+    const void *bp;
+    int64_t row_bytes;
+    const float *a, *sa;
+    const void *sb;
+    bool sb_u8;
+    int64_t sb_step; /* scales (elements) between sub-blocks; 0: one set for all */
+    float *acc;
+} ts__gemm_dec_args;
+typedef void (*ts__gemm_dec_fn)(const ts__gemm_dec_args *x);
+
 typedef struct ts__gemm_kernels {
     const char *name;
     ts__gemm_ukr_scaled_fn scaled; /* MR x NR */
     ts__gemm_ukr_plain_fn plain;   /* MR x NR */
+    ts__gemm_dec_fn decode;        /* 32-column panel, m <= 16 */
 } ts__gemm_kernels;
 
 extern const ts__gemm_kernels ts__gemm_kernels_generic;
@@ -37,7 +65,7 @@ extern const ts__gemm_kernels ts__gemm_kernels_avx2;
 #if defined(TS_HAVE_AVX2_KERNELS)
 struct ts__gemm_operand;
 /* ts__gemm_pack_panel for a full panel (rows == w) of a K-major operand with unit K stride
- * and w in {MR, NR}: same floats, decoded and transposed with AVX2. Returns false (nothing
+ * and w in {MR, NR, TS__GEMM_DW}: same floats, decoded and transposed with AVX2. Returns false (nothing
  * written) for any other case. */
 bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                 int64_t kc, int w, float *dst);

@@ -29,6 +29,10 @@ static inline float bf16_bits_to_f32(uint16_t h) {
 
 void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
                          int64_t kc, int w, float *dst) {
+    if (op->pw) {
+        ts__gemm_pw_pack_panel(op, r0, rows, k0, kc, w, dst);
+        return;
+    }
 #if defined(TS_HAVE_AVX2_KERNELS)
     if (rows == w && op->k_major) {
         ts_isa isa = ts__active_isa();
@@ -105,6 +109,10 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
 
 void ts__gemm_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t kb0,
                           int64_t nkb, int64_t g, int w, float *dst) {
+    if (op->pw) {
+        ts__gemm_pw_pack_scales(op, r0, rows, kb0, nkb, g, w, dst);
+        return;
+    }
     pthread_once(&g_once, init_tables);
     for (int64_t b = 0; b < nkb; b++) {
         int64_t kidx = ((kb0 + b) * g) / op->gran_k;

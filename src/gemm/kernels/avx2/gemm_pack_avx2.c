@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-enum { CH = 64 }; /* K values per chunk: a 16 x 64 f32 buffer (4 KiB) stays in L1 */
+enum { CH = 64 }; /* K values per chunk: a 32 x 64 f32 buffer (8 KiB) stays in L1 */
 
 static inline float bf16_bits_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -83,11 +83,12 @@ static inline void transpose8(__m256 r[8]) {
 
 bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t k0, int64_t kc,
                                 int w, float *dst) {
-    if ((w != TS__GEMM_NR && w != TS__GEMM_MR) || op->s_k != 1) return false;
+    if ((w != TS__GEMM_NR && w != TS__GEMM_MR && w != TS__GEMM_DW) || op->s_k != 1 || op->pw)
+        return false;
     const bool fp4 = op->dtype == TS_E2M1X2;
     if (fp4 && (k0 & 1)) return false;
     const size_t es = op->dtype == TS_BF16 ? 2 : 1;
-    _Alignas(32) float tmp[TS__GEMM_NR][CH];
+    _Alignas(32) float tmp[TS__GEMM_DW][CH];
     for (int64_t kk = 0; kk < kc; kk += CH) {
         const int len = (int)(kc - kk < CH ? kc - kk : CH);
         for (int i = 0; i < w; i++) {
@@ -98,9 +99,9 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
         }
         float *d = dst + kk * w;
         const int len8 = len & ~7;
-        if (w == TS__GEMM_NR) {
+        if (w != TS__GEMM_MR) {
             for (int k = 0; k < len8; k += 8)
-                for (int g = 0; g < 2; g++) {
+                for (int g = 0; g < w / 8; g++) {
                     __m256 v[8];
                     for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(&tmp[g * 8 + i][k]);
                     transpose8(v);
@@ -109,7 +110,7 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
         } else {
             for (int k = 0; k < len8; k += 8) {
                 __m256 v[8];
-                for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(&tmp[i < w ? i : w - 1][k]);
+                for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(&tmp[i < TS__GEMM_MR ? i : TS__GEMM_MR - 1][k]);
                 transpose8(v);
                 for (int q = 0; q < 8; q++) {
                     float *o = d + (k + q) * w;

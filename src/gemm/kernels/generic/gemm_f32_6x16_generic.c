@@ -33,8 +33,11 @@ static void ts__gemm_f32_6x16_plain__generic(int64_t kc, const float *ap, const 
             for (int j = 0; j < NR; j++) acc[i * NR + j] = fmaf(ap[i], bp[j], acc[i * NR + j]);
 }
 
+void ts__gemm_decode_32__generic(const ts__gemm_dec_args *x);
+
 const ts__gemm_kernels ts__gemm_kernels_generic = {
     "generic",
     ts__gemm_f32_6x16_scaled__generic,
     ts__gemm_f32_6x16_plain__generic,
+    ts__gemm_decode_32__generic,
 };

@@ -1,0 +1,171 @@
+/* Decode (small-M) driver: every problem has at most TS__GEMM_SMALL_M rows, so the GEMM is
+ * a stream over the weight. Work items are (problem, 32-column panel) pairs, split over the
+ * threads along N only (K is never split). Per panel: the f32 accumulator [m][32] stays in
+ * L1 while the weight streams once: a pre-packed weight straight from its packed rows (each
+ * block's values then its scales, front to back), a plain one through 256-value K-major
+ * chunks converted to f32 rows. Each thread converts A (and its scales) to f32 once per
+ * problem it meets. The arithmetic is the canonical order, so the bits equal the big-M path's. */
+#include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+enum { W = TS__GEMM_DW, KCD = 256 /* plain-weight chunk: 32 KiB of f32 rows */ };
+
+typedef struct dec_job {
+    const ts__gemm_kernels *kern;
+    ts__gemm_problem *probs;
+    int64_t nprob, n, npanel, g, k_max;
+    ts_dtype d_dtype;
+    bool scaled;
+    size_t af_floats, sa_floats, acc_floats, bbuf_floats, sb_floats;
+    atomic_bool oom;
+} dec_job;
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ts_f32_to_bf16 (RNE, NaN -> 0x7FC0 with its sign), as the big-M epilogue. */
+static inline uint16_t f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
+
+static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float *acc,
+                        int64_t n0, int64_t cols) {
+    const bool f32 = j->d_dtype == TS_F32;
+    for (int64_t i = 0; i < p->m; i++) {
+        const float *ai = acc + i * W;
+        float v[W];
+        if (p->c && f32) {
+            const float *cp = (const float *)p->c + i * p->ld_c + n0;
+            for (int64_t q = 0; q < cols; q++) v[q] = cp[q] + ai[q];
+        } else if (p->c) {
+            const uint16_t *cp = (const uint16_t *)p->c + i * p->ld_c + n0;
+            for (int64_t q = 0; q < cols; q++) v[q] = bf16_to_f32(cp[q]) + ai[q];
+        } else {
+            for (int64_t q = 0; q < cols; q++) v[q] = ai[q];
+        }
+        if (f32) {
+            float *dp = (float *)p->d + i * p->ld_d + n0;
+            for (int64_t q = 0; q < cols; q++) dp[q] = v[q];
+        } else {
+            uint16_t *dp = (uint16_t *)p->d + i * p->ld_d + n0;
+            for (int64_t q = 0; q < cols; q++) dp[q] = f32_to_bf16(v[q]);
+        }
+    }
+}
+
+static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, const float *af,
+                      const float *saf, float *acc, float *bbuf, float *sbuf) {
+    const int64_t m = p->m, n0 = pi * W, cols = ts__min64(W, j->n - n0);
+    memset(acc, 0, (size_t)(m * W) * sizeof(float));
+    ts__gemm_dec_args x;
+    memset(&x, 0, sizeof x);
+    x.g = j->g;
+    x.m = m;
+    x.acc = acc;
+    const struct ts_packed_weight *pw = p->b.pw;
+    if (pw) {
+        const uint8_t *panel = (const uint8_t *)p->b.data + pi * pw->panel_bytes;
+        x.fmt = pw->dtype;
+        x.nan_free = pw->nan_free;
+        x.row_bytes = pw->row_bytes;
+        x.sb_u8 = pw->sf_u8;
+        for (int64_t b = 0; b < pw->nkb; b++) {
+            const int64_t k0 = b * pw->kb;
+            const uint8_t *blk = panel + b * pw->block_bytes;
+            x.bp = blk;
+            x.len = ts__min64(pw->kb, p->k - k0);
+            x.a = af + k0 * m;
+            if (j->scaled) {
+                x.sa = saf + (k0 / j->g) * m;
+                x.sb = blk + pw->kb * pw->row_bytes;
+                x.sb_step = 0;
+            }
+            j->kern->decode(&x);
+        }
+    } else {
+        x.fmt = TS_F32;
+        x.row_bytes = 4 * W;
+        x.bp = bbuf;
+        x.sb = sbuf;
+        x.sb_step = W;
+        for (int64_t k0 = 0; k0 < p->k; k0 += KCD) {
+            const int64_t kc = ts__min64(KCD, p->k - k0);
+            ts__gemm_pack_panel(&p->b, n0, cols, k0, kc, W, bbuf);
+            x.len = kc;
+            x.a = af + k0 * m;
+            if (j->scaled) {
+                ts__gemm_pack_scales(&p->b, n0, cols, k0 / j->g, ts__ceil_div(kc, j->g), j->g, W,
+                                     sbuf);
+                x.sa = saf + (k0 / j->g) * m;
+            }
+            j->kern->decode(&x);
+        }
+    }
+    store_panel(j, p, acc, n0, cols);
+}
+
+static void dec_task(void *ctx, int64_t begin, int64_t end, int tid) {
+    dec_job *j = (dec_job *)ctx;
+    size_t total = j->af_floats + j->sa_floats + j->acc_floats + j->bbuf_floats + j->sb_floats;
+    float *s = (float *)ts__scratch(tid, total * sizeof(float));
+    if (!s) { /* reserved before the parallel region; only a changed thread mapping gets here */
+        atomic_store(&j->oom, true);
+        return;
+    }
+    float *af = s, *saf = af + j->af_floats, *acc = saf + j->sa_floats,
+          *bbuf = acc + j->acc_floats, *sbuf = bbuf + j->bbuf_floats;
+    int64_t cur = -1;
+    for (int64_t item = begin; item < end; item++) {
+        const int64_t pi = item / j->npanel, panel = item % j->npanel;
+        const ts__gemm_problem *p = &j->probs[pi];
+        if (pi != cur) {
+            ts__gemm_pack_panel(&p->a, 0, p->m, 0, p->k, (int)p->m, af);
+            if (j->scaled)
+                ts__gemm_pack_scales(&p->a, 0, p->m, 0, ts__ceil_div(p->k, j->g), j->g,
+                                     (int)p->m, saf);
+            cur = pi;
+        }
+        run_panel(j, p, panel, af, saf, acc, bbuf, sbuf);
+    }
+}
+
+ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,
+                              ts_dtype d_dtype, bool scaled, int64_t g) {
+    dec_job job, *j = &job;
+    memset(j, 0, sizeof *j);
+    j->kern = ts__gemm_select_kernels();
+    j->probs = probs;
+    j->nprob = nprob;
+    j->n = n;
+    j->npanel = ts__ceil_div(n, W);
+    j->g = g;
+    j->d_dtype = d_dtype;
+    j->scaled = scaled;
+    for (int64_t i = 0; i < nprob; i++) j->k_max = ts__max64(j->k_max, probs[i].k);
+    j->af_floats = align_floats((size_t)(TS__GEMM_SMALL_M * j->k_max));
+    j->sa_floats = align_floats(scaled ? (size_t)(TS__GEMM_SMALL_M * ts__ceil_div(j->k_max, g)) : 0);
+    j->acc_floats = align_floats((size_t)(TS__GEMM_SMALL_M * W));
+    j->bbuf_floats = align_floats((size_t)(KCD * W));
+    j->sb_floats = align_floats((size_t)(KCD / 32 * W));
+    const int64_t items = nprob * j->npanel;
+    size_t bytes = (j->af_floats + j->sa_floats + j->acc_floats + j->bbuf_floats + j->sb_floats) *
+                   sizeof(float);
+    TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(items, 1, bytes));
+    atomic_store(&j->oom, false);
+    ts__parallel_for(items, 1, dec_task, j);
+    if (atomic_load(&j->oom))
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "gemm: scratch allocation failed");
+    return TS_OK;
+}

@@ -1,0 +1,73 @@
+/* Decode (small-M) kernel in scalar C: the canonical order of docs/gemm.md, one output
+ * column at a time, reading B straight from the packed-weight rows (or f32 rows). */
+#include "core/internal.h"
+#include "gemm/gemm_kernels.h"
+#include "tilestack/numerics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+enum { W = TS__GEMM_DW };
+
+static float g_e4m3[256], g_e2m1[16], g_ue8m0[256];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_tables(void) {
+    for (int i = 0; i < 256; i++) {
+        g_e4m3[i] = ts_e4m3_to_f32((uint8_t)i);
+        g_ue8m0[i] = ts_ue8m0_to_f32((uint8_t)i);
+    }
+    for (int i = 0; i < 16; i++) g_e2m1[i] = i == 8 ? 0.0f : ts_e2m1_to_f32((uint8_t)i);
+}
+
+static inline float b_value(const ts__gemm_dec_args *x, int64_t k, int j) {
+    const uint8_t *row = (const uint8_t *)x->bp + k * x->row_bytes;
+    switch (x->fmt) {
+    case TS_E4M3: return g_e4m3[row[j]];
+    case TS_E2M1X2: return g_e2m1[(row[j >> 1] >> ((j & 1) * 4)) & 0xF];
+    case TS_BF16: {
+        uint16_t h;
+        memcpy(&h, row + 2 * j, 2);
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    default: {
+        float f;
+        memcpy(&f, row + 4 * j, 4);
+        return f;
+    }
+    }
+}
+
+static inline float b_scale(const ts__gemm_dec_args *x, int64_t s, int j) {
+    if (x->sb_u8) return g_ue8m0[((const uint8_t *)x->sb)[s * x->sb_step + j]];
+    return ((const float *)x->sb)[s * x->sb_step + j];
+}
+
+void ts__gemm_decode_32__generic(const ts__gemm_dec_args *x) {
+    pthread_once(&g_once, init_tables);
+    const int64_t m = x->m;
+    if (!x->sa) {
+        for (int64_t k = 0; k < x->len; k++)
+            for (int j = 0; j < W; j++) {
+                const float b = b_value(x, k, j);
+                for (int64_t i = 0; i < m; i++)
+                    x->acc[i * W + j] = fmaf(x->a[k * m + i], b, x->acc[i * W + j]);
+            }
+        return;
+    }
+    for (int64_t k0 = 0, s = 0; k0 < x->len; k0 += x->g, s++) {
+        const int64_t k1 = ts__min64(x->len, k0 + x->g);
+        for (int j = 0; j < W; j++) {
+            const float sb = b_scale(x, s, j);
+            for (int64_t i = 0; i < m; i++) {
+                float p = 0.0f;
+                for (int64_t k = k0; k < k1; k++) p = fmaf(x->a[k * m + i], b_value(x, k, j), p);
+                x->acc[i * W + j] = fmaf(p, x->sa[s * m + i] * sb, x->acc[i * W + j]);
+            }
+        }
+    }
+}
