@@ -116,6 +116,7 @@ int ts__numerics_tour(const ts__bench_opts *opts, int64_t m, int64_t n, int thre
 int ts__suite_gemm(const ts__bench_opts *opts);
 /* One dense FP8 GEMM row at `threads` with its OpenBLAS baseline (for `tilestack demo`). */
 int ts__gemm_tour(const ts__bench_opts *opts, int threads);
+int ts__suite_topk(const ts__bench_opts *opts);
 
 /* Thread counts a suite runs by default: {1, online cores} or {opts->threads}. Returns count. */
 int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]);

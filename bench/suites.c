@@ -17,6 +17,8 @@ static const suite_entry g_suites[] = {
      ts__suite_numerics},
     {"gemm", "dense FP8/FP8xFP4/BF16 GEMM: compute-bound vs FMA peak, decode vs DRAM, vs OpenBLAS",
      ts__suite_gemm},
+    {"topk", "DeepSelect top-k: indexer (bf16) and sampler (f32) rows vs L3/DRAM read BW, vs torch-like",
+     ts__suite_topk},
 };
 #define N_SUITES (sizeof g_suites / sizeof g_suites[0])
 

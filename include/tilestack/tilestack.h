@@ -5,4 +5,5 @@
 #include "tilestack/numerics.h"
 #include "tilestack/quant.h"
 #include "tilestack/gemm.h"
+#include "tilestack/select.h"
 #endif

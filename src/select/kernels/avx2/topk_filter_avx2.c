@@ -1,0 +1,166 @@
+/* AVX2 threshold filters: 32 values per test, one movemask walk per group with any survivor.
+ * Once the threshold settles almost every group is rejected by a single vptest, so the loop
+ * runs at load speed. Values equal to the threshold are rare (bf16 ties) and go to a second
+ * mask that also checks the index. Survivors are appended in index order, as the generic
+ * filter does. */
+#include "select/topk_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* Lanes in gt are appended; lanes in eq only when their index is below pidx. Both in lane
+ * order so the buffer order matches the generic filter. */
+static inline int64_t append_bf16(const uint16_t *u, int64_t base, unsigned gt, unsigned eq,
+                                  uint32_t idx0, uint32_t pidx, uint64_t *out, int64_t c,
+                                  int *nan) {
+    unsigned all = gt | eq;
+    while (all) {
+        unsigned l = (unsigned)__builtin_ctz(all);
+        all &= all - 1;
+        uint32_t idx = idx0 + (uint32_t)(base + l);
+        if (!((gt >> l) & 1u) && idx >= pidx) continue;
+        uint32_t v = u[base + l];
+        out[c++] = ts__topk_entry(ts__topk_key_bf16(v), idx);
+        if ((v & 0x7fffu) > 0x7f80u) *nan = 1;
+    }
+    return c;
+}
+
+static inline __m256 widen_bf16(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* _CMP_NLE_UQ: x > thr or unordered (NaN); _CMP_EQ_OQ: x == thr (-0 == +0). */
+#define FILTER_BODY(LOAD, APPENDFN)                                                              \
+    const __m256 t = _mm256_set1_ps(thr);                                                      \
+    int64_t c = 0, i = 0;                                                                      \
+    for (; i + 32 <= n; i += 32) {                                                             \
+        __m256 v0 = LOAD(i), v1 = LOAD(i + 8), v2 = LOAD(i + 16), v3 = LOAD(i + 24);           \
+        __m256 g0 = _mm256_cmp_ps(v0, t, _CMP_NLE_UQ), g1 = _mm256_cmp_ps(v1, t, _CMP_NLE_UQ); \
+        __m256 g2 = _mm256_cmp_ps(v2, t, _CMP_NLE_UQ), g3 = _mm256_cmp_ps(v3, t, _CMP_NLE_UQ); \
+        __m256 e0 = _mm256_cmp_ps(v0, t, _CMP_EQ_OQ), e1 = _mm256_cmp_ps(v1, t, _CMP_EQ_OQ);   \
+        __m256 e2 = _mm256_cmp_ps(v2, t, _CMP_EQ_OQ), e3 = _mm256_cmp_ps(v3, t, _CMP_EQ_OQ);   \
+        __m256 any = _mm256_or_ps(_mm256_or_ps(_mm256_or_ps(g0, g1), _mm256_or_ps(g2, g3)),    \
+                                  _mm256_or_ps(_mm256_or_ps(e0, e1), _mm256_or_ps(e2, e3)));   \
+        if (_mm256_testz_ps(any, any)) continue;                                               \
+        c = APPENDFN(u, i, (unsigned)_mm256_movemask_ps(g0), (unsigned)_mm256_movemask_ps(e0), \
+                     idx0, pidx, out, c, nan);                                                 \
+        c = APPENDFN(u, i + 8, (unsigned)_mm256_movemask_ps(g1),                               \
+                     (unsigned)_mm256_movemask_ps(e1), idx0, pidx, out, c, nan);               \
+        c = APPENDFN(u, i + 16, (unsigned)_mm256_movemask_ps(g2),                              \
+                     (unsigned)_mm256_movemask_ps(e2), idx0, pidx, out, c, nan);               \
+        c = APPENDFN(u, i + 24, (unsigned)_mm256_movemask_ps(g3),                              \
+                     (unsigned)_mm256_movemask_ps(e3), idx0, pidx, out, c, nan);               \
+    }
+
+/* Exact admission test for one value (the SIMD pre-tests let through a superset). */
+static inline int admit(float f, float thr, uint32_t idx, uint32_t pidx) {
+    return f > thr || f != f || (f == thr && idx < pidx);
+}
+
+int64_t ts__topk_filter_f32__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                  uint32_t pidx, uint64_t *out, int *nan) {
+    const float *f = (const float *)x;
+    const uint32_t *u = (const uint32_t *)x;
+    const __m256 t = _mm256_set1_ps(thr);
+    int64_t c = 0, i = 0;
+    /* One compare per 8 values: x >= thr or NaN; ties are sorted out by admit(). */
+    for (; i + 32 <= n; i += 32) {
+        __m256 g0 = _mm256_cmp_ps(_mm256_loadu_ps(f + i), t, _CMP_NLT_UQ);
+        __m256 g1 = _mm256_cmp_ps(_mm256_loadu_ps(f + i + 8), t, _CMP_NLT_UQ);
+        __m256 g2 = _mm256_cmp_ps(_mm256_loadu_ps(f + i + 16), t, _CMP_NLT_UQ);
+        __m256 g3 = _mm256_cmp_ps(_mm256_loadu_ps(f + i + 24), t, _CMP_NLT_UQ);
+        __m256 any = _mm256_or_ps(_mm256_or_ps(g0, g1), _mm256_or_ps(g2, g3));
+        if (_mm256_testz_ps(any, any)) continue;
+        uint32_t m = (uint32_t)_mm256_movemask_ps(g0) | (uint32_t)_mm256_movemask_ps(g1) << 8 |
+                     (uint32_t)_mm256_movemask_ps(g2) << 16 | (uint32_t)_mm256_movemask_ps(g3) << 24;
+        while (m) {
+            int64_t j = i + __builtin_ctz(m);
+            m &= m - 1;
+            uint32_t idx = idx0 + (uint32_t)j;
+            if (!admit(f[j], thr, idx, pidx)) continue;
+            out[c++] = ts__topk_entry(ts__topk_key_f32(u[j]), idx);
+            if (f[j] != f[j]) *nan = 1;
+        }
+    }
+    for (; i < n; i++) {
+        uint32_t idx = idx0 + (uint32_t)i;
+        if (!admit(f[i], thr, idx, pidx)) continue;
+        out[c++] = ts__topk_entry(ts__topk_key_f32(u[i]), idx);
+        if (f[i] != f[i]) *nan = 1;
+    }
+    return c;
+}
+
+static inline float bf16_f32(uint16_t v) {
+    uint32_t w = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+
+/* Threshold above +0: for such thresholds the raw bf16 bits compare as int16 in value order
+ * (every negative pattern is below), so 16 values cost one vpcmpgtw. Negative NaNs would be
+ * missed by that test; a running max of |bits| catches them instead. */
+static int64_t filter_bf16_positive(const uint16_t *u, int64_t n, uint32_t idx0, float thr,
+                                    uint32_t pidx, uint64_t *out, int *nan) {
+    uint32_t tb;
+    memcpy(&tb, &thr, 4);
+    tb >>= 16;
+    const __m256i tm1 = _mm256_set1_epi16((short)(tb - 1));
+    const __m256i absm = _mm256_set1_epi16(0x7fff);
+    __m256i mx = _mm256_setzero_si256();
+    int64_t c = 0, i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(u + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(u + i + 16));
+        __m256i ga = _mm256_cmpgt_epi16(a, tm1), gb = _mm256_cmpgt_epi16(b, tm1);
+        mx = _mm256_max_epu16(mx, _mm256_and_si256(_mm256_max_epu16(a, b), absm));
+        __m256i any = _mm256_or_si256(ga, gb);
+        if (_mm256_testz_si256(any, any)) continue;
+        /* one bit per value: the even bits of the byte masks */
+        uint64_t m = ((uint64_t)(uint32_t)_mm256_movemask_epi8(ga)) |
+                     ((uint64_t)(uint32_t)_mm256_movemask_epi8(gb) << 32);
+        m &= 0x5555555555555555ull;
+        while (m) {
+            int64_t j = i + (__builtin_ctzll(m) >> 1);
+            m &= m - 1;
+            uint32_t idx = idx0 + (uint32_t)j;
+            float fv = bf16_f32(u[j]);
+            if (!admit(fv, thr, idx, pidx)) continue;
+            out[c++] = ts__topk_entry(ts__topk_key_bf16(u[j]), idx);
+            if (fv != fv) *nan = 1;
+        }
+    }
+    for (; i < n; i++) {
+        uint32_t idx = idx0 + (uint32_t)i;
+        float fv = bf16_f32(u[i]);
+        if (!admit(fv, thr, idx, pidx)) continue;
+        out[c++] = ts__topk_entry(ts__topk_key_bf16(u[i]), idx);
+        if (fv != fv) *nan = 1;
+    }
+    /* max of |bits| over the vector part: above 0x7f80 means a NaN was rejected unseen */
+    __m128i m8 = _mm_max_epu16(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    m8 = _mm_max_epu16(m8, _mm_srli_si128(m8, 8));
+    m8 = _mm_max_epu16(m8, _mm_srli_si128(m8, 4));
+    m8 = _mm_max_epu16(m8, _mm_srli_si128(m8, 2));
+    if ((_mm_cvtsi128_si32(m8) & 0xffff) > 0x7f80) *nan = 1;
+    return c;
+}
+
+int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                   uint32_t pidx, uint64_t *out, int *nan) {
+    const uint16_t *u = (const uint16_t *)x;
+    if (thr > 0.0f) return filter_bf16_positive(u, n, idx0, thr, pidx, out, nan);
+#define LOAD_BF16(j) widen_bf16(u + (j))
+    FILTER_BODY(LOAD_BF16, append_bf16)
+    for (; i < n; i++) {
+        uint32_t w = (uint32_t)u[i] << 16;
+        float fv;
+        memcpy(&fv, &w, 4);
+        unsigned gt = !(fv <= thr), eq = fv == thr;
+        c = append_bf16(u, i, gt, eq, idx0, pidx, out, c, nan);
+    }
+    return c;
+}

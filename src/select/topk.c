@@ -1,0 +1,368 @@
+/* ts_topk: validation, the row/part plan, and the three phases (scan, merge+order, write).
+ *
+ * Phase 1 streams each (row, part) once with a rising threshold: values below the current
+ * k-th best are rejected by the SIMD filter; survivors are appended to a candidate buffer that
+ * is cut back to exactly k by radix select when it reaches k + B2. Blocks are visited in a
+ * fixed pseudo-random order (DeepSelect's), so ascending input cannot keep every element.
+ * Phase 2 merges a row's parts and puts the k survivors in output order. Phase 3 writes. The
+ * results are staged so that a NaN found in abort mode leaves every output untouched. */
+#include "tilestack/select.h"
+
+#include "core/internal.h"
+#include "select/topk_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define BLOCK 4096          /* elements per visited block */
+#define CHUNK 256           /* filter call size: the buffer is checked against its trigger after each */
+#define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
+
+ts_topk_options ts_topk_default_options(void) {
+    ts_topk_options o;
+    memset(&o, 0, sizeof o);
+    o.return_value = true;
+    o.abort_when_nan_found = true;
+    o.indices_type = TS_I64;
+    o.idx_oob_fill_value = INT32_MAX;
+    o.value_oob_fill_value = -INFINITY;
+    return o;
+}
+
+ts_status ts_get_stride_requirement(int64_t *in_bytes, int64_t *out_bytes) {
+    if (!in_bytes || !out_bytes)
+        return ts__fail(TS_ERR_NULL_POINTER, "ts_get_stride_requirement: NULL output");
+    *in_bytes = 1;
+    *out_bytes = 1;
+    return TS_OK;
+}
+
+typedef struct topk_plan {
+    const char *in;         /* row 0 */
+    int64_t in_stride;      /* bytes */
+    bool bf16;
+    int esize, bits;        /* element bytes; 32 + key bits */
+    int64_t batch, n, k, b2, parts;
+    const int32_t *end;
+    int64_t end_stride;
+    const int32_t *off;
+    int64_t off_stride;
+    ts_topk_options o;
+    ts__topk_filter_fn filter;
+    /* staging: item (row, part) i owns entries [i*k, (i+1)*k) */
+    uint64_t *stage;
+    int64_t *count;
+    int32_t *nan;
+    ts_tensor *values, *idx;
+    ts_status err;          /* first failure inside a task (scratch) */
+} topk_plan;
+
+static inline int64_t row_len(const topk_plan *p, int64_t r) {
+    return p->end ? (int64_t)p->end[r * p->end_stride] : p->n;
+}
+
+static inline float thr_of(const topk_plan *p, uint64_t e) {
+    uint32_t key = (uint32_t)(e >> 32);
+    uint32_t bits = p->bf16 ? ts__topk_unkey_bf16(key) << 16 : ts__topk_unkey_f32(key);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Top-min(k, hi-lo) of row[lo, hi) into cand[0..); returns the count (0 when a NaN was seen). */
+static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int64_t hi,
+                            uint64_t *cand, uint64_t *tmp, int *nan) {
+    const int64_t k = p->k, trigger = k + p->b2, len = hi - lo;
+    const int64_t m = ts__ceil_div(len, BLOCK);
+    /* seg = (i * P + A) mod m is a bijection: P is a prime larger than any m. */
+    const uint64_t P = 0xB559EB75u % (uint64_t)m, A = 0x22262226u % (uint64_t)m;
+    float thr = -INFINITY;
+    uint32_t pidx = UINT32_MAX; /* index of the current k-th best: ties below it still win */
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t blk = (int64_t)(((uint64_t)i * P + A) % (uint64_t)m);
+        int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
+        for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
+            int64_t c1 = ts__min64(c0 + CHUNK, b1);
+            cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx, cand + cnt, nan);
+            if (*nan) return 0;
+            if (cnt >= trigger) {
+                uint64_t piv = ts__topk_cut(cand, cnt, k, tmp, p->bits);
+                thr = thr_of(p, piv);
+                pidx = ts__topk_entry_idx(piv);
+                cnt = k;
+            }
+        }
+    }
+    if (cnt > k) {
+        ts__topk_cut(cand, cnt, k, tmp, p->bits);
+        cnt = k;
+    }
+    return cnt;
+}
+
+static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
+    topk_plan *p = (topk_plan *)ctx;
+    const int64_t cap = p->k + p->b2 + CHUNK;
+    uint64_t *cand = NULL;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t r = it / p->parts, part = it % p->parts;
+        const int64_t L = row_len(p, r);
+        p->count[it] = 0;
+        p->nan[it] = 0;
+        if (L <= p->k) continue; /* short rows: phase 2 */
+        const int64_t lo = L * part / p->parts, hi = L * (part + 1) / p->parts;
+        if (hi <= lo) continue;
+        if (!cand) {
+            cand = (uint64_t *)ts__scratch(tid, (size_t)(2 * cap) * sizeof(uint64_t));
+            if (!cand) {
+                p->err = TS_ERR_OUT_OF_MEMORY;
+                return;
+            }
+        }
+        int nan = 0;
+        int64_t c = scan_segment(p, p->in + r * p->in_stride, lo, hi, cand, cand + cap, &nan);
+        p->nan[it] = nan;
+        p->count[it] = c;
+        memcpy(p->stage + it * p->k, cand, (size_t)c * sizeof(uint64_t));
+    }
+}
+
+static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
+    topk_plan *p = (topk_plan *)ctx;
+    const int64_t k = p->k, parts = p->parts;
+    const int sort_bits = p->o.sorted ? p->bits : 32;
+    uint64_t *buf = (uint64_t *)ts__scratch(tid, (size_t)(2 * parts * k) * sizeof(uint64_t));
+    if (!buf) {
+        p->err = TS_ERR_OUT_OF_MEMORY;
+        return;
+    }
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t L = row_len(p, r), it0 = r * parts;
+        uint64_t *dst = p->stage + it0 * k;
+        if (L <= k) {
+            const char *row = p->in + r * p->in_stride;
+            for (int64_t i = 0; i < L; i++) {
+                uint32_t key;
+                if (p->bf16) {
+                    uint16_t v;
+                    memcpy(&v, row + 2 * i, 2);
+                    key = ts__topk_key_bf16(v);
+                } else {
+                    uint32_t v;
+                    memcpy(&v, row + 4 * i, 4);
+                    key = ts__topk_key_f32(v);
+                }
+                dst[i] = ts__topk_entry(key, (uint32_t)i);
+            }
+            p->count[it0] = L;
+            if (p->o.sorted) ts__topk_sort_desc(dst, buf, L, p->bits);
+            continue;
+        }
+        int nan = 0;
+        int64_t n = 0;
+        for (int64_t q = 0; q < parts; q++) {
+            nan |= p->nan[it0 + q];
+            if (parts > 1)
+                memcpy(buf + n, p->stage + (it0 + q) * k, (size_t)p->count[it0 + q] * sizeof(uint64_t));
+            n += p->count[it0 + q];
+        }
+        p->nan[it0] = nan;
+        if (nan) continue;
+        if (parts > 1) {
+            if (n > k) {
+                ts__topk_cut(buf, n, k, buf + parts * k, p->bits);
+                n = k;
+            }
+            memcpy(dst, buf, (size_t)n * sizeof(uint64_t));
+        }
+        p->count[it0] = n;
+        ts__topk_sort_desc(dst, buf, n, sort_bits);
+    }
+}
+
+static uint16_t f32_to_bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void write_rows(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    topk_plan *p = (topk_plan *)ctx;
+    const int64_t k = p->k;
+    const bool i64 = p->o.indices_type == TS_I64;
+    const bool rv = p->o.return_value;
+    const uint16_t fill16 = f32_to_bf16_rne(p->o.value_oob_fill_value);
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t L = row_len(p, r), it0 = r * p->parts;
+        char *oi = (char *)p->idx->data + r * p->idx->strides[0] * (i64 ? 8 : 4);
+        if (L > k && p->nan[it0]) {
+            if (i64) ((int64_t *)oi)[0] = TS_TOPK_NAN_SENTINEL;
+            else ((int32_t *)oi)[0] = TS_TOPK_NAN_SENTINEL;
+            continue;
+        }
+        const uint64_t *e = p->stage + it0 * k;
+        const int64_t c = p->count[it0];
+        const int64_t off = p->off ? (int64_t)p->off[r * p->off_stride] : 0;
+        if (i64) {
+            int64_t *o = (int64_t *)oi;
+            for (int64_t j = 0; j < c; j++) o[j] = (int64_t)ts__topk_entry_idx(e[j]) + off;
+            for (int64_t j = c; j < k; j++) o[j] = p->o.idx_oob_fill_value;
+        } else {
+            int32_t *o = (int32_t *)oi;
+            for (int64_t j = 0; j < c; j++)
+                o[j] = (int32_t)(ts__topk_entry_idx(e[j]) + (uint32_t)off);
+            for (int64_t j = c; j < k; j++) o[j] = p->o.idx_oob_fill_value;
+        }
+        if (!rv) continue;
+        const char *row = p->in + r * p->in_stride;
+        if (p->bf16) {
+            uint16_t *v = (uint16_t *)p->values->data + r * p->values->strides[0];
+            for (int64_t j = 0; j < c; j++) {
+                uint32_t bits = ts__topk_unkey_bf16((uint32_t)(e[j] >> 32));
+                if (bits == 0) memcpy(&bits, row + 2 * (int64_t)ts__topk_entry_idx(e[j]), 2), bits &= 0xffffu;
+                v[j] = (uint16_t)bits;
+            }
+            for (int64_t j = c; j < k; j++) v[j] = fill16;
+        } else {
+            float *v = (float *)p->values->data + r * p->values->strides[0];
+            for (int64_t j = 0; j < c; j++) {
+                uint32_t bits = ts__topk_unkey_f32((uint32_t)(e[j] >> 32));
+                /* the key folds -0 into +0: the sign of a zero comes from the input */
+                if (bits == 0) memcpy(&bits, row + 4 * (int64_t)ts__topk_entry_idx(e[j]), 4);
+                memcpy(&v[j], &bits, 4);
+            }
+            for (int64_t j = c; j < k; j++) v[j] = p->o.value_oob_fill_value;
+        }
+    }
+}
+
+static ts_status check_vec_i32(const ts_tensor *t, const char *name, int64_t batch) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(t, name));
+    TS__RETURN_IF_ERROR(ts_tensor_check_dtype(t, name, TS_I32));
+    int64_t shape[1] = {batch};
+    return ts_tensor_check_shape(t, name, 1, shape);
+}
+
+static ts_status check_out(const ts_tensor *t, const char *name, ts_dtype dt, int64_t batch,
+                           int64_t k) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(t, name));
+    TS__RETURN_IF_ERROR(ts_tensor_check_dtype(t, name, dt));
+    int64_t shape[2] = {batch, k};
+    TS__RETURN_IF_ERROR(ts_tensor_check_shape(t, name, 2, shape));
+    return ts_tensor_check_last_contiguous(t, name);
+}
+
+ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts,
+                  const ts_tensor *end, const ts_tensor *offset, ts_tensor *values,
+                  ts_tensor *output_idx) {
+    const ts_topk_options o = opts ? *opts : ts_topk_default_options();
+    if (!input) return ts__fail(TS_ERR_NULL_POINTER, "ts_topk: input is NULL");
+    if (!output_idx) return ts__fail(TS_ERR_NULL_POINTER, "ts_topk: output_idx is NULL");
+    if (k < 1 || k > TS_TOPK_MAX_K)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_topk: topk = %lld is outside [1, %d]",
+                        (long long)k, TS_TOPK_MAX_K);
+    TS__RETURN_IF_ERROR(ts_tensor_check(input, "input"));
+    if (input->dtype != TS_BF16 && input->dtype != TS_F32)
+        return ts__fail(TS_ERR_DTYPE, "ts_topk: input dtype %s; expected bf16 or f32",
+                        ts_dtype_name(input->dtype));
+    if (input->ndim != 2)
+        return ts__fail(TS_ERR_SHAPE, "ts_topk: input must be 2-D [batch, N], got %d dims",
+                        (int)input->ndim);
+    TS__RETURN_IF_ERROR(ts_tensor_check_last_contiguous(input, "input"));
+    const int64_t batch = input->shape[0], n = input->shape[1];
+    if (n > INT32_MAX)
+        return ts__fail(TS_ERR_SHAPE, "ts_topk: input N = %lld exceeds INT32_MAX", (long long)n);
+    if (o.sorted && o.sorted_index)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_topk: sorted and sorted_index are exclusive");
+    if (o.sorted && !o.return_value)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_topk: sorted requires return_value");
+    if (o.sorted && input->dtype == TS_BF16)
+        return ts__fail(TS_ERR_UNSUPPORTED, "ts_topk: sorted is f32 only (as upstream)");
+    if (o.indices_type != TS_I32 && o.indices_type != TS_I64)
+        return ts__fail(TS_ERR_DTYPE, "ts_topk: indices_type %s; expected i32 or i64",
+                        ts_dtype_name(o.indices_type));
+    if (output_idx->dtype != o.indices_type)
+        return ts__fail(TS_ERR_DTYPE, "ts_topk: output_idx dtype %s differs from indices_type %s",
+                        ts_dtype_name(output_idx->dtype), ts_dtype_name(o.indices_type));
+    TS__RETURN_IF_ERROR(check_out(output_idx, "output_idx", o.indices_type, batch, k));
+    if (o.return_value) {
+        if (!values)
+            return ts__fail(TS_ERR_NULL_POINTER, "ts_topk: values is NULL with return_value");
+        TS__RETURN_IF_ERROR(check_out(values, "values", input->dtype, batch, k));
+    }
+    if (end) {
+        TS__RETURN_IF_ERROR(check_vec_i32(end, "end", batch));
+        const int32_t *e = (const int32_t *)end->data;
+        for (int64_t r = 0; r < batch; r++) {
+            int32_t v = e[r * end->strides[0]];
+            if (v < 0 || v > n)
+                return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_topk: end[%lld] = %d is outside [0, N = %lld]",
+                                (long long)r, (int)v, (long long)n);
+        }
+    }
+    if (offset) TS__RETURN_IF_ERROR(check_vec_i32(offset, "output_idx_offset", batch));
+    if (batch == 0) return TS_OK;
+
+    topk_plan p;
+    memset(&p, 0, sizeof p);
+    p.in = (const char *)input->data;
+    p.bf16 = input->dtype == TS_BF16;
+    p.esize = p.bf16 ? 2 : 4;
+    p.bits = p.bf16 ? 48 : 64;
+    p.in_stride = input->strides[0] * p.esize;
+    p.batch = batch;
+    p.n = n;
+    p.k = k;
+    p.b2 = ts__max64(k, 2048);
+    p.end = end ? (const int32_t *)end->data : NULL;
+    p.end_stride = end ? end->strides[0] : 0;
+    p.off = offset ? (const int32_t *)offset->data : NULL;
+    p.off_stride = offset ? offset->strides[0] : 0;
+    p.o = o;
+    p.values = values;
+    p.idx = output_idx;
+    const bool avx2 = ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512;
+#ifdef TS_HAVE_AVX2_KERNELS
+    if (avx2) p.filter = p.bf16 ? ts__topk_filter_bf16__avx2 : ts__topk_filter_f32__avx2;
+#else
+    (void)avx2;
+#endif
+    if (!p.filter) p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
+
+    /* Few rows: cut each row into parts so every thread streams. The result does not depend on
+     * the split (entries are unique), only the speed does. */
+    const int threads = ts_get_num_threads();
+    p.parts = 1;
+    if (batch < threads) {
+        int64_t want = ts__ceil_div(threads, batch);
+        p.parts = ts__max64(1, ts__min64(want, n / PART_MIN));
+    }
+    const int64_t items = batch * p.parts;
+    int64_t stage_elems, bytes;
+    if (ts_mul_overflow_i64(items, k, &stage_elems) != TS_OK ||
+        ts_mul_overflow_i64(stage_elems, 8, &bytes) != TS_OK || bytes > INT64_MAX / 2)
+        return ts__fail(TS_ERR_OVERFLOW, "ts_topk: staging for batch %lld x k %lld overflows",
+                        (long long)batch, (long long)k);
+    const size_t stage_bytes = (size_t)bytes + (size_t)items * (8 + 4) + 64;
+    char *s = (char *)ts__scratch(0, stage_bytes);
+    if (!s) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_topk: staging (%zu bytes)", stage_bytes);
+    p.stage = (uint64_t *)s;
+    p.count = (int64_t *)(s + bytes);
+    p.nan = (int32_t *)(s + bytes + items * 8);
+
+    ts__parallel_for(items, 1, scan_items, &p);
+    if (p.err == TS_OK) ts__parallel_for(batch, 1, merge_rows, &p);
+    if (p.err != TS_OK) return ts__fail(p.err, "ts_topk: out of scratch memory");
+    if (o.abort_when_nan_found) {
+        for (int64_t r = 0; r < batch; r++)
+            if (row_len(&p, r) > k && p.nan[r * p.parts])
+                return ts__fail(TS_ERR_NONFINITE,
+                                "ts_topk: input row %lld contains NaN (abort_when_nan_found)",
+                                (long long)r);
+    }
+    ts__parallel_for(batch, 16, write_rows, &p);
+    return TS_OK;
+}

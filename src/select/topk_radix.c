@@ -1,0 +1,95 @@
+/* Radix select ("cut to exactly k") and radix sort on candidate entries. */
+#include "select/topk_internal.h"
+
+#include <string.h>
+
+#define DIGIT 11
+
+static void insertion_desc(uint64_t *a, int64_t n) {
+    for (int64_t i = 1; i < n; i++) {
+        uint64_t x = a[i];
+        int64_t j = i;
+        while (j > 0 && a[j - 1] < x) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = x;
+    }
+}
+
+uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits) {
+    uint32_t h[1u << DIGIT];
+    const uint64_t *src = a;
+    int64_t m = n, need = k;
+    int w = bits < DIGIT ? bits : DIGIT, shift = bits - w;
+    uint32_t mask = (1u << w) - 1;
+    uint64_t pivot = 0;
+    memset(h, 0, (mask + 1) * sizeof h[0]);
+    for (int64_t i = 0; i < m; i++) h[(src[i] >> shift) & mask]++;
+    for (;;) {
+        int64_t b = mask, above = 0;
+        while (above + h[b] < need) above += h[b--];
+        need -= above;
+        /* Taking the whole bucket ends the search: the pivot is its smallest entry. Entries are
+         * unique, so at shift 0 the bucket holds exactly one. */
+        if (need == (int64_t)h[b] || shift == 0) {
+            uint64_t mn = UINT64_MAX;
+            for (int64_t i = 0; i < m; i++) {
+                uint64_t x = src[i];
+                if (((x >> shift) & mask) == (uint64_t)b && x < mn) mn = x;
+            }
+            pivot = mn;
+            break;
+        }
+        const int nw = shift < DIGIT ? shift : DIGIT, nshift = shift - nw;
+        const uint32_t nmask = (1u << nw) - 1;
+        /* Gather the bucket (branch-free) and histogram its next digit in the same pass. */
+        memset(h, 0, (nmask + 1) * sizeof h[0]);
+        int64_t j = 0;
+        for (int64_t i = 0; i < m; i++) {
+            uint64_t x = src[i];
+            int64_t hit = ((x >> shift) & mask) == (uint64_t)b;
+            tmp[j] = x;
+            j += hit;
+            h[(x >> nshift) & nmask] += (uint32_t)hit;
+        }
+        src = tmp;
+        m = j;
+        shift = nshift;
+        mask = nmask;
+        if (m <= 32) { /* a short bucket: sort it */
+            insertion_desc(tmp, m);
+            pivot = tmp[need - 1];
+            break;
+        }
+    }
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t x = a[i];
+        a[j] = x;
+        j += x >= pivot;
+    }
+    return pivot;
+}
+
+void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int hi_bit) {
+    if (n < 2) return;
+    uint64_t *s = a, *d = tmp;
+    for (int shift = 0; shift < hi_bit; shift += 8) {
+        int64_t h[256];
+        memset(h, 0, sizeof h);
+        for (int64_t i = 0; i < n; i++) h[255u - ((s[i] >> shift) & 255u)]++;
+        if (h[255u - ((s[0] >> shift) & 255u)] == n) continue; /* one digit: nothing to do */
+        int64_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            int64_t c = h[b];
+            h[b] = sum;
+            sum += c;
+        }
+        for (int64_t i = 0; i < n; i++) d[h[255u - ((s[i] >> shift) & 255u)]++] = s[i];
+        uint64_t *t = s;
+        s = d;
+        d = t;
+    }
+    if (s != a) memcpy(a, s, (size_t)n * sizeof *a);
+}
