@@ -69,6 +69,28 @@ static inline float thr_of(const topk_plan *p, uint64_t e) {
     return f;
 }
 
+/* Entries of every value of row[c0, c1): the first fill, before any threshold exists. Branch-
+ * free, unlike the filter's per-survivor path. Returns 1 if a NaN is among them. */
+static int append_all(const topk_plan *p, const char *row, int64_t c0, int64_t c1, uint64_t *out) {
+    uint32_t nan = 0;
+    if (p->bf16) {
+        const uint16_t *u = (const uint16_t *)row;
+        for (int64_t i = c0; i < c1; i++) {
+            uint32_t v = u[i];
+            nan |= (v & 0x7fffu) > 0x7f80u;
+            out[i - c0] = ts__topk_entry(ts__topk_key_bf16(v), (uint32_t)i);
+        }
+    } else {
+        const uint32_t *u = (const uint32_t *)row;
+        for (int64_t i = c0; i < c1; i++) {
+            uint32_t v = u[i];
+            nan |= (v & 0x7fffffffu) > 0x7f800000u;
+            out[i - c0] = ts__topk_entry(ts__topk_key_f32(v), (uint32_t)i);
+        }
+    }
+    return (int)nan;
+}
+
 /* Top-min(k, hi-lo) of row[lo, hi) into cand[0..); returns the count (0 when a NaN was seen). */
 static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int64_t hi,
                             uint64_t *cand, uint64_t *tmp, int *nan) {
@@ -84,7 +106,12 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
         int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
         for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
             int64_t c1 = ts__min64(c0 + CHUNK, b1);
-            cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx, cand + cnt, nan);
+            if (pidx == UINT32_MAX) { /* no threshold yet: everything is a candidate */
+                if (append_all(p, row, c0, c1, cand + cnt)) *nan = 1;
+                cnt += c1 - c0;
+            } else {
+                cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx, cand + cnt, nan);
+            }
             if (*nan) return 0;
             if (cnt >= trigger) {
                 uint64_t piv = ts__topk_cut(cand, cnt, k, tmp, p->bits);
@@ -316,7 +343,7 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     p.batch = batch;
     p.n = n;
     p.k = k;
-    p.b2 = ts__max64(k, 2048);
+    p.b2 = ts__max64(k, 256);
     p.end = end ? (const int32_t *)end->data : NULL;
     p.end_stride = end ? end->strides[0] : 0;
     p.off = offset ? (const int32_t *)offset->data : NULL;

@@ -1,9 +1,12 @@
 /* Radix select ("cut to exactly k") and radix sort on candidate entries. */
 #include "select/topk_internal.h"
 
+#include <stdbool.h>
 #include <string.h>
 
-#define DIGIT 11
+/* 8-bit digits: a 256-bucket histogram is cleared and searched in a few dozen cycles, which
+ * matters more than the pass count for buffers of a few thousand entries. */
+#define DIGIT 8
 
 static void insertion_desc(uint64_t *a, int64_t n) {
     for (int64_t i = 1; i < n; i++) {
@@ -24,8 +27,21 @@ uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits
     int w = bits < DIGIT ? bits : DIGIT, shift = bits - w;
     uint32_t mask = (1u << w) - 1;
     uint64_t pivot = 0;
-    memset(h, 0, (mask + 1) * sizeof h[0]);
-    for (int64_t i = 0; i < m; i++) h[(src[i] >> shift) & mask]++;
+    {
+        /* Four sub-histograms: candidates crowd into few buckets, and one histogram would
+         * serialise on store-to-load forwarding of the same counter. */
+        uint32_t h4[4][1u << DIGIT];
+        memset(h4, 0, sizeof h4);
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            h4[0][(src[i] >> shift) & mask]++;
+            h4[1][(src[i + 1] >> shift) & mask]++;
+            h4[2][(src[i + 2] >> shift) & mask]++;
+            h4[3][(src[i + 3] >> shift) & mask]++;
+        }
+        for (; i < m; i++) h4[0][(src[i] >> shift) & mask]++;
+        for (uint32_t d = 0; d <= mask; d++) h[d] = h4[0][d] + h4[1][d] + h4[2][d] + h4[3][d];
+    }
     for (;;) {
         int64_t b = mask, above = 0;
         while (above + h[b] < need) above += h[b--];
@@ -43,21 +59,27 @@ uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits
         }
         const int nw = shift < DIGIT ? shift : DIGIT, nshift = shift - nw;
         const uint32_t nmask = (1u << nw) - 1;
-        /* Gather the bucket (branch-free) and histogram its next digit in the same pass. */
+        const bool whole = (int64_t)h[b] == m; /* e.g. the all-ones top digits of ~index */
         memset(h, 0, (nmask + 1) * sizeof h[0]);
-        int64_t j = 0;
-        for (int64_t i = 0; i < m; i++) {
-            uint64_t x = src[i];
-            int64_t hit = ((x >> shift) & mask) == (uint64_t)b;
-            tmp[j] = x;
-            j += hit;
-            h[(x >> nshift) & nmask] += (uint32_t)hit;
+        if (whole) {
+            for (int64_t i = 0; i < m; i++) h[(src[i] >> nshift) & nmask]++;
+        } else {
+            /* Gather the bucket (branch-free) and histogram its next digit in the same pass. */
+            int64_t j = 0;
+            for (int64_t i = 0; i < m; i++) {
+                uint64_t x = src[i];
+                int64_t hit = ((x >> shift) & mask) == (uint64_t)b;
+                tmp[j] = x;
+                j += hit;
+                h[(x >> nshift) & nmask] += (uint32_t)hit;
+            }
+            src = tmp;
+            m = j;
         }
-        src = tmp;
-        m = j;
         shift = nshift;
         mask = nmask;
         if (m <= 32) { /* a short bucket: sort it */
+            if (src != tmp) memcpy(tmp, src, (size_t)m * sizeof *tmp);
             insertion_desc(tmp, m);
             pivot = tmp[need - 1];
             break;
