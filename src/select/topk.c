@@ -17,6 +17,7 @@
 #define BLOCK 4096          /* elements per visited block */
 #define CHUNK 256           /* filter call size: the buffer is checked against its trigger after each */
 #define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
+#define PART_PER_K 2048     /* ... and at least this many times k */
 
 ts_topk_options ts_topk_default_options(void) {
     ts_topk_options o;
@@ -364,8 +365,12 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     const int threads = ts_get_num_threads();
     p.parts = 1;
     if (batch < threads) {
+        /* Every part pays its own k*(1 + ln(part/k)) candidates, so a part must be long enough
+         * for the streaming to dominate (measured: on 2 SMT siblings, 1M x k512 in two parts
+         * was slower than one). */
         int64_t want = ts__ceil_div(threads, batch);
-        p.parts = ts__max64(1, ts__min64(want, n / PART_MIN));
+        int64_t min_part = ts__max64(PART_MIN, PART_PER_K * k);
+        p.parts = ts__max64(1, ts__min64(want, n / min_part));
     }
     const int64_t items = batch * p.parts;
     int64_t stage_elems, bytes;
