@@ -10,7 +10,9 @@
  *            weight + weight-scale bytes (with the flops bound too: max of both times, so M = 16
  *            rows that are compute-bound here are judged on FMA peak); weights rotate among
  *            enough copies to span 2 x L3, so every call reads them from DRAM; baseline =
- *            OpenBLAS sgemv (M = 1) or sgemm on f32 weights, rotated the same way.
+ *            OpenBLAS sgemv (M = 1) or sgemm on f32 weights, rotated the same way. Decode rows
+ *            use weights pre-packed with ts_gemm_prepack_b ("decode packed"), plus one FP8 row on
+ *            the plain [N, K] weight ("decode plain").
  * Recipes: FP8 = e4m3 x e4m3 with f32 scales (1, 128, 128); FP8xFP4 = e4m3 A (1, 128) x
  * packed e2m1 B (1, 32), packed ue8m0 scales (the SM100 route); BF16 = plain bf16.
  * TS_BENCH_FILTER=substring keeps only the rows whose "name shape" contains it. */
@@ -32,7 +34,9 @@ void openblas_set_num_threads(int num_threads);
 
 #define SUITE "gemm"
 
-typedef enum gemm_kind { K_FP8, K_FP8_FP4, K_BF16, K_COUNT } gemm_kind;
+/* K_FP8_PLAIN: decode rows only, K_FP8 on the plain [N, K] weight (the other decode rows
+ * use pre-packed weights). */
+typedef enum gemm_kind { K_FP8, K_FP8_FP4, K_BF16, K_FP8_PLAIN, K_COUNT } gemm_kind;
 
 static const struct {
     const char *name, *dtype;
@@ -40,6 +44,7 @@ static const struct {
     {"fp8_gemm_nt", "e4m3 x e4m3, f32 sf (1,128,128) -> bf16"},
     {"fp8_fp4_gemm_nt", "e4m3 (1,128) x e2m1 (1,32), ue8m0x4 sf -> bf16"},
     {"bf16_gemm_nt", "bf16 x bf16 -> bf16"},
+    {"fp8_gemm_nt", "e4m3 x e4m3, f32 sf (1,128,128) -> bf16, plain [N,K] weight"},
 };
 
 /* ---- inputs ---- */
@@ -96,20 +101,23 @@ typedef struct gemm_problem {
     void *a, *sfa, *sfb, *d;
     void *b[MAX_COPIES];
     ts_tensor ta, tsfa, tsfb, td, tb[MAX_COPIES];
+    bool packed; /* decode rows: pw[i] = ts_gemm_prepack_b of copy i */
+    ts_packed_weight *pw[MAX_COPIES];
     int64_t recipe_a[2], recipe_b[2];
     double weight_bytes; /* one copy of B + sfb */
 } gemm_problem;
 
 static void problem_free(gemm_problem *p) {
     free(p->a), free(p->sfa), free(p->sfb), free(p->d);
-    for (int i = 0; i < p->ncopies; i++) free(p->b[i]);
+    for (int i = 0; i < p->ncopies; i++) free(p->b[i]), ts_packed_weight_destroy(p->pw[i]);
     memset(p, 0, sizeof *p);
 }
 
 /* min_total_bytes: weight copies until their sum reaches it (0: one copy). */
-static bool problem_init(gemm_problem *p, gemm_kind kind, int64_t m, int64_t n, int64_t k,
-                         double min_total_bytes) {
+static bool problem_init(gemm_problem *p, gemm_kind kind0, int64_t m, int64_t n, int64_t k,
+                         double min_total_bytes, bool packed) {
     memset(p, 0, sizeof *p);
+    const gemm_kind kind = kind0 == K_FP8_PLAIN ? K_FP8 : kind0;
     p->kind = kind, p->m = m, p->n = n, p->k = k;
     const int64_t kb128 = ts__ceil_div(k, 128);
     size_t a_bytes, b_bytes;
@@ -177,13 +185,32 @@ static bool problem_init(gemm_problem *p, gemm_kind kind, int64_t m, int64_t n, 
         break;
     }
     p->td = ts_tensor_2d(p->d, TS_BF16, m, n);
+    p->packed = packed;
+    for (int i = 0; packed && i < p->ncopies; i++) {
+        const bool bf16 = kind == K_BF16;
+        if (ts_gemm_prepack_b(&p->tb[i], bf16 ? NULL : &p->tsfb,
+                              kind == K_FP8_FP4 ? p->recipe_b : NULL, false, &p->pw[i]) != TS_OK) {
+            problem_free(p);
+            return false;
+        }
+        /* Only the packed copy is read from now on. */
+        free(p->b[i]);
+        p->b[i] = NULL;
+    }
     return true;
 }
 
 static ts_status run_problem(void *ctx) {
     gemm_problem *p = (gemm_problem *)ctx;
     const ts_tensor *b = &p->tb[p->next];
+    const ts_packed_weight *pw = p->pw[p->next];
     p->next = (p->next + 1) % p->ncopies;
+    if (p->packed) {
+        if (p->kind == K_BF16) return ts_bf16_gemm_nt_packed(&p->ta, pw, &p->td, NULL, NULL);
+        return ts_fp8_fp4_gemm_nt_packed(&p->ta, &p->tsfa, pw, &p->td, NULL, NULL,
+                                         p->kind == K_FP8_FP4 ? p->recipe_a : NULL,
+                                         p->kind == K_FP8_FP4 ? p->recipe_b : NULL, NULL, false);
+    }
     switch (p->kind) {
     case K_FP8:
         return ts_fp8_gemm_nt(&p->ta, &p->tsfa, b, &p->tsfb, &p->td, NULL, NULL, NULL, NULL,
@@ -225,8 +252,13 @@ static bool blas_init(blas_problem *bp, const gemm_problem *src, double min_tota
     bool ok = bp->a && bp->c;
     for (int i = 0; i < bp->ncopies; i++) ok = ok && (bp->b[i] = balloc((size_t)nk * 4)) != NULL;
     ok = ok && ts_convert(src->a, dt, bp->a, TS_F32, mk) == TS_OK;
-    for (int i = 0; i < bp->ncopies && ok; i++)
+    for (int i = 0; i < bp->ncopies && ok; i++) {
+        if (!src->b[i]) { /* only the packed copy was kept: the time does not need the values */
+            memset(bp->b[i], 0, (size_t)nk * 4);
+            continue;
+        }
         ok = ts_convert(src->b[i], bt, bp->b[i], TS_F32, nk) == TS_OK;
+    }
     if (!ok) {
         blas_free(bp);
         return false;
@@ -310,8 +342,9 @@ static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool deco
     char names[K_COUNT][48];
     bool want[K_COUNT], any = false;
     for (int kd = 0; kd < K_COUNT; kd++) {
-        snprintf(names[kd], sizeof names[kd], "%s%s", g_kinds[kd].name, decode ? " decode" : "");
-        want[kd] = wanted(env, names[kd], shape);
+        snprintf(names[kd], sizeof names[kd], "%s%s", g_kinds[kd].name,
+                 !decode ? "" : kd == K_FP8_PLAIN ? " decode plain" : " decode packed");
+        want[kd] = (decode || kd != K_FP8_PLAIN) && wanted(env, names[kd], shape);
         any = any || want[kd];
     }
     if (!any) return;
@@ -321,7 +354,7 @@ static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool deco
     int first = -1;
     for (int kd = 0; kd < K_COUNT; kd++) {
         if (!want[kd]) continue;
-        if (!problem_init(&probs[kd], (gemm_kind)kd, m, n, k, span)) {
+        if (!problem_init(&probs[kd], (gemm_kind)kd, m, n, k, span, decode && kd != K_FP8_PLAIN)) {
             oom(env, shape);
             want[kd] = false;
             continue;

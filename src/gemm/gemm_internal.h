@@ -28,8 +28,8 @@ typedef struct ts__gemm_operand {
 /* ---- pre-packed weights (gemm_prepack.c) ----
  * Per group: panels of TS__PW_W columns, panel-major; per panel, nkb blocks of kb K values,
  * each block_bytes long: kb rows of TS__PW_W values (row = one K value across the panel's
- * columns; e4m3 one byte each, e2m1 two per byte with column 2i in the low nibble of byte i,
- * bf16 two bytes each), zeros past K and past N, then TS__PW_W scales (f32, or one ue8m0
+ * columns; e4m3 one byte each, e2m1 two per byte in the order of ts__pw_e2m1_pos, bf16 two
+ * bytes each), zeros past K and past N, then TS__PW_W scales (f32, or one ue8m0
  * byte each when sf_u8; replicated per column for gran_mn 128; 0 past N). */
 #define TS__PW_W 32
 struct ts_packed_weight {
@@ -50,6 +50,16 @@ struct ts_packed_weight {
     uint8_t *data;
 };
 #define TS__PW_MAGIC 0x7473707765696768ull
+
+/* e2m1 panels place column c = 8t + j (t < 4, j < 8) at nibble q = 4j + t of the row's 16
+ * bytes (q < 16: low nibble of byte q; else high nibble of byte q - 16): the AVX2 decoder then
+ * splits nibbles with one per-lane shift and expands bytes to 32-bit lanes with shifts
+ * instead of shuffles (kernels/avx2/gemm_decode_avx2.c). */
+static inline void ts__pw_e2m1_pos(int64_t c, int64_t *byte, int *shift) {
+    const int64_t q = 4 * (c % 8) + c / 8;
+    *byte = q & 15;
+    *shift = (int)(q >> 4) * 4;
+}
 
 /* A packed weight's group g as an NT operand (no checks). */
 ts__gemm_operand ts__gemm_packed_operand(const struct ts_packed_weight *pw, int64_t g);

@@ -59,7 +59,13 @@ static void pack_group(const struct ts_packed_weight *pw, const ts__gemm_operand
             switch (pw->dtype) {
             case TS_E4M3: row[j] = (uint8_t)c; break;
             case TS_BF16: memcpy(row + 2 * j, &(uint16_t){(uint16_t)c}, 2); break;
-            default: row[j >> 1] |= (uint8_t)(c << ((j & 1) * 4)); break;
+            default: {
+                int64_t byte;
+                int sh;
+                ts__pw_e2m1_pos(j, &byte, &sh);
+                row[byte] |= (uint8_t)(c << sh);
+                break;
+            }
             }
         }
         if (!pw->scaled) continue;
@@ -265,7 +271,13 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
                 memcpy(&d[i], &u, 4);
                 break;
             }
-            default: d[i] = g_e2m1[(row[j >> 1] >> ((j & 1) * 4)) & 0xF]; break;
+            default: {
+                int64_t byte;
+                int sh;
+                ts__pw_e2m1_pos(j, &byte, &sh);
+                d[i] = g_e2m1[(row[byte] >> sh) & 0xF];
+                break;
+            }
             }
         }
     }

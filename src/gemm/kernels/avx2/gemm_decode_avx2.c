@@ -5,7 +5,8 @@
  *
  * e4m3 rows are widened to the f16 of value * 2^-8 (vcvtph2ps, no multiply) and the A value
  * is multiplied by 256 instead: A is e4m3 or e2m1 here, so a * 256 is exact, and the product
- * (256a)(b/256) = ab is exact either way, so every fma rounds the same real number. With more
+ * (256a)(b/256) = ab is exact either way, so every fma rounds the same real number. e2m1 rows
+ * decode to 2b (small integers) and A is halved, likewise exact. With more
  * than two rows, each K block is decoded once into an L1 buffer of f32 rows and the rows are
  * read from there, so the decode is not repeated per row pair. */
 #include "core/internal.h"
@@ -32,14 +33,33 @@ INL void e4m3x16_div256(__m128i bytes, int nanfix, __m256 out[2]) {
     out[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
-/* One K row of the panel -> columns 0..7, 8..15, 16..23, 24..31 (e4m3: value / 256). */
+/* 32 e2m1 codes of one row (layout of ts__pw_e2m1_pos) -> 2 x value, columns 8t..8t+7 in
+ * out[t]. Both nibble halves come from one broadcast load and a per-lane shift; a pshufb
+ * table gives 2 x value as a signed byte (an integer: 0, 1, 2, 3, 4, 6, 8, 12; -0 as 0);
+ * byte t of every 32-bit lane is column 8t + lane, sign-extended by two shifts, so no
+ * shuffle widens the bytes. The A value is halved instead (exact: A is e4m3 or e2m1). */
+INL void e2m1x32_times2(const uint8_t *row, __m256 out[4]) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)row));
+    v = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                         _mm256_set1_epi8(0x0F));
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i x = _mm256_shuffle_epi8(lut, v);
+    out[0] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(x, 24), 24));
+    out[1] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(x, 16), 24));
+    out[2] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(x, 8), 24));
+    out[3] = _mm256_cvtepi32_ps(_mm256_srai_epi32(x, 24));
+}
+
+/* One K row of the panel -> columns 0..7, 8..15, 16..23, 24..31 (e4m3: value / 256, e2m1:
+ * value * 2). */
 INL void load_b(int fmt, int nanfix, const uint8_t *row, __m256 b[4]) {
     switch (fmt) {
     case TS_E4M3:
         e4m3x16_div256(_mm_loadu_si128((const __m128i *)row), nanfix, b);
         e4m3x16_div256(_mm_loadu_si128((const __m128i *)(row + 16)), nanfix, b + 2);
         break;
-    case TS_E2M1X2: ts__avx2_e2m1x32_decode_tab(_mm_loadu_si128((const __m128i *)row), b, 1); break;
+    case TS_E2M1X2: e2m1x32_times2(row, b); break;
     case TS_BF16:
         for (int t = 0; t < 4; t++)
             b[t] = ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)(row + 16 * t)));
@@ -81,7 +101,9 @@ INL void promote(float *c, const __m256 p[4], float sa, const __m256 sb[4]) {
 
 INL __m256 a_value(int fmt, const float *a) {
     __m256 v = _mm256_broadcast_ss(a);
-    return fmt == TS_E4M3 ? _mm256_mul_ps(v, _mm256_set1_ps(256.0f)) : v;
+    if (fmt == TS_E4M3) return _mm256_mul_ps(v, _mm256_set1_ps(256.0f));
+    if (fmt == TS_E2M1X2) return _mm256_mul_ps(v, _mm256_set1_ps(0.5f));
+    return v;
 }
 
 INL void dec_run(const ts__gemm_dec_args *x, const int fmt, const int nanfix) {
@@ -158,7 +180,10 @@ static void dec_staged(const ts__gemm_dec_args *x, int nanfix) {
                 load_b(TS_E4M3, nanfix, row, b);
                 for (int t = 0; t < 4; t++) b[t] = _mm256_mul_ps(b[t], _mm256_set1_ps(256.0f));
                 break;
-            case TS_E2M1X2: load_b(TS_E2M1X2, 0, row, b); break;
+            case TS_E2M1X2:
+                load_b(TS_E2M1X2, 0, row, b);
+                for (int t = 0; t < 4; t++) b[t] = _mm256_mul_ps(b[t], _mm256_set1_ps(0.5f));
+                break;
             default: load_b(TS_BF16, 0, row, b); break;
             }
             for (int t = 0; t < 4; t++) _mm256_store_ps(buf + k * W + 8 * t, b[t]);

@@ -1,6 +1,7 @@
 /* Decode (small-M) kernel in scalar C: the canonical order of docs/gemm.md, one output
  * column at a time, reading B straight from the packed-weight rows (or f32 rows). */
 #include "core/internal.h"
+#include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
 #include "tilestack/numerics.h"
 
@@ -25,7 +26,12 @@ static inline float b_value(const ts__gemm_dec_args *x, int64_t k, int j) {
     const uint8_t *row = (const uint8_t *)x->bp + k * x->row_bytes;
     switch (x->fmt) {
     case TS_E4M3: return g_e4m3[row[j]];
-    case TS_E2M1X2: return g_e2m1[(row[j >> 1] >> ((j & 1) * 4)) & 0xF];
+    case TS_E2M1X2: {
+        int64_t byte;
+        int sh;
+        ts__pw_e2m1_pos(j, &byte, &sh);
+        return g_e2m1[(row[byte] >> sh) & 0xF];
+    }
     case TS_BF16: {
         uint16_t h;
         memcpy(&h, row + 2 * j, 2);
