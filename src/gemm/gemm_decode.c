@@ -3,7 +3,7 @@
  * threads along N only (K is never split). Per panel: the f32 accumulator [m][32] stays in
  * L1 while the weight streams once: a pre-packed weight straight from its packed rows (each
  * block's values then its scales, front to back), a plain one through 256-value K-major
- * chunks converted to f32 rows. Each thread converts A (and its scales) to f32 once per
+ * chunks converted to f32 rows (e4m3 on AVX2: byte-transposed into packed rows instead). Each thread converts A (and its scales) to f32 once per
  * problem it meets. The arithmetic is the canonical order, so the bits equal the big-M path's. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
@@ -95,14 +95,24 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
             j->kern->decode(&x);
         }
     } else {
-        x.fmt = TS_F32;
-        x.row_bytes = 4 * W;
         x.bp = bbuf;
         x.sb = sbuf;
         x.sb_step = W;
         for (int64_t k0 = 0; k0 < p->k; k0 += KCD) {
             const int64_t kc = ts__min64(KCD, p->k - k0);
-            ts__gemm_pack_panel(&p->b, n0, cols, k0, kc, W, bbuf);
+            x.fmt = TS_F32;
+            x.row_bytes = 4 * W;
+#if defined(TS_HAVE_AVX2_KERNELS)
+            /* Full panels of a plain e4m3 weight: transposed as bytes into the packed row
+             * layout (a quarter of the f32 traffic), then decoded like a packed weight. */
+            if (cols == W && j->kern == &ts__gemm_kernels_avx2 &&
+                ts__gemm_pack_e4m3_bytes__avx2(&p->b, n0, k0, kc, (uint8_t *)bbuf)) {
+                x.fmt = TS_E4M3;
+                x.row_bytes = W;
+                x.nan_free = false;
+            } else
+#endif
+                ts__gemm_pack_panel(&p->b, n0, cols, k0, kc, W, bbuf);
             x.len = kc;
             x.a = af + k0 * m;
             if (j->scaled) {

@@ -67,6 +67,11 @@ struct ts__gemm_operand;
 /* ts__gemm_pack_panel for a full panel (rows == w) of a K-major operand with unit K stride
  * and w in {MR, NR, TS__GEMM_DW}: same floats, decoded and transposed with AVX2. Returns false (nothing
  * written) for any other case. */
+/* Plain e4m3 weight (K-major, unit K stride), rows r0 .. r0 + 31, K values k0 .. k0 + kc - 1
+ * -> dst[k * 32 + i] = code (row r0 + i, k0 + k): the packed-weight row layout, so the decode
+ * kernel streams it as it streams a packed weight. False (nothing written) for other operands. */
+bool ts__gemm_pack_e4m3_bytes__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
+                                    int64_t kc, uint8_t *dst);
 bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                 int64_t kc, int w, float *dst);
 #endif

@@ -124,3 +124,44 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
     }
     return true;
 }
+
+/* Two 16 x 16 byte blocks (one per 128-bit lane) transposed in place: each round interleaves
+ * rows i and i + 8, which rotates the 8-bit (row, column) index left by one; four rounds swap
+ * row and column. */
+static inline void transpose16x16_u8x2(__m256i x[16]) {
+    for (int round = 0; round < 4; round++) {
+        __m256i y[16];
+        for (int i = 0; i < 8; i++) {
+            y[2 * i] = _mm256_unpacklo_epi8(x[i], x[i + 8]);
+            y[2 * i + 1] = _mm256_unpackhi_epi8(x[i], x[i + 8]);
+        }
+        for (int i = 0; i < 16; i++) x[i] = y[i];
+    }
+}
+
+bool ts__gemm_pack_e4m3_bytes__avx2(const ts__gemm_operand *op, int64_t r0, int64_t k0,
+                                    int64_t kc, uint8_t *dst) {
+    if (op->dtype != TS_E4M3 || !op->k_major || op->s_k != 1 || op->pw) return false;
+    const int W = TS__GEMM_DW;
+    const uint8_t *base = (const uint8_t *)op->data + r0 * op->s_mn + k0;
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) {
+        /* 32 strided row streams defeat the hardware prefetcher: fetch the line each row
+         * needs one chunk (kc values) ahead. */
+        if ((k & 63) == 0)
+            for (int i = 0; i < W; i++)
+                _mm_prefetch((const char *)(base + i * op->s_mn + k + kc), _MM_HINT_T0);
+        /* lane 0: rows 0..15, lane 1: rows 16..31, so a transposed vector is one full
+         * 32-column row of the packed layout */
+        __m256i x[16];
+        for (int i = 0; i < 16; i++)
+            x[i] = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(base + i * op->s_mn + k))),
+                _mm_loadu_si128((const __m128i *)(base + (i + 16) * op->s_mn + k)), 1);
+        transpose16x16_u8x2(x);
+        for (int j = 0; j < 16; j++) _mm256_storeu_si256((__m256i *)(dst + (k + j) * W), x[j]);
+    }
+    for (; k < kc; k++)
+        for (int i = 0; i < W; i++) dst[k * W + i] = base[i * op->s_mn + k];
+    return true;
+}
