@@ -76,8 +76,9 @@ static prob prob_make(enum rkind kind, int64_t m, int64_t n, int64_t k, int64_t 
     const size_t bes = ts_dtype_size(p.bdt);
     p.b = calloc((size_t)(groups * n * bk) * bes + 1, 1);
     fill(p.b, p.bdt, groups * n * bk, seed + 1);
-    if (kn) { /* [G, K, N] storage; fp4 nn is not exercised here */
-        p.tb = groups > 1 ? ts_tensor_3d(p.b, p.bdt, groups, k, n) : ts_tensor_2d(p.b, p.bdt, k, n);
+    if (kn) { /* [G, K, N] storage (fp4: N/2 bytes per K row, MN-major packed) */
+        const int64_t bn = p.bdt == TS_E2M1X2 ? n / 2 : n;
+        p.tb = groups > 1 ? ts_tensor_3d(p.b, p.bdt, groups, k, bn) : ts_tensor_2d(p.b, p.bdt, k, bn);
     } else {
         p.tb = groups > 1 ? ts_tensor_3d(p.b, p.bdt, groups, n, bk) : ts_tensor_2d(p.b, p.bdt, n, bk);
     }
@@ -182,6 +183,7 @@ TS_TEST(gemm_prepack_fp8_ue8m0_bitwise) {
 TS_TEST(gemm_prepack_fp8_fp4_bitwise) {
     check_dense(ts_t_, R_FP8_FP4, 77, 400, false);
     check_dense(ts_t_, R_FP8_FP4_F32, 64, 226, false);
+    check_dense(ts_t_, R_FP8_FP4, 66, 96, true); /* MN-major packed fp4 weight (nn layout) */
 }
 
 TS_TEST(gemm_prepack_bf16_bitwise) {
