@@ -356,7 +356,7 @@ TS_TEST(topk_offset_int64_width) {
 /* NaN rows: abort -> TS_ERR_NONFINITE and nothing written; otherwise the upstream sentinel. */
 TS_TEST(topk_nan_rows) {
     ts_prng g = ts_prng_seed(0x70b0003);
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 8; variant++) { /* dtype x index type x NaN sign */
         topk_case c;
         memset(&c, 0, sizeof c);
         c.bf16 = variant & 1;
@@ -370,17 +370,17 @@ TS_TEST(topk_nan_rows) {
         c.val_fill = -INFINITY;
         fill_case(&c, &g, D_RANDOM);
         c.end[0] = 5000; c.end[1] = 5000; c.end[2] = 40; c.end[3] = 4000;
-        /* row 1: negative NaN (below any threshold); row 2: NaN in a short row (copied through);
+        /* row 1: negative NaN (below any threshold) or positive NaN; row 2: NaN in a short row (copied through);
          * row 3: NaN past end (ignored) */
         uint32_t pos_nan = c.bf16 ? 0x7fc1u : 0x7fc00001u, neg_nan = c.bf16 ? 0xffc0u : 0xffc00000u;
         if (c.bf16) {
             uint16_t *p = c.in;
-            p[1 * c.row_stride + 4321] = (uint16_t)neg_nan;
+            p[1 * c.row_stride + 4321] = (uint16_t)(variant & 4 ? pos_nan : neg_nan);
             p[2 * c.row_stride + 7] = (uint16_t)pos_nan;
             p[3 * c.row_stride + 4500] = (uint16_t)pos_nan;
         } else {
             uint32_t *p = c.in;
-            p[1 * c.row_stride + 4321] = neg_nan;
+            p[1 * c.row_stride + 4321] = variant & 4 ? pos_nan : neg_nan;
             p[2 * c.row_stride + 7] = pos_nan;
             p[3 * c.row_stride + 4500] = pos_nan;
         }
