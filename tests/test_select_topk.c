@@ -445,6 +445,10 @@ TS_TEST(topk_bad_input) {
     TS_CHECK_STATUS(ts_topk(&tstr, 4, &o, NULL, NULL, &tv, &to), TS_ERR_STRIDE);
     ts_tensor ostr = to; ostr.shape[1] = 2; ostr.strides[1] = 2;
     TS_CHECK_STATUS(ts_topk(&ti, 2, &o, NULL, NULL, &tv, &ostr), TS_ERR_STRIDE);
+    ts_tensor overlap = to; overlap.strides[0] = 3; /* rows of 4 every 3 elements */
+    TS_CHECK_STATUS(ts_topk(&ti, 4, &o, NULL, NULL, &tv, &overlap), TS_ERR_ALIASING);
+    ts_tensor voverlap = tv; voverlap.strides[0] = 0;
+    TS_CHECK_STATUS(ts_topk(&ti, 4, &o, NULL, NULL, &voverlap, &to), TS_ERR_ALIASING);
     /* end / offset */
     int32_t e[2] = {16, 17}, eneg[2] = {-1, 3}, off[2] = {0, 0};
     ts_tensor te = ts_tensor_1d(e, TS_I32, 2), ten = ts_tensor_1d(eneg, TS_I32, 2);

@@ -52,7 +52,8 @@ TS_API ts_topk_options ts_topk_default_options(void);
  * type, values dtype, end/offset not i32), TS_ERR_SHAPE (ndim, outputs not [batch, k], end/offset
  * not [batch], N too large), TS_ERR_STRIDE (last dims not contiguous), TS_ERR_INVALID_ARGUMENT
  * (k range, sorted with sorted_index or without return_value, end out of range),
- * TS_ERR_UNSUPPORTED (sorted with bf16, as upstream), TS_ERR_NONFINITE (NaN, abort mode),
+ * TS_ERR_UNSUPPORTED (sorted with bf16, as upstream), TS_ERR_ALIASING (output rows overlap:
+ * |row stride| < k), TS_ERR_NONFINITE (NaN, abort mode),
  * TS_ERR_OUT_OF_MEMORY (scratch). */
 TS_API ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts,
                          const ts_tensor *end, const ts_tensor *output_idx_offset,

@@ -280,7 +280,12 @@ static ts_status check_out(const ts_tensor *t, const char *name, ts_dtype dt, in
     TS__RETURN_IF_ERROR(ts_tensor_check_dtype(t, name, dt));
     int64_t shape[2] = {batch, k};
     TS__RETURN_IF_ERROR(ts_tensor_check_shape(t, name, 2, shape));
-    return ts_tensor_check_last_contiguous(t, name);
+    TS__RETURN_IF_ERROR(ts_tensor_check_last_contiguous(t, name));
+    /* rows are written by different threads: they must not overlap (as upstream requires) */
+    if (batch > 1 && (t->strides[0] < 0 ? -t->strides[0] : t->strides[0]) < k)
+        return ts__fail(TS_ERR_ALIASING, "ts_topk: rows of %s overlap (row stride %lld < k = %lld)",
+                        name, (long long)t->strides[0], (long long)k);
+    return TS_OK;
 }
 
 ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts,
