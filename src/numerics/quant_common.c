@@ -21,6 +21,15 @@ ts_status ts__quant_check_input(const ts_tensor *x, const char *name, ts__qsrc *
     return TS_OK;
 }
 
+ts_status ts__quant_check_token_sf(const ts_tensor *sf, int64_t m, int64_t nb, bool packed) {
+    if (packed) {
+        const int64_t shape[2] = {m, ts__cdiv_safe(nb, 4)};
+        return ts__quant_check_out(sf, "sf", TS_UE8M0X4, TS_I32, 2, shape, false);
+    }
+    const int64_t shape[2] = {m, nb};
+    return ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, shape, false);
+}
+
 ts_status ts__quant_check_out(const ts_tensor *t, const char *name, ts_dtype dtype, ts_dtype alt,
                               int32_t ndim, const int64_t *shape, bool last_contig) {
     TS__RETURN_IF_ERROR(ts_tensor_check(t, name));

@@ -102,13 +102,7 @@ ts_status ts_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t g
         return ts__fail(TS_ERR_SHAPE, "tensor 'x': columns %lld must be even for packed fp4", (long long)n);
     const int64_t qshape[2] = {m, n / 2};
     TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp4, "x_fp4", TS_E2M1X2, TS_E2M1X2, 2, qshape, true));
-    if (use_packed_ue8m0) {
-        const int64_t sshape[2] = {m, ts__cdiv_safe(nb, 4)};
-        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_UE8M0X4, TS_I32, 2, sshape, false));
-    } else {
-        const int64_t sshape[2] = {m, nb};
-        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
-    }
+    TS__RETURN_IF_ERROR(ts__quant_check_token_sf(sf, m, nb, use_packed_ue8m0));
     TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", x_fp4, "x_fp4"));
     TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", sf, "sf"));
     TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x_fp4, "x_fp4", sf, "sf"));

@@ -87,13 +87,7 @@ ts_status ts_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t g
     const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);
     const int64_t qshape[2] = {m, n};
     TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
-    if (use_packed_ue8m0) {
-        const int64_t sshape[2] = {m, ts__cdiv_safe(nb, 4)};
-        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_UE8M0X4, TS_I32, 2, sshape, false));
-    } else {
-        const int64_t sshape[2] = {m, nb};
-        TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
-    }
+    TS__RETURN_IF_ERROR(ts__quant_check_token_sf(sf, m, nb, use_packed_ue8m0));
     TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
     if (m == 0 || n == 0) return TS_OK;
 

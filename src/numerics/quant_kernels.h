@@ -107,16 +107,19 @@ static inline uint32_t ts__bits_from_f32(float f) { uint32_t u; memcpy(&u, &f, 4
  * multiply is what upstream computes: DeepGEMM's tests run `x_amax / 448.0` on CUDA, where
  * torch divides a tensor by a scalar as a multiply by the scalar's f32 reciprocal
  * (div_true_kernel_cuda); that differs from a true division by one ulp for some amax. */
-static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
+static inline float ts__deepgemm_scale(uint32_t amax_bits, float inv_qmax, bool ue8m0) {
     float sf;
     if (amax_bits > 0x7F800000u) {
         sf = ts__f32_from_bits(TS__CANON_NAN_BITS);
     } else {
         float amax = ts__f32_from_bits(amax_bits);
         if (amax < 1e-4f) amax = 1e-4f;
-        sf = amax * (1.0f / 448.0f);
+        sf = amax * inv_qmax;
     }
     return ue8m0 ? ts_ceil_to_ue8m0(sf) : sf;
+}
+static inline float ts__fp8_scale(uint32_t amax_bits, bool ue8m0) {
+    return ts__deepgemm_scale(amax_bits, 1.0f / 448.0f, ue8m0);
 }
 
 /* FP4 scale of one block: sf (what an f32 scale output stores), the multiplier inv and the
@@ -130,15 +133,7 @@ typedef struct ts__fp4_scale_t { float sf, inv; uint8_t e; } ts__fp4_scale_t;
 static inline ts__fp4_scale_t ts__fp4_scale(uint32_t amax_bits, bool ue8m0, bool rne) {
     ts__fp4_scale_t s;
     if (!rne) {
-        float sf;
-        if (amax_bits > 0x7F800000u) {
-            sf = ts__f32_from_bits(TS__CANON_NAN_BITS);
-        } else {
-            float amax = ts__f32_from_bits(amax_bits);
-            if (amax < 1e-4f) amax = 1e-4f;
-            sf = amax * (1.0f / 6.0f);
-        }
-        if (ue8m0) sf = ts_ceil_to_ue8m0(sf);
+        const float sf = ts__deepgemm_scale(amax_bits, 1.0f / 6.0f, ue8m0);
         s.sf = sf;
         s.inv = 1.0f / sf;
         s.e = (uint8_t)(ts__bits_from_f32(sf) >> 23);
@@ -183,6 +178,8 @@ ts_status ts__quant_check_input(const ts_tensor *x, const char *name, ts__qsrc *
  * data aligned to its element size; last dim contiguous if `last_contig`. */
 ts_status ts__quant_check_out(const ts_tensor *t, const char *name, ts_dtype dtype, ts_dtype alt,
                               int32_t ndim, const int64_t *shape, bool last_contig);
+/* The per-token scale output [m, nb]: f32, or ue8m0x4 / i32 [m, ceil(nb/4)] when packed. */
+ts_status ts__quant_check_token_sf(const ts_tensor *sf, int64_t m, int64_t nb, bool packed);
 /* TS_ERR_ALIASING if the byte spans of a and b overlap. */
 ts_status ts__quant_check_disjoint(const ts_tensor *a, const char *an, const ts_tensor *b,
                                    const char *bn);
