@@ -467,3 +467,44 @@ TS_TEST(topk_bad_input) {
     TS_CHECK_STATUS(ts_topk(&ti1, 4096, &s, NULL, NULL, NULL, &tb), TS_OK);
     TS_CHECK(big[15] == 15 && big[16] == INT32_MAX && big[4095] == INT32_MAX);
 }
+
+/* Rows where the first threshold estimated from a strided sample is wrong: spikes on a regular
+ * grid (what a strided sample sees) and fewer of them than k, so a sample threshold would keep
+ * too few values and the row must be scanned again; plus shapes where the sample is used and
+ * the buffer still fills and is cut (N a small multiple of k, long rows with small k). */
+TS_TEST(topk_sampled_threshold_exact) {
+    ts_prng g = ts_prng_seed(0x70b0003);
+    const int64_t shapes[][4] = {/* n, k, spike period (0: none), dist */
+                                 {65536, 3000, 32, D_RANDOM}, {65536, 4096, 16, D_RANDOM},
+                                 {20000, 4096, 5, D_TIES}, {8192, 2048, 0, D_RANDOM},
+                                 {65536, 512, 0, D_RANDOM}, {65536, 700, 0, D_ASC},
+                                 {100000, 1, 0, D_DESC}, {30000, 20, 97, D_BITS}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int bf = 0; bf < 2; bf++) {
+            topk_case c;
+            memset(&c, 0, sizeof c);
+            c.bf16 = bf == 1;
+            c.i64 = bf == 0;
+            c.batch = 2;
+            c.n = shapes[s][0];
+            c.k = shapes[s][1];
+            c.sorted = bf == 0;
+            c.rv = true;
+            c.abort_nan = true;
+            c.idx_fill = INT32_MAX;
+            c.val_fill = -INFINITY;
+            fill_case(&c, &g, (dist)shapes[s][3]);
+            const int64_t per = shapes[s][2];
+            for (int64_t r = 0; per && r < c.batch; r++)
+                for (int64_t i = per / 2; i < c.n; i += per) {
+                    if (c.bf16) ((uint16_t *)c.in)[r * c.row_stride + i] = 0x4700u; /* 32768 */
+                    else ((float *)c.in)[r * c.row_stride + i] = 1.0e30f;
+                }
+            char tag[128];
+            snprintf(tag, sizeof tag, "%s N=%lld k=%lld spikes/%lld", c.bf16 ? "bf16" : "f32",
+                     (long long)c.n, (long long)c.k, (long long)per);
+            run_all_configs(ts_t_, &c, tag);
+            free_case(&c);
+        }
+    }
+}

@@ -18,6 +18,9 @@
 #define CHUNK 256           /* filter call size: the buffer is checked against its trigger after each */
 #define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
 #define PART_PER_K 2048     /* ... and at least this many times k */
+#define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
+#define SAMPLE_MAX 2048     /* values in the threshold sample */
+#define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
 
 ts_topk_options ts_topk_default_options(void) {
     ts_topk_options o;
@@ -92,22 +95,61 @@ static int append_all(const topk_plan *p, const char *row, int64_t c0, int64_t c
     return (int)nan;
 }
 
+/* A first threshold from a strided sample of row[lo, hi): the value of rank r in the sample,
+ * r chosen so the rows's count at or above it is k plus about three standard deviations. Any
+ * threshold keeps the result exact (values below it cannot be in the top k once k values are at
+ * or above it; scan_segment re-scans without it when fewer survive); a good one replaces the
+ * k + B2 first fill and the k * ln(N/k) rising-threshold candidates by about k. Returns false
+ * when no useful sample threshold exists. */
+static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, int64_t len,
+                             uint64_t *buf, uint64_t *tmp, float *thr) {
+    const int64_t k = p->k;
+    if (len < SAMPLE_MIN_LEN || len < 4 * k) return false;
+    /* Single values spread over the row: when that touches most of its cache lines, the sample
+     * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower). */
+    const int64_t s = ts__min64(SAMPLE_MAX, len / 4), stride = len / s;
+    const double r0 = (double)k * (double)s / (double)len;
+    const int64_t r = (int64_t)(r0 + 3.0 * sqrt(r0) + 2.0);
+    if (r >= s) return false;
+    for (int64_t j = 0; j < s; j++) {
+        const int64_t i = lo + j * stride + stride / 2;
+        uint32_t key;
+        if (p->bf16) {
+            uint16_t v;
+            memcpy(&v, row + 2 * i, 2);
+            key = ts__topk_key_bf16(v);
+        } else {
+            uint32_t v;
+            memcpy(&v, row + 4 * i, 4);
+            key = ts__topk_key_f32(v);
+        }
+        buf[j] = ts__topk_entry(key, (uint32_t)j);
+    }
+    const uint64_t piv = ts__topk_cut(buf, s, r, tmp, p->bits, ts__topk_index_bits(s));
+    *thr = thr_of(p, piv);
+    return *thr == *thr; /* a NaN sample: no threshold */
+}
+
 /* Top-min(k, hi-lo) of row[lo, hi) into cand[0..); returns the count (0 when a NaN was seen). */
 static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int64_t hi,
                             uint64_t *cand, uint64_t *tmp, int *nan) {
     const int64_t k = p->k, trigger = k + p->b2, len = hi - lo;
     const int64_t m = ts__ceil_div(len, BLOCK);
+    const int ib = ts__topk_index_bits(hi);
     /* seg = (i * P + A) mod m is a bijection: P is a prime larger than any m. */
     const uint64_t P = 0xB559EB75u % (uint64_t)m, A = 0x22262226u % (uint64_t)m;
     float thr = -INFINITY;
-    uint32_t pidx = UINT32_MAX; /* index of the current k-th best: ties below it still win */
+    /* index of the current k-th best: ties below it still win; UINT32_MAX admits every tie */
+    uint32_t pidx = UINT32_MAX;
+    const bool sampled = sample_threshold(p, row, lo, len, cand, tmp, &thr);
+    bool have_thr = sampled;
     int64_t cnt = 0;
     for (int64_t i = 0; i < m; i++) {
         int64_t blk = (int64_t)(((uint64_t)i * P + A) % (uint64_t)m);
         int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
         for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
             int64_t c1 = ts__min64(c0 + CHUNK, b1);
-            if (pidx == UINT32_MAX) { /* no threshold yet: everything is a candidate */
+            if (!have_thr) { /* no threshold yet: everything is a candidate */
                 if (append_all(p, row, c0, c1, cand + cnt)) *nan = 1;
                 cnt += c1 - c0;
             } else {
@@ -115,15 +157,43 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
             }
             if (*nan) return 0;
             if (cnt >= trigger) {
-                uint64_t piv = ts__topk_cut(cand, cnt, k, tmp, p->bits);
+                uint64_t piv = ts__topk_cut(cand, cnt, k, tmp, p->bits, ib);
                 thr = thr_of(p, piv);
                 pidx = ts__topk_entry_idx(piv);
+                have_thr = true;
                 cnt = k;
             }
         }
     }
+    if (cnt < k && sampled) {
+        /* the sample's threshold was above the k-th best: scan again without it */
+        cnt = 0;
+        thr = -INFINITY;
+        pidx = UINT32_MAX;
+        have_thr = false;
+        for (int64_t i = 0; i < m; i++) {
+            int64_t b0 = lo + i * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
+            for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
+                int64_t c1 = ts__min64(c0 + CHUNK, b1);
+                if (!have_thr) {
+                    if (append_all(p, row, c0, c1, cand + cnt)) *nan = 1;
+                    cnt += c1 - c0;
+                } else {
+                    cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx, cand + cnt, nan);
+                }
+                if (*nan) return 0;
+                if (cnt >= trigger) {
+                    uint64_t piv = ts__topk_cut(cand, cnt, k, tmp, p->bits, ib);
+                    thr = thr_of(p, piv);
+                    pidx = ts__topk_entry_idx(piv);
+                    have_thr = true;
+                    cnt = k;
+                }
+            }
+        }
+    }
     if (cnt > k) {
-        ts__topk_cut(cand, cnt, k, tmp, p->bits);
+        ts__topk_cut(cand, cnt, k, tmp, p->bits, ib);
         cnt = k;
     }
     return cnt;
@@ -131,7 +201,7 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
 
 static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
     topk_plan *p = (topk_plan *)ctx;
-    const int64_t cap = p->k + p->b2 + CHUNK;
+    const int64_t cap = ts__max64(p->k + p->b2 + CHUNK, SAMPLE_MAX);
     uint64_t *cand = NULL;
     for (int64_t it = begin; it < end; it++) {
         const int64_t r = it / p->parts, part = it % p->parts;
@@ -153,6 +223,35 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
         p->nan[it] = nan;
         p->count[it] = c;
         memcpy(p->stage + it * p->k, cand, (size_t)c * sizeof(uint64_t));
+    }
+}
+
+/* Ascending-index order of n entries of a row of length L through a bitmap of L bits (in
+ * buf, L / 64 <= 2k words): k bit sets and L / 64 word reads, cheaper than radix passes over
+ * the entries when L is a small multiple of k. Keys are re-read from the row (in cache). */
+static void index_order_bitmap(const topk_plan *p, const char *row, int64_t L, uint64_t *e,
+                               int64_t n, uint64_t *buf) {
+    const int64_t words = ts__ceil_div(L, 64);
+    memset(buf, 0, (size_t)words * sizeof *buf);
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t i = ts__topk_entry_idx(e[j]);
+        buf[i >> 6] |= 1ull << (i & 63);
+    }
+    int64_t j = 0;
+    for (int64_t w = 0; w < words; w++) {
+        for (uint64_t b = buf[w]; b; b &= b - 1) {
+            uint32_t i = (uint32_t)(w * 64 + __builtin_ctzll(b)), key;
+            if (p->bf16) {
+                uint16_t v;
+                memcpy(&v, row + 2 * (int64_t)i, 2);
+                key = ts__topk_key_bf16(v);
+            } else {
+                uint32_t v;
+                memcpy(&v, row + 4 * (int64_t)i, 4);
+                key = ts__topk_key_f32(v);
+            }
+            e[j++] = ts__topk_entry(key, i);
+        }
     }
 }
 
@@ -184,7 +283,7 @@ static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
                 dst[i] = ts__topk_entry(key, (uint32_t)i);
             }
             p->count[it0] = L;
-            if (p->o.sorted) ts__topk_sort_desc(dst, buf, L, p->bits);
+            if (p->o.sorted && L > 1) ts__topk_sort_desc(dst, buf, L, ts__topk_index_bits(L), p->bits);
             continue;
         }
         int nan = 0;
@@ -199,13 +298,16 @@ static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
         if (nan) continue;
         if (parts > 1) {
             if (n > k) {
-                ts__topk_cut(buf, n, k, buf + parts * k, p->bits);
+                ts__topk_cut(buf, n, k, buf + parts * k, p->bits, ts__topk_index_bits(L));
                 n = k;
             }
             memcpy(dst, buf, (size_t)n * sizeof(uint64_t));
         }
         p->count[it0] = n;
-        ts__topk_sort_desc(dst, buf, n, sort_bits);
+        if (!p->o.sorted && L <= BITMAP_PER_K * k)
+            index_order_bitmap(p, p->in + r * p->in_stride, L, dst, n, buf);
+        else
+            ts__topk_sort_desc(dst, buf, n, ts__topk_index_bits(L), sort_bits);
     }
 }
 

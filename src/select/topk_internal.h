@@ -48,11 +48,20 @@ int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, floa
 #endif
 
 /* Keep the k largest of the n > k >= 1 unique entries in a[0..k) (any order) and return the
- * smallest kept. bits = 32 + key bits (48 for bf16, 64 for f32). tmp holds n entries. */
-uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits);
+ * smallest kept. bits = 32 + key bits (48 for bf16, 64 for f32); every index is below 2^ib
+ * (1 <= ib <= 32). tmp holds n entries. */
+uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib);
 
-/* Stable LSD radix sort of a[0..n), descending on bits [0, hi_bit). tmp holds n entries.
- * hi_bit 32 = ascending index; 32 + key bits = descending value, ties by ascending index. */
-void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int hi_bit);
+/* Bits needed for indices below n (n >= 2). */
+static inline int ts__topk_index_bits(int64_t n) {
+    int b = 1;
+    while (b < 32 && ((int64_t)1 << b) < n) b++;
+    return b;
+}
+
+/* Stable LSD radix sort of a[0..n), descending on bits [0, hi_bit) less the all-ones ~index
+ * bits [ib, 32) (indices below 2^ib). hi_bit 32 = ascending index; 32 + key bits = descending
+ * value, ties by ascending index. tmp holds n entries. */
+void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int ib, int hi_bit);
 
 #endif

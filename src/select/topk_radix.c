@@ -20,7 +20,16 @@ static void insertion_desc(uint64_t *a, int64_t n) {
     }
 }
 
-uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits) {
+/* The digit below [shift, shift + w): key digits first, then the index digits under ib (the
+ * ~index bits at and above ib are all ones, so they never need a pass). */
+static inline int next_digit(int shift, int ib, int *nw) {
+    int top = shift > 32 ? shift : (shift < ib ? shift : ib);
+    int lo = shift > 32 ? 32 : 0;
+    *nw = top - lo < DIGIT ? top - lo : DIGIT;
+    return top - *nw;
+}
+
+uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib) {
     uint32_t h[1u << DIGIT];
     const uint64_t *src = a;
     int64_t m = n, need = k;
@@ -57,7 +66,8 @@ uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits
             pivot = mn;
             break;
         }
-        const int nw = shift < DIGIT ? shift : DIGIT, nshift = shift - nw;
+        int nw;
+        const int nshift = next_digit(shift, ib, &nw);
         const uint32_t nmask = (1u << nw) - 1;
         const bool whole = (int64_t)h[b] == m; /* e.g. the all-ones top digits of ~index */
         memset(h, 0, (nmask + 1) * sizeof h[0]);
@@ -94,24 +104,29 @@ uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits
     return pivot;
 }
 
-void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int hi_bit) {
+void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int ib, int hi_bit) {
     if (n < 2) return;
     uint64_t *s = a, *d = tmp;
     for (int shift = 0; shift < hi_bit; shift += 8) {
+        if (shift >= ib && shift < 32) shift = 32; /* all-ones ~index bits */
+        if (shift >= hi_bit) break;
+        const int w = (shift < 32 && ib - shift < 8) ? ib - shift : 8;
+        const uint64_t m = (1u << w) - 1;
         int64_t h[256];
         memset(h, 0, sizeof h);
-        for (int64_t i = 0; i < n; i++) h[255u - ((s[i] >> shift) & 255u)]++;
-        if (h[255u - ((s[0] >> shift) & 255u)] == n) continue; /* one digit: nothing to do */
+        for (int64_t i = 0; i < n; i++) h[255u - ((s[i] >> shift) & m)]++;
+        if (h[255u - ((s[0] >> shift) & m)] == n) { shift += w - 8; continue; } /* one digit */
         int64_t sum = 0;
         for (int b = 0; b < 256; b++) {
             int64_t c = h[b];
             h[b] = sum;
             sum += c;
         }
-        for (int64_t i = 0; i < n; i++) d[h[255u - ((s[i] >> shift) & 255u)]++] = s[i];
+        for (int64_t i = 0; i < n; i++) d[h[255u - ((s[i] >> shift) & m)]++] = s[i];
         uint64_t *t = s;
         s = d;
         d = t;
+        shift += w - 8;
     }
     if (s != a) memcpy(a, s, (size_t)n * sizeof *a);
 }
