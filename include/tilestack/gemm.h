@@ -257,6 +257,52 @@ TS_API ts_status ts_m_grouped_bf16_gemm_masked_packed(const ts_tensor *a,
                                                       int64_t expected_m,
                                                       const char *compiled_dims);
 
+/* ---- Special GEMMs (docs/gemm.md, "Skip-head-mid, HC prenorm, einsum") ---- */
+
+/* FP8 NT GEMM into a wider D (upstream attention.hpp): head_splits = (left, mid, right)
+ * [3]; N must be a multiple of left + right, num_heads = N / (left + right), d is
+ * [M, N + num_heads * mid] bf16 or f32 (no c). Compact column n goes to column
+ * n + (n + right) / (left + right) * mid: per head the left columns, a gap of mid columns
+ * that is never written, then the right columns; each written element has the bits of
+ * ts_fp8_gemm_nt at column n. a, b e4m3 (either major); recipe as ts_fp8_fp4_gemm_nt (3-tuple
+ * or NULL) with gran_k 128 for both operands. left, right > 0 and multiples of B's gran_mn
+ * (else TS_ERR_UNSUPPORTED), mid >= 0. M == 0 does nothing; N == 0 or K == 0 is
+ * TS_ERR_SHAPE, as upstream. */
+TS_API ts_status ts_fp8_gemm_nt_skip_head_mid(const ts_tensor *a, const ts_tensor *sfa,
+                                              const ts_tensor *b, const ts_tensor *sfb,
+                                              ts_tensor *d, const int64_t *head_splits,
+                                              const int64_t *recipe, const char *compiled_dims,
+                                              bool disable_ue8m0_cast);
+
+/* mHC pre-norm GEMM (upstream hyperconnection.hpp): a bf16 [M, K] K-major, b f32 [N, K]
+ * K-major; D = A·tf32(B)ᵀ f32 and sqr_sum[m] = Σ_k A[m, k]² f32. tf32 truncates B's mantissa
+ * to 10 bits (what the tensor cores read from raw f32). num_splits = 0 (None): d [M, N],
+ * sqr_sum [M]; S >= 1: d [S, M, N], sqr_sum [S, M] hold split-K partials (the caller sums
+ * them): K is cut into 64-value blocks, split s takes blocks [s*q + min(s, r), +q + (s < r))
+ * with q = nkb / S, r = nkb % S; a split with no block writes zeros. sqr_sum contiguous.
+ * N, K > 0 (TS_ERR_SHAPE otherwise); M == 0 does nothing. Order per element: docs/gemm.md. */
+TS_API ts_status ts_tf32_hc_prenorm_gemm(const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                                         ts_tensor *sqr_sum, int64_t num_splits);
+
+/* Upstream's hard-coded einsum expressions (einsum.hpp); anything else is
+ * TS_ERR_UNSUPPORTED naming the expression. Operands are stride views (either major where
+ * the permuted view allows).
+ * ts_einsum (a, b bf16):
+ *   "bmk,bnk->mn"   d [M, N]: f32 with c = d (accumulate), or bf16 without c;
+ *   "bhr,hdr->bhd"  a [B, H, R], b [H, D, R], d [B, H, D] bf16, no c;
+ *   "bhd,hdr->bhr"  a [B, H, D], b [H, D, R], d [B, H, R] bf16, no c;
+ *   "bhd,bhr->hdr"  a [B, H, D], b [B, H, R], d [H, D, R] f32, c optional (may be d).
+ * use_cublaslt is accepted and ignored.
+ * ts_fp8_einsum (a, b e4m3 with scales permuted like their data; recipe [3], NULL =
+ * (1, 128, 128)): "bhr,hdr->bhd", "bhd,hdr->bhr", "bhd,bhr->hdr"; d bf16 or f32, c optional
+ * (of d's shape and dtype, may be d). E.g. bhr,hdr->bhd takes sfa [B, H, ceil(R/g_k)] and sfb
+ * [H, ceil(D/g_n), ceil(R/g_k)]; bhd,bhr->hdr (recipe (1, 1, 128)) sfa [ceil(B/128), H, D]. */
+TS_API ts_status ts_einsum(const char *expr, const ts_tensor *a, const ts_tensor *b, ts_tensor *d,
+                           const ts_tensor *c, bool use_cublaslt);
+TS_API ts_status ts_fp8_einsum(const char *expr, const ts_tensor *a, const ts_tensor *sfa,
+                               const ts_tensor *b, const ts_tensor *sfb, ts_tensor *d,
+                               const ts_tensor *c, const int64_t *recipe);
+
 /* Runtime configuration. num_sms is the thread count on a CPU: ts_set_num_sms(n) is
  * ts_set_num_threads(n), with 0 meaning "all logical CPUs" as upstream's default. */
 TS_API ts_status ts_set_num_sms(int n);
