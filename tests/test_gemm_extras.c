@@ -446,6 +446,28 @@ TS_TEST(gemm_fp8_einsum_matches_dense) {
         for (int64_t bb = 0; bb < B; bb++)
             TS_CHECK(memcmp(ref + bb * D, d + (bb * H + h) * D, (size_t)D * 2) == 0);
     }
+    /* bhd,hdr->bhr: x as [B, H, Dc = R] (contracted), w as [H, Dc, Ro = D], f32 d with C. */
+    {
+        const int64_t Dc = R, Ro = D, kc = kr, nr = nd;
+        float *o = (float *)canaries(B * H * Ro, 4), *c = f32v(60, B * H * Ro, -4, 4);
+        float *r2 = (float *)malloc((size_t)(B * Ro) * 4);
+        const int64_t shw[3] = {H, Dc, Ro}, shs[3] = {H, kc, nr}, sho[3] = {B, H, Ro};
+        ts_tensor tw2 = ts_tensor_make(w, TS_E4M3, 3, shw), ts2 = ts_tensor_make(sw, TS_F32, 3, shs);
+        ts_tensor to = ts_tensor_make(o, TS_F32, 3, sho), tc = ts_tensor_make(c, TS_F32, 3, sho);
+        TS_CHECK_STATUS(ts_fp8_einsum("bhd,hdr->bhr", &ta, &tsa, &tw2, &ts2, &to, &tc, NULL), TS_OK);
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t s2[2] = {B, Dc}, st[2] = {H * Dc, 1}, s2s[2] = {B, kc}, sts[2] = {H * kc, 1};
+            const int64_t s2c[2] = {B, Ro}, stc[2] = {H * Ro, 1};
+            ts_tensor ah = view(x + h * Dc, TS_E4M3, 2, s2, st), sah = view(sx + h * kc, TS_F32, 2, s2s, sts);
+            ts_tensor wh = ts_tensor_2d(w + h * Dc * Ro, TS_E4M3, Dc, Ro);
+            ts_tensor swh = ts_tensor_2d(sw + h * kc * nr, TS_F32, kc, nr);
+            ts_tensor rh = ts_tensor_2d(r2, TS_F32, B, Ro), ch = view(c + h * Ro, TS_F32, 2, s2c, stc);
+            TS_CHECK_STATUS(ts_fp8_gemm_nn(&ah, &sah, &wh, &swh, &rh, &ch, NULL, NULL, NULL, NULL, false), TS_OK);
+            for (int64_t bb = 0; bb < B; bb++)
+                TS_CHECK(memcmp(r2 + bb * Ro, o + (bb * H + h) * Ro, (size_t)Ro * 4) == 0);
+        }
+        free(o), free(c), free(r2);
+    }
     /* bhd,bhr->hdr, recipe (1, 1, 128): a [B, H, Dd], b [B, H, Rr], sfa [ceil(B/128), H, Dd]. */
     {
         const int64_t Dd = 6, Rr = 10, kb = 1;

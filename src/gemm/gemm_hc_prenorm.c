@@ -52,8 +52,11 @@ static void split_range(int64_t nkb, int64_t splits, int64_t k, int64_t s, int64
     *k1 = ts__min64(k, (b0 + nb) * HC_BLOCK_K);
 }
 
-/* Item i = (split i / m, row i % m): s = Σ a² over the split's K range, ascending (a bf16
- * square is exact in f32, so each step rounds once). */
+/* Item i = (split i / m, row i % m): s = Σ a² over the split's K range in 8 lanes (lane j
+ * takes k = k0 + j mod 8, ascending; k0 is a multiple of 8), then
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). A bf16 square is exact in f32, so each
+ * step rounds once; the lanes break the add latency chain and vectorise, and the order is
+ * fixed whatever the ISA or thread count. */
 static void sqr_task(void *vctx, int64_t begin, int64_t end, int tid) {
     (void)tid;
     const sqr_ctx *c = (const sqr_ctx *)vctx;
@@ -62,14 +65,22 @@ static void sqr_task(void *vctx, int64_t begin, int64_t end, int tid) {
         int64_t k0, k1;
         split_range(c->nkb, c->splits, c->k, s, &k0, &k1);
         const uint16_t *p = c->a + row * c->lda;
-        float acc = 0.0f;
-        for (int64_t kk = k0; kk < k1; kk++) {
-            uint32_t u = (uint32_t)p[kk] << 16;
+        float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t kk = k0;
+        for (; kk + 8 <= k1; kk += 8)
+            for (int j = 0; j < 8; j++) {
+                const uint32_t u = (uint32_t)p[kk + j] << 16;
+                float v;
+                memcpy(&v, &u, 4);
+                l[j] += v * v;
+            }
+        for (int j = 0; kk < k1; kk++, j++) {
+            const uint32_t u = (uint32_t)p[kk] << 16;
             float v;
             memcpy(&v, &u, 4);
-            acc += v * v;
+            l[j] += v * v;
         }
-        c->s[i] = acc;
+        c->s[i] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     }
 }
 
