@@ -19,7 +19,11 @@
 #define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
 #define PART_PER_K 2048     /* ... and at least this many times k */
 #define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
-#define SAMPLE_MAX 2048     /* values in the threshold sample */
+#define SAMPLE_MAX 2048     /* values in the threshold sample: at most */
+#define SAMPLE_MIN 256      /* ... at least (when the row allows) */
+#ifndef SAMPLE_RANK
+#define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
+#endif
 #define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
 
 ts_topk_options ts_topk_default_options(void) {
@@ -107,7 +111,10 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
     if (len < SAMPLE_MIN_LEN || len < 4 * k) return false;
     /* Single values spread over the row: when that touches most of its cache lines, the sample
      * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower). */
-    const int64_t s = ts__min64(SAMPLE_MAX, len / 4), stride = len / s;
+    /* about SAMPLE_RANK samples at the k-th best's rank: a larger sample costs more than the
+     * few candidates its tighter estimate saves */
+    const int64_t want = ts__max64(SAMPLE_MIN, (int64_t)((double)SAMPLE_RANK * (double)len / (double)k));
+    const int64_t s = ts__min64(ts__min64(SAMPLE_MAX, len / 4), want), stride = len / s;
     const double r0 = (double)k * (double)s / (double)len;
     const int64_t r = (int64_t)(r0 + 3.0 * sqrt(r0) + 2.0);
     if (r >= s) return false;
