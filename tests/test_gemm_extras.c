@@ -105,6 +105,9 @@ TS_TEST(gemm_skip_head_mid_matches_dense) {
     shm_case(ts_t_, 17, 129, 128, 64, 128, 2, false, TS_F32);
     shm_case(ts_t_, 3, 200, 16, 8, 24, 3, true, TS_F32);      /* left != right: two batches */
     shm_case(ts_t_, 1, 128, 8, 0, 8, 4, true, TS_BF16);        /* mid 0: the dense layout */
+    /* Head halves inside 128-row B scale blocks: scales expanded per row, same bits. */
+    shm_case(ts_t_, 6, 250, 100, 64, 28, 3, false, TS_BF16);
+    shm_case(ts_t_, 2, 128, 40, 8, 40, 5, false, TS_F32);
     /* Thread counts give the same bits (the dense reference is itself invariant). */
     const int th0 = ts_get_num_threads();
     ts_set_num_threads(3);
@@ -130,9 +133,9 @@ TS_TEST(gemm_skip_head_mid_bad_input) {
     TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &td, hsneg, NULL, NULL, false), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&tabf, &tsa, &tb, &tsb, &td, hs, NULL, NULL, false), TS_ERR_DTYPE);
     TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &td, hs, r32, NULL, false), TS_ERR_INVALID_ARGUMENT);
-    /* (64, 0, 64): width 256 would be needed, d has 320. */
-    TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &td, hs3, NULL, NULL, false), TS_ERR_UNSUPPORTED);
-    TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &td, hs_odd, NULL, NULL, false), TS_ERR_UNSUPPORTED);
+    /* (64, 0, 64) needs width 256 and (100, 64, 28) 320 + 64: d has 320. */
+    TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &td, hs3, NULL, NULL, false), TS_ERR_SHAPE);
+    TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &td, hs_odd, NULL, NULL, false), TS_ERR_SHAPE);
     ts_tensor tdw = ts_tensor_2d(d, TS_F32, M, W + 1);
     TS_CHECK_STATUS(ts_fp8_gemm_nt_skip_head_mid(&ta, &tsa, &tb, &tsb, &tdw, hs, NULL, NULL, false), TS_ERR_SHAPE);
     const int64_t hs5[3] = {128, 64, 100};

@@ -265,9 +265,8 @@ TS_API ts_status ts_m_grouped_bf16_gemm_masked_packed(const ts_tensor *a,
  * n + (n + right) / (left + right) * mid: per head the left columns, a gap of mid columns
  * that is never written, then the right columns; each written element has the bits of
  * ts_fp8_gemm_nt at column n. a, b e4m3 (either major); recipe as ts_fp8_fp4_gemm_nt (3-tuple
- * or NULL) with gran_k 128 for both operands. left, right > 0 and multiples of B's gran_mn
- * (else TS_ERR_UNSUPPORTED), mid >= 0. M == 0 does nothing; N == 0 or K == 0 is
- * TS_ERR_SHAPE, as upstream. */
+ * or NULL) with gran_k 128 for both operands. left, right > 0, mid >= 0. M == 0 does
+ * nothing; N == 0 or K == 0 is TS_ERR_SHAPE, as upstream. */
 TS_API ts_status ts_fp8_gemm_nt_skip_head_mid(const ts_tensor *a, const ts_tensor *sfa,
                                               const ts_tensor *b, const ts_tensor *sfb,
                                               ts_tensor *d, const int64_t *head_splits,

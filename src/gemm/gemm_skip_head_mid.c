@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-/* Row view [r0, r0 + rows) of B; the caller keeps r0 on a scale-block boundary. */
+/* Row view [r0, r0 + rows) of B; r0 is on a scale-block boundary. */
 static ts__gemm_operand b_rows(const ts__gemm_operand *op, int64_t r0, int64_t rows) {
     ts__gemm_operand o = *op;
     o.data = (const char *)op->data + r0 * op->s_mn * (int64_t)ts_dtype_size(op->dtype);
@@ -66,12 +66,6 @@ TS_API ts_status ts_fp8_gemm_nt_skip_head_mid(const ts_tensor *a, const ts_tenso
         return ts__fail(TS_ERR_SHAPE, "b: N = %lld is not a multiple of left + right = %lld",
                         (long long)n, (long long)head);
     const int64_t heads = n / head, wide = n + heads * mid;
-    /* A head half must start on a B scale block: a row view cannot re-base the block index. */
-    if (left % r.gran_mn_b != 0 || right % r.gran_mn_b != 0)
-        return ts__fail(TS_ERR_UNSUPPORTED,
-                        "head_splits (%lld, %lld, %lld): left and right must be multiples of "
-                        "B's scale block (gran_mn %lld)", (long long)left, (long long)mid,
-                        (long long)right, (long long)r.gran_mn_b);
     const int64_t dshape[2] = {m, wide};
     TS__RETURN_IF_ERROR(ts__gemm_check_grouped_out(d, "d", 2, dshape));
     const ts_tensor *ins[4] = {a, sfa, b, sfb};
@@ -83,10 +77,26 @@ TS_API ts_status ts_fp8_gemm_nt_skip_head_mid(const ts_tensor *a, const ts_tenso
     }
     if (m == 0) return TS_OK;
 
-    /* Left halves first, then right halves: two batches unless they share a width. */
-    const size_t bytes = (size_t)(2 * heads) * sizeof(ts__gemm_problem) + 64;
+    /* A head half that starts inside a B scale block (gran_mn 128 with left or right not a
+     * multiple of it) cannot be a row view of the block scales, so B's f32 scales are then
+     * expanded to one per row: the same values, hence the same bits. */
+    const bool expand = ob.gran_mn > 1 && (left % ob.gran_mn != 0 || right % ob.gran_mn != 0);
+    const int64_t nkb = ts__ceil_div(k, ob.gran_k);
+    size_t bytes = (size_t)(2 * heads) * sizeof(ts__gemm_problem) + 64;
+    if (expand) bytes += (size_t)n * (size_t)nkb * 4 + 64;
     ts__gemm_problem *probs = (ts__gemm_problem *)ts__scratch(0, bytes);
     if (!probs) return ts__fail(TS_ERR_OUT_OF_MEMORY, "skip_head_mid: %zu bytes", bytes);
+    if (expand) {
+        float *rs = (float *)(((uintptr_t)(probs + 2 * heads) + 63) & ~(uintptr_t)63);
+        const float *src = (const float *)ob.sf;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < nkb; j++)
+                rs[r * nkb + j] = src[(r / ob.gran_mn) * ob.sf_s_mn + j * ob.sf_s_k];
+        ob.sf = rs;
+        ob.sf_s_mn = nkb;
+        ob.sf_s_k = 1;
+        ob.gran_mn = 1;
+    }
     const size_t es = ts_dtype_size(d->dtype);
     for (int64_t h = 0; h < 2 * heads; h++) {
         const bool is_right = h >= heads;
