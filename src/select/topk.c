@@ -24,7 +24,8 @@
 #ifndef SAMPLE_RANK
 #define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
 #endif
-#define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
+#define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample ... */
+#define SAMPLE_MIN_K 128    /* ... and so do small k */
 
 ts_topk_options ts_topk_default_options(void) {
     ts_topk_options o;
@@ -108,7 +109,8 @@ static int append_all(const topk_plan *p, const char *row, int64_t c0, int64_t c
 static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, int64_t len,
                              uint64_t *buf, uint64_t *tmp, float *thr) {
     const int64_t k = p->k;
-    if (len < SAMPLE_MIN_LEN || len < 4 * k) return false;
+    /* small k: the rising threshold settles after ~k ln(N/k) candidates, fewer than a sample */
+    if (k < SAMPLE_MIN_K || len < SAMPLE_MIN_LEN || len < 4 * k) return false;
     /* Single values spread over the row: when that touches most of its cache lines, the sample
      * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower). */
     /* about SAMPLE_RANK samples at the k-th best's rank: a larger sample costs more than the
