@@ -21,9 +21,7 @@
 #define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
 #define SAMPLE_MAX 2048     /* values in the threshold sample: at most */
 #define SAMPLE_MIN 256      /* ... at least (when the row allows) */
-#ifndef SAMPLE_RANK
 #define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
-#endif
 #define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample ... */
 #define SAMPLE_MIN_K 128    /* ... and so do small k */
 
@@ -150,45 +148,20 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
     float thr = -INFINITY;
     /* index of the current k-th best: ties below it still win; UINT32_MAX admits every tie */
     uint32_t pidx = UINT32_MAX;
-    const bool sampled = sample_threshold(p, row, lo, len, cand, tmp, &thr);
-    bool have_thr = sampled;
+    bool have_thr = sample_threshold(p, row, lo, len, cand, tmp, &thr);
     int64_t cnt = 0;
-    for (int64_t i = 0; i < m; i++) {
-        int64_t blk = (int64_t)(((uint64_t)i * P + A) % (uint64_t)m);
-        int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
-        for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
-            int64_t c1 = ts__min64(c0 + CHUNK, b1);
-            if (!have_thr) { /* no threshold yet: everything is a candidate */
-                if (append_all(p, row, c0, c1, cand + cnt)) *nan = 1;
-                cnt += c1 - c0;
-            } else {
-                cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx, cand + cnt, nan);
-            }
-            if (*nan) return 0;
-            if (cnt >= trigger) {
-                uint64_t piv = ts__topk_cut(cand, cnt, k, tmp, p->bits, ib);
-                thr = thr_of(p, piv);
-                pidx = ts__topk_entry_idx(piv);
-                have_thr = true;
-                cnt = k;
-            }
-        }
-    }
-    if (cnt < k && sampled) {
-        /* the sample's threshold was above the k-th best: scan again without it */
-        cnt = 0;
-        thr = -INFINITY;
-        pidx = UINT32_MAX;
-        have_thr = false;
+    for (int pass = 0;; pass++) {
         for (int64_t i = 0; i < m; i++) {
-            int64_t b0 = lo + i * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
+            int64_t blk = (int64_t)(((uint64_t)i * P + A) % (uint64_t)m);
+            int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
             for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
                 int64_t c1 = ts__min64(c0 + CHUNK, b1);
-                if (!have_thr) {
+                if (!have_thr) { /* no threshold yet: everything is a candidate */
                     if (append_all(p, row, c0, c1, cand + cnt)) *nan = 1;
                     cnt += c1 - c0;
                 } else {
-                    cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx, cand + cnt, nan);
+                    cnt += p->filter(row + c0 * p->esize, c1 - c0, (uint32_t)c0, thr, pidx,
+                                     cand + cnt, nan);
                 }
                 if (*nan) return 0;
                 if (cnt >= trigger) {
@@ -200,6 +173,13 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
                 }
             }
         }
+        /* Fewer than k at or above the sample's threshold (only a sample threshold can do
+         * that: a cut's keeps k): it was above the k-th best; scan again without it. */
+        if (cnt >= k || pass == 1) break;
+        cnt = 0;
+        thr = -INFINITY;
+        pidx = UINT32_MAX;
+        have_thr = false;
     }
     if (cnt > k) {
         ts__topk_cut(cand, cnt, k, tmp, p->bits, ib);
