@@ -1,8 +1,9 @@
 /* ts_topk: validation, the row/part plan, and the three phases (scan, merge+order, write).
  *
- * Phase 1 streams each (row, part) once with a rising threshold: values below the current
- * k-th best are rejected by the SIMD filter; survivors are appended to a candidate buffer that
- * is cut back to exactly k by radix select when it reaches k + B2. Blocks are visited in a
+ * Phase 1 streams each (row, part) once with a rising threshold, the first one estimated from a
+ * strided sample (exact either way: a too-high estimate is detected and the part re-scanned):
+ * values below the current k-th best are rejected by the SIMD filter; survivors are appended to
+ * a candidate buffer that is cut back to exactly k by radix select when it reaches k + B2. Blocks are visited in a
  * fixed pseudo-random order (DeepSelect's), so ascending input cannot keep every element.
  * Phase 2 merges a row's parts and puts the k survivors in output order. Phase 3 writes. The
  * results are staged so that a NaN found in abort mode leaves every output untouched. */
