@@ -23,21 +23,6 @@ typedef struct dec_job {
     atomic_bool oom;
 } dec_job;
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* ts_f32_to_bf16 (RNE, NaN -> 0x7FC0 with its sign), as the big-M epilogue. */
-static inline uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
-}
-
 static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float *acc,
@@ -51,7 +36,7 @@ static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float
             for (int64_t q = 0; q < cols; q++) v[q] = cp[q] + ai[q];
         } else if (p->c) {
             const uint16_t *cp = (const uint16_t *)p->c + i * p->ld_c + n0;
-            for (int64_t q = 0; q < cols; q++) v[q] = bf16_to_f32(cp[q]) + ai[q];
+            for (int64_t q = 0; q < cols; q++) v[q] = ts__gemm_bf16_to_f32(cp[q]) + ai[q];
         } else {
             for (int64_t q = 0; q < cols; q++) v[q] = ai[q];
         }
@@ -60,7 +45,7 @@ static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float
             for (int64_t q = 0; q < cols; q++) dp[q] = v[q];
         } else {
             uint16_t *dp = (uint16_t *)p->d + i * p->ld_d + n0;
-            for (int64_t q = 0; q < cols; q++) dp[q] = f32_to_bf16(v[q]);
+            for (int64_t q = 0; q < cols; q++) dp[q] = ts__gemm_f32_to_bf16(v[q]);
         }
     }
 }

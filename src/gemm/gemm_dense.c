@@ -188,21 +188,6 @@ typedef struct gemm_job {
     atomic_bool oom;
 } gemm_job;
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* ts_f32_to_bf16, inlined for the epilogue: RNE, NaN -> 0x7FC0 with its sign. */
-static inline uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
-}
-
 static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* The problem holding global item `item` (problems are in item order). */
@@ -291,7 +276,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
                     for (int64_t q = 0; q < cj; q++) v[q] = cp[q] + ti[q];
                 } else if (p->c) {
                     const uint16_t *cp = (const uint16_t *)p->c + (mrow + i) * p->ld_c + ncol;
-                    for (int64_t q = 0; q < cj; q++) v[q] = bf16_to_f32(cp[q]) + ti[q];
+                    for (int64_t q = 0; q < cj; q++) v[q] = ts__gemm_bf16_to_f32(cp[q]) + ti[q];
                 } else {
                     for (int64_t q = 0; q < cj; q++) v[q] = ti[q];
                 }
@@ -300,7 +285,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
                     for (int64_t q = 0; q < cj; q++) dp[q] = v[q];
                 } else {
                     uint16_t *dp = (uint16_t *)p->d + (mrow + i) * p->ld_d + ncol;
-                    for (int64_t q = 0; q < cj; q++) dp[q] = f32_to_bf16(v[q]);
+                    for (int64_t q = 0; q < cj; q++) dp[q] = ts__gemm_f32_to_bf16(v[q]);
                 }
             }
         }

@@ -5,6 +5,8 @@
 #include "core/internal.h"
 #include "tilestack/gemm.h"
 
+#include <string.h>
+
 /* One operand as the NT driver sees it: logical [mn, k] with element (r, k) at storage unit
  * r*s_mn + k*s_k, except packed fp4, where the pair index along the contiguous dim is used
  * (K-major: unit r*s_mn + (k>>1)*s_k, nibble k&1; MN-major: (r>>1)*s_mn + k*s_k, nibble r&1). */
@@ -132,5 +134,26 @@ ts_status ts__gemm_reserve_scratch(int64_t items, int64_t grain, size_t bytes);
 
 ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, ts_dtype d_dtype,
                              bool scaled, int64_t g);
+
+/* Decode tables (src/gemm/gemm_lut.c): call ts__gemm_lut_init() once before reading. e2m1
+ * code 8 (-0) reads as +0, as upstream's dequantisation. */
+typedef struct ts__gemm_lut_t { float e4m3[256], e2m1[16], ue8m0[256]; } ts__gemm_lut_t;
+extern ts__gemm_lut_t ts__gemm_lut;
+void ts__gemm_lut_init(void);
+
+/* bf16 <-> f32 for the epilogues, inlined: same bits as ts_bf16_to_f32 / ts_f32_to_bf16
+ * (RNE, NaN -> 0x7FC0 with its sign). */
+static inline float ts__gemm_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t ts__gemm_f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
 
 #endif

@@ -4,21 +4,7 @@
 #include "gemm/gemm_kernels.h"
 #include "tilestack/numerics.h"
 
-#include <pthread.h>
 #include <string.h>
-
-static float g_e4m3[256], g_e2m1[16], g_ue8m0[256];
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-static void init_tables(void) {
-    for (int i = 0; i < 256; i++) {
-        g_e4m3[i] = ts_e4m3_to_f32((uint8_t)i);
-        g_ue8m0[i] = ts_ue8m0_to_f32((uint8_t)i);
-    }
-    /* Code 8 (-0) decodes to +0 as upstream's dequantisation; inside the canonical sums the
-     * sign of a zero product never shows (every partial sum starts at +0). */
-    for (int i = 0; i < 16; i++) g_e2m1[i] = i == 8 ? 0.0f : ts_e2m1_to_f32((uint8_t)i);
-}
 
 static inline float bf16_bits_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -41,7 +27,7 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
             return;
     }
 #endif
-    pthread_once(&g_once, init_tables);
+    ts__gemm_lut_init();
     for (int64_t i = rows; i < w; i++)
         for (int64_t k = 0; k < kc; k++) dst[k * w + i] = 0.0f;
     const int64_t smn = op->s_mn, sk = op->s_k;
@@ -52,14 +38,14 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
             for (int64_t i = 0; i < rows; i++) {
                 const uint8_t *row = p + (r0 + i) * smn + k0 * sk;
                 if (sk == 1) /* the usual weight layout: let the compiler see unit stride */
-                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = g_e4m3[row[k]];
+                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = ts__gemm_lut.e4m3[row[k]];
                 else
-                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = g_e4m3[row[k * sk]];
+                    for (int64_t k = 0; k < kc; k++) dst[k * w + i] = ts__gemm_lut.e4m3[row[k * sk]];
             }
         } else {
             for (int64_t k = 0; k < kc; k++) {
                 const uint8_t *col = p + r0 * smn + (k0 + k) * sk;
-                for (int64_t i = 0; i < rows; i++) dst[k * w + i] = g_e4m3[col[i * smn]];
+                for (int64_t i = 0; i < rows; i++) dst[k * w + i] = ts__gemm_lut.e4m3[col[i * smn]];
             }
         }
         break;
@@ -89,7 +75,7 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
                 const uint8_t *row = p + (r0 + i) * smn;
                 for (int64_t k = 0; k < kc; k++) {
                     int64_t kk = k0 + k;
-                    dst[k * w + i] = g_e2m1[(row[(kk >> 1) * sk] >> ((kk & 1) * 4)) & 0xF];
+                    dst[k * w + i] = ts__gemm_lut.e2m1[(row[(kk >> 1) * sk] >> ((kk & 1) * 4)) & 0xF];
                 }
             }
         } else {
@@ -97,7 +83,7 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
                 const uint8_t *col = p + (k0 + k) * sk;
                 for (int64_t i = 0; i < rows; i++) {
                     int64_t r = r0 + i;
-                    dst[k * w + i] = g_e2m1[(col[(r >> 1) * smn] >> ((r & 1) * 4)) & 0xF];
+                    dst[k * w + i] = ts__gemm_lut.e2m1[(col[(r >> 1) * smn] >> ((r & 1) * 4)) & 0xF];
                 }
             }
         }
@@ -113,7 +99,7 @@ void ts__gemm_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, 
         ts__gemm_pw_pack_scales(op, r0, rows, kb0, nkb, g, w, dst);
         return;
     }
-    pthread_once(&g_once, init_tables);
+    ts__gemm_lut_init();
     for (int64_t b = 0; b < nkb; b++) {
         int64_t kidx = ((kb0 + b) * g) / op->gran_k;
         for (int64_t i = 0; i < w; i++) {
@@ -123,7 +109,7 @@ void ts__gemm_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, 
                 if (op->sf_packed) {
                     const int32_t *sf = (const int32_t *)op->sf;
                     uint32_t word = (uint32_t)sf[ridx * op->sf_s_mn + (kidx >> 2) * op->sf_s_k];
-                    s = g_ue8m0[(word >> ((kidx & 3) * 8)) & 0xFF];
+                    s = ts__gemm_lut.ue8m0[(word >> ((kidx & 3) * 8)) & 0xFF];
                 } else {
                     s = ((const float *)op->sf)[ridx * op->sf_s_mn + kidx * op->sf_s_k];
                 }

@@ -7,21 +7,8 @@
 #include "tilestack/gemm.h"
 #include "tilestack/numerics.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-static float g_e4m3[256], g_e2m1[16], g_ue8m0[256];
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-static void init_tables(void) {
-    for (int i = 0; i < 256; i++) {
-        g_e4m3[i] = ts_e4m3_to_f32((uint8_t)i);
-        g_ue8m0[i] = ts_ue8m0_to_f32((uint8_t)i);
-    }
-    /* -0 as +0, as gemm_pack.c (upstream's dequantisation) */
-    for (int i = 0; i < 16; i++) g_e2m1[i] = i == 8 ? 0.0f : ts_e2m1_to_f32((uint8_t)i);
-}
 
 /* Raw storage code of element (r, k) of an unpacked operand (e2m1: the 4-bit code). */
 static inline uint32_t raw_code(const ts__gemm_operand *op, int64_t r, int64_t k) {
@@ -248,7 +235,7 @@ ts_status ts__gemm_packed_recipe(const struct ts_packed_weight *pw, const int64_
 
 void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
                             int64_t kc, int w, float *dst) {
-    pthread_once(&g_once, init_tables);
+    ts__gemm_lut_init();
     const struct ts_packed_weight *pw = op->pw;
     const uint8_t *base = (const uint8_t *)op->data;
     for (int64_t k = 0; k < kc; k++) {
@@ -263,7 +250,7 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
             const int64_t r = r0 + i, j = r % TS__PW_W;
             const uint8_t *row = blk + (r / TS__PW_W) * pw->panel_bytes;
             switch (pw->dtype) {
-            case TS_E4M3: d[i] = g_e4m3[row[j]]; break;
+            case TS_E4M3: d[i] = ts__gemm_lut.e4m3[row[j]]; break;
             case TS_BF16: {
                 uint16_t hb;
                 memcpy(&hb, row + 2 * j, 2);
@@ -275,7 +262,7 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
                 int64_t byte;
                 int sh;
                 ts__pw_e2m1_pos(j, &byte, &sh);
-                d[i] = g_e2m1[(row[byte] >> sh) & 0xF];
+                d[i] = ts__gemm_lut.e2m1[(row[byte] >> sh) & 0xF];
                 break;
             }
             }
@@ -285,7 +272,7 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
 
 void ts__gemm_pw_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t kb0,
                              int64_t nkb, int64_t g, int w, float *dst) {
-    pthread_once(&g_once, init_tables);
+    ts__gemm_lut_init();
     const struct ts_packed_weight *pw = op->pw;
     const uint8_t *base = (const uint8_t *)op->data;
     for (int64_t b = 0; b < nkb; b++) {
@@ -296,7 +283,7 @@ void ts__gemm_pw_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t row
                 const int64_t r = r0 + i, j = r % TS__PW_W;
                 const uint8_t *sc = base + (r / TS__PW_W) * pw->panel_bytes +
                                     blk * pw->block_bytes + pw->kb * pw->row_bytes;
-                if (pw->sf_u8) s = g_ue8m0[sc[j]];
+                if (pw->sf_u8) s = ts__gemm_lut.ue8m0[sc[j]];
                 else memcpy(&s, sc + 4 * j, 4);
             }
             dst[b * w + i] = s;

@@ -6,31 +6,19 @@
 #include "tilestack/numerics.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 enum { W = TS__GEMM_DW };
 
-static float g_e4m3[256], g_e2m1[16], g_ue8m0[256];
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-static void init_tables(void) {
-    for (int i = 0; i < 256; i++) {
-        g_e4m3[i] = ts_e4m3_to_f32((uint8_t)i);
-        g_ue8m0[i] = ts_ue8m0_to_f32((uint8_t)i);
-    }
-    for (int i = 0; i < 16; i++) g_e2m1[i] = i == 8 ? 0.0f : ts_e2m1_to_f32((uint8_t)i);
-}
-
 static inline float b_value(const ts__gemm_dec_args *x, int64_t k, int j) {
     const uint8_t *row = (const uint8_t *)x->bp + k * x->row_bytes;
     switch (x->fmt) {
-    case TS_E4M3: return g_e4m3[row[j]];
+    case TS_E4M3: return ts__gemm_lut.e4m3[row[j]];
     case TS_E2M1X2: {
         int64_t byte;
         int sh;
         ts__pw_e2m1_pos(j, &byte, &sh);
-        return g_e2m1[(row[byte] >> sh) & 0xF];
+        return ts__gemm_lut.e2m1[(row[byte] >> sh) & 0xF];
     }
     case TS_BF16: {
         uint16_t h;
@@ -49,12 +37,12 @@ static inline float b_value(const ts__gemm_dec_args *x, int64_t k, int j) {
 }
 
 static inline float b_scale(const ts__gemm_dec_args *x, int64_t s, int j) {
-    if (x->sb_u8) return g_ue8m0[((const uint8_t *)x->sb)[s * x->sb_step + j]];
+    if (x->sb_u8) return ts__gemm_lut.ue8m0[((const uint8_t *)x->sb)[s * x->sb_step + j]];
     return ((const float *)x->sb)[s * x->sb_step + j];
 }
 
 void ts__gemm_decode_32__generic(const ts__gemm_dec_args *x) {
-    pthread_once(&g_once, init_tables);
+    ts__gemm_lut_init();
     const int64_t m = x->m;
     if (!x->sa) {
         for (int64_t k = 0; k < x->len; k++)
