@@ -47,19 +47,7 @@ static ts_status need3(const ts_tensor *t, const char *name) {
 /* d: bf16 or f32, the expected shape, last dim contiguous, and distinct elements in distinct
  * memory whatever the dims' order (permuted outputs are not row-major nested). */
 static ts_status check_out(const ts_tensor *d, const char *name, int ndim, const int64_t *shape) {
-    TS__RETURN_IF_ERROR(ts_tensor_check(d, name));
-    if (d->ndim != ndim)
-        return ts__fail(TS_ERR_SHAPE, "%s: expected %d dims, got %d", name, ndim, (int)d->ndim);
-    if (d->dtype != TS_BF16 && d->dtype != TS_F32)
-        return ts__fail(TS_ERR_DTYPE, "%s: dtype %s, expected bf16 or f32", name,
-                        ts_dtype_name(d->dtype));
-    for (int i = 0; i < ndim; i++)
-        if (d->shape[i] != shape[i])
-            return ts__fail(TS_ERR_SHAPE, "%s: dim %d is %lld, expected %lld", name, i,
-                            (long long)d->shape[i], (long long)shape[i]);
-    if (d->shape[ndim - 1] > 1 && d->strides[ndim - 1] != 1)
-        return ts__fail(TS_ERR_STRIDE, "%s: last dim must be contiguous (stride %lld)", name,
-                        (long long)d->strides[ndim - 1]);
+    TS__RETURN_IF_ERROR(ts__gemm_check_out_shape(d, name, ndim, shape));
     int idx[TS_MAX_DIMS], cnt = 0;
     for (int i = 0; i < ndim; i++)
         if (d->shape[i] > 1) {

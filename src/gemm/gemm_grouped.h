@@ -16,6 +16,10 @@ ts_status ts__gemm_check_i32_vector(const ts_tensor *t, const char *name, int64_
                                     const int32_t **data);
 /* ts__gemm_check_pow2_scales over every group of a 3-D scale tensor. */
 ts_status ts__gemm_check_pow2_scales3(const ts_tensor *sf, const char *name);
+/* The shared part of the output checks: dtype bf16 or f32, the given shape, last dim
+ * contiguous. Callers add their own no-self-overlap rule. */
+ts_status ts__gemm_check_out_shape(const ts_tensor *d, const char *name, int ndim,
+                                   const int64_t *shape);
 /* Output checks for grouped GEMMs: dtype bf16 or f32, the given shape, last dim contiguous
  * and the other strides large enough that no two elements share memory (so the groups'
  * writes never collide). */

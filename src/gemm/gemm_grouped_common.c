@@ -74,8 +74,8 @@ ts_status ts__gemm_check_pow2_scales3(const ts_tensor *sf, const char *name) {
     return TS_OK;
 }
 
-ts_status ts__gemm_check_grouped_out(const ts_tensor *d, const char *name, int ndim,
-                                     const int64_t *shape) {
+ts_status ts__gemm_check_out_shape(const ts_tensor *d, const char *name, int ndim,
+                                   const int64_t *shape) {
     TS__RETURN_IF_ERROR(ts_tensor_check(d, name));
     if (d->ndim != ndim)
         return ts__fail(TS_ERR_SHAPE, "%s: expected %d dims, got %d", name, ndim, (int)d->ndim);
@@ -89,6 +89,12 @@ ts_status ts__gemm_check_grouped_out(const ts_tensor *d, const char *name, int n
     if (d->shape[ndim - 1] > 1 && d->strides[ndim - 1] != 1)
         return ts__fail(TS_ERR_STRIDE, "%s: last dim must be contiguous (stride %lld)", name,
                         (long long)d->strides[ndim - 1]);
+    return TS_OK;
+}
+
+ts_status ts__gemm_check_grouped_out(const ts_tensor *d, const char *name, int ndim,
+                                     const int64_t *shape) {
+    TS__RETURN_IF_ERROR(ts__gemm_check_out_shape(d, name, ndim, shape));
     /* Row-major nesting with room for each inner block: distinct elements, distinct memory. */
     int64_t span = d->shape[ndim - 1];
     for (int i = ndim - 2; i >= 0; i--) {

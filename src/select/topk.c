@@ -69,6 +69,18 @@ static inline int64_t row_len(const topk_plan *p, int64_t r) {
     return p->end ? (int64_t)p->end[r * p->end_stride] : p->n;
 }
 
+/* Order-preserving key of element i of a row. */
+static inline uint32_t key_at(bool bf16, const char *row, int64_t i) {
+    if (bf16) {
+        uint16_t v;
+        memcpy(&v, row + 2 * i, 2);
+        return ts__topk_key_bf16(v);
+    }
+    uint32_t v;
+    memcpy(&v, row + 4 * i, 4);
+    return ts__topk_key_f32(v);
+}
+
 static inline float thr_of(const topk_plan *p, uint64_t e) {
     uint32_t key = (uint32_t)(e >> 32);
     uint32_t bits = p->bf16 ? ts__topk_unkey_bf16(key) << 16 : ts__topk_unkey_f32(key);
@@ -123,17 +135,7 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
     if (r >= s) return false;
     for (int64_t j = 0; j < s; j++) {
         const int64_t i = lo + j * stride + stride / 2;
-        uint32_t key;
-        if (p->bf16) {
-            uint16_t v;
-            memcpy(&v, row + 2 * i, 2);
-            key = ts__topk_key_bf16(v);
-        } else {
-            uint32_t v;
-            memcpy(&v, row + 4 * i, 4);
-            key = ts__topk_key_f32(v);
-        }
-        buf[j] = ts__topk_entry(key, (uint32_t)j);
+        buf[j] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)j);
     }
     const uint64_t piv = ts__topk_cut(buf, s, r, tmp, p->bits, ts__topk_index_bits(s));
     *thr = thr_of(p, piv);
@@ -262,17 +264,7 @@ static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
         if (L <= k) {
             const char *row = p->in + r * p->in_stride;
             for (int64_t i = 0; i < L; i++) {
-                uint32_t key;
-                if (p->bf16) {
-                    uint16_t v;
-                    memcpy(&v, row + 2 * i, 2);
-                    key = ts__topk_key_bf16(v);
-                } else {
-                    uint32_t v;
-                    memcpy(&v, row + 4 * i, 4);
-                    key = ts__topk_key_f32(v);
-                }
-                dst[i] = ts__topk_entry(key, (uint32_t)i);
+                dst[i] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)i);
             }
             p->count[it0] = L;
             if (p->o.sorted && L > 1) ts__topk_sort_desc(dst, buf, L, ts__topk_index_bits(L), p->bits);
