@@ -124,4 +124,14 @@ int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]);
 /* `tilestack bench ...`: returns the process exit code. */
 int ts__cmd_bench(int argc, char **argv);
 
+/* Bench input generator (xorshift64): fast and deterministic; bench inputs only need
+ * realistic magnitudes, not the test suite's shared splitmix64 stream. */
+typedef struct ts__bench_rng { uint64_t s; } ts__bench_rng;
+static inline uint64_t ts__bench_rng_next(ts__bench_rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
 #endif

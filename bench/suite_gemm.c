@@ -49,13 +49,8 @@ static const struct {
 
 /* ---- inputs ---- */
 
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static inline uint64_t rng64(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
+static ts__bench_rng g_rng = {0x243f6a8885a308d3ull};
+static inline uint64_t rng64(void) { return ts__bench_rng_next(&g_rng); }
 
 /* Random bytes; e4m3 NaN codes (0x7f, 0xff) are nudged down, fp4 takes any byte. */
 static void fill_codes(uint8_t *p, int64_t n, bool e4m3) {

@@ -18,13 +18,8 @@
 
 /* ---- inputs: a fast deterministic generator; values only need realistic magnitudes ---- */
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static inline uint32_t rng32(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
+static ts__bench_rng g_rng = {0x9e3779b97f4a7c15ull};
+static inline uint32_t rng32(void) { return (uint32_t)(ts__bench_rng_next(&g_rng) >> 16); }
 
 /* Activation-like bf16: |x| spans a few binades, sign random; truncation to bf16 is enough. */
 static void fill_bf16(uint16_t *p, int64_t n) {

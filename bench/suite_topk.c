@@ -19,13 +19,8 @@
 
 #define SUITE "topk"
 
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static inline uint32_t rng32(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
+static ts__bench_rng g_rng = {0x2545f4914f6cdd1dull};
+static inline uint32_t rng32(void) { return (uint32_t)(ts__bench_rng_next(&g_rng) >> 16); }
 
 /* Score-like values: roughly bell-shaped (sum of two uniforms), a few binades. */
 static float score(void) {
