@@ -109,7 +109,7 @@ static bool same_view(const ts_tensor *a, const ts_tensor *b) {
     return true;
 }
 
-/* Strided f32 copy [G, MN, K]; `row_of` maps an output MN index to the input one. */
+/* Strided f32 copy [G, MN, K]: output row i reads input row i / gran_mn. */
 static void copy_f32(const ts_tensor *src, ts_tensor *dst, int64_t gran_mn) {
     sf3 s = as3(src), d = as3(dst);
     const float *sp = (const float *)src->data;
