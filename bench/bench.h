@@ -117,6 +117,12 @@ int ts__suite_gemm(const ts__bench_opts *opts);
 /* One dense FP8 GEMM row at `threads` with its OpenBLAS baseline (for `tilestack demo`). */
 int ts__gemm_tour(const ts__bench_opts *opts, int threads);
 int ts__suite_topk(const ts__bench_opts *opts);
+/* MoE grouped GEMM rows of the gemm suite (bench/suite_gemm_moe.c). */
+int ts__suite_gemm_moe(const ts__bench_opts *opts, const int *threads, int nthreads);
+/* `tilestack bench attention` = the FlashMLA rows then the MQA-logits rows. */
+int ts__suite_attention(const ts__bench_opts *opts);
+int ts__suite_attention_mla(const ts__bench_opts *opts, const int *threads, int nthreads);
+int ts__suite_attention_mqa(const ts__bench_opts *opts, const int *threads, int nthreads);
 
 /* Thread counts a suite runs by default: {1, online cores} or {opts->threads}. Returns count. */
 int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]);

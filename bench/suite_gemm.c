@@ -432,6 +432,7 @@ int ts__suite_gemm(const ts__bench_opts *opts) {
             for (size_t i = 0; i < 3; i++)
                 shape_rows(&env, dm[i], g_nk[s][0], g_nk[s][1], true, threads, nthreads);
     }
+    if (ts__suite_gemm_moe(opts, threads, nthreads)) env.failures++;
     return env.failures ? 1 : 0;
 }
 

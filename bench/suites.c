@@ -19,6 +19,8 @@ static const suite_entry g_suites[] = {
      ts__suite_gemm},
     {"topk", "DeepSelect top-k: indexer (bf16) and sampler (f32) rows vs L3/DRAM read BW, vs torch-like",
      ts__suite_topk},
+    {"attention", "FlashMLA decode/prefill and MQA logits (lightning indexer) vs FMA peak / DRAM BW",
+     ts__suite_attention},
 };
 #define N_SUITES (sizeof g_suites / sizeof g_suites[0])
 

@@ -6,4 +6,5 @@
 #include "tilestack/quant.h"
 #include "tilestack/gemm.h"
 #include "tilestack/select.h"
+#include "tilestack/attention.h"
 #endif
