@@ -1,0 +1,210 @@
+/* FlashMLA tile kernels, AVX2 + FMA: register-blocked QK^T (16 rows x 6 tokens) and PV (6 rows
+ * x 16 columns) micro-kernels and the vectorised online softmax, bit-identical to
+ * kernels/generic/mla_generic.c (same fma chains, same exp polynomial, same sum order). */
+#include "../../flash_mla_internal.h"
+#include "../../../numerics/kernels/avx2/cvt_avx2_inl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+static inline __attribute__((always_inline)) __m256 mla_exp8(__m256 x) {
+    __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(TS__MLA_EXP_MIN), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(TS__MLA_EXP_MIN)); /* keeps 2^n normal on dead lanes */
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(TS__MLA_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-TS__MLA_LN2_HI), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-TS__MLA_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(TS__MLA_C7);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TS__MLA_C6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TS__MLA_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TS__MLA_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TS__MLA_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TS__MLA_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), ok);
+}
+
+static void qk_avx2(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t n,
+                    float scale, float *st) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int64_t t0 = 0; t0 < n; t0 += TS__MLA_MT) {
+        const float *k0 = k + t0 * dk;
+        for (int64_t s = 0; s < rp / TS__MLA_RS; s++) {
+            const float *q = qs + s * dk * TS__MLA_RS;
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+                   a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+            for (int64_t d = 0; d < dk; d++) {
+                __m256 q0 = _mm256_load_ps(q + d * TS__MLA_RS);
+                __m256 q1 = _mm256_load_ps(q + d * TS__MLA_RS + 8);
+                __m256 b;
+                b = _mm256_broadcast_ss(k0 + d);
+                a00 = _mm256_fmadd_ps(q0, b, a00);
+                a01 = _mm256_fmadd_ps(q1, b, a01);
+                b = _mm256_broadcast_ss(k0 + dk + d);
+                a10 = _mm256_fmadd_ps(q0, b, a10);
+                a11 = _mm256_fmadd_ps(q1, b, a11);
+                b = _mm256_broadcast_ss(k0 + 2 * dk + d);
+                a20 = _mm256_fmadd_ps(q0, b, a20);
+                a21 = _mm256_fmadd_ps(q1, b, a21);
+                b = _mm256_broadcast_ss(k0 + 3 * dk + d);
+                a30 = _mm256_fmadd_ps(q0, b, a30);
+                a31 = _mm256_fmadd_ps(q1, b, a31);
+                b = _mm256_broadcast_ss(k0 + 4 * dk + d);
+                a40 = _mm256_fmadd_ps(q0, b, a40);
+                a41 = _mm256_fmadd_ps(q1, b, a41);
+                b = _mm256_broadcast_ss(k0 + 5 * dk + d);
+                a50 = _mm256_fmadd_ps(q0, b, a50);
+                a51 = _mm256_fmadd_ps(q1, b, a51);
+            }
+            float *o = st + t0 * rp + s * TS__MLA_RS;
+            _mm256_storeu_ps(o, _mm256_mul_ps(a00, vs));
+            _mm256_storeu_ps(o + 8, _mm256_mul_ps(a01, vs));
+            _mm256_storeu_ps(o + rp, _mm256_mul_ps(a10, vs));
+            _mm256_storeu_ps(o + rp + 8, _mm256_mul_ps(a11, vs));
+            _mm256_storeu_ps(o + 2 * rp, _mm256_mul_ps(a20, vs));
+            _mm256_storeu_ps(o + 2 * rp + 8, _mm256_mul_ps(a21, vs));
+            _mm256_storeu_ps(o + 3 * rp, _mm256_mul_ps(a30, vs));
+            _mm256_storeu_ps(o + 3 * rp + 8, _mm256_mul_ps(a31, vs));
+            _mm256_storeu_ps(o + 4 * rp, _mm256_mul_ps(a40, vs));
+            _mm256_storeu_ps(o + 4 * rp + 8, _mm256_mul_ps(a41, vs));
+            _mm256_storeu_ps(o + 5 * rp, _mm256_mul_ps(a50, vs));
+            _mm256_storeu_ps(o + 5 * rp + 8, _mm256_mul_ps(a51, vs));
+        }
+    }
+}
+
+static void softmax_avx2(float *st, int64_t rp, int64_t n, const int32_t *pos,
+                         const int32_t *lim, float *m, float *l, float *alpha) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t r = 0; r < rp; r += 8) {
+        __m256i vl = _mm256_loadu_si256((const __m256i *)(lim + r));
+        __m256 mt = ninf;
+        for (int64_t t = 0; t < n; t++) {
+            /* masked when pos > lim */
+            __m256i bad = _mm256_cmpgt_epi32(_mm256_set1_epi32(pos[t]), vl);
+            __m256 s = _mm256_blendv_ps(_mm256_loadu_ps(st + t * rp + r), ninf,
+                                        _mm256_castsi256_ps(bad));
+            _mm256_storeu_ps(st + t * rp + r, s);
+            mt = _mm256_max_ps(s, mt);
+        }
+        __m256 mo = _mm256_loadu_ps(m + r);
+        __m256 mn = _mm256_max_ps(mo, mt);
+        __m256 none = _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ);
+        __m256 a = _mm256_blendv_ps(mla_exp8(_mm256_sub_ps(mo, mn)), _mm256_set1_ps(1.0f), none);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t t = 0; t < n; t++) {
+            __m256 s = _mm256_loadu_ps(st + t * rp + r);
+            __m256 live = _mm256_cmp_ps(s, ninf, _CMP_NEQ_OQ);
+            __m256 p = _mm256_and_ps(mla_exp8(_mm256_sub_ps(s, mn)), live);
+            _mm256_storeu_ps(st + t * rp + r, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        _mm256_storeu_ps(l + r, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l + r), a), sum));
+        _mm256_storeu_ps(m + r, mn);
+        _mm256_storeu_ps(alpha + r, a);
+    }
+}
+
+/* MR rows x 16 columns of o = o*alpha + sum_t p[t][row] v[t][col]. */
+static inline __attribute__((always_inline)) void pv_block(int mr, const float *st, int64_t rp,
+                                                           const float *v, int64_t vstride,
+                                                           int64_t n, const float *alpha,
+                                                           float *o) {
+    __m256 acc[6][2];
+    for (int i = 0; i < mr; i++) {
+        __m256 a = _mm256_broadcast_ss(alpha + i);
+        acc[i][0] = _mm256_mul_ps(_mm256_loadu_ps(o + i * TS__MLA_DV), a);
+        acc[i][1] = _mm256_mul_ps(_mm256_loadu_ps(o + i * TS__MLA_DV + 8), a);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        __m256 v0 = _mm256_loadu_ps(v + t * vstride), v1 = _mm256_loadu_ps(v + t * vstride + 8);
+        const float *p = st + t * rp;
+        for (int i = 0; i < mr; i++) {
+            __m256 b = _mm256_broadcast_ss(p + i);
+            acc[i][0] = _mm256_fmadd_ps(b, v0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(b, v1, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm256_storeu_ps(o + i * TS__MLA_DV, acc[i][0]);
+        _mm256_storeu_ps(o + i * TS__MLA_DV + 8, acc[i][1]);
+    }
+}
+
+static void pv_avx2(const float *st, int64_t rp, const float *v, int64_t vstride, int64_t n,
+                    const float *alpha, float *o) {
+    for (int64_t c = 0; c < TS__MLA_DV; c += 16) {
+        int64_t r = 0;
+        for (; r + 6 <= rp; r += 6)
+            pv_block(6, st + r, rp, v + c, vstride, n, alpha + r, o + r * TS__MLA_DV + c);
+        const float *sr = st + r;
+        float *orow = o + r * TS__MLA_DV + c;
+        switch (rp - r) {
+        case 5: pv_block(5, sr, rp, v + c, vstride, n, alpha + r, orow); break;
+        case 4: pv_block(4, sr, rp, v + c, vstride, n, alpha + r, orow); break;
+        case 3: pv_block(3, sr, rp, v + c, vstride, n, alpha + r, orow); break;
+        case 2: pv_block(2, sr, rp, v + c, vstride, n, alpha + r, orow); break;
+        case 1: pv_block(1, sr, rp, v + c, vstride, n, alpha + r, orow); break;
+        default: break;
+        }
+    }
+}
+
+static void dec_v32_avx2(const uint8_t *tok, float *dst) {
+    for (int j = 0; j < 4; j++) {
+        float sc;
+        memcpy(&sc, tok + 512 + 4 * j, 4);
+        __m256 vs = _mm256_set1_ps(sc);
+        for (int i = 0; i < 128; i += 16) {
+            __m256 x[2];
+            ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(tok + 128 * j + i)), x);
+            _mm256_storeu_ps(dst + 128 * j + i, _mm256_mul_ps(x[0], vs));
+            _mm256_storeu_ps(dst + 128 * j + i + 8, _mm256_mul_ps(x[1], vs));
+        }
+    }
+    for (int i = 0; i < 64; i += 8)
+        _mm256_storeu_ps(dst + 512 + i,
+                         ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)(tok + 528 + 2 * i))));
+}
+
+static void dec_model1_avx2(const uint8_t *data, const uint8_t *scales, float *dst) {
+    for (int j = 0; j < 7; j++) {
+        uint32_t e = scales[j];
+        float sc;
+        if (e == 255) {
+            sc = NAN;
+        } else if (e == 0) {
+            sc = 0x1p-127f;
+        } else {
+            uint32_t b = e << 23;
+            memcpy(&sc, &b, 4);
+        }
+        __m256 vs = _mm256_set1_ps(sc);
+        for (int i = 0; i < 64; i += 16) {
+            __m256 x[2];
+            ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(data + 64 * j + i)), x);
+            _mm256_storeu_ps(dst + 64 * j + i, _mm256_mul_ps(x[0], vs));
+            _mm256_storeu_ps(dst + 64 * j + i + 8, _mm256_mul_ps(x[1], vs));
+        }
+    }
+    for (int i = 0; i < 64; i += 8)
+        _mm256_storeu_ps(dst + 448 + i, ts__avx2_bf16_decode(
+                                            _mm_loadu_si128((const __m128i *)(data + 448 + 2 * i))));
+}
+
+static void dec_bf16_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, 4);
+    }
+}
+
+const ts__mla_kernels ts__mla_kernels_avx2 = {
+    qk_avx2, softmax_avx2, pv_avx2, dec_v32_avx2, dec_model1_avx2, dec_bf16_avx2,
+};

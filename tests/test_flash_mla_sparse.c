@@ -1,0 +1,375 @@
+/* FlashMLA sparse decode (FP8 KV, V32 and MODEL1): float64 oracle on the dequantised cache with
+ * upstream's tolerances, NaN-poisoned unused cache rows, -1 slots, all-invalid rows, zero
+ * topk_length, sinks of +-inf, the extra cache in the same softmax; generic vs AVX2 and 1/2/3
+ * threads bitwise; batch invariance; bad input. */
+#include "test_flash_mla_common.h"
+
+typedef struct sp_case {
+    ts_mla_kv_layout L;
+    int64_t b, sq, hq, topk, P, nb, etopk, eP, enb;
+    int use_len, use_sink;
+} sp_case;
+
+typedef struct sp_data {
+    sp_case c;
+    int64_t d, tb;
+    uint16_t *q;
+    uint8_t *kc, *ekc;
+    uint16_t *deq, *edeq; /* dequantised (pre-poison) caches, [nb*P][d] */
+    int32_t *ind, *eind, *len, *elen;
+    float *sink;
+    ts_tensor tq, tk, tind, tsink, tlen, tek, teind, telen;
+} sp_data;
+
+static void poison_token(sp_data *s, uint8_t *cache, int64_t P, int64_t tok) {
+    int64_t blk = tok / P, r = tok % P, bs = P * s->tb;
+    if (s->c.L == TS_MLA_KV_V32) {
+        uint8_t *t = cache + blk * bs + r * 656;
+        memset(t, 0xFF, 512);
+        float nanf_ = NAN;
+        for (int j = 0; j < 4; j++) memcpy(t + 512 + 4 * j, &nanf_, 4);
+        for (int j = 0; j < 64; j++) memcpy(t + 528 + 2 * j, &(uint16_t){0x7FC0}, 2);
+    } else {
+        uint8_t *t = cache + blk * bs + r * 576;
+        memset(t, 0xFF, 448);
+        for (int j = 0; j < 64; j++) memcpy(t + 448 + 2 * j, &(uint16_t){0x7FC0}, 2);
+        memset(cache + blk * bs + P * 576 + r * 8, 0xFF, 7);
+    }
+}
+
+static uint8_t *make_cache(sp_data *s, ts_prng *p, int64_t nb, int64_t P, uint16_t **deq) {
+    int64_t d = s->d, tb = s->tb;
+    uint16_t *x = (uint16_t *)malloc((size_t)(nb * P * d) * 2);
+    for (int64_t i = 0; i < nb * P * d; i++) {
+        float v = ts_prng_uniform(p) * 0.25f;
+        x[i] = fm_tobf(v);
+    }
+    uint8_t *kc = (uint8_t *)malloc((size_t)(nb * P * tb));
+    ts_tensor xt = ts_tensor_make(x, TS_BF16, 4, (int64_t[]){nb, P, 1, d});
+    ts_tensor kt = ts_tensor_make(kc, TS_U8, 4, (int64_t[]){nb, P, 1, tb});
+    ts_mla_quantize_kv_cache(s->c.L, &xt, &kt);
+    ts_mla_dequantize_kv_cache(s->c.L, &kt, &xt);
+    *deq = x;
+    return kc;
+}
+
+static void fill_indices(ts_prng *p, int32_t *ind, int64_t n, int64_t ntok) {
+    for (int64_t i = 0; i < n; i++)
+        ind[i] = ts_prng_u32(p) % 5 == 0 ? -1 : (int32_t)(ts_prng_u32(p) % ntok);
+}
+
+static void sp_build(sp_data *s, const sp_case *c, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->c = *c;
+    s->d = ts_mla_kv_head_dim(c->L);
+    s->tb = ts_mla_kv_token_bytes(c->L);
+    ts_prng p = ts_prng_seed(seed);
+    int64_t nq = c->b * c->sq * c->hq * s->d;
+    s->q = (uint16_t *)malloc((size_t)nq * 2);
+    fm_fill_bf16(&p, s->q, nq, 1.0f);
+    s->kc = make_cache(s, &p, c->nb, c->P, &s->deq);
+    s->ind = (int32_t *)malloc((size_t)(c->b * c->sq * c->topk) * 4);
+    fill_indices(&p, s->ind, c->b * c->sq * c->topk, c->nb * c->P);
+    /* request 0 token 0: every slot invalid */
+    for (int64_t k = 0; k < c->topk; k++) s->ind[k] = -1;
+    s->len = (int32_t *)malloc((size_t)c->b * 4);
+    for (int64_t i = 0; i < c->b; i++) s->len[i] = (int32_t)(ts_prng_u32(&p) % (c->topk + 1));
+    if (c->b > 1) s->len[1] = 0;              /* zero-length request */
+    if (c->b > 2) s->len[2] = (int32_t)c->topk;
+    s->sink = (float *)malloc((size_t)c->hq * 4);
+    for (int64_t h = 0; h < c->hq; h++) s->sink[h] = ts_prng_uniform(&p) * 2.0f;
+    if (c->hq > 1) s->sink[1] = INFINITY;
+    if (c->hq > 2) s->sink[2] = -INFINITY;
+    if (c->etopk) {
+        s->ekc = make_cache(s, &p, c->enb, c->eP, &s->edeq);
+        s->eind = (int32_t *)malloc((size_t)(c->b * c->sq * c->etopk) * 4);
+        fill_indices(&p, s->eind, c->b * c->sq * c->etopk, c->enb * c->eP);
+        s->elen = (int32_t *)malloc((size_t)c->b * 4);
+        for (int64_t i = 0; i < c->b; i++) s->elen[i] = (int32_t)(ts_prng_u32(&p) % (c->etopk + 1));
+        for (int64_t k = 0; k < c->etopk; k++) s->eind[k] = -1; /* (0, 0) stays empty */
+        if (c->b > 1) s->elen[1] = 0;
+    }
+    /* poison every token no valid slot reads (slots past topk_length may point at them) */
+    for (int e = 0; e < (c->etopk ? 2 : 1); e++) {
+        int64_t ntok = e ? c->enb * c->eP : c->nb * c->P, tk = e ? c->etopk : c->topk;
+        const int32_t *ind = e ? s->eind : s->ind, *len = e ? s->elen : s->len;
+        char *used = (char *)calloc((size_t)ntok, 1);
+        for (int64_t i = 0; i < c->b; i++)
+            for (int64_t q = 0; q < c->sq; q++) {
+                int64_t cnt = (c->use_len || e) && len ? len[i] : tk;
+                for (int64_t k = 0; k < cnt; k++) {
+                    int32_t v = ind[(i * c->sq + q) * tk + k];
+                    if (v >= 0) used[v] = 1;
+                }
+            }
+        for (int64_t t = 0; t < ntok; t++)
+            if (!used[t]) poison_token(s, e ? s->ekc : s->kc, e ? c->eP : c->P, t);
+        free(used);
+    }
+    s->tq = ts_tensor_make(s->q, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, s->d});
+    s->tk = ts_tensor_make(s->kc, TS_U8, 4, (int64_t[]){c->nb, c->P, 1, s->tb});
+    s->tind = ts_tensor_3d(s->ind, TS_I32, c->b, c->sq, c->topk);
+    s->tsink = ts_tensor_1d(s->sink, TS_F32, c->hq);
+    s->tlen = ts_tensor_1d(s->len, TS_I32, c->b);
+    if (c->etopk) {
+        s->tek = ts_tensor_make(s->ekc, TS_U8, 4, (int64_t[]){c->enb, c->eP, 1, s->tb});
+        s->teind = ts_tensor_3d(s->eind, TS_I32, c->b, c->sq, c->etopk);
+        s->telen = ts_tensor_1d(s->elen, TS_I32, c->b);
+    }
+}
+
+static void sp_free(sp_data *s) {
+    free(s->q);
+    free(s->kc);
+    free(s->ekc);
+    free(s->deq);
+    free(s->edeq);
+    free(s->ind);
+    free(s->eind);
+    free(s->len);
+    free(s->elen);
+    free(s->sink);
+}
+
+static ts_flash_mla_kvcache_args sp_args(sp_data *s, ts_mla_metadata *meta) {
+    ts_flash_mla_kvcache_args a;
+    memset(&a, 0, sizeof a);
+    a.q = &s->tq;
+    a.k_cache = &s->tk;
+    a.head_dim_v = 512;
+    a.tile_scheduler_metadata = meta;
+    a.softmax_scale = (float)pow((double)s->d, -0.55);
+    a.is_fp8_kvcache = true;
+    a.indices = &s->tind;
+    a.attn_sink = s->c.use_sink ? &s->tsink : NULL;
+    a.topk_length = s->c.use_len ? &s->tlen : NULL;
+    if (s->c.etopk) {
+        a.extra_k_cache = &s->tek;
+        a.extra_indices_in_kvcache = &s->teind;
+        a.extra_topk_length = &s->telen;
+    }
+    return a;
+}
+
+/* run and compare with the float64 oracle */
+static void sp_check_ref(ts_test_ctx *ts_t_, sp_data *s, const char *what) {
+    const sp_case *c = &s->c;
+    int64_t no = c->b * c->sq * c->hq * 512;
+    uint16_t *out = (uint16_t *)malloc((size_t)no * 2);
+    float *lse = (float *)malloc((size_t)(c->b * c->hq * c->sq) * 4);
+    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
+    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c->b, c->hq, c->sq);
+    ts_mla_metadata *meta;
+    ts_get_mla_metadata(&meta);
+    ts_flash_mla_kvcache_args a = sp_args(s, meta);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+    ts_mla_metadata_free(meta);
+    fm_cmp co = {0}, cl = {0};
+    int64_t maxk = c->topk + c->etopk;
+    const float **rows = (const float **)malloc((size_t)(maxk + 1) * sizeof(float *));
+    float *kf = (float *)malloc((size_t)((maxk + 1) * s->d) * 4);
+    float *qf = (float *)malloc((size_t)s->d * 4);
+    double ref[512], rl;
+    int empty_rows = 0;
+    for (int64_t i = 0; i < c->b; i++)
+        for (int64_t q = 0; q < c->sq; q++) {
+            int64_t n = 0;
+            for (int e = 0; e < (c->etopk ? 2 : 1); e++) {
+                int64_t tk = e ? c->etopk : c->topk;
+                int64_t cnt = e ? s->elen[i] : c->use_len ? s->len[i] : tk;
+                const int32_t *ind = (e ? s->eind : s->ind) + (i * c->sq + q) * tk;
+                const uint16_t *deq = e ? s->edeq : s->deq;
+                for (int64_t k = 0; k < cnt; k++) {
+                    if (ind[k] == -1) continue;
+                    for (int64_t j = 0; j < s->d; j++) kf[n * s->d + j] = fm_bf(deq[ind[k] * s->d + j]);
+                    n++;
+                }
+            }
+            for (int64_t t = 0; t < n; t++) rows[t] = kf + t * s->d;
+            empty_rows += n == 0;
+            for (int64_t h = 0; h < c->hq; h++) {
+                const uint16_t *qr = s->q + ((i * c->sq + q) * c->hq + h) * s->d;
+                for (int64_t j = 0; j < s->d; j++) qf[j] = fm_bf(qr[j]);
+                fm_ref_row(qf, rows, n, s->d, a.softmax_scale, c->use_sink, s->sink[h], ref, &rl);
+                const uint16_t *orow = out + ((i * c->sq + q) * c->hq + h) * 512;
+                for (int j = 0; j < 512; j++) fm_cmp_add(&co, fm_bf(orow[j]), ref[j], 1e-3, 2.01 / 128);
+                fm_cmp_add(&cl, lse[(i * c->hq + h) * c->sq + q], rl, 1e-6, 8.01 / 65536);
+            }
+        }
+    TS_CHECK_MSG(empty_rows > 0 && co.n > 0, "%s: the case has no empty row", what);
+    FM_CHECK_CMP(co, 5e-6, what);
+    FM_CHECK_CMP(cl, 1.0, what);
+    free(rows);
+    free(kf);
+    free(qf);
+    free(out);
+    free(lse);
+}
+
+TS_TEST(flash_mla_sparse_v32_reference) {
+    sp_case c = {TS_MLA_KV_V32, 3, 2, 37, 70, 53, 5, 0, 0, 0, 1, 1};
+    sp_data s;
+    sp_build(&s, &c, 101);
+    sp_check_ref(ts_t_, &s, "v32 h37 topk70 P53");
+    sp_free(&s);
+    sp_case c2 = {TS_MLA_KV_V32, 2, 1, 16, 130, 1, 200, 0, 0, 0, 0, 0};
+    sp_build(&s, &c2, 102);
+    sp_check_ref(ts_t_, &s, "v32 h16 topk130 P1 no len/sink");
+    sp_free(&s);
+}
+
+TS_TEST(flash_mla_sparse_model1_extra_reference) {
+    sp_case c = {TS_MLA_KV_MODEL1, 3, 3, 20, 64, 69, 3, 40, 64, 2, 1, 1};
+    sp_data s;
+    sp_build(&s, &c, 103);
+    sp_check_ref(ts_t_, &s, "model1 extra P69/64");
+    sp_free(&s);
+    sp_case c2 = {TS_MLA_KV_V32, 3, 1, 8, 50, 64, 2, 30, 53, 3, 1, 1};
+    sp_build(&s, &c2, 104);
+    sp_check_ref(ts_t_, &s, "v32 extra (CPU relaxation)");
+    sp_free(&s);
+}
+
+/* same bits for the generic and AVX2 paths and 1, 2, 3 threads; a request alone gives the bits
+ * it gets inside the batch; one handle serves repeated calls with the same config */
+TS_TEST(flash_mla_sparse_deterministic) {
+    sp_case c = {TS_MLA_KV_MODEL1, 3, 2, 40, 100, 64, 4, 20, 64, 1, 1, 1};
+    sp_data s;
+    sp_build(&s, &c, 105);
+    int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
+    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
+    float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
+    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
+    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c.b, c.hq, c.sq);
+    ts_mla_metadata *meta;
+    ts_get_mla_metadata(&meta);
+    ts_flash_mla_kvcache_args a = sp_args(&s, meta);
+    int saved_t = ts_get_num_threads();
+    ts_isa saved_isa = ts_get_isa();
+    int first = 1;
+    for (int isa = 0; isa < 2; isa++) {
+        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+        for (int t = 1; t <= 3; t++) {
+            ts_set_num_threads(t);
+            memset(out, 0, (size_t)no * 2);
+            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+            if (first) {
+                memcpy(out0, out, (size_t)no * 2);
+                memcpy(lse0, lse, (size_t)nl * 4);
+                first = 0;
+            } else {
+                TS_CHECK_MSG(memcmp(out0, out, (size_t)no * 2) == 0, "out differs (isa %d, %d threads)", isa, t);
+                TS_CHECK_MSG(memcmp(lse0, lse, (size_t)nl * 4) == 0, "lse differs (isa %d, %d threads)", isa, t);
+            }
+        }
+    }
+    ts_set_num_threads(saved_t);
+    ts_set_isa(saved_isa);
+    ts_mla_metadata_free(meta);
+    /* request 2 alone */
+    ts_tensor q1 = s.tq, i1 = s.tind, l1 = s.tlen, ei1 = s.teind, el1 = s.telen;
+    q1.data = s.q + 2 * c.sq * c.hq * s.d;
+    q1.shape[0] = 1;
+    i1.data = s.ind + 2 * c.sq * c.topk;
+    i1.shape[0] = 1;
+    l1.data = s.len + 2;
+    l1.shape[0] = 1;
+    ei1.data = s.eind + 2 * c.sq * c.etopk;
+    ei1.shape[0] = 1;
+    el1.data = s.elen + 2;
+    el1.shape[0] = 1;
+    ts_get_mla_metadata(&meta);
+    ts_flash_mla_kvcache_args a1 = sp_args(&s, meta);
+    a1.q = &q1;
+    a1.indices = &i1;
+    a1.topk_length = &l1;
+    a1.extra_indices_in_kvcache = &ei1;
+    a1.extra_topk_length = &el1;
+    ts_tensor to1 = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){1, c.sq, c.hq, 512});
+    ts_tensor tl1 = ts_tensor_3d(lse, TS_F32, 1, c.hq, c.sq);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a1, &to1, &tl1), TS_OK);
+    TS_CHECK(memcmp(out, out0 + 2 * c.sq * c.hq * 512, (size_t)(c.sq * c.hq * 512) * 2) == 0);
+    TS_CHECK(memcmp(lse, lse0 + 2 * c.hq * c.sq, (size_t)(c.hq * c.sq) * 4) == 0);
+    /* the handle was filled for b = 1: the full batch is another config */
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    ts_mla_metadata_free(meta);
+    free(out0);
+    free(out);
+    free(lse0);
+    free(lse);
+    sp_free(&s);
+}
+
+TS_TEST(flash_mla_sparse_bad_input) {
+    sp_case c = {TS_MLA_KV_V32, 2, 1, 4, 8, 4, 3, 0, 0, 0, 1, 1};
+    sp_data s;
+    sp_build(&s, &c, 106);
+    int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
+    uint16_t *out = (uint16_t *)malloc((size_t)no * 2);
+    float *lse = (float *)malloc((size_t)nl * 4);
+    memset(out, 0x33, (size_t)no * 2);
+    memset(lse, 0x33, (size_t)nl * 4);
+    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
+    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c.b, c.hq, c.sq);
+    ts_mla_metadata *meta;
+    ts_get_mla_metadata(&meta);
+    ts_flash_mla_kvcache_args a = sp_args(&s, meta);
+    int32_t keep = s.ind[5];
+    s.ind[5] = (int32_t)(c.nb * c.P); /* one past the cache */
+    s.len[0] = (int32_t)c.topk;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    s.ind[5] = INT32_MIN;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    s.ind[5] = -2;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    s.ind[5] = INT32_MAX;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    s.ind[5] = keep;
+    s.len[0] = (int32_t)c.topk + 1;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    s.len[0] = 0;
+    a.head_dim_v = 576;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_UNSUPPORTED);
+    a.head_dim_v = 512;
+    a.causal = true;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    a.causal = false;
+    a.is_fp8_kvcache = false;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_UNSUPPORTED);
+    a.is_fp8_kvcache = true;
+    ts_tensor bad = s.tind;
+    bad.dtype = TS_I64;
+    a.indices = &bad;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_DTYPE);
+    bad = s.tind;
+    bad.shape[1] = 2;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_SHAPE);
+    a.indices = &s.tind;
+    ts_tensor bk = s.tk;
+    bk.shape[3] = 584; /* MODEL1 bytes with a 576-dim q */
+    a.k_cache = &bk;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_SHAPE);
+    a.k_cache = &s.tk;
+    ts_tensor bo = to;
+    bo.strides[3] = 2;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &bo, &tl), TS_ERR_STRIDE);
+    ts_tensor bs = s.tsink;
+    bs.shape[0] = c.hq + 1;
+    a.attn_sink = &bs;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_SHAPE);
+    a.attn_sink = &s.tsink;
+    a.tile_scheduler_metadata = NULL;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_NULL_POINTER);
+    int untouched = 1;
+    for (int64_t i = 0; i < no; i++) untouched &= out[i] == 0x3333;
+    for (int64_t i = 0; i < nl; i++) {
+        uint32_t u;
+        memcpy(&u, lse + i, 4);
+        untouched &= u == 0x33333333u;
+    }
+    TS_CHECK(untouched);
+    ts_mla_metadata_free(meta);
+    free(out);
+    free(lse);
+    sp_free(&s);
+}
