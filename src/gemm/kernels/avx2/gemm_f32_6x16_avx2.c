@@ -38,28 +38,48 @@ enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
             _mm_prefetch((const char *)((acc) + MR * NR + q_), _MM_HINT_T0);     \
     } while (0)
 
+/* The first K value of a block is a multiply, not an fma into zeros: a·b is exact, so it
+ * equals fmaf(a, b, +0) except for the sign of a zero product, which never reaches D (p only
+ * meets +0-started sums: acc = fmaf(p, s, acc) with acc never -0). It starts the 12 chains
+ * without zero idioms and one step shorter (measured: g = 32 blocks 88 -> 94% of peak). */
+#define TS__ROW_MUL(i)                                   \
+    do {                                                 \
+        __m256 ai = _mm256_broadcast_ss(a + (i));        \
+        p##i##0 = _mm256_mul_ps(ai, b0);                 \
+        p##i##1 = _mm256_mul_ps(ai, b1);                 \
+    } while (0)
+
 static void ts__gemm_f32_6x16_scaled__avx2(int64_t kc, int64_t g, const float *ap,
                                            const float *bp, const float *sa, const float *sb,
                                            float *acc) {
     TS__PREFETCH_NEXT_TILE(acc);
     for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
-        int64_t len = kc - k0 < g ? kc - k0 : g;
-        __m256 p00 = _mm256_setzero_ps(), p01 = _mm256_setzero_ps();
-        __m256 p10 = _mm256_setzero_ps(), p11 = _mm256_setzero_ps();
-        __m256 p20 = _mm256_setzero_ps(), p21 = _mm256_setzero_ps();
-        __m256 p30 = _mm256_setzero_ps(), p31 = _mm256_setzero_ps();
-        __m256 p40 = _mm256_setzero_ps(), p41 = _mm256_setzero_ps();
-        __m256 p50 = _mm256_setzero_ps(), p51 = _mm256_setzero_ps();
+        const int64_t len = kc - k0 < g ? kc - k0 : g;
         const float *a = ap + k0 * MR, *b = bp + k0 * NR;
+        __m256 p00, p01, p10, p11, p20, p21, p30, p31, p40, p41, p50, p51;
+        {
+            __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+            TS__ROW_MUL(0); TS__ROW_MUL(1); TS__ROW_MUL(2);
+            TS__ROW_MUL(3); TS__ROW_MUL(4); TS__ROW_MUL(5);
+            a += MR, b += NR;
+        }
 #pragma GCC unroll 4
-        for (int64_t k = 0; k < len; k++, a += MR, b += NR) {
+        for (int64_t k = 1; k < len; k++, a += MR, b += NR) {
             __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
             TS__ROWS_FMA();
         }
         const float *sai = sa + blk * MR;
         __m256 sb0 = _mm256_loadu_ps(sb + blk * NR), sb1 = _mm256_loadu_ps(sb + blk * NR + 8);
-        TS__ROW_PROMOTE(0); TS__ROW_PROMOTE(1); TS__ROW_PROMOTE(2);
-        TS__ROW_PROMOTE(3); TS__ROW_PROMOTE(4); TS__ROW_PROMOTE(5);
+        /* Hide the tile's address from gcc, which otherwise keeps the whole tile in stack
+         * copies across blocks (store motion): twice the stores and a slower block switch
+         * (g = 32: 82 -> 88% of peak). */
+        float *t = acc;
+        __asm__("" : "+r"(t));
+        {
+            float *acc = t; /* TS__ROW_PROMOTE writes through `acc` */
+            TS__ROW_PROMOTE(0); TS__ROW_PROMOTE(1); TS__ROW_PROMOTE(2);
+            TS__ROW_PROMOTE(3); TS__ROW_PROMOTE(4); TS__ROW_PROMOTE(5);
+        }
     }
 }
 
