@@ -21,6 +21,7 @@ static inline void fm_fill_bf16(ts_prng *p, uint16_t *x, int64_t n, float amp) {
 }
 
 static inline uint16_t fm_bf16_nan(void) { return 0x7FC0; }
+static inline int64_t fm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Oracle for one row: logits scale * <q, k_t> over d dims (float64), softmax over the n valid
  * tokens, out = sum p_t v_t (first 512 dims) times 1/(1+exp(sink - lse)); empty -> out 0,
