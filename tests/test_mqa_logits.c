@@ -607,7 +607,7 @@ TS_TEST(mqa_logits_paged_metadata) {
 
 TS_TEST(mqa_logits_bad_input) {
     inputs in;
-    gen_inputs(&in, 70, 0, 0, 5, 16, 64, 40);
+    gen_inputs(&in, 70, 0, 0, 6, 16, 64, 40); /* 6 queries: also the 3 x 2 paged ones */
     for (int64_t i = 0; i < in.s; i++) { in.ks[i] = 0; in.ke[i] = 40; }
     int64_t rb = in.d;
     ts_tensor q = ts_tensor_3d(in.q, TS_E4M3, in.s, in.h, rb);
