@@ -8,7 +8,9 @@
  * exceeds L3, else L3 read bandwidth (the input is re-read every call, so it stays cached).
  * Baseline ("torch-like"): what aten's topk_impl_loop does per row: build (value, index) pairs,
  * then a heap partial sort when k * 64 <= n, else quickselect (nth_element) plus a sort of the
- * k when sorted; rows spread over threads. */
+ * k when sorted; rows spread over threads.
+ * TS_BENCH_FILTER=substring keeps only the rows whose "name shape" contains it; with a filter
+ * the whole row set is eligible even under --quick (quick then only shortens the timing). */
 #include "bench.h"
 
 #include "core/internal.h"
@@ -154,6 +156,7 @@ typedef struct topk_env {
     const ts__bench_opts *opts;
     void *in, *idx, *val;
     int64_t l3;
+    const char *filter;
     int failures;
 } topk_env;
 
@@ -162,6 +165,11 @@ static void one_row(topk_env *env, const char *name, bool bf16, bool sorted, boo
     const ts__bench_opts *opts = env->opts;
     char shape[64];
     snprintf(shape, sizeof shape, "%lldx%lld k%lld", (long long)batch, (long long)n, (long long)k);
+    if (env->filter) {
+        char full[96];
+        snprintf(full, sizeof full, "%s %s", name, shape);
+        if (!strstr(full, env->filter)) return;
+    }
     ts__bench_row row;
     memset(&row, 0, sizeof row);
     row.suite = SUITE;
@@ -209,6 +217,7 @@ int ts__suite_topk(const ts__bench_opts *opts) {
     topk_env env;
     memset(&env, 0, sizeof env);
     env.opts = opts;
+    env.filter = getenv("TS_BENCH_FILTER");
     env.l3 = (ci && ci->l3_bytes > 0) ? ci->l3_bytes : (int64_t)32 << 20;
     printf("\nsuite topk (ISA %s, L3 %lld MiB); frac = share of the roofline (L3 if the input fits, "
            "else DRAM); ratio = torch-like time / time\n",
@@ -224,7 +233,7 @@ int ts__suite_topk(const ts__bench_opts *opts) {
         free(env.in); free(env.idx); free(env.val);
         return 1;
     }
-    const bool quick = opts->quick;
+    const bool quick = opts->quick && !env.filter;
     {
         uint16_t *p = (uint16_t *)env.in;
         for (int64_t i = 0; i < max_in / 2; i++) {

@@ -1,0 +1,184 @@
+/* AVX2 dense-row kernels: keys 8/16 values per step, counting by compare-and-subtract, and the
+ * final selection as a compress (movemask -> permutation table -> vpermd) that writes 8 entries
+ * per step whatever the survivors, so no per-survivor branch. Same results as the generic ones:
+ * integer compares only. */
+#include "select/topk_internal.h"
+
+#include <immintrin.h>
+
+/* Compress permutations: entry m lists the lanes of the set bits of m, in the lane order
+ * 0, 1, 4, 5, 2, 3, 6, 7, so that unpacklo / unpackhi of the permuted index and key vectors
+ * are the entries 0-3 and 4-7 in order (no cross-lane fix-up). */
+static const uint64_t k_compress[256] = {
+0x0000000000000000ull, 0x0000000000000000ull, 0x0000000000000001ull, 0x0000000000000100ull,
+0x0000000000000002ull, 0x0000000000000200ull, 0x0000000000000201ull, 0x0000000200000100ull,
+0x0000000000000003ull, 0x0000000000000300ull, 0x0000000000000301ull, 0x0000000300000100ull,
+0x0000000000000302ull, 0x0000000300000200ull, 0x0000000300000201ull, 0x0000030200000100ull,
+0x0000000000000004ull, 0x0000000000000400ull, 0x0000000000000401ull, 0x0000000400000100ull,
+0x0000000000000402ull, 0x0000000400000200ull, 0x0000000400000201ull, 0x0000040200000100ull,
+0x0000000000000403ull, 0x0000000400000300ull, 0x0000000400000301ull, 0x0000040300000100ull,
+0x0000000400000302ull, 0x0000040300000200ull, 0x0000040300000201ull, 0x0000030200040100ull,
+0x0000000000000005ull, 0x0000000000000500ull, 0x0000000000000501ull, 0x0000000500000100ull,
+0x0000000000000502ull, 0x0000000500000200ull, 0x0000000500000201ull, 0x0000050200000100ull,
+0x0000000000000503ull, 0x0000000500000300ull, 0x0000000500000301ull, 0x0000050300000100ull,
+0x0000000500000302ull, 0x0000050300000200ull, 0x0000050300000201ull, 0x0000030200050100ull,
+0x0000000000000504ull, 0x0000000500000400ull, 0x0000000500000401ull, 0x0000050400000100ull,
+0x0000000500000402ull, 0x0000050400000200ull, 0x0000050400000201ull, 0x0000040200050100ull,
+0x0000000500000403ull, 0x0000050400000300ull, 0x0000050400000301ull, 0x0000040300050100ull,
+0x0000050400000302ull, 0x0000040300050200ull, 0x0000040300050201ull, 0x0000030205040100ull,
+0x0000000000000006ull, 0x0000000000000600ull, 0x0000000000000601ull, 0x0000000600000100ull,
+0x0000000000000602ull, 0x0000000600000200ull, 0x0000000600000201ull, 0x0000060200000100ull,
+0x0000000000000603ull, 0x0000000600000300ull, 0x0000000600000301ull, 0x0000060300000100ull,
+0x0000000600000302ull, 0x0000060300000200ull, 0x0000060300000201ull, 0x0000030200060100ull,
+0x0000000000000604ull, 0x0000000600000400ull, 0x0000000600000401ull, 0x0000060400000100ull,
+0x0000000600000402ull, 0x0000060400000200ull, 0x0000060400000201ull, 0x0000040200060100ull,
+0x0000000600000403ull, 0x0000060400000300ull, 0x0000060400000301ull, 0x0000040300060100ull,
+0x0000060400000302ull, 0x0000040300060200ull, 0x0000040300060201ull, 0x0000030206040100ull,
+0x0000000000000605ull, 0x0000000600000500ull, 0x0000000600000501ull, 0x0000060500000100ull,
+0x0000000600000502ull, 0x0000060500000200ull, 0x0000060500000201ull, 0x0000050200060100ull,
+0x0000000600000503ull, 0x0000060500000300ull, 0x0000060500000301ull, 0x0000050300060100ull,
+0x0000060500000302ull, 0x0000050300060200ull, 0x0000050300060201ull, 0x0000030206050100ull,
+0x0000000600000504ull, 0x0000060500000400ull, 0x0000060500000401ull, 0x0000050400060100ull,
+0x0000060500000402ull, 0x0000050400060200ull, 0x0000050400060201ull, 0x0000040206050100ull,
+0x0000060500000403ull, 0x0000050400060300ull, 0x0000050400060301ull, 0x0000040306050100ull,
+0x0000050400060302ull, 0x0000040306050200ull, 0x0000040306050201ull, 0x0006030205040100ull,
+0x0000000000000007ull, 0x0000000000000700ull, 0x0000000000000701ull, 0x0000000700000100ull,
+0x0000000000000702ull, 0x0000000700000200ull, 0x0000000700000201ull, 0x0000070200000100ull,
+0x0000000000000703ull, 0x0000000700000300ull, 0x0000000700000301ull, 0x0000070300000100ull,
+0x0000000700000302ull, 0x0000070300000200ull, 0x0000070300000201ull, 0x0000030200070100ull,
+0x0000000000000704ull, 0x0000000700000400ull, 0x0000000700000401ull, 0x0000070400000100ull,
+0x0000000700000402ull, 0x0000070400000200ull, 0x0000070400000201ull, 0x0000040200070100ull,
+0x0000000700000403ull, 0x0000070400000300ull, 0x0000070400000301ull, 0x0000040300070100ull,
+0x0000070400000302ull, 0x0000040300070200ull, 0x0000040300070201ull, 0x0000030207040100ull,
+0x0000000000000705ull, 0x0000000700000500ull, 0x0000000700000501ull, 0x0000070500000100ull,
+0x0000000700000502ull, 0x0000070500000200ull, 0x0000070500000201ull, 0x0000050200070100ull,
+0x0000000700000503ull, 0x0000070500000300ull, 0x0000070500000301ull, 0x0000050300070100ull,
+0x0000070500000302ull, 0x0000050300070200ull, 0x0000050300070201ull, 0x0000030207050100ull,
+0x0000000700000504ull, 0x0000070500000400ull, 0x0000070500000401ull, 0x0000050400070100ull,
+0x0000070500000402ull, 0x0000050400070200ull, 0x0000050400070201ull, 0x0000040207050100ull,
+0x0000070500000403ull, 0x0000050400070300ull, 0x0000050400070301ull, 0x0000040307050100ull,
+0x0000050400070302ull, 0x0000040307050200ull, 0x0000040307050201ull, 0x0007030205040100ull,
+0x0000000000000706ull, 0x0000000700000600ull, 0x0000000700000601ull, 0x0000070600000100ull,
+0x0000000700000602ull, 0x0000070600000200ull, 0x0000070600000201ull, 0x0000060200070100ull,
+0x0000000700000603ull, 0x0000070600000300ull, 0x0000070600000301ull, 0x0000060300070100ull,
+0x0000070600000302ull, 0x0000060300070200ull, 0x0000060300070201ull, 0x0000030207060100ull,
+0x0000000700000604ull, 0x0000070600000400ull, 0x0000070600000401ull, 0x0000060400070100ull,
+0x0000070600000402ull, 0x0000060400070200ull, 0x0000060400070201ull, 0x0000040207060100ull,
+0x0000070600000403ull, 0x0000060400070300ull, 0x0000060400070301ull, 0x0000040307060100ull,
+0x0000060400070302ull, 0x0000040307060200ull, 0x0000040307060201ull, 0x0007030206040100ull,
+0x0000000700000605ull, 0x0000070600000500ull, 0x0000070600000501ull, 0x0000060500070100ull,
+0x0000070600000502ull, 0x0000060500070200ull, 0x0000060500070201ull, 0x0000050207060100ull,
+0x0000070600000503ull, 0x0000060500070300ull, 0x0000060500070301ull, 0x0000050307060100ull,
+0x0000060500070302ull, 0x0000050307060200ull, 0x0000050307060201ull, 0x0007030206050100ull,
+0x0000070600000504ull, 0x0000060500070400ull, 0x0000060500070401ull, 0x0000050407060100ull,
+0x0000060500070402ull, 0x0000050407060200ull, 0x0000050407060201ull, 0x0007040206050100ull,
+0x0000060500070403ull, 0x0000050407060300ull, 0x0000050407060301ull, 0x0007040306050100ull,
+0x0000050407060302ull, 0x0007040306050200ull, 0x0007040306050201ull, 0x0706030205040100ull
+};
+
+int ts__topk_dense_keys_bf16__avx2(const void *x, int64_t n, int32_t *sk) {
+    const uint16_t *u = (const uint16_t *)x;
+    const __m256i negz = _mm256_set1_epi16((short)0x8000), mag = _mm256_set1_epi16(0x7fff);
+    const __m256i inf = _mm256_set1_epi16(0x7f80);
+    __m256i nan = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(u + i));
+        v = _mm256_andnot_si256(_mm256_cmpeq_epi16(v, negz), v);
+        nan = _mm256_or_si256(nan, _mm256_cmpgt_epi16(_mm256_and_si256(v, mag), inf));
+        __m256i s = _mm256_xor_si256(v, _mm256_and_si256(_mm256_srai_epi16(v, 15), mag));
+        _mm256_storeu_si256((__m256i *)(sk + i), _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)));
+        _mm256_storeu_si256((__m256i *)(sk + i + 8), _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+    }
+    int r = !_mm256_testz_si256(nan, nan);
+    return r | ts__topk_dense_keys_bf16__generic(u + i, n - i, sk + i);
+}
+
+int ts__topk_dense_keys_f32__avx2(const void *x, int64_t n, int32_t *sk) {
+    const uint32_t *u = (const uint32_t *)x;
+    const __m256i negz = _mm256_set1_epi32((int)0x80000000u), mag = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    __m256i nan = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(u + i));
+        v = _mm256_andnot_si256(_mm256_cmpeq_epi32(v, negz), v);
+        nan = _mm256_or_si256(nan, _mm256_cmpgt_epi32(_mm256_and_si256(v, mag), inf));
+        __m256i s = _mm256_xor_si256(v, _mm256_and_si256(_mm256_srai_epi32(v, 31), mag));
+        _mm256_storeu_si256((__m256i *)(sk + i), s);
+    }
+    int r = !_mm256_testz_si256(nan, nan);
+    return r | ts__topk_dense_keys_f32__generic(u + i, n - i, sk + i);
+}
+
+int64_t ts__topk_dense_count_gt__avx2(const int32_t *sk, int64_t n, int32_t t) {
+    const __m256i tv = _mm256_set1_epi32(t);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    /* lanes count at most n / 32 each: no overflow for any row length */
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_sub_epi32(a0, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i)), tv));
+        a1 = _mm256_sub_epi32(a1, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 8)), tv));
+        a2 = _mm256_sub_epi32(a2, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 16)), tv));
+        a3 = _mm256_sub_epi32(a3, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 24)), tv));
+    }
+    __m256i a = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_srli_si128(s, 8));
+    s = _mm_add_epi32(s, _mm_srli_si128(s, 4));
+    return (int64_t)(uint32_t)_mm_cvtsi128_si32(s) + ts__topk_dense_count_gt__generic(sk + i, n - i, t);
+}
+
+int64_t ts__topk_dense_gather__avx2(const int32_t *sk, int64_t n, int32_t lo, int32_t hi,
+                                    uint32_t bias, uint32_t idx0, uint64_t *out) {
+    if (lo == INT32_MIN) return ts__topk_dense_gather__generic(sk, n, lo, hi, bias, idx0, out);
+    const __m256i l = _mm256_set1_epi32(lo - 1), h = _mm256_set1_epi32(hi);
+    int64_t c = 0, i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint32_t m = 0;
+        for (int g = 0; g < 4; g++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(sk + i + 8 * g));
+            __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(v, h), _mm256_cmpgt_epi32(v, l));
+            m |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(in)) << (8 * g);
+        }
+        while (m) { /* the band is narrow: few hits */
+            int64_t j = i + __builtin_ctz(m);
+            m &= m - 1;
+            out[c++] = ts__topk_entry((uint32_t)sk[j] + bias, idx0 + (uint32_t)j);
+        }
+    }
+    return c + ts__topk_dense_gather__generic(sk + i, n - i, lo, hi, bias, idx0 + (uint32_t)i, out + c);
+}
+
+/* Entries of sk[i] > t for i in [0, n) (indices idx0 + i), in index order. */
+static int64_t select_gt(const int32_t *sk, int64_t n, int32_t t, uint32_t bias, uint32_t idx0,
+                         uint64_t *out) {
+    const __m256i tv = _mm256_set1_epi32(t), bv = _mm256_set1_epi32((int)bias);
+    __m256i nidx = _mm256_xor_si256(_mm256_add_epi32(_mm256_set1_epi32((int)idx0),
+                                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                    _mm256_set1_epi32(-1));
+    const __m256i eight = _mm256_set1_epi32(8);
+    int64_t c = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i s = _mm256_loadu_si256((const __m256i *)(sk + i));
+        /* no test for an empty group: with a few percent of the row kept it would mispredict */
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(s, tv)));
+        __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&k_compress[m]));
+        __m256i key = _mm256_permutevar8x32_epi32(_mm256_add_epi32(s, bv), perm);
+        __m256i ni = _mm256_permutevar8x32_epi32(nidx, perm);
+        _mm256_storeu_si256((__m256i *)(out + c), _mm256_unpacklo_epi32(ni, key));
+        _mm256_storeu_si256((__m256i *)(out + c + 4), _mm256_unpackhi_epi32(ni, key));
+        c += __builtin_popcount(m);
+        nidx = _mm256_sub_epi32(nidx, eight); /* ~(idx + 8) = ~idx - 8 */
+    }
+    return c + ts__topk_dense_select__generic(sk + i, n - i, t, -1, bias, idx0 + (uint32_t)i, out + c);
+}
+
+int64_t ts__topk_dense_select__avx2(const int32_t *sk, int64_t n, int32_t t, int64_t last,
+                                    uint32_t bias, uint32_t idx0, uint64_t *out) {
+    /* ties with t are kept up to index last: sk >= t there, sk > t after (t > INT32_MIN: -inf's
+     * key is above it) */
+    const int64_t n0 = last + 1 < n ? last + 1 : n;
+    int64_t c = select_gt(sk, n0, t - 1, bias, idx0, out);
+    return c + select_gt(sk + n0, n - n0, t, bias, idx0 + (uint32_t)n0, out + c);
+}

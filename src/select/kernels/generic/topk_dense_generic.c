@@ -1,0 +1,53 @@
+/* Portable dense-row kernels (the reference for the AVX2 ones): signed-order keys, counting,
+ * band gather and the final in-order selection. */
+#include "select/topk_internal.h"
+
+int ts__topk_dense_keys_f32__generic(const void *x, int64_t n, int32_t *sk) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = u[i];
+        nan |= (v & 0x7fffffffu) > 0x7f800000u;
+        v &= (uint32_t)-(uint32_t)(v != 0x80000000u); /* -0 -> +0 */
+        sk[i] = (int32_t)(v ^ ((uint32_t)((int32_t)v >> 31) & 0x7fffffffu));
+    }
+    return (int)nan;
+}
+
+int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, int32_t *sk) {
+    const uint16_t *u = (const uint16_t *)x;
+    uint32_t nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = u[i];
+        nan |= (v & 0x7fffu) > 0x7f80u;
+        v &= (uint32_t)-(uint32_t)(v != 0x8000u);
+        const int32_t s = (int32_t)(int16_t)(uint16_t)v; /* sign-extended bits */
+        sk[i] = s ^ ((s >> 15) & 0x7fff);
+    }
+    return (int)nan;
+}
+
+int64_t ts__topk_dense_count_gt__generic(const int32_t *sk, int64_t n, int32_t t) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += sk[i] > t;
+    return c;
+}
+
+int64_t ts__topk_dense_gather__generic(const int32_t *sk, int64_t n, int32_t lo, int32_t hi,
+                                       uint32_t bias, uint32_t idx0, uint64_t *out) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (sk[i] >= lo && sk[i] <= hi)
+            out[c++] = ts__topk_entry((uint32_t)sk[i] + bias, idx0 + (uint32_t)i);
+    return c;
+}
+
+int64_t ts__topk_dense_select__generic(const int32_t *sk, int64_t n, int32_t t, int64_t last,
+                                       uint32_t bias, uint32_t idx0, uint64_t *out) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) { /* branch-free: about a quarter of the row is kept */
+        out[c] = ts__topk_entry((uint32_t)sk[i] + bias, idx0 + (uint32_t)i);
+        c += (sk[i] > t) | ((sk[i] == t) & (i <= last));
+    }
+    return c;
+}
