@@ -291,6 +291,7 @@ TS_TEST(flash_mla_sparse_deterministic) {
     TS_CHECK(memcmp(out, out0 + 2 * c.sq * c.hq * 512, (size_t)(c.sq * c.hq * 512) * 2) == 0);
     TS_CHECK(memcmp(lse, lse0 + 2 * c.hq * c.sq, (size_t)(c.hq * c.sq) * 4) == 0);
     /* the handle was filled for b = 1: the full batch is another config */
+    a.tile_scheduler_metadata = meta;
     TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
     ts_mla_metadata_free(meta);
     free(out0);

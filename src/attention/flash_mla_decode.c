@@ -180,7 +180,7 @@ static void merge_groups(void *vctx, int64_t begin, int64_t end, int tid) {
         return;
     }
     float *mm = (float *)w, *ll = mm + maxn;
-    const float **op = (const float **)(ll + maxn + (maxn & 1));
+    const float **op = (const float **)(ll + maxn); /* 2 * maxn floats: 8-byte aligned */
     float *oo = (float *)(op + maxn);
     for (int64_t g = begin; g < end; g++) {
         int64_t i = c->merge_groups[2 * g], g2 = c->merge_groups[2 * g + 1];
