@@ -356,14 +356,14 @@ TS_TEST(topk_offset_int64_width) {
 /* NaN rows: abort -> TS_ERR_NONFINITE and nothing written; otherwise the upstream sentinel. */
 TS_TEST(topk_nan_rows) {
     ts_prng g = ts_prng_seed(0x70b0003);
-    for (int variant = 0; variant < 8; variant++) { /* dtype x index type x NaN sign */
+    for (int variant = 0; variant < 16; variant++) { /* dtype x index type x NaN sign x k */
         topk_case c;
         memset(&c, 0, sizeof c);
         c.bf16 = variant & 1;
         c.i64 = (variant & 2) != 0;
         c.batch = 4;
         c.n = 5000;
-        c.k = 64;
+        c.k = variant & 8 ? 512 : 64; /* 512: rows of 4000 and 5000 take the dense path */
         c.rv = true;
         c.use_end = true;
         c.idx_fill = -1;
@@ -507,4 +507,45 @@ TS_TEST(topk_sampled_threshold_exact) {
             free_case(&c);
         }
     }
+}
+
+/* The dense path (rows of 1024 .. 65536 values with L <= 32 k): sample bracket + gather, key
+ * bisection (wide key ranges), one key holding more than the gather limit (ties: the pivot is
+ * found by index), ends that put rows on either side of the length limits, every distribution,
+ * both dtypes, sorted and index-ordered outputs. */
+TS_TEST(topk_dense_rows_exact) {
+    ts_prng g = ts_prng_seed(0x70b0004);
+    const int64_t shapes[][2] = {{1024, 32}, {1500, 700}, {4096, 128}, {8192, 2048},
+                                 {8192, 512}, {20000, 4096}, {65536, 2048}, {1100, 1099}};
+    int iter = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int d = 0; d < D_COUNT; d++, iter++) {
+            if (shapes[s][0] > 10000 && d != D_RANDOM && d != D_TIES && d != D_ASC) continue;
+            topk_case c;
+            memset(&c, 0, sizeof c);
+            c.bf16 = (iter & 1) != 0;
+            c.i64 = (iter & 2) != 0;
+            c.batch = 2;
+            c.n = shapes[s][0];
+            c.k = shapes[s][1];
+            c.sorted = !c.bf16 && (iter & 4);
+            c.sorted_index = !c.sorted && (iter & 8);
+            c.rv = c.sorted || (iter & 16);
+            c.use_end = (iter % 3) == 0;
+            c.use_off = (iter % 5) == 1;
+            c.abort_nan = true;
+            c.idx_fill = -7;
+            c.val_fill = -2.0f;
+            fill_case(&c, &g, (dist)d);
+            if (c.use_end) { /* one full row, one just long enough for the dense path */
+                c.end[0] = (int32_t)c.n;
+                c.end[1] = (int32_t)(c.n > 1024 ? 1024 : c.n);
+            }
+            char tag[128];
+            snprintf(tag, sizeof tag, "dense %s %s N=%lld k=%lld", dist_name((dist)d),
+                     c.bf16 ? "bf16" : "f32", (long long)c.n, (long long)c.k);
+            run_all_configs(ts_t_, &c, tag);
+            free_case(&c);
+            if (TS_FAILED()) return;
+        }
 }
