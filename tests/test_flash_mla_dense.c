@@ -141,9 +141,10 @@ TS_TEST(flash_mla_dense_reference) {
         {4, 1, 9, 3, 576, 1, 160, 0, sl1}, /* page 1 */
         {3, 2, 4, 1, 512, 64, 3, 1, sl2},  /* d_qk 512 */
         {3, 4, 2, 1, 576, 69, 3, 0, sl2},  /* non-causal s_q 4 */
+        {3, 2, 40, 1, 576, 64, 3, 1, sl2}, /* 80 rows per group: the no-split plan */
     };
-    const char *names[] = {"P53 gqa causal", "P1", "P64 d512 causal", "P69 s_q4"};
-    for (int k = 0; k < 4; k++) {
+    const char *names[] = {"P53 gqa causal", "P1", "P64 d512 causal", "P69 s_q4", "h40 s_q2"};
+    for (int k = 0; k < 5; k++) {
         dn_data s;
         dn_build(&s, &cases[k], 200 + (uint64_t)k);
         dn_check_ref(ts_t_, &s, names[k]);

@@ -53,7 +53,8 @@ ts_status ts__mla_meta_bind(ts_mla_metadata *meta, const ts__mla_config *cfg,
     int64_t split_chunks = 0;
     for (int64_t i = 0; i < cfg->b; i++) {
         int64_t n = 1;
-        if (!cfg->sparse && seqlens[i] > 0) n = ts__ceil_div(seqlens[i], t.chunk);
+        if (!cfg->sparse && seqlens[i] > 0 && t.chunk != INT64_MAX)
+            n = ts__ceil_div(seqlens[i], t.chunk);
         t.chunk_off[i + 1] = t.chunk_off[i] + n;
         if (n > 1) split_chunks += n;
     }
