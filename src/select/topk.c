@@ -238,7 +238,7 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
         if (dense_row(p, hi - lo)) {
             uint64_t *g = cand + 2 * cap;
             c = ts__topk_dense(&p->dense, p->in + r * p->in_stride + lo * p->esize, p->bf16, hi - lo,
-                               p->k, (uint32_t)lo, (int32_t *)(g + 2 * gcap), g, g + gcap, cand, &nan);
+                               p->k, (uint32_t)lo, g + 2 * gcap, g, g + gcap, cand, &nan);
             p->ordered[it] = 1;
         } else {
             c = scan_segment(p, p->in + r * p->in_stride, lo, hi, cand, cand + cap, &nan);
@@ -480,14 +480,16 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     (void)avx2;
 #endif
     if (!p.filter) p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
-    p.dense = (ts__topk_dense_ops){p.bf16 ? ts__topk_dense_keys_bf16__generic : ts__topk_dense_keys_f32__generic,
-                                   ts__topk_dense_count_gt__generic, ts__topk_dense_gather__generic,
-                                   ts__topk_dense_select__generic};
+    p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__generic, ts__topk_dense_count_gt_s16__generic,
+                                            ts__topk_dense_gather_s16__generic, ts__topk_dense_select_s16__generic}
+                     : (ts__topk_dense_ops){ts__topk_dense_keys_f32__generic, ts__topk_dense_count_gt_s32__generic,
+                                            ts__topk_dense_gather_s32__generic, ts__topk_dense_select_s32__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
     if (avx2)
-        p.dense = (ts__topk_dense_ops){p.bf16 ? ts__topk_dense_keys_bf16__avx2 : ts__topk_dense_keys_f32__avx2,
-                                       ts__topk_dense_count_gt__avx2, ts__topk_dense_gather__avx2,
-                                       ts__topk_dense_select__avx2};
+        p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__avx2, ts__topk_dense_count_gt_s16__avx2,
+                                                ts__topk_dense_gather_s16__avx2, ts__topk_dense_select_s16__avx2}
+                         : (ts__topk_dense_ops){ts__topk_dense_keys_f32__avx2, ts__topk_dense_count_gt_s32__avx2,
+                                                ts__topk_dense_gather_s32__avx2, ts__topk_dense_select_s32__avx2};
 #endif
 
     /* Few rows: cut each row into parts so every thread streams. The result does not depend on

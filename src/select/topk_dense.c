@@ -2,8 +2,8 @@
  *
  * The streaming filter costs ~10 ns per kept entry (append, cut, order pass), which dominates
  * when a quarter of the row is kept (N = 8192, k = 2048). Here the k-th best entry (the pivot)
- * is found by counting passes over int32 signed-order keys, each a compare-and-subtract at load
- * speed: a 64-value strided sample brackets the pivot's key, binary search over the sample's
+ * is found by counting passes over signed-order keys (int16 for bf16, int32 for f32), each a
+ * compare-and-subtract at load speed: a 64-value strided sample brackets the pivot's key, binary search over the sample's
  * order statistics and then over key values narrows the bracket until it holds at most
  * TS__TOPK_GATHER_MAX values, which are gathered and radix-cut (ties included: entries carry the
  * index). A final pass emits every value above the pivot, and its ties up to the pivot's index,
@@ -16,21 +16,25 @@
 #define SAMPLES 64
 
 /* c(t) = #(sk >= t) */
-static int64_t count_ge(const ts__topk_dense_ops *ops, const int32_t *sk, int64_t n, int64_t t,
+static int64_t count_ge(const ts__topk_dense_ops *ops, const void *sk, int64_t n, int64_t t,
                         int64_t kmin) {
     return t <= kmin ? n : ops->count_gt(sk, n, (int32_t)(t - 1));
 }
 
 /* Index of the need-th (1-based) i with sk[i] == t. Only rows with more than GATHER_MAX values
  * on one key come here (massive ties). */
-static int64_t nth_equal(const int32_t *sk, int64_t n, int32_t t, int64_t need) {
+static inline int32_t key_at(const void *sk, bool bf16, int64_t i) {
+    return bf16 ? ((const int16_t *)sk)[i] : ((const int32_t *)sk)[i];
+}
+
+static int64_t nth_equal(const void *sk, bool bf16, int64_t n, int32_t t, int64_t need) {
     for (int64_t i = 0; i < n; i++)
-        if (sk[i] == t && --need == 0) return i;
+        if (key_at(sk, bf16, i) == t && --need == 0) return i;
     return n - 1; /* unreachable: the counts guarantee need occurrences */
 }
 
 int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
-                       int64_t k, uint32_t idx0, int32_t *sk, uint64_t *buf, uint64_t *tmp,
+                       int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
                        uint64_t *out, int *nan) {
     if (ops->keys(x, n, sk)) {
         *nan = 1;
@@ -46,7 +50,7 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
         int32_t q[SAMPLES];
         const int64_t stride = n / SAMPLES;
         for (int j = 0; j < SAMPLES; j++) {
-            int32_t v = sk[j * stride + stride / 2];
+            int32_t v = key_at(sk, bf16, j * stride + stride / 2);
             int i = j;
             for (; i > 0 && q[i - 1] < v; i--) q[i] = q[i - 1]; /* descending */
             q[i] = v;
@@ -85,7 +89,7 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
     const int64_t need = k - clo; /* the pivot is the need-th best with key in [klo, khi) */
     uint64_t piv;
     if (chi - clo <= TS__TOPK_GATHER_MAX) {
-        const int64_t m = ops->gather(sk, n, (int32_t)klo, (int32_t)(khi - 1), bias, idx0, buf);
+        const int64_t m = ops->gather(sk, n, (int32_t)klo, (int32_t)(khi - 1), idx0, buf);
         if (need == m) {
             piv = UINT64_MAX;
             for (int64_t i = 0; i < m; i++) piv = buf[i] < piv ? buf[i] : piv;
@@ -94,8 +98,8 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
                                ts__topk_index_bits((int64_t)idx0 + n));
         }
     } else { /* one key holds them all */
-        piv = ts__topk_entry((uint32_t)klo + bias, idx0 + (uint32_t)nth_equal(sk, n, (int32_t)klo, need));
+        piv = ts__topk_entry((uint32_t)klo + bias, idx0 + (uint32_t)nth_equal(sk, bf16, n, (int32_t)klo, need));
     }
     const int32_t t = (int32_t)((uint32_t)(piv >> 32) - bias);
-    return ops->select(sk, n, t, (int64_t)(ts__topk_entry_idx(piv) - idx0), bias, idx0, out);
+    return ops->select(sk, n, t, (int64_t)(ts__topk_entry_idx(piv) - idx0), idx0, out);
 }

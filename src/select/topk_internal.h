@@ -66,47 +66,48 @@ static inline int ts__topk_index_bits(int64_t n) {
 void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int ib, int hi_bit);
 
 /* Dense rows (n a small multiple of k, row in L1/L2): the exact pivot is found by counting
- * passes over signed-order keys sk (int32 per element: the value's bits with -0 -> +0 and the
- * magnitude bits of negatives flipped, so signed order = value order; the entry key is
- * sk + bias, bias 2^31 for f32 and 2^15 for bf16), then one pass emits the k winners in index
- * order, so they need no order pass. */
+ * passes over signed-order keys sk (the value's bits with -0 -> +0 and the magnitude bits of
+ * negatives flipped, so signed order = value order; int16 for bf16, int32 for f32; the entry key
+ * is sk + bias, bias 2^15 for bf16 and 2^31 for f32), then one pass emits the k winners in index
+ * order, so they need no order pass. Kernels come in an s16 (bf16) and an s32 (f32) width. */
 typedef struct ts__topk_dense_ops {
     /* sk[i] for x[0..n); returns 1 if a NaN is among them (sk is then meaningless) */
-    int (*keys)(const void *x, int64_t n, int32_t *sk);
+    int (*keys)(const void *x, int64_t n, void *sk);
     /* #(sk[i] > t) */
-    int64_t (*count_gt)(const int32_t *sk, int64_t n, int32_t t);
+    int64_t (*count_gt)(const void *sk, int64_t n, int32_t t);
     /* entries of every i with lo <= sk[i] <= hi, in index order (index idx0 + i) */
-    int64_t (*gather)(const int32_t *sk, int64_t n, int32_t lo, int32_t hi, uint32_t bias,
-                      uint32_t idx0, uint64_t *out);
+    int64_t (*gather)(const void *sk, int64_t n, int32_t lo, int32_t hi, uint32_t idx0,
+                      uint64_t *out);
     /* entries of every i with sk[i] > t, or sk[i] == t and i <= last, in index order; out
      * holds 8 entries more than the count */
-    int64_t (*select)(const int32_t *sk, int64_t n, int32_t t, int64_t last, uint32_t bias,
-                      uint32_t idx0, uint64_t *out);
+    int64_t (*select)(const void *sk, int64_t n, int32_t t, int64_t last, uint32_t idx0,
+                      uint64_t *out);
 } ts__topk_dense_ops;
 
-int ts__topk_dense_keys_f32__generic(const void *x, int64_t n, int32_t *sk);
-int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, int32_t *sk);
-int64_t ts__topk_dense_count_gt__generic(const int32_t *sk, int64_t n, int32_t t);
-int64_t ts__topk_dense_gather__generic(const int32_t *sk, int64_t n, int32_t lo, int32_t hi,
-                                       uint32_t bias, uint32_t idx0, uint64_t *out);
-int64_t ts__topk_dense_select__generic(const int32_t *sk, int64_t n, int32_t t, int64_t last,
-                                       uint32_t bias, uint32_t idx0, uint64_t *out);
+#define TS__TOPK_DENSE_DECL(ISA)                                                                 \
+    int ts__topk_dense_keys_f32__##ISA(const void *x, int64_t n, void *sk);                     \
+    int ts__topk_dense_keys_bf16__##ISA(const void *x, int64_t n, void *sk);                    \
+    int64_t ts__topk_dense_count_gt_s32__##ISA(const void *sk, int64_t n, int32_t t);          \
+    int64_t ts__topk_dense_count_gt_s16__##ISA(const void *sk, int64_t n, int32_t t);          \
+    int64_t ts__topk_dense_gather_s32__##ISA(const void *sk, int64_t n, int32_t lo, int32_t hi, \
+                                             uint32_t idx0, uint64_t *out);                     \
+    int64_t ts__topk_dense_gather_s16__##ISA(const void *sk, int64_t n, int32_t lo, int32_t hi, \
+                                             uint32_t idx0, uint64_t *out);                     \
+    int64_t ts__topk_dense_select_s32__##ISA(const void *sk, int64_t n, int32_t t, int64_t last, \
+                                             uint32_t idx0, uint64_t *out);                     \
+    int64_t ts__topk_dense_select_s16__##ISA(const void *sk, int64_t n, int32_t t, int64_t last, \
+                                             uint32_t idx0, uint64_t *out);
+TS__TOPK_DENSE_DECL(generic)
 #ifdef TS_HAVE_AVX2_KERNELS
-int ts__topk_dense_keys_f32__avx2(const void *x, int64_t n, int32_t *sk);
-int ts__topk_dense_keys_bf16__avx2(const void *x, int64_t n, int32_t *sk);
-int64_t ts__topk_dense_count_gt__avx2(const int32_t *sk, int64_t n, int32_t t);
-int64_t ts__topk_dense_gather__avx2(const int32_t *sk, int64_t n, int32_t lo, int32_t hi,
-                                    uint32_t bias, uint32_t idx0, uint64_t *out);
-int64_t ts__topk_dense_select__avx2(const int32_t *sk, int64_t n, int32_t t, int64_t last,
-                                    uint32_t bias, uint32_t idx0, uint64_t *out);
+TS__TOPK_DENSE_DECL(avx2)
 #endif
 
 /* Exact top-k (k < n) of x[0..n) (indices idx0 + i) in index order into out (k + 8 entries).
- * sk holds n int32; buf and tmp hold TS__TOPK_GATHER_MAX + 8 entries each. bits as for
- * ts__topk_cut. Returns k, or 0 with *nan = 1 when x holds a NaN. */
+ * sk holds n keys (4 bytes each suffice); buf and tmp hold TS__TOPK_GATHER_MAX + 8 entries
+ * each. Returns k, or 0 with *nan = 1 when x holds a NaN. */
 #define TS__TOPK_GATHER_MAX 256
 int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
-                       int64_t k, uint32_t idx0, int32_t *sk, uint64_t *buf, uint64_t *tmp,
+                       int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
                        uint64_t *out, int *nan);
 
 #endif

@@ -1,7 +1,7 @@
-/* AVX2 dense-row kernels: keys 8/16 values per step, counting by compare-and-subtract, and the
- * final selection as a compress (movemask -> permutation table -> vpermd) that writes 8 entries
- * per step whatever the survivors, so no per-survivor branch. Same results as the generic ones:
- * integer compares only. */
+/* AVX2 dense-row kernels: keys 8/16 values per step, counting by compare-and-subtract (16 bf16
+ * keys per compare), and the final selection as a compress (movemask -> permutation table ->
+ * vpermd) that writes 8 entries per step whatever the survivors, so no per-survivor branch.
+ * Same results as the generic ones: integer compares only. */
 #include "select/topk_internal.h"
 
 #include <immintrin.h>
@@ -76,8 +76,9 @@ static const uint64_t k_compress[256] = {
 0x0000050407060302ull, 0x0007040306050200ull, 0x0007040306050201ull, 0x0706030205040100ull
 };
 
-int ts__topk_dense_keys_bf16__avx2(const void *x, int64_t n, int32_t *sk) {
+int ts__topk_dense_keys_bf16__avx2(const void *x, int64_t n, void *out) {
     const uint16_t *u = (const uint16_t *)x;
+    int16_t *sk = (int16_t *)out;
     const __m256i negz = _mm256_set1_epi16((short)0x8000), mag = _mm256_set1_epi16(0x7fff);
     const __m256i inf = _mm256_set1_epi16(0x7f80);
     __m256i nan = _mm256_setzero_si256();
@@ -86,16 +87,16 @@ int ts__topk_dense_keys_bf16__avx2(const void *x, int64_t n, int32_t *sk) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(u + i));
         v = _mm256_andnot_si256(_mm256_cmpeq_epi16(v, negz), v);
         nan = _mm256_or_si256(nan, _mm256_cmpgt_epi16(_mm256_and_si256(v, mag), inf));
-        __m256i s = _mm256_xor_si256(v, _mm256_and_si256(_mm256_srai_epi16(v, 15), mag));
-        _mm256_storeu_si256((__m256i *)(sk + i), _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)));
-        _mm256_storeu_si256((__m256i *)(sk + i + 8), _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+        _mm256_storeu_si256((__m256i *)(sk + i),
+                            _mm256_xor_si256(v, _mm256_and_si256(_mm256_srai_epi16(v, 15), mag)));
     }
     int r = !_mm256_testz_si256(nan, nan);
     return r | ts__topk_dense_keys_bf16__generic(u + i, n - i, sk + i);
 }
 
-int ts__topk_dense_keys_f32__avx2(const void *x, int64_t n, int32_t *sk) {
+int ts__topk_dense_keys_f32__avx2(const void *x, int64_t n, void *out) {
     const uint32_t *u = (const uint32_t *)x;
+    int32_t *sk = (int32_t *)out;
     const __m256i negz = _mm256_set1_epi32((int)0x80000000u), mag = _mm256_set1_epi32(0x7fffffff);
     const __m256i inf = _mm256_set1_epi32(0x7f800000);
     __m256i nan = _mm256_setzero_si256();
@@ -111,7 +112,15 @@ int ts__topk_dense_keys_f32__avx2(const void *x, int64_t n, int32_t *sk) {
     return r | ts__topk_dense_keys_f32__generic(u + i, n - i, sk + i);
 }
 
-int64_t ts__topk_dense_count_gt__avx2(const int32_t *sk, int64_t n, int32_t t) {
+static inline int64_t hsum_epi32(__m256i a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_srli_si128(s, 8));
+    s = _mm_add_epi32(s, _mm_srli_si128(s, 4));
+    return (int64_t)(uint32_t)_mm_cvtsi128_si32(s);
+}
+
+int64_t ts__topk_dense_count_gt_s32__avx2(const void *p, int64_t n, int32_t t) {
+    const int32_t *sk = (const int32_t *)p;
     const __m256i tv = _mm256_set1_epi32(t);
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
@@ -123,15 +132,35 @@ int64_t ts__topk_dense_count_gt__avx2(const int32_t *sk, int64_t n, int32_t t) {
         a3 = _mm256_sub_epi32(a3, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 24)), tv));
     }
     __m256i a = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    s = _mm_add_epi32(s, _mm_srli_si128(s, 8));
-    s = _mm_add_epi32(s, _mm_srli_si128(s, 4));
-    return (int64_t)(uint32_t)_mm_cvtsi128_si32(s) + ts__topk_dense_count_gt__generic(sk + i, n - i, t);
+    return hsum_epi32(a) + ts__topk_dense_count_gt_s32__generic(sk + i, n - i, t);
 }
 
-int64_t ts__topk_dense_gather__avx2(const int32_t *sk, int64_t n, int32_t lo, int32_t hi,
-                                    uint32_t bias, uint32_t idx0, uint64_t *out) {
-    if (lo == INT32_MIN) return ts__topk_dense_gather__generic(sk, n, lo, hi, bias, idx0, out);
+int64_t ts__topk_dense_count_gt_s16__avx2(const void *p, int64_t n, int32_t t) {
+    const int16_t *sk = (const int16_t *)p;
+    if (t >= INT16_MAX) return 0;
+    if (t < INT16_MIN) return n;
+    const __m256i tv = _mm256_set1_epi16((short)t);
+    int64_t c = 0, i = 0;
+    while (i + 32 <= n) {
+        /* 16-bit lane counters, summed by a signed vpmaddwd: flushed every 2^19 values (at
+         * most 2^14 per lane) */
+        const int64_t stop = n - i > ((int64_t)1 << 19) ? i + ((int64_t)1 << 19) : n;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+        for (; i + 32 <= stop; i += 32) {
+            a0 = _mm256_sub_epi16(a0, _mm256_cmpgt_epi16(_mm256_loadu_si256((const __m256i *)(sk + i)), tv));
+            a1 = _mm256_sub_epi16(a1, _mm256_cmpgt_epi16(_mm256_loadu_si256((const __m256i *)(sk + i + 16)), tv));
+        }
+        /* pairs of u16 lanes to u32 */
+        const __m256i one = _mm256_set1_epi16(1);
+        c += hsum_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, one), _mm256_madd_epi16(a1, one)));
+    }
+    return c + ts__topk_dense_count_gt_s16__generic(sk + i, n - i, t);
+}
+
+int64_t ts__topk_dense_gather_s32__avx2(const void *p, int64_t n, int32_t lo, int32_t hi,
+                                        uint32_t idx0, uint64_t *out) {
+    const int32_t *sk = (const int32_t *)p;
+    if (lo == INT32_MIN) return ts__topk_dense_gather_s32__generic(sk, n, lo, hi, idx0, out);
     const __m256i l = _mm256_set1_epi32(lo - 1), h = _mm256_set1_epi32(hi);
     int64_t c = 0, i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -144,41 +173,76 @@ int64_t ts__topk_dense_gather__avx2(const int32_t *sk, int64_t n, int32_t lo, in
         while (m) { /* the band is narrow: few hits */
             int64_t j = i + __builtin_ctz(m);
             m &= m - 1;
-            out[c++] = ts__topk_entry((uint32_t)sk[j] + bias, idx0 + (uint32_t)j);
+            out[c++] = ts__topk_entry((uint32_t)sk[j] + 0x80000000u, idx0 + (uint32_t)j);
         }
     }
-    return c + ts__topk_dense_gather__generic(sk + i, n - i, lo, hi, bias, idx0 + (uint32_t)i, out + c);
+    return c + ts__topk_dense_gather_s32__generic(sk + i, n - i, lo, hi, idx0 + (uint32_t)i, out + c);
 }
 
-/* Entries of sk[i] > t for i in [0, n) (indices idx0 + i), in index order. */
-static int64_t select_gt(const int32_t *sk, int64_t n, int32_t t, uint32_t bias, uint32_t idx0,
-                         uint64_t *out) {
-    const __m256i tv = _mm256_set1_epi32(t), bv = _mm256_set1_epi32((int)bias);
-    __m256i nidx = _mm256_xor_si256(_mm256_add_epi32(_mm256_set1_epi32((int)idx0),
-                                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                    _mm256_set1_epi32(-1));
-    const __m256i eight = _mm256_set1_epi32(8);
+int64_t ts__topk_dense_gather_s16__avx2(const void *p, int64_t n, int32_t lo, int32_t hi,
+                                        uint32_t idx0, uint64_t *out) {
+    const int16_t *sk = (const int16_t *)p;
+    if (lo <= INT16_MIN || hi > INT16_MAX)
+        return ts__topk_dense_gather_s16__generic(sk, n, lo, hi, idx0, out);
+    const __m256i l = _mm256_set1_epi16((short)(lo - 1)), h = _mm256_set1_epi16((short)hi);
     int64_t c = 0, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i s = _mm256_loadu_si256((const __m256i *)(sk + i));
-        /* no test for an empty group: with a few percent of the row kept it would mispredict */
-        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(s, tv)));
-        __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&k_compress[m]));
-        __m256i key = _mm256_permutevar8x32_epi32(_mm256_add_epi32(s, bv), perm);
-        __m256i ni = _mm256_permutevar8x32_epi32(nidx, perm);
-        _mm256_storeu_si256((__m256i *)(out + c), _mm256_unpacklo_epi32(ni, key));
-        _mm256_storeu_si256((__m256i *)(out + c + 4), _mm256_unpackhi_epi32(ni, key));
-        c += __builtin_popcount(m);
-        nidx = _mm256_sub_epi32(nidx, eight); /* ~(idx + 8) = ~idx - 8 */
+    for (; i + 16 <= n; i += 16) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(sk + i));
+        __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi16(v, h), _mm256_cmpgt_epi16(v, l));
+        uint32_t m = (uint32_t)_mm256_movemask_epi8(in) & 0x55555555u; /* one bit per key */
+        while (m) {
+            int64_t j = i + (__builtin_ctz(m) >> 1);
+            m &= m - 1;
+            out[c++] = ts__topk_entry((uint32_t)(int32_t)sk[j] + 0x8000u, idx0 + (uint32_t)j);
+        }
     }
-    return c + ts__topk_dense_select__generic(sk + i, n - i, t, -1, bias, idx0 + (uint32_t)i, out + c);
+    return c + ts__topk_dense_gather_s16__generic(sk + i, n - i, lo, hi, idx0 + (uint32_t)i, out + c);
 }
 
-int64_t ts__topk_dense_select__avx2(const int32_t *sk, int64_t n, int32_t t, int64_t last,
-                                    uint32_t bias, uint32_t idx0, uint64_t *out) {
-    /* ties with t are kept up to index last: sk >= t there, sk > t after (t > INT32_MIN: -inf's
-     * key is above it) */
+/* Entries of sk[i] > t for i in [0, n) (indices idx0 + i), in index order. LOAD8 gives 8 keys
+ * as int32. */
+#define SELECT_GT(NAME, T, LOAD8, BIAS, TAIL)                                                    \
+    static int64_t NAME(const T *sk, int64_t n, int32_t t, uint32_t idx0, uint64_t *out) {      \
+        const __m256i tv = _mm256_set1_epi32(t), bv = _mm256_set1_epi32((int)(BIAS));           \
+        __m256i nidx = _mm256_xor_si256(                                                         \
+            _mm256_add_epi32(_mm256_set1_epi32((int)idx0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), \
+            _mm256_set1_epi32(-1));                                                              \
+        const __m256i eight = _mm256_set1_epi32(8);                                              \
+        int64_t c = 0, i = 0;                                                                    \
+        for (; i + 8 <= n; i += 8) {                                                             \
+            __m256i s = LOAD8(sk + i);                                                           \
+            /* no test for an empty group: with a few percent kept it would mispredict */        \
+            unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(s, tv))); \
+            __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&k_compress[m])); \
+            __m256i key = _mm256_permutevar8x32_epi32(_mm256_add_epi32(s, bv), perm);           \
+            __m256i ni = _mm256_permutevar8x32_epi32(nidx, perm);                                \
+            _mm256_storeu_si256((__m256i *)(out + c), _mm256_unpacklo_epi32(ni, key));           \
+            _mm256_storeu_si256((__m256i *)(out + c + 4), _mm256_unpackhi_epi32(ni, key));       \
+            c += __builtin_popcount(m);                                                          \
+            nidx = _mm256_sub_epi32(nidx, eight); /* ~(idx + 8) = ~idx - 8 */                   \
+        }                                                                                        \
+        return c + TAIL(sk + i, n - i, t, -1, idx0 + (uint32_t)i, out + c);                      \
+    }
+
+#define LOAD8_S32(q) _mm256_loadu_si256((const __m256i *)(q))
+#define LOAD8_S16(q) _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(q)))
+SELECT_GT(select_gt_s32, int32_t, LOAD8_S32, 0x80000000u, ts__topk_dense_select_s32__generic)
+SELECT_GT(select_gt_s16, int16_t, LOAD8_S16, 0x8000u, ts__topk_dense_select_s16__generic)
+
+/* Ties with t are kept up to index last: sk >= t there, sk > t after (t > INT32_MIN: the key of
+ * -inf is above it). */
+int64_t ts__topk_dense_select_s32__avx2(const void *p, int64_t n, int32_t t, int64_t last,
+                                        uint32_t idx0, uint64_t *out) {
+    const int32_t *sk = (const int32_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    int64_t c = select_gt(sk, n0, t - 1, bias, idx0, out);
-    return c + select_gt(sk + n0, n - n0, t, bias, idx0 + (uint32_t)n0, out + c);
+    int64_t c = select_gt_s32(sk, n0, t - 1, idx0, out);
+    return c + select_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+}
+
+int64_t ts__topk_dense_select_s16__avx2(const void *p, int64_t n, int32_t t, int64_t last,
+                                        uint32_t idx0, uint64_t *out) {
+    const int16_t *sk = (const int16_t *)p;
+    const int64_t n0 = last + 1 < n ? last + 1 : n;
+    int64_t c = select_gt_s16(sk, n0, t - 1, idx0, out);
+    return c + select_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
 }

@@ -1,9 +1,10 @@
 /* Portable dense-row kernels (the reference for the AVX2 ones): signed-order keys, counting,
- * band gather and the final in-order selection. */
+ * band gather and the final in-order selection, for int32 (f32) and int16 (bf16) keys. */
 #include "select/topk_internal.h"
 
-int ts__topk_dense_keys_f32__generic(const void *x, int64_t n, int32_t *sk) {
+int ts__topk_dense_keys_f32__generic(const void *x, int64_t n, void *out) {
     const uint32_t *u = (const uint32_t *)x;
+    int32_t *sk = (int32_t *)out;
     uint32_t nan = 0;
     for (int64_t i = 0; i < n; i++) {
         uint32_t v = u[i];
@@ -14,40 +15,47 @@ int ts__topk_dense_keys_f32__generic(const void *x, int64_t n, int32_t *sk) {
     return (int)nan;
 }
 
-int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, int32_t *sk) {
+int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, void *out) {
     const uint16_t *u = (const uint16_t *)x;
+    int16_t *sk = (int16_t *)out;
     uint32_t nan = 0;
     for (int64_t i = 0; i < n; i++) {
         uint32_t v = u[i];
         nan |= (v & 0x7fffu) > 0x7f80u;
         v &= (uint32_t)-(uint32_t)(v != 0x8000u);
         const int32_t s = (int32_t)(int16_t)(uint16_t)v; /* sign-extended bits */
-        sk[i] = s ^ ((s >> 15) & 0x7fff);
+        sk[i] = (int16_t)(s ^ ((s >> 15) & 0x7fff));
     }
     return (int)nan;
 }
 
-int64_t ts__topk_dense_count_gt__generic(const int32_t *sk, int64_t n, int32_t t) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < n; i++) c += sk[i] > t;
-    return c;
-}
-
-int64_t ts__topk_dense_gather__generic(const int32_t *sk, int64_t n, int32_t lo, int32_t hi,
-                                       uint32_t bias, uint32_t idx0, uint64_t *out) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (sk[i] >= lo && sk[i] <= hi)
-            out[c++] = ts__topk_entry((uint32_t)sk[i] + bias, idx0 + (uint32_t)i);
-    return c;
-}
-
-int64_t ts__topk_dense_select__generic(const int32_t *sk, int64_t n, int32_t t, int64_t last,
-                                       uint32_t bias, uint32_t idx0, uint64_t *out) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < n; i++) { /* branch-free: about a quarter of the row is kept */
-        out[c] = ts__topk_entry((uint32_t)sk[i] + bias, idx0 + (uint32_t)i);
-        c += (sk[i] > t) | ((sk[i] == t) & (i <= last));
+/* One body per key width: T is the key type, BIAS maps a key to its unsigned entry key. */
+#define DENSE_KERNELS(W, T, BIAS)                                                                \
+    int64_t ts__topk_dense_count_gt_##W##__generic(const void *p, int64_t n, int32_t t) {      \
+        const T *sk = (const T *)p;                                                              \
+        int64_t c = 0;                                                                           \
+        for (int64_t i = 0; i < n; i++) c += sk[i] > t;                                          \
+        return c;                                                                                \
+    }                                                                                            \
+    int64_t ts__topk_dense_gather_##W##__generic(const void *p, int64_t n, int32_t lo,         \
+                                                 int32_t hi, uint32_t idx0, uint64_t *out) {    \
+        const T *sk = (const T *)p;                                                              \
+        int64_t c = 0;                                                                           \
+        for (int64_t i = 0; i < n; i++)                                                          \
+            if (sk[i] >= lo && sk[i] <= hi)                                                      \
+                out[c++] = ts__topk_entry((uint32_t)(int32_t)sk[i] + (BIAS), idx0 + (uint32_t)i); \
+        return c;                                                                                \
+    }                                                                                            \
+    int64_t ts__topk_dense_select_##W##__generic(const void *p, int64_t n, int32_t t,          \
+                                                 int64_t last, uint32_t idx0, uint64_t *out) {  \
+        const T *sk = (const T *)p;                                                              \
+        int64_t c = 0;                                                                           \
+        for (int64_t i = 0; i < n; i++) { /* branch-free: a good part of the row is kept */     \
+            out[c] = ts__topk_entry((uint32_t)(int32_t)sk[i] + (BIAS), idx0 + (uint32_t)i);      \
+            c += (sk[i] > t) | ((sk[i] == t) & (i <= last));                                     \
+        }                                                                                        \
+        return c;                                                                                \
     }
-    return c;
-}
+
+DENSE_KERNELS(s32, int32_t, 0x80000000u)
+DENSE_KERNELS(s16, int16_t, 0x8000u)
