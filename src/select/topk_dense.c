@@ -3,12 +3,14 @@
  * The streaming filter costs ~10 ns per kept entry (append, cut, order pass), which dominates
  * when a quarter of the row is kept (N = 8192, k = 2048). Here the k-th best entry (the pivot)
  * is found by counting passes over signed-order keys (int16 for bf16, int32 for f32), each a
- * compare-and-subtract at load speed: a 64-value strided sample brackets the pivot's key, binary search over the sample's
- * order statistics and then over key values narrows the bracket until it holds at most
- * TS__TOPK_GATHER_MAX values, which are gathered and radix-cut (ties included: entries carry the
- * index). A final pass emits every value above the pivot, and its ties up to the pivot's index,
- * in index order: exactly k, already in output order. The sample only steers the search; the
- * counts make every step exact. */
+ * compare-and-subtract at load speed: a 64-value strided sample brackets the pivot's key, binary
+ * search over the sample's order statistics and then over key values narrows the bracket until
+ * it holds at most TS__TOPK_GATHER_MAX values, which are gathered and radix-cut (ties included:
+ * entries carry the index), or a single key, whose ties are resolved by the index of its
+ * need-th occurrence. A final pass emits every value above the pivot, and its ties up to the
+ * pivot's index, in index order: exactly k, already in output order. The sample only steers the
+ * search; the counts make every step exact. Passes are cheap (a bf16 row of 8192 is 16 KB of
+ * keys), so narrowing down to a few dozen values costs less than gathering a wider band. */
 #include "select/topk_internal.h"
 
 #include <math.h>
@@ -21,16 +23,8 @@ static int64_t count_ge(const ts__topk_dense_ops *ops, const void *sk, int64_t n
     return t <= kmin ? n : ops->count_gt(sk, n, (int32_t)(t - 1));
 }
 
-/* Index of the need-th (1-based) i with sk[i] == t. Only rows with more than GATHER_MAX values
- * on one key come here (massive ties). */
 static inline int32_t key_at(const void *sk, bool bf16, int64_t i) {
     return bf16 ? ((const int16_t *)sk)[i] : ((const int32_t *)sk)[i];
-}
-
-static int64_t nth_equal(const void *sk, bool bf16, int64_t n, int32_t t, int64_t need) {
-    for (int64_t i = 0; i < n; i++)
-        if (key_at(sk, bf16, i) == t && --need == 0) return i;
-    return n - 1; /* unreachable: the counts guarantee need occurrences */
 }
 
 int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
@@ -47,13 +41,14 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
     /* bracket: c(klo) = chi >= k > clo = c(khi), so the pivot key is in [klo, khi) */
     int64_t klo = kmin, khi = kend, chi = n, clo = 0;
     if (n >= 4 * SAMPLES) {
-        int32_t q[SAMPLES];
+        int32_t v[SAMPLES], q[SAMPLES];
         const int64_t stride = n / SAMPLES;
+        for (int j = 0; j < SAMPLES; j++) v[j] = key_at(sk, bf16, j * stride + stride / 2);
+        /* descending by rank counting: branch-free, unlike an insertion sort of random keys */
         for (int j = 0; j < SAMPLES; j++) {
-            int32_t v = key_at(sk, bf16, j * stride + stride / 2);
-            int i = j;
-            for (; i > 0 && q[i - 1] < v; i--) q[i] = q[i - 1]; /* descending */
-            q[i] = v;
+            int r = 0;
+            for (int i = 0; i < SAMPLES; i++) r += (v[i] > v[j]) | ((v[i] == v[j]) & (i < j));
+            q[r] = v[j];
         }
         /* the pivot's expected sample rank r0, probed first at two standard deviations on
          * either side: usually the bracket is then a few ranks wide */
@@ -97,8 +92,8 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
             piv = ts__topk_cut(buf, m, need, tmp, bf16 ? 48 : 64,
                                ts__topk_index_bits((int64_t)idx0 + n));
         }
-    } else { /* one key holds them all */
-        piv = ts__topk_entry((uint32_t)klo + bias, idx0 + (uint32_t)nth_equal(sk, bf16, n, (int32_t)klo, need));
+    } else { /* one key holds more than GATHER_MAX: the pivot is its need-th occurrence */
+        piv = ts__topk_entry((uint32_t)klo + bias, idx0 + (uint32_t)ops->nth_eq(sk, n, (int32_t)klo, need));
     }
     const int32_t t = (int32_t)((uint32_t)(piv >> 32) - bias);
     return ops->select(sk, n, t, (int64_t)(ts__topk_entry_idx(piv) - idx0), idx0, out);

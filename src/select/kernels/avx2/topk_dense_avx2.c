@@ -157,6 +157,46 @@ int64_t ts__topk_dense_count_gt_s16__avx2(const void *p, int64_t n, int32_t t) {
     return c + ts__topk_dense_count_gt_s16__generic(sk + i, n - i, t);
 }
 
+/* Entries of the i in [0, n) (indices idx0 + i) with lo < sk[i] <= hi, in index order. LOAD8
+ * gives 8 keys as int32. hi = INT32_MAX: no upper bound. */
+#define SELECT_GT(NAME, T, LOAD8, BIAS)                                                          \
+    static int64_t NAME(const T *sk, int64_t n, int32_t lo, int32_t hi, uint32_t idx0,          \
+                        uint64_t *out) {                                                         \
+        const __m256i tv = _mm256_set1_epi32(lo), hv = _mm256_set1_epi32(hi);                   \
+        const __m256i bv = _mm256_set1_epi32((int)(BIAS));                                      \
+        __m256i nidx = _mm256_xor_si256(                                                         \
+            _mm256_add_epi32(_mm256_set1_epi32((int)idx0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), \
+            _mm256_set1_epi32(-1));                                                              \
+        const __m256i eight = _mm256_set1_epi32(8);                                              \
+        int64_t c = 0, i = 0;                                                                    \
+        for (; i + 8 <= n; i += 8) {                                                             \
+            __m256i s = LOAD8(sk + i);                                                           \
+            /* no test for an empty group: with a few percent kept it would mispredict */        \
+            __m256i in = _mm256_cmpgt_epi32(s, tv);                                             \
+            if (hi != INT32_MAX) in = _mm256_andnot_si256(_mm256_cmpgt_epi32(s, hv), in);         \
+            unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in));                  \
+            __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&k_compress[m])); \
+            __m256i key = _mm256_permutevar8x32_epi32(_mm256_add_epi32(s, bv), perm);           \
+            __m256i ni = _mm256_permutevar8x32_epi32(nidx, perm);                                \
+            _mm256_storeu_si256((__m256i *)(out + c), _mm256_unpacklo_epi32(ni, key));           \
+            _mm256_storeu_si256((__m256i *)(out + c + 4), _mm256_unpackhi_epi32(ni, key));       \
+            c += __builtin_popcount(m);                                                          \
+            nidx = _mm256_sub_epi32(nidx, eight); /* ~(idx + 8) = ~idx - 8 */                   \
+        }                                                                                        \
+        for (; i < n; i++) {                                                                     \
+            out[c] = ts__topk_entry((uint32_t)(int32_t)sk[i] + (BIAS), idx0 + (uint32_t)i);      \
+            c += sk[i] > lo && sk[i] <= hi;                                                      \
+        }                                                                                        \
+        return c;                                                                                \
+    }
+
+#define LOAD8_S32(q) _mm256_loadu_si256((const __m256i *)(q))
+#define LOAD8_S16(q) _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(q)))
+SELECT_GT(select_gt_s32, int32_t, LOAD8_S32, 0x80000000u)
+SELECT_GT(select_gt_s16, int16_t, LOAD8_S16, 0x8000u)
+
+/* The band holds at most a few dozen values: a walk over its hits costs less than a compress
+ * of every group (measured: that full compress was the largest cost of an 8192-value row). */
 int64_t ts__topk_dense_gather_s32__avx2(const void *p, int64_t n, int32_t lo, int32_t hi,
                                         uint32_t idx0, uint64_t *out) {
     const int32_t *sk = (const int32_t *)p;
@@ -170,7 +210,7 @@ int64_t ts__topk_dense_gather_s32__avx2(const void *p, int64_t n, int32_t lo, in
             __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(v, h), _mm256_cmpgt_epi32(v, l));
             m |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(in)) << (8 * g);
         }
-        while (m) { /* the band is narrow: few hits */
+        while (m) {
             int64_t j = i + __builtin_ctz(m);
             m &= m - 1;
             out[c++] = ts__topk_entry((uint32_t)sk[j] + 0x80000000u, idx0 + (uint32_t)j);
@@ -186,12 +226,16 @@ int64_t ts__topk_dense_gather_s16__avx2(const void *p, int64_t n, int32_t lo, in
         return ts__topk_dense_gather_s16__generic(sk, n, lo, hi, idx0, out);
     const __m256i l = _mm256_set1_epi16((short)(lo - 1)), h = _mm256_set1_epi16((short)hi);
     int64_t c = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(sk + i));
-        __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi16(v, h), _mm256_cmpgt_epi16(v, l));
-        uint32_t m = (uint32_t)_mm256_movemask_epi8(in) & 0x55555555u; /* one bit per key */
+    for (; i + 32 <= n; i += 32) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(sk + i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(sk + i + 16));
+        __m256i in0 = _mm256_andnot_si256(_mm256_cmpgt_epi16(v0, h), _mm256_cmpgt_epi16(v0, l));
+        __m256i in1 = _mm256_andnot_si256(_mm256_cmpgt_epi16(v1, h), _mm256_cmpgt_epi16(v1, l));
+        /* one bit per key: the even bits of the byte masks */
+        uint64_t m = ((uint64_t)(uint32_t)_mm256_movemask_epi8(in0) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(in1) << 32) & 0x5555555555555555ull;
         while (m) {
-            int64_t j = i + (__builtin_ctz(m) >> 1);
+            int64_t j = i + (__builtin_ctzll(m) >> 1);
             m &= m - 1;
             out[c++] = ts__topk_entry((uint32_t)(int32_t)sk[j] + 0x8000u, idx0 + (uint32_t)j);
         }
@@ -199,35 +243,49 @@ int64_t ts__topk_dense_gather_s16__avx2(const void *p, int64_t n, int32_t lo, in
     return c + ts__topk_dense_gather_s16__generic(sk + i, n - i, lo, hi, idx0 + (uint32_t)i, out + c);
 }
 
-/* Entries of sk[i] > t for i in [0, n) (indices idx0 + i), in index order. LOAD8 gives 8 keys
- * as int32. */
-#define SELECT_GT(NAME, T, LOAD8, BIAS, TAIL)                                                    \
-    static int64_t NAME(const T *sk, int64_t n, int32_t t, uint32_t idx0, uint64_t *out) {      \
-        const __m256i tv = _mm256_set1_epi32(t), bv = _mm256_set1_epi32((int)(BIAS));           \
-        __m256i nidx = _mm256_xor_si256(                                                         \
-            _mm256_add_epi32(_mm256_set1_epi32((int)idx0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), \
-            _mm256_set1_epi32(-1));                                                              \
-        const __m256i eight = _mm256_set1_epi32(8);                                              \
-        int64_t c = 0, i = 0;                                                                    \
-        for (; i + 8 <= n; i += 8) {                                                             \
-            __m256i s = LOAD8(sk + i);                                                           \
-            /* no test for an empty group: with a few percent kept it would mispredict */        \
-            unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(s, tv))); \
-            __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&k_compress[m])); \
-            __m256i key = _mm256_permutevar8x32_epi32(_mm256_add_epi32(s, bv), perm);           \
-            __m256i ni = _mm256_permutevar8x32_epi32(nidx, perm);                                \
-            _mm256_storeu_si256((__m256i *)(out + c), _mm256_unpacklo_epi32(ni, key));           \
-            _mm256_storeu_si256((__m256i *)(out + c + 4), _mm256_unpackhi_epi32(ni, key));       \
-            c += __builtin_popcount(m);                                                          \
-            nidx = _mm256_sub_epi32(nidx, eight); /* ~(idx + 8) = ~idx - 8 */                   \
-        }                                                                                        \
-        return c + TAIL(sk + i, n - i, t, -1, idx0 + (uint32_t)i, out + c);                      \
+/* Index of the need-th key equal to t: popcounts of equality masks, then a walk in the group
+ * that reaches need. */
+int64_t ts__topk_dense_nth_eq_s32__avx2(const void *p, int64_t n, int32_t t, int64_t need) {
+    const int32_t *sk = (const int32_t *)p;
+    const __m256i tv = _mm256_set1_epi32(t);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint32_t m = 0;
+        for (int g = 0; g < 4; g++) {
+            __m256i e = _mm256_cmpeq_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 8 * g)), tv);
+            m |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(e)) << (8 * g);
+        }
+        const int pc = __builtin_popcount(m);
+        if (pc < need) {
+            need -= pc;
+            continue;
+        }
+        while (--need) m &= m - 1;
+        return i + __builtin_ctz(m);
     }
+    return i + ts__topk_dense_nth_eq_s32__generic(sk + i, n - i, t, need);
+}
 
-#define LOAD8_S32(q) _mm256_loadu_si256((const __m256i *)(q))
-#define LOAD8_S16(q) _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(q)))
-SELECT_GT(select_gt_s32, int32_t, LOAD8_S32, 0x80000000u, ts__topk_dense_select_s32__generic)
-SELECT_GT(select_gt_s16, int16_t, LOAD8_S16, 0x8000u, ts__topk_dense_select_s16__generic)
+int64_t ts__topk_dense_nth_eq_s16__avx2(const void *p, int64_t n, int32_t t, int64_t need) {
+    const int16_t *sk = (const int16_t *)p;
+    if (t < INT16_MIN || t > INT16_MAX) return n - 1; /* no such key: outside the contract */
+    const __m256i tv = _mm256_set1_epi16((short)t);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i e0 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(sk + i)), tv);
+        __m256i e1 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(sk + i + 16)), tv);
+        uint64_t m = ((uint64_t)(uint32_t)_mm256_movemask_epi8(e0) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(e1) << 32) & 0x5555555555555555ull;
+        const int pc = __builtin_popcountll(m);
+        if (pc < need) {
+            need -= pc;
+            continue;
+        }
+        while (--need) m &= m - 1;
+        return i + (__builtin_ctzll(m) >> 1);
+    }
+    return i + ts__topk_dense_nth_eq_s16__generic(sk + i, n - i, t, need);
+}
 
 /* Ties with t are kept up to index last: sk >= t there, sk > t after (t > INT32_MIN: the key of
  * -inf is above it). */
@@ -235,14 +293,14 @@ int64_t ts__topk_dense_select_s32__avx2(const void *p, int64_t n, int32_t t, int
                                         uint32_t idx0, uint64_t *out) {
     const int32_t *sk = (const int32_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    int64_t c = select_gt_s32(sk, n0, t - 1, idx0, out);
-    return c + select_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+    int64_t c = select_gt_s32(sk, n0, t - 1, INT32_MAX, idx0, out);
+    return c + select_gt_s32(sk + n0, n - n0, t, INT32_MAX, idx0 + (uint32_t)n0, out + c);
 }
 
 int64_t ts__topk_dense_select_s16__avx2(const void *p, int64_t n, int32_t t, int64_t last,
                                         uint32_t idx0, uint64_t *out) {
     const int16_t *sk = (const int16_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    int64_t c = select_gt_s16(sk, n0, t - 1, idx0, out);
-    return c + select_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+    int64_t c = select_gt_s16(sk, n0, t - 1, INT32_MAX, idx0, out);
+    return c + select_gt_s16(sk + n0, n - n0, t, INT32_MAX, idx0 + (uint32_t)n0, out + c);
 }

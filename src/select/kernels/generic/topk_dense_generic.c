@@ -55,6 +55,13 @@ int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, void *out) {
             c += (sk[i] > t) | ((sk[i] == t) & (i <= last));                                     \
         }                                                                                        \
         return c;                                                                                \
+    }                                                                                            \
+    int64_t ts__topk_dense_nth_eq_##W##__generic(const void *p, int64_t n, int32_t t,          \
+                                                 int64_t need) {                                \
+        const T *sk = (const T *)p;                                                              \
+        for (int64_t i = 0; i < n; i++)                                                          \
+            if (sk[i] == t && --need == 0) return i;                                             \
+        return n - 1; /* fewer than need: outside the contract */                                \
     }
 
 DENSE_KERNELS(s32, int32_t, 0x80000000u)
