@@ -189,8 +189,8 @@ static void one_row(mqa_env *env, const char *name, int paged, int fp4, int64_t 
                     int threads) {
     const ts__bench_opts *opts = env->opts;
     char shape[96];
-    snprintf(shape, sizeof shape, "H%d D%d %lldq x %lldk%s", H, D, (long long)s, (long long)skv,
-             paged ? " blk64" : "");
+    snprintf(shape, sizeof shape, "%s H%d D%d %lldq x %lldk%s", fp4 ? "fp4" : "fp8", H, D,
+             (long long)s, (long long)skv, paged ? " blk64" : "");
     if (env->filter) {
         char full[160];
         snprintf(full, sizeof full, "%s %s", name, shape);
