@@ -311,6 +311,21 @@ TS_TEST(mqa_logits_fp8_oracle_paths) {
     TS_CHECK_STATUS(ts_fp8_mqa_logits(&q, &kv, &kvsf, &w, &ks, &ke, true, 0, &lg), TS_OK);
     TS_CHECK(out_equal(&o, &o2));
     free(o2.data);
+    /* weights rows with padding: the same bits */
+    {
+        float *wpad = malloc(sizeof(float) * (size_t)(in.s * (in.h + 3)));
+        for (int64_t i = 0; i < in.s; i++)
+            for (int64_t hh = 0; hh < in.h + 3; hh++)
+                wpad[i * (in.h + 3) + hh] = hh < in.h ? in.w[i * in.h + hh] : NAN;
+        ts_tensor wp = ts_tensor_2d(wpad, TS_F32, in.s, in.h);
+        wp.strides[0] = in.h + 3;
+        flat_init(&o2, &f);
+        lg = out_view(&o2);
+        TS_CHECK_STATUS(ts_fp8_fp4_mqa_logits(&q, NULL, &kv, &kvsf, &wp, &ks, &ke, true, 0, &lg), TS_OK);
+        TS_CHECK(out_equal(&o, &o2));
+        free(o2.data);
+        free(wpad);
+    }
     /* clean_logits = false leaves every out-of-range column untouched */
     f.clean = 0;
     flat_init(&o2, &f);
@@ -654,7 +669,12 @@ TS_TEST(mqa_logits_bad_input) {
     in.ke[2] = 40;
     in.ks[3] = -1;
     BAD(ts_fp8_fp4_mqa_logits(&q, NULL, &kv, &kvsf, &w, &ks, &ke, true, 0, &lg), TS_ERR_INVALID_ARGUMENT);
+    in.ks[3] = INT32_MIN;
+    BAD(ts_fp8_fp4_mqa_logits(&q, NULL, &kv, &kvsf, &w, &ks, &ke, true, 0, &lg), TS_ERR_INVALID_ARGUMENT);
     in.ks[3] = 0;
+    in.ke[4] = INT32_MAX;
+    BAD(ts_fp8_fp4_mqa_logits(&q, NULL, &kv, &kvsf, &w, &ks, &ke, true, 0, &lg), TS_ERR_INVALID_ARGUMENT);
+    in.ke[4] = 40;
     x = lg; x.shape[1] = 20;
     BAD(ts_fp8_fp4_mqa_logits(&q, NULL, &kv, &kvsf, &w, &ks, &ke, false, 20, &x), TS_ERR_INVALID_ARGUMENT);
     int64_t untouched = 0;
