@@ -478,7 +478,11 @@ TS_TEST(topk_sampled_threshold_exact) {
                                  {65536, 3000, 32, D_RANDOM}, {65536, 4096, 16, D_RANDOM},
                                  {20000, 4096, 5, D_TIES}, {8192, 2048, 0, D_RANDOM},
                                  {65536, 512, 0, D_RANDOM}, {65536, 700, 0, D_ASC},
-                                 {100000, 1, 0, D_DESC}, {30000, 20, 97, D_BITS}};
+                                 {100000, 1, 0, D_DESC}, {30000, 20, 97, D_BITS},
+                                 /* one spike on the small-k sample's grid (stride 256, offset
+                                  * 128): its threshold keeps 1 < k, the pseudo-random re-scan
+                                  * gives unordered entries; ties sorted from in-order entries */
+                                 {65536, 5, -128, D_ASC}, {100000, 300, 0, D_TIES}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         for (int bf = 0; bf < 2; bf++) {
             topk_case c;
@@ -496,7 +500,7 @@ TS_TEST(topk_sampled_threshold_exact) {
             fill_case(&c, &g, (dist)shapes[s][3]);
             const int64_t per = shapes[s][2];
             for (int64_t r = 0; per && r < c.batch; r++)
-                for (int64_t i = per / 2; i < c.n; i += per) {
+                for (int64_t i = per < 0 ? -per : per / 2; i < c.n; i += per < 0 ? c.n : per) {
                     if (c.bf16) ((uint16_t *)c.in)[r * c.row_stride + i] = 0x4700u; /* 32768 */
                     else ((float *)c.in)[r * c.row_stride + i] = 1.0e30f;
                 }

@@ -149,9 +149,11 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
     return *thr == *thr; /* a NaN sample: no threshold */
 }
 
-/* Top-min(k, hi-lo) of row[lo, hi) into cand[0..); returns the count (0 when a NaN was seen). */
+/* Top-min(k, hi-lo) of row[lo, hi) into cand[0..); returns the count (0 when a NaN was seen).
+ * *ordered: the entries are in index order (blocks visited in order; appends and cuts keep the
+ * order they come in). */
 static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int64_t hi,
-                            uint64_t *cand, uint64_t *tmp, int *nan) {
+                            uint64_t *cand, uint64_t *tmp, int *nan, int *ordered) {
     const int64_t k = p->k, trigger = k + p->b2, len = hi - lo;
     const int64_t m = ts__ceil_div(len, BLOCK);
     const int ib = ts__topk_index_bits(hi);
@@ -168,6 +170,7 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
          * (measured 64 x 1M bf16 k 512: 16.0 -> 11.0 ms). Without one, the pseudo-random order
          * is the defence. */
         const bool in_order = have_thr && pass == 0;
+        *ordered = in_order || m == 1;
         for (int64_t i = 0; i < m; i++) {
             int64_t blk = in_order ? i : (int64_t)(((uint64_t)i * P + A) % (uint64_t)m);
             int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
@@ -241,7 +244,9 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
                                p->k, (uint32_t)lo, g + 2 * gcap, g, g + gcap, cand, &nan);
             p->ordered[it] = 1;
         } else {
-            c = scan_segment(p, p->in + r * p->in_stride, lo, hi, cand, cand + cap, &nan);
+            int ord = 0;
+            c = scan_segment(p, p->in + r * p->in_stride, lo, hi, cand, cand + cap, &nan, &ord);
+            p->ordered[it] = ord;
         }
         p->nan[it] = nan;
         p->count[it] = c;
@@ -296,13 +301,14 @@ static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
                 dst[i] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)i);
             }
             p->count[it0] = L;
-            if (p->o.sorted && L > 1) ts__topk_sort_desc(dst, buf, L, ts__topk_index_bits(L), p->bits);
+            if (p->o.sorted && L > 1) ts__topk_sort_desc(dst, buf, L, 0, p->bits); /* in index order */
             continue;
         }
-        int nan = 0;
+        int nan = 0, ordered = 1;
         int64_t n = 0;
         for (int64_t q = 0; q < parts; q++) {
             nan |= p->nan[it0 + q];
+            ordered &= p->ordered[it0 + q]; /* parts cover ascending ranges; the cut is stable */
             if (parts > 1)
                 memcpy(buf + n, p->stage + (it0 + q) * k, (size_t)p->count[it0 + q] * sizeof(uint64_t));
             n += p->count[it0 + q];
@@ -317,7 +323,12 @@ static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
             memcpy(dst, buf, (size_t)n * sizeof(uint64_t));
         }
         p->count[it0] = n;
-        if (!p->o.sorted && parts == 1 && p->ordered[it0]) continue;
+        /* Entries in index order need no index digits: unsorted output is done, and a stable
+         * sort on the key bits alone (ib = 0) keeps equal values in ascending index order. */
+        if (ordered) {
+            if (p->o.sorted) ts__topk_sort_desc(dst, buf, n, 0, sort_bits);
+            continue;
+        }
         if (!p->o.sorted && L <= BITMAP_PER_K * k)
             index_order_bitmap(p, p->in + r * p->in_stride, L, dst, n, buf);
         else

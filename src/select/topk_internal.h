@@ -62,7 +62,8 @@ static inline int ts__topk_index_bits(int64_t n) {
 
 /* Stable LSD radix sort of a[0..n), descending on bits [0, hi_bit) less the all-ones ~index
  * bits [ib, 32) (indices below 2^ib). hi_bit 32 = ascending index; 32 + key bits = descending
- * value, ties by ascending index. tmp holds n entries. */
+ * value, ties by ascending index. ib = 0 sorts the key bits only: for entries already in
+ * ascending index order, where stability breaks the ties. tmp holds n entries. */
 void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int ib, int hi_bit);
 
 /* Dense rows (n a small multiple of k, row in L1/L2): the exact pivot is found by counting
