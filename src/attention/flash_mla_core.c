@@ -43,6 +43,28 @@ static void decode_token(const ts__mla_kernels *kern, const ts__mla_toklist *tl,
     }
 }
 
+/* Sparse tokens are random gathers (often from DRAM): touch the next tile's rows while this
+ * tile's PV runs, so its decode finds them in cache. Hints only: no effect on results. */
+static void prefetch_tile(const ts__mla_toklist *tl, int64_t t0, int64_t t1, int64_t dk) {
+    for (int64_t t = t0; t < t1; t++) {
+        const uint8_t *p;
+        int64_t bytes = dk * 2;
+        if (tl->dense) {
+            p = tl->base + (int64_t)tl->btab[t / tl->page] * tl->block_stride +
+                (t % tl->page) * tl->row_stride;
+        } else {
+            p = tl->ptr[t];
+            if (tl->kinds[t] == TS__MLA_TOK_V32) bytes = 656;
+            else if (tl->kinds[t] == TS__MLA_TOK_MODEL1) {
+                bytes = 576;
+                __builtin_prefetch(tl->sptr[t], 0, 2);
+            }
+        }
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+        __builtin_prefetch(p + bytes - 1, 0, 2);
+    }
+}
+
 void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int64_t r0,
                       int64_t r1, const ts__mla_toklist *tl, int64_t t0, int64_t t1, void *ws,
                       ts__mla_state *st) {
@@ -94,6 +116,7 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
             pos[j] = TS__MLA_POS_INVALID;
         }
         kern->qk(qs, rp, kt, dk, ntp, rows->scale, sc);
+        if (!tl->dense) prefetch_tile(tl, ts + nt, ts__min64(t1, ts + nt + TS__MLA_TILE), dk);
         kern->softmax(sc, rp, ntp, pos, lim, m, l, alpha);
         kern->pv(sc, rp, kt, dk, ntp, alpha, o);
     }
