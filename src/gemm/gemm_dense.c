@@ -214,6 +214,19 @@ static void copy_item(const gemm_job *j, const ts__gemm_problem *p, int64_t m0, 
     }
 }
 
+/* ts__gemm_f32_to_bf16 of 16 values without branches (RNE; NaN -> 0x7FC0 with its sign), so
+ * that gcc vectorises it. */
+static void store_bf16x16(uint16_t *dst, const float *src) {
+    for (int q = 0; q < NR; q++) {
+        uint32_t u;
+        memcpy(&u, &src[q], 4);
+        const int32_t mag = (int32_t)(u & 0x7FFFFFFFu);
+        const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t qnan = ((u >> 16) & 0x8000u) | 0x7FC0u;
+        dst[q] = (uint16_t)(mag > 0x7F800000 ? qnan : rne);
+    }
+}
+
 static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, float *sbp,
                      float *apack, float *sap) {
     const ts__gemm_problem *p = find_problem(j, item);
@@ -250,8 +263,17 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
             for (int64_t jt = 0; jt < n_nt; jt++) {
                 const float *bp = bpack + jt * KC * NR, *sb = sbp + jt * NKB_MAX * NR;
                 float *acc_col = acc + jt * n_mt * MR * NR;
+                /* The item's B panel (KC x nb) lives in L3: bring the next micro-panel into
+                 * L2 a slice per kernel call, so the first calls on it do not wait for L3
+                 * (measured ~+4% at [512, 4096, 4096] FP8, 1 thread). */
+                const char *bnext = (const char *)(bp + KC * NR);
+                const int64_t lines = KC * NR * (int64_t)sizeof(float) / 64;
+                const int64_t per = ts__ceil_div(lines, mct);
                 for (int64_t it = 0; it < mct; it++) {
                     float *t = acc_col + (ic + it) * MR * NR;
+                    if (jt + 1 < n_nt)
+                        for (int64_t l = it * per; l < ts__min64((it + 1) * per, lines); l++)
+                            __builtin_prefetch(bnext + l * 64, 0, 2);
                     if (j->scaled)
                         j->kern->scaled(kc, j->g, apack + it * KC * MR, bp, sap + it * NKB_MAX * MR,
                                         sb, t);
@@ -270,6 +292,10 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
             int64_t mrow = m0 + it * MR, ncol = n0 + jt * NR;
             for (int64_t i = 0; i < ri; i++) {
                 const float *ti = t + i * NR;
+                if (!p->c && !f32 && cj == NR) { /* the common case, in a loop gcc vectorises */
+                    store_bf16x16((uint16_t *)p->d + (mrow + i) * p->ld_d + ncol, ti);
+                    continue;
+                }
                 float v[NR];
                 if (p->c && f32) {
                     const float *cp = (const float *)p->c + (mrow + i) * p->ld_c + ncol;
