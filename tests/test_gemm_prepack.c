@@ -128,12 +128,30 @@ static ts_status pack(const prob *p, ts_packed_weight **pw) {
                              p->kind == R_BF16 ? NULL : p->rb, p->kn, pw);
 }
 
-static const int64_t g_ms[] = {1, 2, 4, 7, 16, 17, 40};
+static const int64_t g_ms[] = {1, 2, 3, 4, 5, 7, 16, 17, 40};
+
+/* Codes the fast decoders treat apart: e4m3 NaN (0x7F, 0xFF) in B (nan_codes), and ue8m0
+ * scale bytes 0 (2^-127, subnormal) and, with nan_scales, 255 (NaN) in sfb. Not both NaN kinds
+ * at once: where two NaNs of different signs meet in one fma, which one propagates is the
+ * hardware's operand rule, not part of the canonical order. */
+static void add_specials(prob *p, bool nan_codes, bool nan_scales) {
+    uint8_t *b = (uint8_t *)p->b;
+    const int64_t nb = p->groups * p->n * p->k; /* e4m3 only */
+    if (nan_codes)
+        for (int64_t i = 0; i < nb; i += 37) b[i] = (i / 37) % 2 ? 0xFF : 0x7F;
+    if (p->sf_u8) {
+        uint8_t *s = (uint8_t *)p->sfb;
+        const int64_t ns = 4 * p->tsfb.shape[0] * p->tsfb.shape[1];
+        for (int64_t i = 3; i < ns; i += 29) s[i] = nan_scales && (i / 29) % 2 ? 255 : 0;
+    }
+}
 
 /* Every M, packed and unpacked, under every ISA x thread count, equals the unpacked
  * generic single-thread result. */
-static void check_dense(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_t k, bool kn) {
+static void check_dense_x(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_t k, bool kn,
+                          int specials) {
     prob p = prob_make(kind, 40, n, k, 1, kn, 1000 + (uint64_t)kind * 10 + (uint64_t)k);
+    if (specials) add_specials(&p, specials == 1, specials == 2);
     ts_packed_weight *pw = NULL;
     TS_CHECK_STATUS(pack(&p, &pw), TS_OK);
     TS_CHECK(ts_packed_weight_nbytes(pw) > 0);
@@ -168,6 +186,18 @@ static void check_dense(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_t 
     ts_packed_weight_destroy(pw);
     free(ref), free(d);
     prob_free(&p);
+}
+
+static void check_dense(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_t k, bool kn) {
+    check_dense_x(ts_t_, kind, n, k, kn, 0);
+}
+
+/* NaN weight codes and extreme scale bytes, in packed weights (the AVX2 decoder's NaN and
+ * scale fix-ups) and in plain full 32-row panels (bytes transposed, then NaN-scanned). */
+TS_TEST(gemm_prepack_fp8_special_codes_bitwise) {
+    check_dense_x(ts_t_, R_FP8_UE8M0, 64, 300, false, 1); /* NaN codes, scale bytes 0 */
+    check_dense_x(ts_t_, R_FP8_UE8M0, 64, 300, false, 2); /* scale bytes 0 and 255 */
+    check_dense_x(ts_t_, R_FP8_BLOCK, 96, 260, false, 1);
 }
 
 TS_TEST(gemm_prepack_fp8_block_bitwise) {

@@ -2,12 +2,15 @@
  * a stream over the weight. Work items are (problem, 32-column panel) pairs, split over the
  * threads along N only (K is never split). Per panel: the f32 accumulator [m][32] stays in
  * L1 while the weight streams once: a pre-packed weight straight from its packed rows (each
- * block's values then its scales, front to back), a plain one through 256-value K-major
- * chunks converted to f32 rows (e4m3 on AVX2: byte-transposed into packed rows instead). Each thread converts A (and its scales) to f32 once per
- * problem it meets. The arithmetic is the canonical order, so the bits equal the big-M path's. */
+ * block's values then its scales, front to back, one kernel call per panel), a plain one
+ * through 256-value K-major chunks converted to f32 rows (e4m3 on AVX2: byte-transposed into
+ * packed rows instead). Each thread converts A (and its scales) to f32 once per problem it
+ * meets, plus a copy times 2^TS__GEMM_DEC_AHI_EXP for kernels that decode B pre-scaled. The
+ * arithmetic is the canonical order, so the bits equal the big-M path's. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -19,7 +22,7 @@ typedef struct dec_job {
     int64_t nprob, n, npanel, g, k_max;
     ts_dtype d_dtype;
     bool scaled;
-    size_t af_floats, sa_floats, acc_floats, bbuf_floats, sb_floats;
+    size_t af_floats, ahi_floats, sa_floats, acc_floats, bbuf_floats, sb_floats;
     atomic_bool oom;
 } dec_job;
 
@@ -50,8 +53,22 @@ static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float
     }
 }
 
+/* Plain K-major e4m3 weight: the chunk after (n0, k0) is 32 rows x KCD bytes, 32 strided
+ * streams the hardware prefetchers do not follow; fetching it while this chunk computes keeps
+ * the byte transpose from waiting on DRAM. */
+static void prefetch_next_chunk(const ts__gemm_operand *b, int64_t n, int64_t n0, int64_t k0) {
+    if (b->pw || b->dtype != TS_E4M3 || !b->k_major || b->s_k != 1) return;
+    int64_t kn = k0 + KCD, nn = n0;
+    if (kn >= b->k) kn = 0, nn = n0 + W;
+    if (nn + W > n) return;
+    const int64_t len = ts__min64(KCD, b->k - kn);
+    const uint8_t *base = (const uint8_t *)b->data + nn * b->s_mn + kn;
+    for (int64_t r = 0; r < W; r++)
+        for (int64_t q = 0; q < len; q += 64) __builtin_prefetch(base + r * b->s_mn + q, 0, 3);
+}
+
 static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, const float *af,
-                      const float *saf, float *acc, float *bbuf, float *sbuf) {
+                      const float *ahf, const float *saf, float *acc, float *bbuf, float *sbuf) {
     const int64_t m = p->m, n0 = pi * W, cols = ts__min64(W, j->n - n0);
     memset(acc, 0, (size_t)(m * W) * sizeof(float));
     ts__gemm_dec_args x;
@@ -66,25 +83,26 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
         x.nan_free = pw->nan_free;
         x.row_bytes = pw->row_bytes;
         x.sb_u8 = pw->sf_u8;
-        for (int64_t b = 0; b < pw->nkb; b++) {
-            const int64_t k0 = b * pw->kb;
-            const uint8_t *blk = panel + b * pw->block_bytes;
-            x.bp = blk;
-            x.len = ts__min64(pw->kb, p->k - k0);
-            x.a = af + k0 * m;
-            if (j->scaled) {
-                x.sa = saf + (k0 / j->g) * m;
-                x.sb = blk + pw->kb * pw->row_bytes;
-                x.sb_step = 0;
-            }
-            j->kern->decode(&x);
+        x.sf_normal = pw->sf_normal;
+        x.bp = panel;
+        x.len = p->k;
+        x.a = af;
+        x.a_hi = ahf;
+        /* bf16 blocks are bare rows (no scales, 64-byte multiples): one contiguous stream */
+        if (pw->block_bytes != pw->kb * pw->row_bytes) {
+            x.blk_rows = pw->kb;
+            x.blk_bytes = pw->block_bytes;
+            x.sb_off = pw->kb * pw->row_bytes;
         }
+        if (j->scaled) x.sa = saf;
+        j->kern->decode(&x);
     } else {
         x.bp = bbuf;
         x.sb = sbuf;
         x.sb_step = W;
         for (int64_t k0 = 0; k0 < p->k; k0 += KCD) {
             const int64_t kc = ts__min64(KCD, p->k - k0);
+            prefetch_next_chunk(&p->b, j->n, n0, k0);
             x.fmt = TS_F32;
             x.row_bytes = 4 * W;
 #if defined(TS_HAVE_AVX2_KERNELS)
@@ -94,12 +112,13 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
                 ts__gemm_pack_e4m3_bytes__avx2(&p->b, n0, k0, kc, (uint8_t *)bbuf)) {
                 x.fmt = TS_E4M3;
                 x.row_bytes = W;
-                x.nan_free = false;
+                x.nan_free = ts__gemm_dec_slot_e4m3__avx2((uint8_t *)bbuf, kc);
             } else
 #endif
                 ts__gemm_pack_panel(&p->b, n0, cols, k0, kc, W, bbuf);
             x.len = kc;
             x.a = af + k0 * m;
+            x.a_hi = ahf ? ahf + k0 * m : NULL;
             if (j->scaled) {
                 ts__gemm_pack_scales(&p->b, n0, cols, k0 / j->g, ts__ceil_div(kc, j->g), j->g, W,
                                      sbuf);
@@ -113,13 +132,14 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
 
 static void dec_task(void *ctx, int64_t begin, int64_t end, int tid) {
     dec_job *j = (dec_job *)ctx;
-    size_t total = j->af_floats + j->sa_floats + j->acc_floats + j->bbuf_floats + j->sb_floats;
+    size_t total = j->af_floats + j->ahi_floats + j->sa_floats + j->acc_floats + j->bbuf_floats +
+                   j->sb_floats;
     float *s = (float *)ts__scratch(tid, total * sizeof(float));
     if (!s) { /* reserved before the parallel region; only a changed thread mapping gets here */
         atomic_store(&j->oom, true);
         return;
     }
-    float *af = s, *saf = af + j->af_floats, *acc = saf + j->sa_floats,
+    float *af = s, *ahf = af + j->af_floats, *saf = ahf + j->ahi_floats, *acc = saf + j->sa_floats,
           *bbuf = acc + j->acc_floats, *sbuf = bbuf + j->bbuf_floats;
     int64_t cur = -1;
     for (int64_t item = begin; item < end; item++) {
@@ -127,12 +147,16 @@ static void dec_task(void *ctx, int64_t begin, int64_t end, int tid) {
         const ts__gemm_problem *p = &j->probs[pi];
         if (pi != cur) {
             ts__gemm_pack_panel(&p->a, 0, p->m, 0, p->k, (int)p->m, af);
-            if (j->scaled)
+            if (j->scaled) {
                 ts__gemm_pack_scales(&p->a, 0, p->m, 0, ts__ceil_div(p->k, j->g), j->g,
                                      (int)p->m, saf);
+                /* A is e4m3 / e2m1 here: times 2^64 is exact */
+                const float hi = ldexpf(1.0f, TS__GEMM_DEC_AHI_EXP);
+                for (int64_t q = 0; q < p->m * p->k; q++) ahf[q] = af[q] * hi;
+            }
             cur = pi;
         }
-        run_panel(j, p, panel, af, saf, acc, bbuf, sbuf);
+        run_panel(j, p, panel, af, j->scaled ? ahf : NULL, saf, acc, bbuf, sbuf);
     }
 }
 
@@ -150,12 +174,14 @@ ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,
     j->scaled = scaled;
     for (int64_t i = 0; i < nprob; i++) j->k_max = ts__max64(j->k_max, probs[i].k);
     j->af_floats = align_floats((size_t)(TS__GEMM_SMALL_M * j->k_max));
+    j->ahi_floats = scaled ? j->af_floats : 0;
     j->sa_floats = align_floats(scaled ? (size_t)(TS__GEMM_SMALL_M * ts__ceil_div(j->k_max, g)) : 0);
     j->acc_floats = align_floats((size_t)(TS__GEMM_SMALL_M * W));
     j->bbuf_floats = align_floats((size_t)(KCD * W));
     j->sb_floats = align_floats((size_t)(KCD / 32 * W));
     const int64_t items = nprob * j->npanel;
-    size_t bytes = (j->af_floats + j->sa_floats + j->acc_floats + j->bbuf_floats + j->sb_floats) *
+    size_t bytes = (j->af_floats + j->ahi_floats + j->sa_floats + j->acc_floats +
+                    j->bbuf_floats + j->sb_floats) *
                    sizeof(float);
     TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(items, 1, bytes));
     atomic_store(&j->oom, false);

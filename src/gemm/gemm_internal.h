@@ -30,9 +30,10 @@ typedef struct ts__gemm_operand {
 /* ---- pre-packed weights (gemm_prepack.c) ----
  * Per group: panels of TS__PW_W columns, panel-major; per panel, nkb blocks of kb K values,
  * each block_bytes long: kb rows of TS__PW_W values (row = one K value across the panel's
- * columns; e4m3 one byte each, e2m1 two per byte in the order of ts__pw_e2m1_pos, bf16 two
- * bytes each), zeros past K and past N, then TS__PW_W scales (f32, or one ue8m0
- * byte each when sf_u8; replicated per column for gran_mn 128; 0 past N). */
+ * columns; e4m3 one byte each, e2m1 two per byte, both in the slot order of ts__pw_slot;
+ * bf16 two bytes each, column order), zeros past K and past N, then TS__PW_W scales in column
+ * order (f32, or one ue8m0 byte each when sf_u8; replicated per column for gran_mn 128; 0 past
+ * N). */
 #define TS__PW_W 32
 struct ts_packed_weight {
     uint64_t magic;
@@ -44,6 +45,7 @@ struct ts_packed_weight {
     bool sf_u8;          /* scales stored as ue8m0 bytes */
     bool sf_pow2;        /* every f32 scale is a positive power of two (ue8m0 routes) */
     bool nan_free;       /* no e4m3 NaN code (lets the decoder skip the NaN fix-up) */
+    bool sf_normal;      /* sf_u8: no scale byte is 0 or 255 (decoded by a shift alone) */
     int64_t gran_mn, gran_k;
     int64_t kb, nkb, npanel;
     int64_t row_bytes;   /* bytes of one K row of a panel */
@@ -53,15 +55,12 @@ struct ts_packed_weight {
 };
 #define TS__PW_MAGIC 0x7473707765696768ull
 
-/* e2m1 panels place column c = 8t + j (t < 4, j < 8) at nibble q = 4j + t of the row's 16
- * bytes (q < 16: low nibble of byte q; else high nibble of byte q - 16): the AVX2 decoder then
- * splits nibbles with one per-lane shift and expands bytes to 32-bit lanes with shifts
- * instead of shuffles (kernels/avx2/gemm_decode_avx2.c). */
-static inline void ts__pw_e2m1_pos(int64_t c, int64_t *byte, int *shift) {
-    const int64_t q = 4 * (c % 8) + c / 8;
-    *byte = q & 15;
-    *shift = (int)(q >> 4) * 4;
-}
+/* Slot of column c (< 32) in a packed e4m3 / e2m1 row: q = 4 (c % 8) + c / 8, i.e. byte q
+ * (e4m3) or nibble q (e2m1: byte q / 2, low nibble for even q). So 32-bit lane L of a row
+ * holds columns L, 8 + L, 16 + L, 24 + L (e4m3; e2m1: 16-bit lane L), and the AVX2 decoder
+ * (kernels/avx2/gemm_decode_avx2.c) gets each group of 8 columns by shifts and a mask, with
+ * no shuffle (e2m1: one zero-extension). */
+static inline int64_t ts__pw_slot(int64_t c) { return 4 * (c % 8) + c / 8; }
 
 /* A packed weight's group g as an NT operand (no checks). */
 ts__gemm_operand ts__gemm_packed_operand(const struct ts_packed_weight *pw, int64_t g);

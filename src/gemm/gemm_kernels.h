@@ -27,7 +27,12 @@ typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *
  * over `len` K values.
  *   fmt TS_E4M3 / TS_E2M1X2 / TS_BF16: B rows in the packed-weight layout (gemm_internal.h),
  *   row_bytes apart; TS_F32: f32 rows of 32 values (row_bytes = 128).
- *   a: f32 A values, a[k * m + i].
+ *   blk_bytes > 0 (a packed weight's whole panel): K row k lies in block k / blk_rows, at
+ *   bp + (k / blk_rows) * blk_bytes + (k % blk_rows) * row_bytes, and the 32 scales of the
+ *   block holding K value k at bp + (k / blk_rows) * blk_bytes + sb_off (sb, sb_step unused);
+ *   blk_rows is a multiple of g. blk_bytes == 0: rows k * row_bytes from bp.
+ *   a: f32 A values, a[k * m + i]; a_hi (scaled e4m3 / e2m1 only, may be NULL): the same
+ *   values times 2^TS__GEMM_DEC_AHI_EXP (exact), for kernels that decode B pre-scaled.
  *   Scaled (sa != NULL): sub-blocks of g values from k = 0 (the last may be short); for
  *   sub-block s: p = 0; p = fmaf(a, b, p) over its K values; then
  *   acc[i * 32 + j] = fmaf(p, sa[s * m + i] * sb_s[j], acc), sb_s = the 32 scales at
@@ -36,13 +41,16 @@ typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *
  * Every lane is one output column's scalar fmaf chain, so all ISA versions give the same bits
  * as the 6x16 kernels. */
 #define TS__GEMM_DW 32
+#define TS__GEMM_DEC_AHI_EXP 64
 typedef struct ts__gemm_dec_args {
     int fmt; /* ts_dtype */
     bool nan_free; /* TS_E4M3: no NaN code in the B rows */
+    bool sf_normal; /* sb_u8: no scale byte is 0 or 255 (plain 2^(e-127) by a shift) */
     int64_t len, g, m;
     const void *bp;
     int64_t row_bytes;
-    const float *a, *sa;
+    int64_t blk_rows, blk_bytes, sb_off;
+    const float *a, *a_hi, *sa;
     const void *sb;
     bool sb_u8;
     int64_t sb_step; /* scales (elements) between sub-blocks; 0: one set for all */
@@ -68,12 +76,17 @@ struct ts__gemm_operand;
  * and w in {MR, NR, TS__GEMM_DW}: same floats, decoded and transposed with AVX2. Returns false (nothing
  * written) for any other case. */
 /* Plain e4m3 weight (K-major, unit K stride), rows r0 .. r0 + 31, K values k0 .. k0 + kc - 1
- * -> dst[k * 32 + i] = code (row r0 + i, k0 + k): the packed-weight row layout, so the decode
- * kernel streams it as it streams a packed weight. False (nothing written) for other operands. */
+ * -> dst[k * 32 + i] = code (row r0 + i, k0 + k), column order (the decode driver re-orders it
+ * into the packed weight's slots and streams it as a packed weight). False (nothing written)
+ * for other operands. */
 bool ts__gemm_pack_e4m3_bytes__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                     int64_t kc, uint8_t *dst);
 bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                 int64_t kc, int w, float *dst);
+/* Plain e4m3 rows from ts__gemm_pack_e4m3_bytes__avx2 (n rows of 32 codes in column order)
+ * re-ordered in place into the packed weight's slot order (ts__pw_slot); returns whether no
+ * code is a NaN (magnitude 0x7F). In gemm_decode_avx2.c. */
+bool ts__gemm_dec_slot_e4m3__avx2(uint8_t *rows, int64_t n);
 #endif
 
 /* The table for the ISA in use (read once per call by the driver). */

@@ -34,33 +34,31 @@ static inline uint8_t scale_u8(const ts__gemm_operand *op, int64_t r, int64_t ki
     return (uint8_t)(word >> ((kidx & 3) * 8));
 }
 
-static void pack_group(const struct ts_packed_weight *pw, const ts__gemm_operand *op,
-                       uint8_t *dst) {
+/* Also clears pw->sf_normal when a scale byte is 0 or 255. */
+static void pack_group(struct ts_packed_weight *pw, const ts__gemm_operand *op, uint8_t *dst) {
     const int64_t W = TS__PW_W;
     for (int64_t r = 0; r < pw->n; r++) {
-        const int64_t j = r % W;
+        const int64_t j = r % W, q = ts__pw_slot(j);
         uint8_t *panel = dst + (r / W) * pw->panel_bytes;
-        for (int64_t k = 0; k < pw->k; k++) {
-            uint8_t *row = panel + (k / pw->kb) * pw->block_bytes + (k % pw->kb) * pw->row_bytes;
-            uint32_t c = raw_code(op, r, k);
-            switch (pw->dtype) {
-            case TS_E4M3: row[j] = (uint8_t)c; break;
-            case TS_BF16: memcpy(row + 2 * j, &(uint16_t){(uint16_t)c}, 2); break;
-            default: {
-                int64_t byte;
-                int sh;
-                ts__pw_e2m1_pos(j, &byte, &sh);
-                row[byte] |= (uint8_t)(c << sh);
-                break;
-            }
+        for (int64_t k0 = 0, b = 0; k0 < pw->k; k0 += pw->kb, b++) {
+            uint8_t *row = panel + b * pw->block_bytes;
+            const int64_t k1 = ts__min64(pw->k, k0 + pw->kb);
+            for (int64_t k = k0; k < k1; k++, row += pw->row_bytes) {
+                uint32_t c = raw_code(op, r, k);
+                switch (pw->dtype) {
+                case TS_E4M3: row[q] = (uint8_t)c; break;
+                case TS_BF16: memcpy(row + 2 * j, &(uint16_t){(uint16_t)c}, 2); break;
+                default: row[q >> 1] |= (uint8_t)(c << ((q & 1) * 4)); break;
+                }
             }
         }
         if (!pw->scaled) continue;
         for (int64_t b = 0; b < pw->nkb; b++) {
             uint8_t *sc = panel + b * pw->block_bytes + pw->kb * pw->row_bytes;
-            if (pw->sf_u8)
+            if (pw->sf_u8) {
                 sc[j] = scale_u8(op, r, b);
-            else {
+                if (sc[j] == 0 || sc[j] == 255) pw->sf_normal = false;
+            } else {
                 float s = scale_f32(op, r, b);
                 memcpy(sc + 4 * j, &s, 4);
             }
@@ -158,6 +156,7 @@ ts_status ts_gemm_prepack_b(const ts_tensor *b, const ts_tensor *sfb, const int6
     h.nbytes = (size_t)(h.groups * h.group_bytes);
     h.sf_pow2 = true;
     h.nan_free = true;
+    h.sf_normal = true;
 
     struct ts_packed_weight *pw = (struct ts_packed_weight *)calloc(1, sizeof *pw);
     uint8_t *data = (uint8_t *)ts__aligned_alloc(h.nbytes ? h.nbytes : 64);
@@ -250,7 +249,7 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
             const int64_t r = r0 + i, j = r % TS__PW_W;
             const uint8_t *row = blk + (r / TS__PW_W) * pw->panel_bytes;
             switch (pw->dtype) {
-            case TS_E4M3: d[i] = ts__gemm_lut.e4m3[row[j]]; break;
+            case TS_E4M3: d[i] = ts__gemm_lut.e4m3[row[ts__pw_slot(j)]]; break;
             case TS_BF16: {
                 uint16_t hb;
                 memcpy(&hb, row + 2 * j, 2);
@@ -259,10 +258,8 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
                 break;
             }
             default: {
-                int64_t byte;
-                int sh;
-                ts__pw_e2m1_pos(j, &byte, &sh);
-                d[i] = ts__gemm_lut.e2m1[(row[byte] >> sh) & 0xF];
+                const int64_t q = ts__pw_slot(j);
+                d[i] = ts__gemm_lut.e2m1[(row[q >> 1] >> ((q & 1) * 4)) & 0xF];
                 break;
             }
             }

@@ -1,79 +1,86 @@
 /* AVX2/FMA decode (small-M) kernel: one 32-column panel, B decoded straight from the packed
- * weight rows into four ymm (8 columns each) per K value, two A rows at a time (8 independent
- * FMA chains, enough to cover the FMA latency). Lanes run across columns only, so each lane
- * performs the scalar fmaf chain of the generic kernel.
+ * weight rows into ymm registers (8 columns each), A broadcast per row. Lanes run across
+ * columns only, so each lane performs the scalar fmaf chain of the generic kernel.
  *
- * e4m3 rows are widened to the f16 of value * 2^-8 (vcvtph2ps, no multiply) and the A value
- * is multiplied by 256 instead: A is e4m3 or e2m1 here, so a * 256 is exact, and the product
- * (256a)(b/256) = ab is exact either way, so every fma rounds the same real number. e2m1 rows
- * decode to 2b (small integers) and A is halved, likewise exact. With more
- * than two rows, each K block is decoded once into an L1 buffer of f32 rows and the rows are
- * read from there, so the decode is not repeated per row pair. */
+ * e4m3 / e2m1 rows decode to f32 bit patterns with two shifts (16- and 32-bit) and a mask per
+ * 8 columns, no conversion instruction: the slot order of ts__pw_slot puts columns L, 8 + L,
+ * 16 + L, 24 + L in 32-bit lane L (e2m1: in 16-bit lane L, zero-extended to 32 bits first),
+ * and a code's magnitude bits land in the f32 exponent/mantissa field unchanged, its sign in
+ * bit 31. That reads the code as b * 2^-120 (e4m3: code magnitude << 20; its subnormals
+ * become f32 subnormals, exactly) or b * 2^-126 (e2m1: magnitude << 22). A is read
+ * pre-multiplied by 2^64 (a_hi, exact), so each product is a * b * 2^-56 (e4m3) or 2^-62
+ * (e2m1), exact, and every partial sum is the canonical one times that power of two: every
+ * nonzero canonical partial sum is a multiple of 2^-18 (A and B are e4m3 / e2m1), so the
+ * scaled sums stay normal and round exactly as the unscaled ones. Before the promotion the
+ * sum is multiplied back (exact), so acc = fmaf(p, sa * sb, acc) sees the canonical p.
+ * e4m3 code magnitude 0x7F is patched to the quiet NaN unless the weight is NaN-free.
+ *
+ * Shapes: one row: two sub-blocks interleaved (8 independent FMA chains, the block sums are
+ * independent), each promoted in block order; two rows: one full row of B feeds both (8
+ * chains); three or more: the panel in two halves of 16 columns, each half decoded once per
+ * group of up to 4 rows (8 chains), so B never goes through memory as f32. bf16 and f32 rows
+ * (plain weights, bf16 GEMMs) keep the straightforward path. */
 #include "core/internal.h"
 #include "gemm/gemm_kernels.h"
 #include "numerics/kernels/avx2/cvt_avx2_inl.h"
 
 #include <immintrin.h>
+#include <string.h>
 
-enum { W = TS__GEMM_DW, STAGE = 128, PF_AHEAD = 1536 };
+/* PF_AHEAD: software prefetch distance on the weight stream, about 6 KiB: at ~20 GB/s and
+ * ~100 ns DRAM latency a shorter one (1.5 KiB tried) leaves the stream waiting; 6-12 KiB
+ * gave 17.5-18 GB/s at M = 1 (prefetcht0; t1 / t2 no better). */
+enum { W = TS__GEMM_DW, STAGE = 128, PF_AHEAD = 6144 };
+#define PFX(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #define INL static inline __attribute__((always_inline))
 
-/* 16 e4m3 codes -> f16 of value * 2^-8 widened to f32 (ts__avx2_e4m3x16_decode without the
- * final multiply); nanfix swaps magnitude 0x7F for the f16 quiet NaN. */
-INL void e4m3x16_div256(__m128i bytes, int nanfix, __m256 out[2]) {
-    __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7);
-    __m256i h = _mm256_and_si256(t, _mm256_set1_epi16((short)0xBF80));
-    if (nanfix) {
-        __m256i nan = _mm256_cmpeq_epi16(_mm256_or_si256(t, _mm256_set1_epi16((short)0xC000)),
-                                         _mm256_set1_epi16((short)0xFF80));
-        h = _mm256_add_epi16(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00 - 0x3F80)));
-    }
-    out[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    out[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+/* ---------------------------------------------------------------- e4m3 / e2m1 */
+
+/* e4m3 code magnitude 0x7F (bits 0x07F00000 here) -> the quiet NaN 0x7FC00000, sign kept. */
+INL __m256 nan_patch(__m256i b) {
+    const __m256i mag = _mm256_set1_epi32(0x07F00000);
+    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, mag), mag);
+    return _mm256_castsi256_ps(
+        _mm256_xor_si256(b, _mm256_and_si256(nan, _mm256_set1_epi32(0x07F00000 ^ 0x7FC00000))));
 }
 
-/* 32 e2m1 codes of one row (layout of ts__pw_e2m1_pos) -> 2 x value, columns 8t..8t+7 in
- * out[t]. Both nibble halves come from one broadcast load and a per-lane shift; a pshufb
- * table gives 2 x value as a signed byte (an integer: 0, 1, 2, 3, 4, 6, 8, 12; -0 as 0);
- * byte t of every 32-bit lane is column 8t + lane, sign-extended by two shifts, so no
- * shuffle widens the bytes. The A value is halved instead (exact: A is e4m3 or e2m1). */
-INL void e2m1x32_times2(const uint8_t *row, __m256 out[4]) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)row));
-    v = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
-                         _mm256_set1_epi8(0x0F));
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    const __m256i x = _mm256_shuffle_epi8(lut, v);
-    out[0] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(x, 24), 24));
-    out[1] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(x, 16), 24));
-    out[2] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(x, 8), 24));
-    out[3] = _mm256_cvtepi32_ps(_mm256_srai_epi32(x, 24));
+INL __m256 fin(__m256i b, int fmt, int nanfix) {
+    if (fmt == TS_E4M3 && nanfix) return nan_patch(b);
+    return _mm256_castsi256_ps(b);
 }
 
-/* One K row of the panel -> columns 0..7, 8..15, 16..23, 24..31 (e4m3: value / 256, e2m1:
- * value * 2). */
-INL void load_b(int fmt, int nanfix, const uint8_t *row, __m256 b[4]) {
-    switch (fmt) {
-    case TS_E4M3:
-        e4m3x16_div256(_mm_loadu_si128((const __m128i *)row), nanfix, b);
-        e4m3x16_div256(_mm_loadu_si128((const __m128i *)(row + 16)), nanfix, b + 2);
-        break;
-    case TS_E2M1X2: e2m1x32_times2(row, b); break;
-    case TS_BF16:
-        for (int t = 0; t < 4; t++)
-            b[t] = ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)(row + 16 * t)));
-        break;
-    default:
-        for (int t = 0; t < 4; t++) b[t] = _mm256_loadu_ps((const float *)row + 8 * t);
-        break;
+/* Half h of a row: h = 0 -> columns 24..31 (o[0]) and 8..15 (o[1]); h = 1 -> 16..23 (o[0])
+ * and 0..7 (o[1]). */
+INL void dec_half(const uint8_t *row, int fmt, int nanfix, int h, __m256 o[2]) {
+    __m256i z;
+    __m256i msk;
+    if (fmt == TS_E4M3) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)row);
+        z = _mm256_srai_epi16(h ? _mm256_slli_epi16(v, 8) : v, 4);
+        msk = _mm256_set1_epi32((int)0x87F00000u);
+    } else {
+        const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)row));
+        z = _mm256_srai_epi16(_mm256_slli_epi16(v, h ? 12 : 8), 6);
+        msk = _mm256_set1_epi32((int)0x81C00000u);
     }
+    o[0] = fin(_mm256_and_si256(z, msk), fmt, nanfix);
+    o[1] = fin(_mm256_and_si256(_mm256_slli_epi32(z, 16), msk), fmt, nanfix);
+}
+
+/* p[t] = fmaf(xa, columns 8t .. 8t + 7, p[t]) for the two column groups of half h. */
+INL void fma_half(const uint8_t *row, int fmt, int nanfix, int h, __m256 xa, __m256 p[4]) {
+    __m256 o[2];
+    dec_half(row, fmt, nanfix, h, o);
+    p[3 - h] = _mm256_fmadd_ps(xa, o[0], p[3 - h]);
+    p[1 - h] = _mm256_fmadd_ps(xa, o[1], p[1 - h]);
 }
 
 /* ts_ue8m0_to_f32 of 8 bytes: 2^(e-127); e = 0 is the subnormal 2^-127, 255 NaN. */
-INL __m256 ue8m0x8(const uint8_t *p) {
+INL __m256 ue8m0x8(const uint8_t *p, int normal) {
     __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
     __m256i r = _mm256_slli_epi32(e, 23);
+    if (normal) return _mm256_castsi256_ps(r);
     r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x00400000),
                            _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
     r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC00000),
@@ -81,17 +88,206 @@ INL __m256 ue8m0x8(const uint8_t *p) {
     return _mm256_castsi256_ps(r);
 }
 
-INL void load_sb(const ts__gemm_dec_args *x, int64_t s, __m256 sb[4]) {
-    if (x->sb_u8) {
-        const uint8_t *p = (const uint8_t *)x->sb + s * x->sb_step;
-        for (int t = 0; t < 4; t++) sb[t] = ue8m0x8(p + 8 * t);
-    } else {
-        const float *p = (const float *)x->sb + s * x->sb_step;
-        for (int t = 0; t < 4; t++) sb[t] = _mm256_loadu_ps(p + 8 * t);
+/* Sub-block s of a packed panel lies in block s >> sh (sh = log2(blk_rows / g): blk_rows and
+ * g are 32 or 128), so the addresses take no division. */
+INL int sub_shift(const ts__gemm_dec_args *x) {
+    return x->blk_bytes ? __builtin_ctzll((unsigned long long)x->blk_rows) -
+                              __builtin_ctzll((unsigned long long)x->g)
+                        : 0;
+}
+
+/* The 32 scales of sub-block s. */
+INL const uint8_t *sb_ptr(const ts__gemm_dec_args *x, int sh, int64_t s) {
+    if (x->blk_bytes) return (const uint8_t *)x->bp + (s >> sh) * x->blk_bytes + x->sb_off;
+    return (const uint8_t *)x->sb + (size_t)(s * x->sb_step) * (x->sb_u8 ? 1 : 4);
+}
+
+INL void load_sb(const ts__gemm_dec_args *x, int sh, int64_t s, __m256 sb[4]) {
+    const uint8_t *p = sb_ptr(x, sh, s);
+    for (int t = 0; t < 4; t++)
+        sb[t] = x->sb_u8 ? ue8m0x8(p + 8 * t, x->sf_normal) : _mm256_loadu_ps((const float *)p + 8 * t);
+}
+
+/* First row of sub-block s (its rows follow row_bytes apart). */
+INL const uint8_t *sub_rows(const ts__gemm_dec_args *x, int sh, int64_t s) {
+    if (x->blk_bytes)
+        return (const uint8_t *)x->bp + (s >> sh) * x->blk_bytes +
+               (s & ((1 << sh) - 1)) * x->g * x->row_bytes;
+    return (const uint8_t *)x->bp + s * x->g * x->row_bytes;
+}
+
+/* acc[8t..] = fmaf(p * unscale, sa * sb, acc) for columns 8t .. 8t + 7. */
+INL void promote1(float *c, __m256 p, __m256 unscale, float sa, __m256 sb) {
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), sb);
+    _mm256_storeu_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(p, unscale), s, _mm256_loadu_ps(c)));
+}
+
+/* One row (m == 1): sub-blocks in pairs, interleaved. */
+INL void scaled_m1(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int sh) {
+    const int64_t len = x->len, g = x->g, rb = x->row_bytes, nsb = ts__ceil_div(len, g);
+    const int64_t pfm = 64 / rb - 1; /* one prefetch per 64-byte line */
+    const float *a = x->a_hi;
+    float *c = x->acc;
+    for (int64_t s = 0; s < nsb; s += 2) {
+        const int64_t n0 = ts__min64(g, len - s * g);
+        const int64_t n1 = s + 1 < nsb ? ts__min64(g, len - (s + 1) * g) : 0; /* n1 <= n0 */
+        const uint8_t *r0 = sub_rows(x, sh, s), *r1 = n1 ? sub_rows(x, sh, s + 1) : r0;
+        const float *a0 = a + s * g, *a1 = a0 + g;
+        __m256 p0[4], p1[4];
+        for (int t = 0; t < 4; t++) p0[t] = _mm256_setzero_ps(), p1[t] = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k < n1; k++) {
+            if (!(k & pfm)) {
+                PFX((const char *)(r0 + k * rb) + PF_AHEAD);
+                PFX((const char *)(r1 + k * rb) + PF_AHEAD);
+            }
+            /* half rows, each consumed at once: few live registers, no spilled sums */
+            const __m256 x0 = _mm256_broadcast_ss(a0 + k), x1 = _mm256_broadcast_ss(a1 + k);
+            fma_half(r0 + k * rb, fmt, nanfix, 0, x0, p0);
+            fma_half(r1 + k * rb, fmt, nanfix, 0, x1, p1);
+            fma_half(r0 + k * rb, fmt, nanfix, 1, x0, p0);
+            fma_half(r1 + k * rb, fmt, nanfix, 1, x1, p1);
+        }
+        for (; k < n0; k++) {
+            if (!(k & pfm)) PFX((const char *)(r0 + k * rb) + PF_AHEAD);
+            const __m256 x0 = _mm256_broadcast_ss(a0 + k);
+            fma_half(r0 + k * rb, fmt, nanfix, 0, x0, p0);
+            fma_half(r0 + k * rb, fmt, nanfix, 1, x0, p0);
+        }
+        __m256 sb[4];
+        load_sb(x, sh, s, sb);
+        for (int t = 0; t < 4; t++) promote1(c + 8 * t, p0[t], unscale, x->sa[s], sb[t]);
+        if (n1) {
+            load_sb(x, sh, s + 1, sb);
+            for (int t = 0; t < 4; t++) promote1(c + 8 * t, p1[t], unscale, x->sa[s + 1], sb[t]);
+        }
     }
 }
 
-/* acc row += p * (sa * sb): the scale product rounded to f32 first, as the canonical order. */
+/* Two rows (m == 2): one decoded row feeds both. */
+INL void scaled_m2(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int sh) {
+    const int64_t len = x->len, g = x->g, rb = x->row_bytes, nsb = ts__ceil_div(len, g);
+    const int64_t pfm = 64 / rb - 1;
+    for (int64_t s = 0; s < nsb; s++) {
+        const int64_t n = ts__min64(g, len - s * g);
+        const uint8_t *r = sub_rows(x, sh, s);
+        const float *a = x->a_hi + s * g * 2;
+        __m256 p0[4], p1[4];
+        for (int t = 0; t < 4; t++) p0[t] = _mm256_setzero_ps(), p1[t] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < n; k++) {
+            if (!(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
+            const __m256 x0 = _mm256_broadcast_ss(a + 2 * k), x1 = _mm256_broadcast_ss(a + 2 * k + 1);
+            for (int h = 0; h < 2; h++) {
+                __m256 o[2];
+                dec_half(r + k * rb, fmt, nanfix, h, o);
+                p0[3 - h] = _mm256_fmadd_ps(x0, o[0], p0[3 - h]);
+                p0[1 - h] = _mm256_fmadd_ps(x0, o[1], p0[1 - h]);
+                p1[3 - h] = _mm256_fmadd_ps(x1, o[0], p1[3 - h]);
+                p1[1 - h] = _mm256_fmadd_ps(x1, o[1], p1[1 - h]);
+            }
+        }
+        __m256 sb[4];
+        load_sb(x, sh, s, sb);
+        for (int t = 0; t < 4; t++) {
+            promote1(x->acc + 8 * t, p0[t], unscale, x->sa[s * 2], sb[t]);
+            promote1(x->acc + W + 8 * t, p1[t], unscale, x->sa[s * 2 + 1], sb[t]);
+        }
+    }
+}
+
+/* Rows i0 .. i0 + R - 1 (R <= 4), half h of the panel, one sub-block of n rows. */
+INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int R,
+                    int64_t i0, int h, const uint8_t *r, int64_t s, int64_t n, const __m256 sbh[2],
+                    int pf) {
+    const int64_t m = x->m, rb = x->row_bytes, pfm = 64 / rb - 1;
+    const float *a = x->a_hi + s * x->g * m + i0;
+    __m256 p[4][2];
+    for (int i = 0; i < 4; i++) p[i][0] = _mm256_setzero_ps(), p[i][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        if (pf && !(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
+        __m256 o[2];
+        dec_half(r + k * rb, fmt, nanfix, h, o);
+        for (int i = 0; i < R; i++) {
+            const __m256 xa = _mm256_broadcast_ss(a + k * m + i);
+            p[i][0] = _mm256_fmadd_ps(xa, o[0], p[i][0]);
+            p[i][1] = _mm256_fmadd_ps(xa, o[1], p[i][1]);
+        }
+    }
+    /* h = 0: o[0] = columns 24..31, o[1] = 8..15; h = 1: 16..23, 0..7. */
+    const int c0 = h ? 16 : 24, c1 = h ? 0 : 8;
+    for (int i = 0; i < R; i++) {
+        const float sa = x->sa[s * m + i0 + i];
+        float *c = x->acc + (i0 + i) * W;
+        promote1(c + c0, p[i][0], unscale, sa, sbh[0]);
+        promote1(c + c1, p[i][1], unscale, sa, sbh[1]);
+    }
+}
+
+INL void scaled_many(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int sh) {
+    const int64_t len = x->len, g = x->g, m = x->m, nsb = ts__ceil_div(len, g);
+    const int64_t ng = ts__ceil_div(m, 4);
+    for (int64_t s = 0; s < nsb; s++) {
+        const int64_t n = ts__min64(g, len - s * g);
+        const uint8_t *r = sub_rows(x, sh, s);
+        __m256 sb[4];
+        load_sb(x, sh, s, sb);
+        for (int h = 0; h < 2; h++) {
+            const __m256 sbh[2] = {h ? sb[2] : sb[3], h ? sb[0] : sb[1]};
+            for (int64_t gi = 0, i0 = 0; gi < ng; gi++) {
+                /* rows spread evenly over the groups: 5 -> 3 + 2, 6 -> 3 + 3, 7 -> 4 + 3 */
+                const int64_t R = (m - i0) / (ng - gi) + ((m - i0) % (ng - gi) != 0);
+                const int pf = h == 0 && gi == 0;
+                switch (R) {
+                case 1: group_half(x, fmt, nanfix, unscale, 1, i0, h, r, s, n, sbh, pf); break;
+                case 2: group_half(x, fmt, nanfix, unscale, 2, i0, h, r, s, n, sbh, pf); break;
+                case 3: group_half(x, fmt, nanfix, unscale, 3, i0, h, r, s, n, sbh, pf); break;
+                default: group_half(x, fmt, nanfix, unscale, 4, i0, h, r, s, n, sbh, pf); break;
+                }
+                i0 += R;
+            }
+        }
+    }
+}
+
+INL void scaled_run(const ts__gemm_dec_args *x, int fmt, int nanfix) {
+    /* p' = p * 2^(64 - 120) (e4m3) or 2^(64 - 126) (e2m1) */
+    const __m256 unscale = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p56f : 0x1p62f);
+    const int sh = sub_shift(x);
+    if (x->m == 1) scaled_m1(x, fmt, nanfix, unscale, sh);
+    else if (x->m == 2) scaled_m2(x, fmt, nanfix, unscale, sh);
+    else scaled_many(x, fmt, nanfix, unscale, sh);
+}
+
+bool ts__gemm_dec_slot_e4m3__avx2(uint8_t *rows, int64_t n) {
+    /* natural byte c = column c -> slot 4 (c % 8) + c / 8: dwords (0, 2, 4, 6 | 1, 3, 5, 7)
+     * gather columns L, 8 + L, 16 + L, 24 + L of L < 4 (< 8) into each 128-bit half, then a
+     * 4 x 4 byte transpose per half */
+    const __m256i dperm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256i bperm = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m256i m7f = _mm256_set1_epi8(0x7F);
+    __m256i any = _mm256_setzero_si256();
+    for (int64_t k = 0; k < n; k++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(rows + k * W));
+        any = _mm256_or_si256(any, _mm256_cmpeq_epi8(_mm256_and_si256(v, m7f), m7f));
+        v = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(v, dperm), bperm);
+        _mm256_storeu_si256((__m256i *)(rows + k * W), v);
+    }
+    return _mm256_testz_si256(any, any);
+}
+
+/* ---------------------------------------------------------------- bf16 / f32 rows */
+
+INL void load_b(int fmt, const uint8_t *row, __m256 b[4]) {
+    if (fmt == TS_BF16) {
+        for (int t = 0; t < 4; t++)
+            b[t] = ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)(row + 16 * t)));
+    } else {
+        for (int t = 0; t < 4; t++) b[t] = _mm256_loadu_ps((const float *)row + 8 * t);
+    }
+}
+
+/* Promote with the plain scales (f32 rows: p is the canonical sum). */
 INL void promote(float *c, const __m256 p[4], float sa, const __m256 sb[4]) {
     const __m256 s = _mm256_set1_ps(sa);
     for (int t = 0; t < 4; t++)
@@ -99,93 +295,62 @@ INL void promote(float *c, const __m256 p[4], float sa, const __m256 sb[4]) {
                                                     _mm256_loadu_ps(c + 8 * t)));
 }
 
-INL __m256 a_value(int fmt, const float *a) {
-    __m256 v = _mm256_broadcast_ss(a);
-    if (fmt == TS_E4M3) return _mm256_mul_ps(v, _mm256_set1_ps(256.0f));
-    if (fmt == TS_E2M1X2) return _mm256_mul_ps(v, _mm256_set1_ps(0.5f));
-    return v;
-}
-
-INL void dec_run(const ts__gemm_dec_args *x, const int fmt, const int nanfix) {
+/* Rows in pairs over contiguous rows (blk_bytes == 0). */
+INL void dec_run(const ts__gemm_dec_args *x, const int fmt) {
     const int64_t m = x->m, rb = x->row_bytes, len = x->len;
     const uint8_t *bp = (const uint8_t *)x->bp;
     const bool scaled = x->sa != NULL;
     const int64_t g = scaled ? x->g : len;
     for (int64_t k0 = 0, s = 0; k0 < len; k0 += g, s++) {
         const int64_t k1 = k0 + g < len ? k0 + g : len;
-        __m256 sb[4];
-        if (scaled) load_sb(x, s, sb);
+        __m256 sb[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                        _mm256_setzero_ps()};
+        if (scaled) load_sb(x, 0, s, sb);
         for (int64_t i0 = 0; i0 < m; i0 += 2) {
             float *c0 = x->acc + i0 * W, *c1 = c0 + W;
             const float *a = x->a + i0;
-            if (i0 + 1 < m) {
-                __m256 p0[4], p1[4];
-                for (int t = 0; t < 4; t++) {
-                    p0[t] = scaled ? _mm256_setzero_ps() : _mm256_loadu_ps(c0 + 8 * t);
-                    p1[t] = scaled ? _mm256_setzero_ps() : _mm256_loadu_ps(c1 + 8 * t);
-                }
-                for (int64_t k = k0; k < k1; k++) {
-                    const uint8_t *row = bp + k * rb;
-                    if (fmt != TS_F32) _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0);
-                    __m256 b[4];
-                    load_b(fmt, nanfix, row, b);
-                    const __m256 a0 = a_value(fmt, a + k * m), a1 = a_value(fmt, a + k * m + 1);
-                    for (int t = 0; t < 4; t++) p0[t] = _mm256_fmadd_ps(a0, b[t], p0[t]);
+            const bool two = i0 + 1 < m;
+            __m256 p0[4], p1[4];
+            for (int t = 0; t < 4; t++) {
+                p0[t] = scaled ? _mm256_setzero_ps() : _mm256_loadu_ps(c0 + 8 * t);
+                p1[t] = scaled || !two ? _mm256_setzero_ps() : _mm256_loadu_ps(c1 + 8 * t);
+            }
+            for (int64_t k = k0; k < k1; k++) {
+                const uint8_t *row = bp + k * rb;
+                if (fmt != TS_F32) _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0);
+                __m256 b[4];
+                load_b(fmt, row, b);
+                const __m256 a0 = _mm256_broadcast_ss(a + k * m);
+                for (int t = 0; t < 4; t++) p0[t] = _mm256_fmadd_ps(a0, b[t], p0[t]);
+                if (two) {
+                    const __m256 a1 = _mm256_broadcast_ss(a + k * m + 1);
                     for (int t = 0; t < 4; t++) p1[t] = _mm256_fmadd_ps(a1, b[t], p1[t]);
                 }
-                if (scaled) {
-                    promote(c0, p0, x->sa[s * m + i0], sb);
-                    promote(c1, p1, x->sa[s * m + i0 + 1], sb);
-                } else {
-                    for (int t = 0; t < 4; t++) {
-                        _mm256_storeu_ps(c0 + 8 * t, p0[t]);
-                        _mm256_storeu_ps(c1 + 8 * t, p1[t]);
-                    }
-                }
+            }
+            if (scaled) {
+                promote(c0, p0, x->sa[s * m + i0], sb);
+                if (two) promote(c1, p1, x->sa[s * m + i0 + 1], sb);
             } else {
-                __m256 p0[4];
-                for (int t = 0; t < 4; t++)
-                    p0[t] = scaled ? _mm256_setzero_ps() : _mm256_loadu_ps(c0 + 8 * t);
-                for (int64_t k = k0; k < k1; k++) {
-                    const uint8_t *row = bp + k * rb;
-                    if (fmt != TS_F32) _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0);
-                    __m256 b[4];
-                    load_b(fmt, nanfix, row, b);
-                    const __m256 a0 = a_value(fmt, a + k * m);
-                    for (int t = 0; t < 4; t++) p0[t] = _mm256_fmadd_ps(a0, b[t], p0[t]);
+                for (int t = 0; t < 4; t++) {
+                    _mm256_storeu_ps(c0 + 8 * t, p0[t]);
+                    if (two) _mm256_storeu_ps(c1 + 8 * t, p1[t]);
                 }
-                if (scaled) promote(c0, p0, x->sa[s * m + i0], sb);
-                else
-                    for (int t = 0; t < 4; t++) _mm256_storeu_ps(c0 + 8 * t, p0[t]);
             }
         }
     }
 }
 
-/* More than two rows: decode each block (at most STAGE rows) once into f32 rows in L1. */
-static void dec_staged(const ts__gemm_dec_args *x, int nanfix) {
+/* bf16 with more than two rows: each chunk decoded once into f32 rows in L1. */
+static void dec_staged_bf16(const ts__gemm_dec_args *x) {
     _Alignas(32) float buf[STAGE * W];
-    const bool scaled = x->sa != NULL;
-    const int64_t step = scaled ? x->g : STAGE;
     const uint8_t *bp = (const uint8_t *)x->bp;
-    const size_t sb_es = x->sb_u8 ? 1 : 4;
-    for (int64_t k0 = 0, s = 0; k0 < x->len; k0 += step, s++) {
-        const int64_t kc = x->len - k0 < step ? x->len - k0 : step;
+    for (int64_t k0 = 0; k0 < x->len; k0 += STAGE) {
+        const int64_t kc = x->len - k0 < STAGE ? x->len - k0 : STAGE;
         for (int64_t k = 0; k < kc; k++) {
             const uint8_t *row = bp + (k0 + k) * x->row_bytes;
             _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0);
             __m256 b[4];
-            switch (x->fmt) {
-            case TS_E4M3:
-                load_b(TS_E4M3, nanfix, row, b);
-                for (int t = 0; t < 4; t++) b[t] = _mm256_mul_ps(b[t], _mm256_set1_ps(256.0f));
-                break;
-            case TS_E2M1X2:
-                load_b(TS_E2M1X2, 0, row, b);
-                for (int t = 0; t < 4; t++) b[t] = _mm256_mul_ps(b[t], _mm256_set1_ps(0.5f));
-                break;
-            default: load_b(TS_BF16, 0, row, b); break;
-            }
+            load_b(TS_BF16, row, b);
             for (int t = 0; t < 4; t++) _mm256_store_ps(buf + k * W + 8 * t, b[t]);
         }
         ts__gemm_dec_args y = *x;
@@ -194,26 +359,21 @@ static void dec_staged(const ts__gemm_dec_args *x, int nanfix) {
         y.row_bytes = 4 * W;
         y.len = kc;
         y.a = x->a + k0 * x->m;
-        if (scaled) {
-            y.sa = x->sa + s * x->m;
-            y.sb = (const char *)x->sb + (size_t)(s * x->sb_step) * sb_es;
-        }
-        dec_run(&y, TS_F32, 0);
+        dec_run(&y, TS_F32);
     }
 }
 
 void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x) {
-    if (x->m > 2 && x->fmt != TS_F32) {
-        dec_staged(x, x->fmt == TS_E4M3 && !x->nan_free);
-        return;
-    }
     switch (x->fmt) {
     case TS_E4M3:
-        if (x->nan_free) dec_run(x, TS_E4M3, 0);
-        else dec_run(x, TS_E4M3, 1);
+        if (x->nan_free) scaled_run(x, TS_E4M3, 0);
+        else scaled_run(x, TS_E4M3, 1);
         break;
-    case TS_E2M1X2: dec_run(x, TS_E2M1X2, 0); break;
-    case TS_BF16: dec_run(x, TS_BF16, 0); break;
-    default: dec_run(x, TS_F32, 0); break;
+    case TS_E2M1X2: scaled_run(x, TS_E2M1X2, 0); break;
+    case TS_BF16:
+        if (x->m > 2) dec_staged_bf16(x);
+        else dec_run(x, TS_BF16);
+        break;
+    default: dec_run(x, TS_F32); break;
     }
 }

@@ -10,15 +10,20 @@
 
 enum { W = TS__GEMM_DW };
 
+static inline const uint8_t *row_ptr(const ts__gemm_dec_args *x, int64_t k) {
+    if (x->blk_bytes)
+        return (const uint8_t *)x->bp + (k / x->blk_rows) * x->blk_bytes +
+               (k % x->blk_rows) * x->row_bytes;
+    return (const uint8_t *)x->bp + k * x->row_bytes;
+}
+
 static inline float b_value(const ts__gemm_dec_args *x, int64_t k, int j) {
-    const uint8_t *row = (const uint8_t *)x->bp + k * x->row_bytes;
+    const uint8_t *row = row_ptr(x, k);
     switch (x->fmt) {
-    case TS_E4M3: return ts__gemm_lut.e4m3[row[j]];
+    case TS_E4M3: return ts__gemm_lut.e4m3[row[ts__pw_slot(j)]];
     case TS_E2M1X2: {
-        int64_t byte;
-        int sh;
-        ts__pw_e2m1_pos(j, &byte, &sh);
-        return ts__gemm_lut.e2m1[(row[byte] >> sh) & 0xF];
+        const int64_t q = ts__pw_slot(j);
+        return ts__gemm_lut.e2m1[(row[q >> 1] >> ((q & 1) * 4)) & 0xF];
     }
     case TS_BF16: {
         uint16_t h;
@@ -36,9 +41,17 @@ static inline float b_value(const ts__gemm_dec_args *x, int64_t k, int j) {
     }
 }
 
+/* Scale of column j for sub-block s (K values from s * g). */
 static inline float b_scale(const ts__gemm_dec_args *x, int64_t s, int j) {
-    if (x->sb_u8) return ts__gemm_lut.ue8m0[((const uint8_t *)x->sb)[s * x->sb_step + j]];
-    return ((const float *)x->sb)[s * x->sb_step + j];
+    const uint8_t *p;
+    if (x->blk_bytes)
+        p = (const uint8_t *)x->bp + (s * x->g / x->blk_rows) * x->blk_bytes + x->sb_off;
+    else
+        p = (const uint8_t *)x->sb + (size_t)(s * x->sb_step) * (x->sb_u8 ? 1 : 4);
+    if (x->sb_u8) return ts__gemm_lut.ue8m0[p[j]];
+    float f;
+    memcpy(&f, p + 4 * j, 4);
+    return f;
 }
 
 void ts__gemm_decode_32__generic(const ts__gemm_dec_args *x) {
