@@ -65,7 +65,7 @@ typedef struct topk_plan {
     uint64_t *stage;
     int64_t *count;
     int32_t *nan;
-    int32_t *ordered;       /* item's entries are already in index order */
+    int32_t *ordered;       /* item's entries are in index order; 2: staged as uint32 indices */
     ts_tensor *values, *idx;
     ts_status err;          /* first failure inside a task (scratch) */
 } topk_plan;
@@ -218,6 +218,8 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
     const int64_t gcap = TS__TOPK_GATHER_MAX + 8;
     /* dense rows: int32 keys of the row, gather buffer and its cut's tmp */
     const int64_t dense_len = p->parts == 1 ? ts__min64(p->n, DENSE_MAX_LEN) : 0;
+    /* the indexer's call (no values, index order) needs no keys in the stage */
+    const bool idx_only = !p->o.sorted && !p->o.return_value;
     uint64_t *cand = NULL;
     for (int64_t it = begin; it < end; it++) {
         const int64_t r = it / p->parts, part = it % p->parts;
@@ -241,8 +243,8 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
         if (dense_row(p, hi - lo)) {
             uint64_t *g = cand + 2 * cap;
             c = ts__topk_dense(&p->dense, p->in + r * p->in_stride + lo * p->esize, p->bf16, hi - lo,
-                               p->k, (uint32_t)lo, g + 2 * gcap, g, g + gcap, cand, &nan);
-            p->ordered[it] = 1;
+                               p->k, (uint32_t)lo, g + 2 * gcap, g, g + gcap, cand, idx_only, &nan);
+            p->ordered[it] = idx_only ? 2 : 1;
         } else {
             int ord = 0;
             c = scan_segment(p, p->in + r * p->in_stride, lo, hi, cand, cand + cap, &nan, &ord);
@@ -250,7 +252,7 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
         }
         p->nan[it] = nan;
         p->count[it] = c;
-        memcpy(p->stage + it * p->k, cand, (size_t)c * sizeof(uint64_t));
+        memcpy(p->stage + it * p->k, cand, (size_t)c * (p->ordered[it] == 2 ? 4 : 8));
     }
 }
 
@@ -308,13 +310,13 @@ static void merge_rows(void *ctx, int64_t begin, int64_t end, int tid) {
         int64_t n = 0;
         for (int64_t q = 0; q < parts; q++) {
             nan |= p->nan[it0 + q];
-            ordered &= p->ordered[it0 + q]; /* parts cover ascending ranges; the cut is stable */
+            ordered &= p->ordered[it0 + q] != 0; /* parts cover ascending ranges; the cut is stable */
             if (parts > 1)
                 memcpy(buf + n, p->stage + (it0 + q) * k, (size_t)p->count[it0 + q] * sizeof(uint64_t));
             n += p->count[it0 + q];
         }
         p->nan[it0] = nan;
-        if (nan) continue;
+        if (nan || p->ordered[it0] == 2) continue; /* staged indices: a dense row, done */
         if (parts > 1) {
             if (n > k) {
                 ts__topk_cut(buf, n, k, buf + parts * k, p->bits, ts__topk_index_bits(L));
@@ -361,6 +363,17 @@ static void write_rows(void *ctx, int64_t begin, int64_t end, int tid) {
         const uint64_t *e = p->stage + it0 * k;
         const int64_t c = p->count[it0];
         const int64_t off = p->off ? (int64_t)p->off[r * p->off_stride] : 0;
+        if (p->ordered[it0] == 2) { /* uint32 indices (only without values) */
+            const uint32_t *ix = (const uint32_t *)e;
+            if (i64) {
+                int64_t *o = (int64_t *)oi;
+                for (int64_t j = 0; j < c; j++) o[j] = (int64_t)ix[j] + off;
+            } else {
+                int32_t *o = (int32_t *)oi;
+                for (int64_t j = 0; j < c; j++) o[j] = (int32_t)(ix[j] + (uint32_t)off);
+            }
+            continue; /* a dense row is long: c = k, no fills */
+        }
         if (i64) {
             int64_t *o = (int64_t *)oi;
             for (int64_t j = 0; j < c; j++) o[j] = (int64_t)ts__topk_entry_idx(e[j]) + off;
@@ -493,18 +506,18 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     if (!p.filter) p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
     p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__generic, ts__topk_dense_count_gt_s16__generic,
                                             ts__topk_dense_gather_s16__generic, ts__topk_dense_select_s16__generic,
-                                            ts__topk_dense_nth_eq_s16__generic}
+                                            ts__topk_dense_select_idx_s16__generic, ts__topk_dense_nth_eq_s16__generic}
                      : (ts__topk_dense_ops){ts__topk_dense_keys_f32__generic, ts__topk_dense_count_gt_s32__generic,
                                             ts__topk_dense_gather_s32__generic, ts__topk_dense_select_s32__generic,
-                                            ts__topk_dense_nth_eq_s32__generic};
+                                            ts__topk_dense_select_idx_s32__generic, ts__topk_dense_nth_eq_s32__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
     if (avx2)
         p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__avx2, ts__topk_dense_count_gt_s16__avx2,
                                                 ts__topk_dense_gather_s16__avx2, ts__topk_dense_select_s16__avx2,
-                                            ts__topk_dense_nth_eq_s16__avx2}
+                                            ts__topk_dense_select_idx_s16__avx2, ts__topk_dense_nth_eq_s16__avx2}
                          : (ts__topk_dense_ops){ts__topk_dense_keys_f32__avx2, ts__topk_dense_count_gt_s32__avx2,
                                                 ts__topk_dense_gather_s32__avx2, ts__topk_dense_select_s32__avx2,
-                                            ts__topk_dense_nth_eq_s32__avx2};
+                                            ts__topk_dense_select_idx_s32__avx2, ts__topk_dense_nth_eq_s32__avx2};
 #endif
 
     /* Few rows: cut each row into parts so every thread streams. The result does not depend on

@@ -29,7 +29,7 @@ static inline int32_t key_at(const void *sk, bool bf16, int64_t i) {
 
 int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
                        int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
-                       uint64_t *out, int *nan) {
+                       uint64_t *out, bool idx_only, int *nan) {
     if (ops->keys(x, n, sk)) {
         *nan = 1;
         return 0;
@@ -96,5 +96,7 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
         piv = ts__topk_entry((uint32_t)klo + bias, idx0 + (uint32_t)ops->nth_eq(sk, n, (int32_t)klo, need));
     }
     const int32_t t = (int32_t)((uint32_t)(piv >> 32) - bias);
-    return ops->select(sk, n, t, (int64_t)(ts__topk_entry_idx(piv) - idx0), idx0, out);
+    const int64_t last = (int64_t)(ts__topk_entry_idx(piv) - idx0);
+    if (idx_only) return ops->select_idx(sk, n, t, last, idx0, (uint32_t *)out);
+    return ops->select(sk, n, t, last, idx0, out);
 }

@@ -83,6 +83,9 @@ typedef struct ts__topk_dense_ops {
      * holds 8 entries more than the count */
     int64_t (*select)(const void *sk, int64_t n, int32_t t, int64_t last, uint32_t idx0,
                       uint64_t *out);
+    /* select, writing only the indices idx0 + i (out holds 8 more than the count) */
+    int64_t (*select_idx)(const void *sk, int64_t n, int32_t t, int64_t last, uint32_t idx0,
+                          uint32_t *out);
     /* i of the need-th (1-based, in index order) sk[i] == t; at least need exist */
     int64_t (*nth_eq)(const void *sk, int64_t n, int32_t t, int64_t need);
 } ts__topk_dense_ops;
@@ -100,6 +103,10 @@ typedef struct ts__topk_dense_ops {
                                              uint32_t idx0, uint64_t *out);                     \
     int64_t ts__topk_dense_select_s16__##ISA(const void *sk, int64_t n, int32_t t, int64_t last, \
                                              uint32_t idx0, uint64_t *out);                     \
+    int64_t ts__topk_dense_select_idx_s32__##ISA(const void *sk, int64_t n, int32_t t, int64_t last, \
+                                                 uint32_t idx0, uint32_t *out);                 \
+    int64_t ts__topk_dense_select_idx_s16__##ISA(const void *sk, int64_t n, int32_t t, int64_t last, \
+                                                 uint32_t idx0, uint32_t *out);                 \
     int64_t ts__topk_dense_nth_eq_s32__##ISA(const void *sk, int64_t n, int32_t t, int64_t need); \
     int64_t ts__topk_dense_nth_eq_s16__##ISA(const void *sk, int64_t n, int32_t t, int64_t need);
 TS__TOPK_DENSE_DECL(generic)
@@ -107,12 +114,13 @@ TS__TOPK_DENSE_DECL(generic)
 TS__TOPK_DENSE_DECL(avx2)
 #endif
 
-/* Exact top-k (k < n) of x[0..n) (indices idx0 + i) in index order into out (k + 8 entries).
- * sk holds n keys (4 bytes each suffice); buf and tmp hold TS__TOPK_GATHER_MAX + 8 entries
- * each. Returns k, or 0 with *nan = 1 when x holds a NaN. */
+/* Exact top-k (k < n) of x[0..n) (indices idx0 + i) in index order into out (k + 8 entries;
+ * with idx_only, k + 8 uint32 indices instead). sk holds n keys (4 bytes each suffice); buf and
+ * tmp hold TS__TOPK_GATHER_MAX + 8 entries each. Returns k, or 0 with *nan = 1 when x holds a
+ * NaN. */
 #define TS__TOPK_GATHER_MAX 32
 int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
                        int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
-                       uint64_t *out, int *nan);
+                       uint64_t *out, bool idx_only, int *nan);
 
 #endif

@@ -56,6 +56,16 @@ int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, void *out) {
         }                                                                                        \
         return c;                                                                                \
     }                                                                                            \
+    int64_t ts__topk_dense_select_idx_##W##__generic(const void *p, int64_t n, int32_t t,      \
+                                                     int64_t last, uint32_t idx0, uint32_t *out) { \
+        const T *sk = (const T *)p;                                                              \
+        int64_t c = 0;                                                                           \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            out[c] = idx0 + (uint32_t)i;                                                         \
+            c += (sk[i] > t) | ((sk[i] == t) & (i <= last));                                     \
+        }                                                                                        \
+        return c;                                                                                \
+    }                                                                                            \
     int64_t ts__topk_dense_nth_eq_##W##__generic(const void *p, int64_t n, int32_t t,          \
                                                  int64_t need) {                                \
         const T *sk = (const T *)p;                                                              \
