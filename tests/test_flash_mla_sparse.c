@@ -374,3 +374,62 @@ TS_TEST(flash_mla_sparse_bad_input) {
     free(lse);
     sp_free(&s);
 }
+
+/* non-contiguous q / indices / topk_length / out, and lse written through upstream's transposed
+ * view ([b, s_q, h_q] storage seen as [b, h_q, s_q]): the same bits as contiguous tensors */
+TS_TEST(flash_mla_sparse_strides) {
+    sp_case c = {TS_MLA_KV_V32, 2, 3, 10, 40, 64, 3, 0, 0, 0, 1, 1};
+    sp_data s;
+    sp_build(&s, &c, 107);
+    const int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
+    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2);
+    float *lse0 = (float *)malloc((size_t)nl * 4);
+    ts_tensor to = ts_tensor_make(out0, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
+    ts_tensor tl = ts_tensor_3d(lse0, TS_F32, c.b, c.hq, c.sq);
+    ts_mla_metadata *meta;
+    ts_get_mla_metadata(&meta);
+    ts_flash_mla_kvcache_args a = sp_args(&s, meta);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+    /* padded copies */
+    const int64_t qh = s.d + 8, qs = c.hq * qh + 4, qb = c.sq * qs + 2;
+    uint16_t *q2 = (uint16_t *)malloc((size_t)(c.b * qb) * 2);
+    for (int64_t i = 0; i < c.b; i++)
+        for (int64_t t = 0; t < c.sq; t++)
+            for (int64_t h = 0; h < c.hq; h++)
+                memcpy(q2 + i * qb + t * qs + h * qh, s.q + ((i * c.sq + t) * c.hq + h) * s.d, (size_t)s.d * 2);
+    const int64_t is = c.topk + 5;
+    int32_t *ind2 = (int32_t *)malloc((size_t)(c.b * c.sq * is) * 4), len2[4] = {0};
+    for (int64_t r = 0; r < c.b * c.sq; r++) memcpy(ind2 + r * is, s.ind + r * c.topk, (size_t)c.topk * 4);
+    for (int64_t i = 0; i < c.b; i++) len2[2 * i] = s.len[i];
+    const int64_t oh = 512 + 16;
+    uint16_t *out2 = (uint16_t *)malloc((size_t)(c.b * c.sq * c.hq * oh) * 2);
+    float *lse2 = (float *)malloc((size_t)nl * 4);
+    ts_tensor tq2 = {q2, TS_BF16, 4, {c.b, c.sq, c.hq, s.d}, {qb, qs, qh, 1}};
+    ts_tensor ti2 = {ind2, TS_I32, 3, {c.b, c.sq, c.topk}, {c.sq * is, is, 1}};
+    ts_tensor tl2 = {len2, TS_I32, 1, {c.b}, {2}};
+    ts_tensor to2 = {out2, TS_BF16, 4, {c.b, c.sq, c.hq, 512}, {c.sq * c.hq * oh, c.hq * oh, oh, 1}};
+    ts_tensor tlse2 = {lse2, TS_F32, 3, {c.b, c.hq, c.sq}, {c.sq * c.hq, 1, c.hq}};
+    ts_mla_metadata *meta2;
+    ts_get_mla_metadata(&meta2);
+    ts_flash_mla_kvcache_args a2 = sp_args(&s, meta2);
+    a2.q = &tq2;
+    a2.indices = &ti2;
+    a2.topk_length = &tl2;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a2, &to2, &tlse2), TS_OK);
+    int bad = 0;
+    for (int64_t r = 0; r < c.b * c.sq * c.hq; r++) bad += memcmp(out2 + r * oh, out0 + r * 512, 1024) != 0;
+    for (int64_t i = 0; i < c.b; i++)
+        for (int64_t h = 0; h < c.hq; h++)
+            for (int64_t t = 0; t < c.sq; t++)
+                bad += memcmp(&lse2[(i * c.sq + t) * c.hq + h], &lse0[(i * c.hq + h) * c.sq + t], 4) != 0;
+    TS_CHECK_EQ_INT(bad, 0);
+    ts_mla_metadata_free(meta);
+    ts_mla_metadata_free(meta2);
+    free(out0);
+    free(lse0);
+    free(q2);
+    free(ind2);
+    free(out2);
+    free(lse2);
+    sp_free(&s);
+}

@@ -16,7 +16,8 @@ ts_status ts__mla_check(const char *fn, const ts_tensor *t, const char *name, ts
         if (shape && shape[d] >= 0 && t->shape[d] != shape[d])
             return ts__fail(TS_ERR_SHAPE, "%s: %s dim %d is %lld, expected %lld", fn, name, (int)d,
                             (long long)t->shape[d], (long long)shape[d]);
-    if (t->shape[ndim - 1] > 1 && t->strides[ndim - 1] != 1)
+    /* vectors (lengths, sinks) are read element by element: any stride */
+    if (ndim > 1 && t->shape[ndim - 1] > 1 && t->strides[ndim - 1] != 1)
         return ts__fail(TS_ERR_STRIDE, "%s: %s last dim is not contiguous (stride %lld)", fn, name,
                         (long long)t->strides[ndim - 1]);
     for (int32_t d = 0; d < ndim; d++)

@@ -156,8 +156,8 @@ ts_status ts__mla_meta_bind(ts_mla_metadata *meta, const ts__mla_config *cfg,
 
 /* ---- argument checks (flash_mla_check.c) ---- */
 
-/* check + dtype + shape (entries < 0 are wildcards) + contiguous last dim; `fn` prefixes the
- * message. */
+/* check + dtype + shape (entries < 0 are wildcards) + contiguous last dim (not for 1-D views)
+ * + non-negative strides; `fn` prefixes the message. */
 ts_status ts__mla_check(const char *fn, const ts_tensor *t, const char *name, ts_dtype dtype,
                         int32_t ndim, const int64_t *shape);
 /* An FP8 cache view [num_blocks, P, 1, token_bytes] of `layout` (U8 / I8 / E4M3). */
