@@ -136,20 +136,15 @@ static inline __attribute__((always_inline)) void pv_block(int mr, const float *
 
 static void pv_avx2(const float *st, int64_t rp, const float *v, int64_t vstride, int64_t n,
                     const float *alpha, float *o) {
+    /* rp is a multiple of 16, so rp % 6 is 0, 2 or 4: a 2-row tail (4 accumulators, bound by
+     * the fma latency) is avoided by ending with two 4-row blocks instead of 6 + 2 */
+    const int64_t rem = rp % 6, full = rem == 2 ? rp - 8 : rp - rem;
     for (int64_t c = 0; c < TS__MLA_DV; c += 16) {
         int64_t r = 0;
-        for (; r + 6 <= rp; r += 6)
+        for (; r < full; r += 6)
             pv_block(6, st + r, rp, v + c, vstride, n, alpha + r, o + r * TS__MLA_DV + c);
-        const float *sr = st + r;
-        float *orow = o + r * TS__MLA_DV + c;
-        switch (rp - r) {
-        case 5: pv_block(5, sr, rp, v + c, vstride, n, alpha + r, orow); break;
-        case 4: pv_block(4, sr, rp, v + c, vstride, n, alpha + r, orow); break;
-        case 3: pv_block(3, sr, rp, v + c, vstride, n, alpha + r, orow); break;
-        case 2: pv_block(2, sr, rp, v + c, vstride, n, alpha + r, orow); break;
-        case 1: pv_block(1, sr, rp, v + c, vstride, n, alpha + r, orow); break;
-        default: break;
-        }
+        for (; r < rp; r += 4)
+            pv_block(4, st + r, rp, v + c, vstride, n, alpha + r, o + r * TS__MLA_DV + c);
     }
 }
 
