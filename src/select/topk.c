@@ -16,7 +16,10 @@
 #include <string.h>
 
 #define BLOCK 4096          /* elements per visited block */
-#define CHUNK 256           /* filter call size: the buffer is checked against its trigger after each */
+#define CHUNK 256           /* values per step before a threshold exists: the buffer is checked
+                             * against its trigger after each step */
+#define CHUNK_THR BLOCK     /* ... and once one exists: survivors are rare, and short calls cost
+                             * (measured 1 x 1M bf16 k 512: 96 -> 72 us against 256) */
 #define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
 #define PART_PER_K 2048     /* ... and at least this many times k */
 #define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
@@ -174,8 +177,8 @@ static int64_t scan_segment(const topk_plan *p, const char *row, int64_t lo, int
         for (int64_t i = 0; i < m; i++) {
             int64_t blk = in_order ? i : (int64_t)(((uint64_t)i * P + A) % (uint64_t)m);
             int64_t b0 = lo + blk * BLOCK, b1 = ts__min64(b0 + BLOCK, hi);
-            for (int64_t c0 = b0; c0 < b1; c0 += CHUNK) {
-                int64_t c1 = ts__min64(c0 + CHUNK, b1);
+            for (int64_t c0 = b0, c1; c0 < b1; c0 = c1) {
+                c1 = ts__min64(c0 + (have_thr ? CHUNK_THR : CHUNK), b1);
                 if (!have_thr) { /* no threshold yet: everything is a candidate */
                     if (append_all(p, row, c0, c1, cand + cnt)) *nan = 1;
                     cnt += c1 - c0;
@@ -214,7 +217,7 @@ static inline bool dense_row(const topk_plan *p, int64_t len) {
 
 static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
     topk_plan *p = (topk_plan *)ctx;
-    const int64_t cap = ts__max64(p->k + p->b2 + CHUNK, SAMPLE_MAX);
+    const int64_t cap = ts__max64(p->k + p->b2 + CHUNK_THR, SAMPLE_MAX);
     const int64_t gcap = TS__TOPK_GATHER_MAX + 8;
     /* dense rows: int32 keys of the row, gather buffer and its cut's tmp */
     const int64_t dense_len = p->parts == 1 ? ts__min64(p->n, DENSE_MAX_LEN) : 0;
