@@ -7,8 +7,11 @@
  * bytes = input read + outputs written; roofline = DRAM read bandwidth when the batch's input
  * exceeds L3, else L3 read bandwidth (the input is re-read every call, so it stays cached).
  * Baseline ("torch-like"): what aten's topk_impl_loop does per row: build (value, index) pairs,
- * then a heap partial sort when k * 64 <= n, else quickselect (nth_element) plus a sort of the
- * k when sorted; rows spread over threads.
+ * then a heap partial sort (std::partial_sort: its k come out sorted) when k * 64 <= n, else
+ * quickselect (nth_element: median-of-3 Hoare partitions, insertion sort below 16) plus a sort
+ * of the k when sorted; rows spread over threads. It is slightly kinder than aten: values are
+ * converted to f32 once (aten compares bf16 through conversions) and the comparator has no NaN
+ * test (aten's puts NaN first).
  * TS_BENCH_FILTER=substring keeps only the rows whose "name shape" contains it; with a filter
  * the whole row set is eligible even under --quick (quick then only shortens the timing). */
 #include "bench.h"
@@ -118,11 +121,12 @@ static void base_rows(void *p, int64_t begin, int64_t end, int tid) {
             q[i].i = (int32_t)i;
         }
         const int64_t k = c->k, n = c->n;
-        if (k * 64 <= n) { /* std::partial_sort: heap of the first k, then sort_heap */
+        if (k * 64 <= n) { /* std::partial_sort: heap of the first k, then sorted (always, as
+                            * partial_sort does, even when torch is not asked for sorted) */
             for (int64_t i = k / 2 - 1; i >= 0; i--) sift_down(q, k, i);
             for (int64_t i = k; i < n; i++)
                 if (q[i].v > q[0].v) { q[0] = q[i]; sift_down(q, k, 0); }
-            if (c->sorted) sort_desc(q, k);
+            sort_desc(q, k);
         } else {
             select_desc(q, n, k);
             if (c->sorted) sort_desc(q, k);
