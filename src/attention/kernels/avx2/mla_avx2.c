@@ -30,10 +30,11 @@ static inline __attribute__((always_inline)) __m256 mla_exp8(__m256 x) {
 static void qk_avx2(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t n,
                     float scale, float *st) {
     const __m256 vs = _mm256_set1_ps(scale);
-    for (int64_t t0 = 0; t0 < n; t0 += TS__MLA_MT) {
-        const float *k0 = k + t0 * dk;
-        for (int64_t s = 0; s < rp / TS__MLA_RS; s++) {
-            const float *q = qs + s * dk * TS__MLA_RS;
+    /* row strips outer: a strip's packed q (dk x 16 floats) is reused by every micro-tile */
+    for (int64_t s = 0; s < rp / TS__MLA_RS; s++) {
+        const float *q = qs + s * dk * TS__MLA_RS;
+        for (int64_t t0 = 0; t0 < n; t0 += TS__MLA_MT) {
+            const float *k0 = k + t0 * dk;
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
                    a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
             for (int64_t d = 0; d < dk; d++) {
@@ -139,13 +140,15 @@ static void pv_avx2(const float *st, int64_t rp, const float *v, int64_t vstride
     /* rp is a multiple of 16, so rp % 6 is 0, 2 or 4: a 2-row tail (4 accumulators, bound by
      * the fma latency) is avoided by ending with two 4-row blocks instead of 6 + 2 */
     const int64_t rem = rp % 6, full = rem == 2 ? rp - 8 : rp - rem;
-    for (int64_t c = 0; c < TS__MLA_DV; c += 16) {
-        int64_t r = 0;
-        for (; r < full; r += 6)
+    /* row blocks outer: the block's probabilities stay in L1 while V streams from L2 in
+     * order (measured ~10% faster than column blocks outer) */
+    int64_t r = 0;
+    for (; r < full; r += 6)
+        for (int64_t c = 0; c < TS__MLA_DV; c += 16)
             pv_block(6, st + r, rp, v + c, vstride, n, alpha + r, o + r * TS__MLA_DV + c);
-        for (; r < rp; r += 4)
+    for (; r < rp; r += 4)
+        for (int64_t c = 0; c < TS__MLA_DV; c += 16)
             pv_block(4, st + r, rp, v + c, vstride, n, alpha + r, o + r * TS__MLA_DV + c);
-    }
 }
 
 static void dec_v32_avx2(const uint8_t *tok, float *dst) {
