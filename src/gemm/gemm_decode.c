@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-enum { W = TS__GEMM_DW, KCD = 256 /* plain-weight chunk: 32 KiB of f32 rows */ };
+enum { W = TS__GEMM_DW, KCD = 256 /* plain-weight chunk: 32 KiB of f32 rows (512 measured slower) */ };
 
 typedef struct dec_job {
     const ts__gemm_kernels *kern;
@@ -53,18 +53,33 @@ static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float
     }
 }
 
-/* Plain K-major e4m3 weight: the chunk after (n0, k0) is 32 rows x KCD bytes, 32 strided
- * streams the hardware prefetchers do not follow; fetching it while this chunk computes keeps
- * the byte transpose from waiting on DRAM. */
-static void prefetch_next_chunk(const ts__gemm_operand *b, int64_t n, int64_t n0, int64_t k0) {
-    if (b->pw || b->dtype != TS_E4M3 || !b->k_major || b->s_k != 1) return;
-    int64_t kn = k0 + KCD, nn = n0;
-    if (kn >= b->k) kn = 0, nn = n0 + W;
-    if (nn + W > n) return;
-    const int64_t len = ts__min64(KCD, b->k - kn);
-    const uint8_t *base = (const uint8_t *)b->data + nn * b->s_mn + kn;
-    for (int64_t r = 0; r < W; r++)
-        for (int64_t q = 0; q < len; q += 64) __builtin_prefetch(base + r * b->s_mn + q, 0, 3);
+/* Scales of a plain weight's panel (columns n0 .. n0 + 31, full) for the nsub canonical
+ * sub-blocks of g values from k0, as ts__gemm_pack_scales gives them, but one lookup per
+ * sub-block where a scale row covers the whole panel (gran_mn a multiple of 32), and in slot
+ * order when perm (dst[b * 32 + j] = scale of column ts__pw_slot(j)). */
+static void plain_scales(const ts__gemm_operand *op, int64_t n0, int64_t k0, int64_t nsub,
+                         int64_t g, bool perm, float *dst) {
+    ts__gemm_lut_init();
+    for (int64_t b = 0; b < nsub; b++) {
+        const int64_t kidx = (k0 + b * g) / op->gran_k;
+        float *d = dst + b * W;
+        if (!op->sf_packed && op->gran_mn % W == 0) {
+            const float v = ((const float *)op->sf)[(n0 / op->gran_mn) * op->sf_s_mn +
+                                                    kidx * op->sf_s_k];
+            for (int64_t j = 0; j < W; j++) d[j] = v;
+            continue;
+        }
+        for (int64_t j = 0; j < W; j++) {
+            const int64_t ridx = (n0 + (perm ? ts__pw_slot(j) : j)) / op->gran_mn;
+            if (op->sf_packed) {
+                const uint32_t word =
+                    (uint32_t)((const int32_t *)op->sf)[ridx * op->sf_s_mn + (kidx >> 2) * op->sf_s_k];
+                d[j] = ts__gemm_lut.ue8m0[(word >> ((kidx & 3) * 8)) & 0xFF];
+            } else {
+                d[j] = ((const float *)op->sf)[ridx * op->sf_s_mn + kidx * op->sf_s_k];
+            }
+        }
+    }
 }
 
 static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, const float *af,
@@ -100,19 +115,27 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
         x.bp = bbuf;
         x.sb = sbuf;
         x.sb_step = W;
+        /* Full panels of a plain K-major e4m3 weight on AVX2: bytes transposed into rows of
+         * column order (a quarter of the f32 traffic) and decoded as packed rows. The kernel
+         * reads byte ts__pw_slot(j) as its column j, so its column j is the weight's column
+         * slot(j): the scales are given in that order and acc is put back in column order at
+         * the end of the panel. */
+        bool perm = false;
+#if defined(TS_HAVE_AVX2_KERNELS)
+        perm = cols == W && j->kern == &ts__gemm_kernels_avx2 && p->b.dtype == TS_E4M3 &&
+               p->b.k_major && p->b.s_k == 1;
+#endif
         for (int64_t k0 = 0; k0 < p->k; k0 += KCD) {
             const int64_t kc = ts__min64(KCD, p->k - k0);
-            prefetch_next_chunk(&p->b, j->n, n0, k0);
             x.fmt = TS_F32;
             x.row_bytes = 4 * W;
 #if defined(TS_HAVE_AVX2_KERNELS)
-            /* Full panels of a plain e4m3 weight: transposed as bytes into the packed row
-             * layout (a quarter of the f32 traffic), then decoded like a packed weight. */
-            if (cols == W && j->kern == &ts__gemm_kernels_avx2 &&
-                ts__gemm_pack_e4m3_bytes__avx2(&p->b, n0, k0, kc, (uint8_t *)bbuf)) {
+            if (perm) {
+                if (!ts__gemm_pack_e4m3_bytes__avx2(&p->b, n0, k0, kc, (uint8_t *)bbuf))
+                    TS__ASSERT(0 && "gemm decode: plain e4m3 panel not packable");
                 x.fmt = TS_E4M3;
                 x.row_bytes = W;
-                x.nan_free = ts__gemm_dec_slot_e4m3__avx2((uint8_t *)bbuf, kc);
+                x.nan_free = ts__gemm_dec_e4m3_nan_free__avx2((const uint8_t *)bbuf, kc);
             } else
 #endif
                 ts__gemm_pack_panel(&p->b, n0, cols, k0, kc, W, bbuf);
@@ -120,12 +143,19 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
             x.a = af + k0 * m;
             x.a_hi = ahf ? ahf + k0 * m : NULL;
             if (j->scaled) {
-                ts__gemm_pack_scales(&p->b, n0, cols, k0 / j->g, ts__ceil_div(kc, j->g), j->g, W,
-                                     sbuf);
+                if (cols == W) plain_scales(&p->b, n0, k0, ts__ceil_div(kc, j->g), j->g, perm, sbuf);
+                else ts__gemm_pack_scales(&p->b, n0, cols, k0 / j->g, ts__ceil_div(kc, j->g), j->g,
+                                          W, sbuf);
                 x.sa = saf + (k0 / j->g) * m;
             }
             j->kern->decode(&x);
         }
+        if (perm)
+            for (int64_t i = 0; i < m; i++) {
+                float t[W];
+                for (int64_t q = 0; q < W; q++) t[ts__pw_slot(q)] = acc[i * W + q];
+                memcpy(acc + i * W, t, sizeof t);
+            }
     }
     store_panel(j, p, acc, n0, cols);
 }

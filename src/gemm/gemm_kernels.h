@@ -76,17 +76,15 @@ struct ts__gemm_operand;
  * and w in {MR, NR, TS__GEMM_DW}: same floats, decoded and transposed with AVX2. Returns false (nothing
  * written) for any other case. */
 /* Plain e4m3 weight (K-major, unit K stride), rows r0 .. r0 + 31, K values k0 .. k0 + kc - 1
- * -> dst[k * 32 + i] = code (row r0 + i, k0 + k), column order (the decode driver re-orders it
- * into the packed weight's slots and streams it as a packed weight). False (nothing written)
- * for other operands. */
+ * -> dst[k * 32 + i] = code (row r0 + i, k0 + k), column order (the decode driver streams it
+ * as packed rows, reading the columns in slot order). False (nothing written) for other
+ * operands. */
 bool ts__gemm_pack_e4m3_bytes__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                     int64_t kc, uint8_t *dst);
 bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                 int64_t kc, int w, float *dst);
-/* Plain e4m3 rows from ts__gemm_pack_e4m3_bytes__avx2 (n rows of 32 codes in column order)
- * re-ordered in place into the packed weight's slot order (ts__pw_slot); returns whether no
- * code is a NaN (magnitude 0x7F). In gemm_decode_avx2.c. */
-bool ts__gemm_dec_slot_e4m3__avx2(uint8_t *rows, int64_t n);
+/* Whether none of n rows of 32 e4m3 codes is a NaN (magnitude 0x7F); gemm_decode_avx2.c. */
+bool ts__gemm_dec_e4m3_nan_free__avx2(const uint8_t *rows, int64_t n);
 #endif
 
 /* The table for the ISA in use (read once per call by the driver). */

@@ -30,7 +30,7 @@
 /* PF_AHEAD: software prefetch distance on the weight stream, about 6 KiB: at ~20 GB/s and
  * ~100 ns DRAM latency a shorter one (1.5 KiB tried) leaves the stream waiting; 6-12 KiB
  * gave 17.5-18 GB/s at M = 1 (prefetcht0; t1 / t2 no better). */
-enum { W = TS__GEMM_DW, STAGE = 128, PF_AHEAD = 6144 };
+enum { W = TS__GEMM_DW, STAGE = 128, PF_AHEAD = 6144, GMAX = 6 };
 #define PFX(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #define INL static inline __attribute__((always_inline))
@@ -201,8 +201,8 @@ INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsc
                     int pf) {
     const int64_t m = x->m, rb = x->row_bytes, pfm = 64 / rb - 1;
     const float *a = x->a_hi + s * x->g * m + i0;
-    __m256 p[4][2];
-    for (int i = 0; i < 4; i++) p[i][0] = _mm256_setzero_ps(), p[i][1] = _mm256_setzero_ps();
+    __m256 p[6][2];
+    for (int i = 0; i < 6; i++) p[i][0] = _mm256_setzero_ps(), p[i][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < n; k++) {
         if (pf && !(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
         __m256 o[2];
@@ -225,7 +225,7 @@ INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsc
 
 INL void scaled_many(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int sh) {
     const int64_t len = x->len, g = x->g, m = x->m, nsb = ts__ceil_div(len, g);
-    const int64_t ng = ts__ceil_div(m, 4);
+    const int64_t ng = ts__ceil_div(m, GMAX);
     for (int64_t s = 0; s < nsb; s++) {
         const int64_t n = ts__min64(g, len - s * g);
         const uint8_t *r = sub_rows(x, sh, s);
@@ -241,7 +241,9 @@ INL void scaled_many(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 uns
                 case 1: group_half(x, fmt, nanfix, unscale, 1, i0, h, r, s, n, sbh, pf); break;
                 case 2: group_half(x, fmt, nanfix, unscale, 2, i0, h, r, s, n, sbh, pf); break;
                 case 3: group_half(x, fmt, nanfix, unscale, 3, i0, h, r, s, n, sbh, pf); break;
-                default: group_half(x, fmt, nanfix, unscale, 4, i0, h, r, s, n, sbh, pf); break;
+                case 4: group_half(x, fmt, nanfix, unscale, 4, i0, h, r, s, n, sbh, pf); break;
+                case 5: group_half(x, fmt, nanfix, unscale, 5, i0, h, r, s, n, sbh, pf); break;
+                default: group_half(x, fmt, nanfix, unscale, 6, i0, h, r, s, n, sbh, pf); break;
                 }
                 i0 += R;
             }
@@ -258,20 +260,12 @@ INL void scaled_run(const ts__gemm_dec_args *x, int fmt, int nanfix) {
     else scaled_many(x, fmt, nanfix, unscale, sh);
 }
 
-bool ts__gemm_dec_slot_e4m3__avx2(uint8_t *rows, int64_t n) {
-    /* natural byte c = column c -> slot 4 (c % 8) + c / 8: dwords (0, 2, 4, 6 | 1, 3, 5, 7)
-     * gather columns L, 8 + L, 16 + L, 24 + L of L < 4 (< 8) into each 128-bit half, then a
-     * 4 x 4 byte transpose per half */
-    const __m256i dperm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    const __m256i bperm = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+bool ts__gemm_dec_e4m3_nan_free__avx2(const uint8_t *rows, int64_t n) {
     const __m256i m7f = _mm256_set1_epi8(0x7F);
     __m256i any = _mm256_setzero_si256();
     for (int64_t k = 0; k < n; k++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(rows + k * W));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(rows + k * W));
         any = _mm256_or_si256(any, _mm256_cmpeq_epi8(_mm256_and_si256(v, m7f), m7f));
-        v = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(v, dperm), bperm);
-        _mm256_storeu_si256((__m256i *)(rows + k * W), v);
     }
     return _mm256_testz_si256(any, any);
 }
