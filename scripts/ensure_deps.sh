@@ -5,7 +5,7 @@
 set -euo pipefail
 
 required=(gcc make cmake)
-optional_pkgs=(libopenblas-dev)
+optional_pkgs=(libopenblas-dev openmpi-bin libopenmpi-dev)
 
 missing_pkgs=()
 command -v gcc >/dev/null 2>&1 || missing_pkgs+=(build-essential)
@@ -45,5 +45,5 @@ if [ ${#missing_pkgs[@]} -gt 0 ]; then
   echo "  apt-get update && apt-get install -y ${missing_pkgs[*]} ${missing_opt[*]}" >&2
   exit 1
 fi
-echo "tilestack: optional: apt-get install -y ${missing_opt[*]} (bench baselines)" >&2
+echo "tilestack: optional: apt-get install -y ${missing_opt[*]} (bench baselines, EP module)" >&2
 exit 0

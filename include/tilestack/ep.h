@@ -1,0 +1,184 @@
+/* tilestack ep: DeepEP (deepseek-ai/DeepEP, V1 `deep_ep.Buffer`) expert-parallel dispatch and
+ * combine for CPU processes, over an MPI communicator. Ranks on one node exchange through
+ * POSIX shared memory; every token row is written once, straight into its final place in the
+ * receiver's buffer. docs/ep.md has the design and the differences from upstream.
+ *
+ * This header needs <mpi.h> and exists in the library only when tilestack was built with MPI
+ * (CMake found MPI C; the CMake package then defines TILESTACK_HAVE_EP). It is not part of the
+ * umbrella header tilestack.h, so programs without MPI never see it.
+ *
+ * Expert placement as upstream: with E experts and R ranks, rank r owns experts
+ * [r*E/R, (r+1)*E/R); E % R == 0. topk ids are i64 (or i32), -1 = no selection.
+ *
+ * Collective calls (create, destroy, dispatch, combine, the reference ops) must be made by
+ * every rank of the communicator in the same order. Bad input on one rank makes that rank
+ * return the specific code while the others return TS_ERR_PEER naming it; nothing is written
+ * to any output or peer. Waits have a deadline (options.timeout_s): a rank that does not come
+ * makes the others return TS_ERR_TIMEOUT naming it; after a timeout the buffer may only be
+ * destroyed. */
+#ifndef TILESTACK_EP_H
+#define TILESTACK_EP_H
+
+#include <mpi.h>
+
+#include "tilestack/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_ep_buffer ts_ep_buffer;
+/* Routing of one dispatch (upstream's `handle`): replayed by cached dispatch and combine. */
+typedef struct ts_ep_handle ts_ep_handle;
+
+/* Upstream Config. Threads take the place of SMs: num_sms is the number of threads a call
+ * may use (0 = the tilestack pool size). The chunk fields are kept for API parity; the
+ * fixed-buffer design has no rings, so they are validated (>= 1) and otherwise unused. */
+typedef struct ts_ep_config {
+    int32_t num_sms;
+    int32_t num_max_nvl_chunked_send_tokens;
+    int32_t num_max_nvl_chunked_recv_tokens;
+    int32_t num_max_rdma_chunked_send_tokens;
+    int32_t num_max_rdma_chunked_recv_tokens;
+} ts_ep_config;
+
+/* Defaults for any rank count >= 1 (upstream asserts outside its tuned table). */
+TS_API ts_status ts_ep_get_dispatch_config(int32_t num_ranks, ts_ep_config *out);
+TS_API ts_status ts_ep_get_combine_config(int32_t num_ranks, ts_ep_config *out);
+
+/* Options of ts_ep_buffer_create beyond upstream's positional arguments; NULL = defaults. */
+typedef struct ts_ep_buffer_options {
+    int32_t num_qps_per_rank; /* accepted for parity; unused (default 24) */
+    double timeout_s;         /* deadline of every wait; 0 = env TS_EP_TIMEOUT_S or 100 s */
+} ts_ep_buffer_options;
+
+TS_API ts_ep_buffer_options ts_ep_default_buffer_options(void);
+
+/* Bytes of the per-rank shared segment (num_nvl_bytes) that normal dispatch + combine need
+ * when every rank may send up to num_max_tokens_per_rank tokens to this one (the worst
+ * case), as V2's get_buffer_size_hint: rows of hidden e4m3 (use_fp8_dispatch) or bf16 plus
+ * num_scales 4-byte scales, num_topk ids and weights; rounded up to 2 MiB. */
+TS_API ts_status ts_ep_get_buffer_size_hint(int32_t num_ranks, int64_t num_max_tokens_per_rank,
+                                            int64_t hidden, int32_t num_topk,
+                                            int64_t num_scales, bool use_fp8_dispatch,
+                                            int64_t *num_nvl_bytes);
+
+/* Collective over comm (duplicated inside). num_nvl_bytes: this rank's shared segment, a
+ * multiple of 128; half holds dispatch outputs, half combine inputs. num_rdma_bytes must be
+ * 0 and low_latency_mode false in this version (TS_ERR_UNSUPPORTED), as must a communicator
+ * whose ranks span several nodes. Segments are created owner-only (0600) and unlinked as
+ * soon as every peer has mapped them, so nothing stays in /dev/shm even if a rank is killed
+ * later. */
+TS_API ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_rdma_bytes,
+                                     bool low_latency_mode, const ts_ep_buffer_options *opts,
+                                     ts_ep_buffer **out);
+/* Collective; NULL is a no-op. */
+TS_API ts_status ts_ep_buffer_destroy(ts_ep_buffer *buf);
+TS_API ts_status ts_ep_buffer_get_rank(const ts_ep_buffer *buf, int32_t *rank, int32_t *num_ranks);
+/* Seconds every later wait may take before TS_ERR_TIMEOUT (> 0). Local. */
+TS_API ts_status ts_ep_buffer_set_timeout(ts_ep_buffer *buf, double timeout_s);
+
+/* Local (no communication), exact upstream semantics:
+ * topk_idx                 i64 or i32 [N, K], last dim contiguous, values in [-1, num_experts)
+ * num_tokens_per_rank      i32 [R]: distinct tokens going to each rank
+ * num_tokens_per_rdma_rank i32 [R / ranks_per_node] or NULL (upstream returns None intranode)
+ * num_tokens_per_expert    i32 [num_experts]: selections per expert (-1 ignored, duplicates
+ *                          counted)
+ * is_token_in_rank         bool [N, R], contiguous */
+TS_API ts_status ts_ep_get_dispatch_layout(ts_ep_buffer *buf, const ts_tensor *topk_idx,
+                                           int64_t num_experts, ts_tensor *num_tokens_per_rank,
+                                           ts_tensor *num_tokens_per_rdma_rank,
+                                           ts_tensor *num_tokens_per_expert,
+                                           ts_tensor *is_token_in_rank);
+
+/* Inputs of ts_ep_dispatch (upstream keyword arguments). Pointers not needed may be NULL. */
+typedef struct ts_ep_dispatch_args {
+    const ts_tensor *x;        /* bf16 or e4m3 [N, hidden], last dim contiguous; hidden bytes % 16 == 0 */
+    const ts_tensor *x_scales; /* with e4m3 (required): [N, S] of any dtype and strides, passed through */
+    const ts_tensor *topk_idx;     /* i64/i32 [N, K]; with topk_weights, both or neither */
+    const ts_tensor *topk_weights; /* f32 [N, K] */
+    /* From ts_ep_get_dispatch_layout; required unless handle is given. */
+    const ts_tensor *num_tokens_per_rank;      /* i32 [R] */
+    const ts_tensor *num_tokens_per_rdma_rank; /* ignored intranode */
+    const ts_tensor *num_tokens_per_expert;    /* i32 [E] */
+    const ts_tensor *is_token_in_rank;         /* bool [N, R] */
+    int64_t expert_alignment;  /* >= 1; 0 counts as 1 */
+    int64_t num_worst_tokens;  /* > 0: outputs have exactly this many rows; needs topk */
+    const ts_ep_config *config; /* NULL = ts_ep_get_dispatch_config(R) */
+    const ts_ep_handle *handle; /* cached dispatch: replay this routing (topk must be NULL) */
+} ts_ep_dispatch_args;
+
+/* Outputs: views into the buffer, valid until the next dispatch on it. Rows are ordered by
+ * (source rank, source token index), a documented guarantee here.
+ *   recv_x                [rows, hidden] dtype of x
+ *   recv_x_scales         [rows, S] contiguous, dtype of x_scales (data NULL for bf16)
+ *   recv_topk_idx         [rows, K] dtype of topk_idx: local expert id, -1 elsewhere (and in
+ *                         padding rows of num_worst_tokens); data NULL without topk
+ *   recv_topk_weights     [rows, K] f32: weight where the id is kept, 0 elsewhere
+ *   recv_src_idx          [rows] i32: token index on its source rank
+ *   num_recv_tokens_per_expert [E/R] i32, each rounded up to expert_alignment; shape [0]
+ *                         with num_worst_tokens or cached dispatch (upstream returns
+ *                         an empty list / None)
+ * rows = num_recv_tokens, or num_worst_tokens when it is > 0. */
+typedef struct ts_ep_dispatch_result {
+    ts_tensor recv_x;
+    ts_tensor recv_x_scales;
+    ts_tensor recv_topk_idx;
+    ts_tensor recv_topk_weights;
+    ts_tensor recv_src_idx;
+    ts_tensor num_recv_tokens_per_expert;
+    int64_t num_recv_tokens;
+} ts_ep_dispatch_result;
+
+/* Collective. handle_out (may be NULL) receives a new handle (free with
+ * ts_ep_handle_destroy) unless args->handle is given. */
+TS_API ts_status ts_ep_dispatch(ts_ep_buffer *buf, const ts_ep_dispatch_args *args,
+                                ts_ep_dispatch_result *result, ts_ep_handle **handle_out);
+
+/* Collective. x: bf16 [num_recv_tokens (or more rows), hidden] in the dispatch's row order
+ * (may be the recv_x view itself). topk_weights: f32 [num_recv_tokens, K] or NULL. bias0,
+ * bias1: bf16 [N, hidden] or NULL. combined_x: bf16 [N, hidden] (caller-owned).
+ * combined_topk_weights: f32 [N, K], required iff topk_weights.
+ * combined_x[t] = bf16(f32 sum: 0 + bias0 + bias1 + copies of t from ranks in ascending
+ * order) -- unweighted, as upstream; combined_topk_weights[t] sums the copies' weights in
+ * the same order. Tokens sent nowhere get just the biases. */
+TS_API ts_status ts_ep_combine(ts_ep_buffer *buf, const ts_ep_handle *handle, const ts_tensor *x,
+                               const ts_tensor *topk_weights, const ts_tensor *bias0,
+                               const ts_tensor *bias1, const ts_ep_config *config,
+                               ts_tensor *combined_x, ts_tensor *combined_topk_weights);
+
+TS_API ts_status ts_ep_handle_destroy(ts_ep_handle *h);
+/* Rows received (num_recv_tokens) and the source-rank blocks: rows of source s are
+ * [offsets[s], offsets[s+1]) with offsets [R+1] (upstream: rank_prefix_matrix column). */
+TS_API ts_status ts_ep_handle_get_num_recv_tokens(const ts_ep_handle *h, int64_t *num_recv_tokens);
+TS_API ts_status ts_ep_handle_get_recv_rank_offsets(const ts_ep_handle *h, int64_t *offsets,
+                                                    int64_t num_offsets);
+
+/* ---- The MPI_Alltoallv reference (the test oracle and the bench baseline) ----
+ * Same outputs and order as ts_ep_dispatch (no num_worst_tokens, no cache: pass the same
+ * topk again), computed from topk_idx alone with MPI_Alltoall + MPI_Alltoallv over comm. The
+ * result owns malloc'd arrays; free with ts_ep_reference_free. */
+typedef struct ts_ep_reference_result {
+    ts_ep_dispatch_result out; /* views into the owned arrays below */
+    void *owned[8];
+    /* routing kept for ts_ep_reference_combine */
+    int32_t num_ranks, num_topk;
+    int64_t num_tokens, hidden, num_recv;
+    int32_t *send_counts, *recv_counts; /* [R] rows */
+    int32_t *send_token;                /* [sum send_counts]: my token per send row, by dest */
+} ts_ep_reference_result;
+
+TS_API ts_status ts_ep_reference_dispatch(MPI_Comm comm, const ts_tensor *x, const ts_tensor *x_scales,
+                                          const ts_tensor *topk_idx, const ts_tensor *topk_weights,
+                                          int64_t num_experts, int64_t expert_alignment,
+                                          ts_ep_reference_result *res);
+TS_API ts_status ts_ep_reference_combine(MPI_Comm comm, const ts_ep_reference_result *routing,
+                                         const ts_tensor *x, const ts_tensor *topk_weights,
+                                         const ts_tensor *bias0, const ts_tensor *bias1,
+                                         ts_tensor *combined_x, ts_tensor *combined_topk_weights);
+TS_API ts_status ts_ep_reference_free(ts_ep_reference_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs the multi-rank EP tests of each given build directory under mpirun at 1, 2, 4 and 8
+# ranks (sanitizer builds: 1 and 2), then the fault drill (a rank is SIGKILLed after creating
+# its buffer; no shared-memory segment may be left in /dev/shm). Ends with one combined
+# "N passed, N failed" line; exit status non-zero on any failure. Directories without
+# tilestack_ep_tests (built without MPI) are skipped.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI keeps allocations until exit; the suppressions match only its own stacks, which the
+# slow unwinder can see (Open MPI has no frame pointers) once plugins stay loaded.
+export LSAN_OPTIONS="suppressions=$here/tests/ep/lsan_openmpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+total_pass=0
+total_fail=0
+status=0
+shm_entries() { ls /dev/shm 2>/dev/null | grep '^tilestack_ep\.' | sort; }
+for dir in "$@"; do
+  bin="$dir/tilestack_ep_tests"
+  [ -x "$bin" ] || { echo "=== ep tests: $dir (not built: no MPI) ==="; continue; }
+  ranks="1 2 4 8"
+  asan_opts=${ASAN_OPTIONS:-}
+  if grep -q '^TS_SANITIZE:BOOL=ON' "$dir/CMakeCache.txt" 2>/dev/null; then
+    ranks="1 2"
+    asan_opts="${asan_opts:+$asan_opts:}fast_unwind_on_malloc=0"
+  fi
+  for np in $ranks; do
+    echo "=== ep tests: $dir, $np ranks ==="
+    log=$(mktemp)
+    ASAN_OPTIONS=$asan_opts timeout 300 mpirun --oversubscribe -np "$np" "$bin" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1)
+    rm -f "$log"
+    if [ -z "$line" ]; then
+      echo "tilestack: $bin at $np ranks crashed or printed no summary (exit $rc)" >&2
+      total_fail=$((total_fail + 1))
+      status=1
+      continue
+    fi
+    p=${line%% passed*}
+    f=${line#*passed, }
+    f=${f%% failed*}
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+    [ "$rc" -ne 0 ] && status=1
+  done
+  echo "=== ep fault drill: $dir (rank 2 of 3 killed) ==="
+  before=$(shm_entries)
+  # Survivors must report TS_ERR_TIMEOUT naming the dead rank (not hang), then exit.
+  drill=$(ASAN_OPTIONS=$asan_opts:detect_leaks=0 timeout 120 mpirun --oversubscribe \
+    --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" --kill-test 2>&1)
+  after=$(shm_entries)
+  timeouts=$(echo "$drill" | grep -c 'TS_ERR_TIMEOUT.*for rank 2')
+  if [ "$timeouts" -ne 2 ]; then
+    echo "FAIL ep_kill_survivors_time_out: $timeouts of 2 survivors reported the timeout"
+    echo "$drill" | tail -n 20
+    total_fail=$((total_fail + 1))
+    status=1
+  else
+    echo "ok   ep_kill_survivors_time_out"
+    total_pass=$((total_pass + 1))
+  fi
+  leftover=$(comm -13 <(echo "$before") <(echo "$after") | grep . || true)
+  if [ -n "$leftover" ]; then
+    echo "FAIL ep_kill_leaves_no_segment: left in /dev/shm: $leftover"
+    total_fail=$((total_fail + 1))
+    status=1
+  else
+    echo "ok   ep_kill_leaves_no_segment"
+    total_pass=$((total_pass + 1))
+  fi
+done
+echo "${total_pass} passed, ${total_fail} failed"
+exit $status

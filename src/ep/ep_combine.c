@@ -1,0 +1,201 @@
+/* Normal-mode combine over shared memory: each rank stages its expert outputs in its own
+ * combine area (skipped when they already live there), then every source rank pulls the
+ * copies of its tokens and reduces them in f32 in ascending rank order. */
+#include "ep/ep_internal.h"
+#include "tilestack/numerics.h"
+
+#include <string.h>
+
+#define C "ts_ep_combine"
+
+static ts_status check_bf16_2d(const ts_tensor *t, const char *name, int64_t rows_min, int64_t rows_exact,
+                               int64_t cols, ts_dtype dt) {
+    TS__RETURN_IF_ERROR(ts_tensor_check(t, name));
+    TS__RETURN_IF_ERROR(ts_tensor_check_dtype(t, name, dt));
+    if (t->ndim != 2) return ts__fail(TS_ERR_SHAPE, "%s must be 2-D", name);
+    if (t->shape[1] != cols)
+        return ts__fail(TS_ERR_SHAPE, "%s has %lld columns, expected %lld", name, (long long)t->shape[1], (long long)cols);
+    if (rows_exact >= 0 && t->shape[0] != rows_exact)
+        return ts__fail(TS_ERR_SHAPE, "%s has %lld rows, expected %lld", name, (long long)t->shape[0],
+                        (long long)rows_exact);
+    if (t->shape[0] < rows_min)
+        return ts__fail(TS_ERR_SHAPE, "%s has %lld rows, needs at least %lld", name, (long long)t->shape[0],
+                        (long long)rows_min);
+    TS__RETURN_IF_ERROR(ts_tensor_check_last_contiguous(t, name));
+    return TS_OK;
+}
+
+typedef struct comb_layout {
+    int64_t x_off, w_off, total;
+} comb_layout;
+
+static comb_layout comb_layout_of(int64_t rows, int64_t hidden, int64_t K) {
+    comb_layout l;
+    l.x_off = 0;
+    l.w_off = ts__align(rows * hidden * 2, 64);
+    l.total = l.w_off + ts__align(rows * K * 4, 64);
+    return l;
+}
+
+typedef struct stage_ctx {
+    const ts_tensor *x, *w;
+    uint8_t *area;
+    comb_layout l;
+    int64_t rows, hidden, K;
+    int nthreads;
+} stage_ctx;
+
+static void stage_task(void *vc, int tid, int nthreads) {
+    const stage_ctx *c = vc;
+    const int64_t r0 = c->rows * tid / nthreads, r1 = c->rows * (tid + 1) / nthreads;
+    const uint16_t *x = c->x->data;
+    uint16_t *dx = (uint16_t *)(void *)(c->area + c->l.x_off);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *src = x + r * c->x->strides[0];
+        if (src != dx + r * c->hidden) memcpy(dx + r * c->hidden, src, (size_t)c->hidden * 2);
+    }
+    if (c->w) {
+        const float *w = c->w->data;
+        float *dw = (float *)(void *)(c->area + c->l.w_off);
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t k = 0; k < c->K; k++) dw[r * c->K + k] = w[r * c->w->strides[0] + k * c->w->strides[1]];
+    }
+}
+
+typedef struct reduce_ctx {
+    const ts_ep_buffer *b;
+    const ts_ep_handle *h;
+    const comb_layout *lay; /* [R] */
+    const ts_tensor *bias0, *bias1, *out, *out_w;
+    int64_t hidden, K;
+    bool has_w;
+    int nthreads;
+    _Atomic int oom;
+} reduce_ctx;
+
+static void reduce_task(void *vc, int tid, int nthreads) {
+    const reduce_ctx *c = vc;
+    const ts_ep_buffer *b = c->b;
+    const int R = b->num_ranks;
+    const int64_t N = c->h->num_tokens, H = c->hidden;
+    const int64_t t0 = N * tid / nthreads, t1 = N * (tid + 1) / nthreads;
+    float *acc = ts__scratch(tid, (size_t)H * sizeof(float));
+    if (!acc) {
+        atomic_store(&((reduce_ctx *)vc)->oom, 1);
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        for (int64_t j = 0; j < H; j++) acc[j] = 0.0f;
+        const ts_tensor *bias[2] = {c->bias0, c->bias1};
+        for (int i = 0; i < 2; i++) {
+            if (!bias[i]) continue;
+            const uint16_t *p = (const uint16_t *)bias[i]->data + t * bias[i]->strides[0];
+            for (int64_t j = 0; j < H; j++) acc[j] += ts_bf16_to_f32(p[j]);
+        }
+        for (int r = 0; r < R; r++) {
+            const int32_t row = c->h->send_pos[t * R + r];
+            if (row < 0) continue;
+            const uint16_t *p = (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) + (int64_t)row * H;
+            for (int64_t j = 0; j < H; j++) acc[j] += ts_bf16_to_f32(p[j]);
+        }
+        uint16_t *o = (uint16_t *)c->out->data + t * c->out->strides[0];
+        for (int64_t j = 0; j < H; j++) o[j] = ts_f32_to_bf16(acc[j]);
+        if (c->has_w) {
+            float *ow = (float *)c->out_w->data;
+            for (int64_t k = 0; k < c->K; k++) {
+                float s = 0.0f;
+                for (int r = 0; r < R; r++) {
+                    const int32_t row = c->h->send_pos[t * R + r];
+                    if (row < 0) continue;
+                    s += ((const float *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].w_off))[(int64_t)row * c->K + k];
+                }
+                ow[t * c->out_w->strides[0] + k * c->out_w->strides[1]] = s;
+            }
+        }
+    }
+}
+
+ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor *x, const ts_tensor *topk_weights,
+                        const ts_tensor *bias0, const ts_tensor *bias1, const ts_ep_config *config,
+                        ts_tensor *combined_x, ts_tensor *combined_topk_weights) {
+    TS__RETURN_IF_ERROR(ts__ep_check_usable(b, C));
+    const int R = b->num_ranks, me = b->rank;
+    const uint64_t call = b->calls++;
+    ts__ep_meta *m = ts__ep_meta_of(b, me, call);
+    memset(m, 0, sizeof *m);
+    m->op = TS__EP_OP_COMBINE;
+    ts_status st = TS_OK;
+    int64_t H = 0, K = 0, N = 0, nrecv = 0;
+    if (!h) st = ts__fail(TS_ERR_NULL_POINTER, C ": handle is NULL");
+    else if (h->buf != b) st = ts__fail(TS_ERR_INVALID_ARGUMENT, C ": handle belongs to another buffer");
+    if (st == TS_OK) {
+        N = h->num_tokens;
+        nrecv = h->num_recv;
+        st = ts_tensor_check(x, C ": x");
+        if (st == TS_OK && x->ndim != 2) st = ts__fail(TS_ERR_SHAPE, C ": x must be 2-D [num_recv_tokens, hidden]");
+        if (st == TS_OK) {
+            H = x->shape[1];
+            st = check_bf16_2d(x, C ": x", nrecv, -1, H, TS_BF16);
+        }
+        if (st == TS_OK && H < 1) st = ts__fail(TS_ERR_SHAPE, C ": x: hidden must be >= 1");
+    }
+    if (st == TS_OK && topk_weights) {
+        st = ts_tensor_check(topk_weights, C ": topk_weights");
+        if (st == TS_OK && topk_weights->ndim != 2) st = ts__fail(TS_ERR_SHAPE, C ": topk_weights must be 2-D");
+        if (st == TS_OK) {
+            K = topk_weights->shape[1];
+            st = check_bf16_2d(topk_weights, C ": topk_weights", nrecv, -1, K, TS_F32);
+        }
+        if (st == TS_OK && (K < 1 || K > 1024)) st = ts__fail(TS_ERR_SHAPE, C ": topk_weights: num_topk %lld", (long long)K);
+        if (st == TS_OK && !combined_topk_weights)
+            st = ts__fail(TS_ERR_NULL_POINTER, C ": combined_topk_weights is required with topk_weights");
+        if (st == TS_OK) st = check_bf16_2d(combined_topk_weights, C ": combined_topk_weights", 0, N, K, TS_F32);
+    }
+    if (st == TS_OK && !topk_weights && combined_topk_weights)
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, C ": combined_topk_weights given without topk_weights");
+    if (st == TS_OK && bias0) st = check_bf16_2d(bias0, C ": bias0", 0, N, H, TS_BF16);
+    if (st == TS_OK && bias1) st = check_bf16_2d(bias1, C ": bias1", 0, N, H, TS_BF16);
+    if (st == TS_OK && !combined_x) st = ts__fail(TS_ERR_NULL_POINTER, C ": combined_x is NULL");
+    if (st == TS_OK) st = check_bf16_2d(combined_x, C ": combined_x", 0, N, H, TS_BF16);
+    if (st == TS_OK && config && config->num_max_nvl_chunked_send_tokens < 1)
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, C ": config chunk sizes must be >= 1");
+    comb_layout ml = comb_layout_of(nrecv, H, K);
+    if (st == TS_OK && ml.total > ts__ep_area_bytes(b))
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, C ": %lld rows of %lld bf16 need %lld bytes, more than half of "
+                      "num_nvl_bytes (%lld) holds", (long long)nrecv, (long long)H, (long long)ml.total,
+                      (long long)ts__ep_area_bytes(b));
+    int nt = ts__ep_threads(config);
+    if (st == TS_OK) {
+        /* The combine area is free: the previous combine ended with a barrier and dispatch
+         * never writes it. */
+        stage_ctx sc = {x, topk_weights, ts__ep_combine_area(b, me), ml, nrecv, H, K, 1};
+        int snt = nt;
+        if (snt > nrecv / 8) snt = nrecv / 8 > 0 ? (int)(nrecv / 8) : 1;
+        if (nrecv > 0) ts__parallel_run(snt, stage_task, &sc);
+        m->hidden = H;
+        m->has_weights = topk_weights != NULL;
+        m->num_topk = K;
+        m->num_recv = nrecv;
+        m->x_dtype = TS_BF16;
+    }
+    m->status = st;
+    TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
+    TS__RETURN_IF_ERROR(ts__ep_check_peers(b, call, C));
+
+    comb_layout *lay = malloc((size_t)R * sizeof *lay);
+    if (!lay) {
+        b->broken = true;
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no memory for %d-rank bookkeeping", R);
+    }
+    for (int r = 0; r < R; r++) lay[r] = comb_layout_of(ts__ep_meta_of(b, r, call)->num_recv, H, K);
+    reduce_ctx rc = {b, h, lay, bias0, bias1, combined_x, combined_topk_weights, H, K, topk_weights != NULL, 1, 0};
+    int rnt = nt;
+    if (rnt > N / 4) rnt = N / 4 > 0 ? (int)(N / 4) : 1;
+    if (N > 0) ts__parallel_run(rnt, reduce_task, &rc);
+    free(lay);
+    /* Nobody may restage a combine area while a peer still reads it. */
+    TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
+    if (atomic_load(&rc.oom))
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no scratch for a %lld-float accumulator", (long long)H);
+    return TS_OK;
+}

@@ -1,0 +1,414 @@
+/* Normal-mode dispatch over shared memory: a count exchange through the published metadata,
+ * then every sender writes each of its tokens once, straight into its final row of each
+ * destination's dispatch area (rows ordered by source rank, then source token index). */
+#include "ep/ep_internal.h"
+
+#include <string.h>
+
+typedef struct recv_layout {
+    int64_t rows, x_off, s_off, i_off, w_off, src_off, total;
+} recv_layout;
+
+static recv_layout layout_of(int64_t rows, int64_t row_bytes, int64_t scale_row_bytes, int64_t idx_row_bytes,
+                             int64_t w_row_bytes) {
+    recv_layout l;
+    l.rows = rows;
+    l.x_off = 0;
+    l.s_off = ts__align(rows * row_bytes, 64);
+    l.i_off = l.s_off + ts__align(rows * scale_row_bytes, 64);
+    l.w_off = l.i_off + ts__align(rows * idx_row_bytes, 64);
+    l.src_off = l.w_off + ts__align(rows * w_row_bytes, 64);
+    l.total = l.src_off + ts__align(rows * 4, 64);
+    return l;
+}
+
+static int64_t *meta_counts(ts__ep_meta *m) { return (int64_t *)(void *)(m + 1); }
+static int32_t *meta_experts(ts__ep_meta *m, int R) { return (int32_t *)(void *)(meta_counts(m) + R); }
+
+ts_status ts_ep_handle_destroy(ts_ep_handle *h) {
+    if (!h) return TS_OK;
+    free(h->send_pos);
+    free(h->send_count);
+    free(h->recv_offsets);
+    free(h);
+    return TS_OK;
+}
+
+ts_status ts_ep_handle_get_num_recv_tokens(const ts_ep_handle *h, int64_t *num_recv_tokens) {
+    if (!h || !num_recv_tokens)
+        return ts__fail(TS_ERR_NULL_POINTER, "ts_ep_handle_get_num_recv_tokens: %s is NULL", h ? "num_recv_tokens" : "h");
+    *num_recv_tokens = h->num_recv;
+    return TS_OK;
+}
+
+ts_status ts_ep_handle_get_recv_rank_offsets(const ts_ep_handle *h, int64_t *offsets, int64_t num_offsets) {
+    if (!h || !offsets)
+        return ts__fail(TS_ERR_NULL_POINTER, "ts_ep_handle_get_recv_rank_offsets: %s is NULL", h ? "offsets" : "h");
+    if (num_offsets != h->num_ranks + 1)
+        return ts__fail(TS_ERR_SHAPE, "ts_ep_handle_get_recv_rank_offsets: num_offsets %lld != num_ranks + 1 = %d",
+                        (long long)num_offsets, h->num_ranks + 1);
+    memcpy(offsets, h->recv_offsets, (size_t)num_offsets * sizeof *offsets);
+    return TS_OK;
+}
+
+
+typedef struct local_info {
+    int64_t N, hidden, row_bytes, S, scale_es, K, idx_es, E;
+    bool fp8, has_topk, cached;
+    ts_ep_handle *h;       /* new handle (non-cached) */
+    const ts_ep_handle *use; /* routing used: h or args->handle */
+} local_info;
+
+#define D "ts_ep_dispatch"
+
+static ts_status validate(const ts_ep_buffer *b, const ts_ep_dispatch_args *a, local_info *li, ts__ep_meta *m) {
+    const int R = b->num_ranks;
+    if (!a) return ts__fail(TS_ERR_NULL_POINTER, D ": args is NULL");
+    TS__RETURN_IF_ERROR(ts_tensor_check(a->x, D ": x"));
+    if (a->x->dtype != TS_BF16 && a->x->dtype != TS_E4M3)
+        return ts__fail(TS_ERR_DTYPE, D ": x must be bf16 or e4m3, got %s", ts_dtype_name(a->x->dtype));
+    if (a->x->ndim != 2) return ts__fail(TS_ERR_SHAPE, D ": x must be 2-D [num_tokens, hidden]");
+    TS__RETURN_IF_ERROR(ts_tensor_check_last_contiguous(a->x, D ": x"));
+    li->fp8 = a->x->dtype == TS_E4M3;
+    li->N = a->x->shape[0];
+    li->hidden = a->x->shape[1];
+    li->row_bytes = li->hidden * (int64_t)ts_dtype_size(a->x->dtype);
+    if (li->N > INT32_MAX) return ts__fail(TS_ERR_SHAPE, D ": x has %lld tokens (> INT32_MAX)", (long long)li->N);
+    if (li->hidden < 1 || li->row_bytes % 16 != 0)
+        return ts__fail(TS_ERR_SHAPE, D ": x: hidden %lld x element size must be a positive multiple of 16 bytes",
+                        (long long)li->hidden);
+    if (li->fp8) {
+        if (!a->x_scales) return ts__fail(TS_ERR_NULL_POINTER, D ": x_scales is required with e4m3 x");
+        TS__RETURN_IF_ERROR(ts_tensor_check(a->x_scales, D ": x_scales"));
+        if (a->x_scales->ndim != 2 || a->x_scales->shape[0] != li->N)
+            return ts__fail(TS_ERR_SHAPE, D ": x_scales must be [num_tokens = %lld, num_scales]", (long long)li->N);
+        li->S = a->x_scales->shape[1];
+        li->scale_es = (int64_t)ts_dtype_size(a->x_scales->dtype);
+        if (li->S > 65536) return ts__fail(TS_ERR_SHAPE, D ": x_scales has %lld columns (> 65536)", (long long)li->S);
+    } else if (a->x_scales) {
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": x_scales must be NULL with bf16 x");
+    }
+    li->cached = a->handle != NULL;
+    if ((a->topk_idx != NULL) != (a->topk_weights != NULL))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": topk_idx and topk_weights must be given together");
+    li->has_topk = a->topk_idx != NULL;
+    if (a->expert_alignment < 0 || a->expert_alignment > (1 << 24))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": expert_alignment %lld out of range",
+                        (long long)a->expert_alignment);
+    if (a->num_worst_tokens < 0 || a->num_worst_tokens > INT32_MAX)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": num_worst_tokens %lld out of range",
+                        (long long)a->num_worst_tokens);
+    if (a->config && (a->config->num_max_nvl_chunked_send_tokens < 1 || a->config->num_max_nvl_chunked_recv_tokens < 1))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": config chunk sizes must be >= 1");
+    if (li->cached) {
+        const ts_ep_handle *h = a->handle;
+        if (li->has_topk) return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": cached dispatch (handle) takes no topk_idx");
+        if (h->buf != b) return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": handle belongs to another buffer");
+        if (h->num_tokens != li->N)
+            return ts__fail(TS_ERR_SHAPE, D ": x has %lld tokens, the handle's dispatch had %lld", (long long)li->N,
+                            (long long)h->num_tokens);
+        li->use = h;
+        li->E = 0;
+    } else {
+        if (a->num_worst_tokens > 0 && !li->has_topk)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": num_worst_tokens needs topk_idx");
+        if (!a->num_tokens_per_rank || !a->is_token_in_rank || !a->num_tokens_per_expert)
+            return ts__fail(TS_ERR_NULL_POINTER, D ": %s is required without a handle",
+                            !a->num_tokens_per_rank ? "num_tokens_per_rank"
+                            : !a->is_token_in_rank  ? "is_token_in_rank"
+                                                    : "num_tokens_per_expert");
+        TS__RETURN_IF_ERROR(ts_tensor_check(a->num_tokens_per_expert, D ": num_tokens_per_expert"));
+        TS__RETURN_IF_ERROR(ts_tensor_check_dtype(a->num_tokens_per_expert, D ": num_tokens_per_expert", TS_I32));
+        if (a->num_tokens_per_expert->ndim != 1)
+            return ts__fail(TS_ERR_SHAPE, D ": num_tokens_per_expert must be 1-D [num_experts]");
+        li->E = a->num_tokens_per_expert->shape[0];
+        if (li->E < R || li->E % R != 0)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": num_experts %lld is not a positive multiple of num_ranks %d",
+                            (long long)li->E, R);
+        if ((int64_t)sizeof(ts__ep_meta) + 8 * R + 4 * li->E > TS__EP_META_SLOT_BYTES)
+            return ts__fail(TS_ERR_UNSUPPORTED, D ": %lld experts over %d ranks exceed the metadata slot",
+                            (long long)li->E, R);
+        TS__RETURN_IF_ERROR(ts_tensor_check(a->num_tokens_per_rank, D ": num_tokens_per_rank"));
+        TS__RETURN_IF_ERROR(ts_tensor_check_dtype(a->num_tokens_per_rank, D ": num_tokens_per_rank", TS_I32));
+        const int64_t shr[1] = {R};
+        TS__RETURN_IF_ERROR(ts_tensor_check_shape(a->num_tokens_per_rank, D ": num_tokens_per_rank", 1, shr));
+        TS__RETURN_IF_ERROR(ts_tensor_check(a->is_token_in_rank, D ": is_token_in_rank"));
+        TS__RETURN_IF_ERROR(ts_tensor_check_dtype(a->is_token_in_rank, D ": is_token_in_rank", TS_BOOL));
+        const int64_t shi[2] = {li->N, R};
+        TS__RETURN_IF_ERROR(ts_tensor_check_shape(a->is_token_in_rank, D ": is_token_in_rank", 2, shi));
+        if (!ts_tensor_is_contiguous(a->is_token_in_rank))
+            return ts__fail(TS_ERR_STRIDE, D ": is_token_in_rank must be contiguous");
+        if (li->has_topk) {
+            TS__RETURN_IF_ERROR(ts__ep_check_topk_idx(a->topk_idx, li->E, D));
+            if (a->topk_idx->shape[0] != li->N)
+                return ts__fail(TS_ERR_SHAPE, D ": topk_idx has %lld rows, x has %lld",
+                                (long long)a->topk_idx->shape[0], (long long)li->N);
+            li->K = a->topk_idx->shape[1];
+            li->idx_es = (int64_t)ts_dtype_size(a->topk_idx->dtype);
+            TS__RETURN_IF_ERROR(ts_tensor_check(a->topk_weights, D ": topk_weights"));
+            TS__RETURN_IF_ERROR(ts_tensor_check_dtype(a->topk_weights, D ": topk_weights", TS_F32));
+            const int64_t shw[2] = {li->N, li->K};
+            TS__RETURN_IF_ERROR(ts_tensor_check_shape(a->topk_weights, D ": topk_weights", 2, shw));
+        }
+        /* The routing: rank-local order of each token per destination, checked against
+         * num_tokens_per_rank so a stale layout cannot make senders collide. */
+        ts_ep_handle *h = calloc(1, sizeof *h);
+        if (h) {
+            h->send_pos = malloc((size_t)(li->N * R > 0 ? li->N * R : 1) * sizeof *h->send_pos);
+            h->send_count = calloc((size_t)R, sizeof *h->send_count);
+            h->recv_offsets = calloc((size_t)R + 1, sizeof *h->recv_offsets);
+        }
+        if (!h || !h->send_pos || !h->send_count || !h->recv_offsets) {
+            ts_ep_handle_destroy(h);
+            return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for the handle (%lld tokens)", (long long)li->N);
+        }
+        h->buf = b;
+        h->num_ranks = R;
+        h->num_tokens = li->N;
+        const bool *in = a->is_token_in_rank->data;
+        for (int64_t t = 0; t < li->N; t++)
+            for (int r = 0; r < R; r++) h->send_pos[t * R + r] = in[t * R + r] ? (int32_t)h->send_count[r]++ : -1;
+        const int32_t *tpr = a->num_tokens_per_rank->data;
+        for (int r = 0; r < R; r++)
+            if (tpr[r * a->num_tokens_per_rank->strides[0]] != h->send_count[r]) {
+                const long long want = tpr[r * a->num_tokens_per_rank->strides[0]];
+                const long long got = h->send_count[r];
+                ts_ep_handle_destroy(h);
+                return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                                D ": num_tokens_per_rank[%d] = %lld but is_token_in_rank has %lld tokens for it", r,
+                                want, got);
+            }
+        li->h = h;
+        li->use = h;
+    }
+    /* Publish. */
+    m->hidden = li->hidden;
+    m->x_dtype = a->x->dtype;
+    m->scale_dtype = li->fp8 ? (int64_t)a->x_scales->dtype : -1;
+    m->num_scales = li->S;
+    m->has_topk = li->has_topk;
+    m->has_weights = li->has_topk;
+    m->num_topk = li->K;
+    m->idx_dtype = li->has_topk ? (int64_t)a->topk_idx->dtype : -1;
+    m->cached = li->cached;
+    m->num_tokens = li->N;
+    m->num_experts = li->E;
+    m->num_worst_tokens = a->num_worst_tokens;
+    int64_t *cnt = meta_counts(m);
+    for (int r = 0; r < R; r++) cnt[r] = li->use->send_count[r];
+    if (!li->cached) {
+        int32_t *ec = meta_experts(m, R);
+        const ts_tensor *t = a->num_tokens_per_expert;
+        for (int64_t e = 0; e < li->E; e++) ec[e] = ((const int32_t *)t->data)[e * t->strides[0]];
+    }
+    return TS_OK;
+}
+
+typedef struct copy_ctx {
+    const ts_ep_buffer *b;
+    const ts_ep_dispatch_args *a;
+    const local_info *li;
+    const recv_layout *lay; /* [R] */
+    const int64_t *base;    /* [R]: my first row in each destination (non-cached) */
+    int nthreads;
+} copy_ctx;
+
+static void copy_task(void *vctx, int tid, int nthreads) {
+    const copy_ctx *c = vctx;
+    const ts_ep_buffer *b = c->b;
+    const local_info *li = c->li;
+    const ts_ep_dispatch_args *a = c->a;
+    const int R = b->num_ranks;
+    const int64_t N = li->N;
+    const int64_t t0 = N * tid / nthreads, t1 = N * (tid + 1) / nthreads;
+    const int64_t El = li->E / R;
+    const uint8_t *x = a->x->data;
+    const int64_t xs = a->x->strides[0] * (int64_t)ts_dtype_size(a->x->dtype);
+    const int32_t *pos = li->use->send_pos;
+    for (int64_t t = t0; t < t1; t++) {
+        for (int d = 0; d < R; d++) {
+            int64_t row = pos[t * R + d];
+            if (row < 0) continue;
+            if (!li->cached) row += c->base[d];
+            uint8_t *area = ts__ep_dispatch_area(b, d);
+            const recv_layout *l = &c->lay[d];
+            memcpy(area + l->x_off + row * li->row_bytes, x + t * xs, (size_t)li->row_bytes);
+            ((int32_t *)(void *)(area + l->src_off))[row] = (int32_t)t;
+            if (li->fp8 && li->S > 0) {
+                const ts_tensor *s = a->x_scales;
+                const uint8_t *sp = s->data;
+                uint8_t *dst = area + l->s_off + row * li->S * li->scale_es;
+                const size_t es = (size_t)li->scale_es;
+                for (int64_t j = 0; j < li->S; j++)
+                    memcpy(dst + j * li->scale_es, sp + (t * s->strides[0] + j * s->strides[1]) * (int64_t)es, es);
+            }
+            if (li->has_topk) {
+                const int64_t lo = d * El, hi = lo + El;
+                const float *w = a->topk_weights->data;
+                float *dw = (float *)(void *)(area + l->w_off) + row * li->K;
+                for (int64_t k = 0; k < li->K; k++) {
+                    const int64_t e = ts__ep_idx_at(a->topk_idx, t, k);
+                    const bool mine = e >= lo && e < hi;
+                    const int64_t local = mine ? e - lo : -1;
+                    if (li->idx_es == 8)
+                        ((int64_t *)(void *)(area + l->i_off))[row * li->K + k] = local;
+                    else
+                        ((int32_t *)(void *)(area + l->i_off))[row * li->K + k] = (int32_t)local;
+                    dw[k] = mine ? w[t * a->topk_weights->strides[0] + k * a->topk_weights->strides[1]] : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_dispatch_result *result,
+                         ts_ep_handle **handle_out) {
+    TS__RETURN_IF_ERROR(ts__ep_check_usable(b, D));
+    const int R = b->num_ranks, me = b->rank;
+    const uint64_t call = b->calls++;
+    ts__ep_meta *m = ts__ep_meta_of(b, me, call);
+    memset(m, 0, sizeof *m);
+    m->op = TS__EP_OP_DISPATCH;
+    local_info li;
+    memset(&li, 0, sizeof li);
+    ts_status st = result ? TS_OK : ts__fail(TS_ERR_NULL_POINTER, D ": result is NULL");
+    if (st == TS_OK) st = validate(b, a, &li, m);
+    m->status = st;
+    ts_status bs = ts__ep_barrier(b, D);
+    if (bs != TS_OK) {
+        ts_ep_handle_destroy(li.h);
+        return bs;
+    }
+    st = ts__ep_check_peers(b, call, D);
+    if (st != TS_OK) {
+        ts_ep_handle_destroy(li.h);
+        return st;
+    }
+
+    /* Every rank derives every receiver's row count and layout from the same published
+     * counts, so all reach the same verdict on capacity. */
+    recv_layout *lay = malloc((size_t)R * sizeof *lay);
+    int64_t *base = calloc((size_t)R, sizeof *base);
+    int64_t *recv_from = calloc((size_t)R, sizeof *recv_from); /* to me, per source */
+    if (!lay || !base || !recv_from) {
+        /* Peers go on writing into my area: the only safe exit is to stop everyone. */
+        free(lay);
+        free(base);
+        free(recv_from);
+        ts_ep_handle_destroy(li.h);
+        b->broken = true;
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for %d-rank bookkeeping", R);
+    }
+    const int64_t area = ts__ep_area_bytes(b);
+    const int64_t scale_row = li.S * li.scale_es, idx_row = li.K * li.idx_es, w_row = li.K * 4;
+    for (int d = 0; d < R && st == TS_OK; d++) {
+        int64_t total = 0;
+        for (int s = 0; s < R; s++) {
+            const int64_t c = meta_counts(ts__ep_meta_of(b, s, call))[d];
+            if (s < me) base[d] += c;
+            if (d == me) recv_from[s] = c;
+            total += c;
+        }
+        const int64_t worst = ts__ep_meta_of(b, d, call)->num_worst_tokens;
+        if (worst > 0 && total > worst)
+            st = ts__fail(TS_ERR_INVALID_ARGUMENT, D ": rank %d receives %lld tokens, more than its num_worst_tokens %lld",
+                          d, (long long)total, (long long)worst);
+        lay[d] = layout_of(worst > 0 ? worst : total, li.row_bytes, scale_row, idx_row, w_row);
+        if (st == TS_OK && lay[d].total > area)
+            st = ts__fail(TS_ERR_INVALID_ARGUMENT,
+                          D ": rank %d would receive %lld tokens (%lld bytes), more than half of num_nvl_bytes (%lld) "
+                          "holds; see ts_ep_get_buffer_size_hint",
+                          d, (long long)total, (long long)lay[d].total, (long long)area);
+    }
+    if (st != TS_OK) {
+        free(lay);
+        free(base);
+        free(recv_from);
+        ts_ep_handle_destroy(li.h);
+        return st;
+    }
+
+    copy_ctx cc = {b, a, &li, lay, base, 1};
+    int nt = ts__ep_threads(a->config);
+    const int64_t max_t = li.N / 8 > 0 ? li.N / 8 : 1; /* >= 8 tokens per thread */
+    if (nt > max_t) nt = (int)max_t;
+    cc.nthreads = nt;
+    if (li.N > 0) ts__parallel_run(nt, copy_task, &cc);
+
+    bs = ts__ep_barrier(b, D);
+    if (bs != TS_OK) {
+        free(lay);
+        free(base);
+        free(recv_from);
+        ts_ep_handle_destroy(li.h);
+        return bs;
+    }
+
+    /* This rank's outputs: everything below lives in its own dispatch area or private memory. */
+    int64_t num_recv = 0;
+    for (int s = 0; s < R; s++) num_recv += recv_from[s];
+    const recv_layout *l = &lay[me];
+    uint8_t *mine = ts__ep_dispatch_area(b, me);
+    if (li.has_topk)
+        for (int64_t r = num_recv; r < l->rows; r++)
+            for (int64_t k = 0; k < li.K; k++) {
+                if (li.idx_es == 8)
+                    ((int64_t *)(void *)(mine + l->i_off))[r * li.K + k] = -1;
+                else
+                    ((int32_t *)(void *)(mine + l->i_off))[r * li.K + k] = -1;
+                ((float *)(void *)(mine + l->w_off))[r * li.K + k] = 0.0f;
+            }
+    const int64_t El = li.E / R;
+    const bool want_counts = !li.cached && a->num_worst_tokens == 0;
+    if (want_counts && b->expert_counts_cap < El) {
+        int32_t *p = realloc(b->expert_counts, (size_t)El * sizeof *p);
+        if (p) {
+            b->expert_counts = p;
+            b->expert_counts_cap = El;
+        }
+    }
+    if (want_counts && b->expert_counts_cap < El) {
+        free(lay);
+        free(base);
+        free(recv_from);
+        ts_ep_handle_destroy(li.h);
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for %lld expert counts", (long long)El);
+    }
+    if (want_counts) {
+        const int64_t align = a->expert_alignment > 1 ? a->expert_alignment : 1;
+        for (int64_t i = 0; i < El; i++) {
+            int64_t c = 0;
+            for (int s = 0; s < R; s++) c += meta_experts(ts__ep_meta_of(b, s, call), R)[me * El + i];
+            b->expert_counts[i] = (int32_t)ts__align(c, align);
+        }
+    }
+    if (li.h) {
+        li.h->num_recv = num_recv;
+        li.h->rows = l->rows;
+        for (int s = 0; s < R; s++) li.h->recv_offsets[s + 1] = li.h->recv_offsets[s] + recv_from[s];
+        for (int64_t i = 0; i < li.N * R; i++)
+            if (li.h->send_pos[i] >= 0) li.h->send_pos[i] += (int32_t)base[i % R];
+    }
+
+    memset(result, 0, sizeof *result);
+    result->recv_x = ts_tensor_2d(mine + l->x_off, a->x->dtype, l->rows, li.hidden);
+    result->recv_x_scales = li.fp8 ? ts_tensor_2d(mine + l->s_off, a->x_scales->dtype, l->rows, li.S)
+                                   : ts_tensor_2d(NULL, TS_F32, 0, 0);
+    result->recv_topk_idx = li.has_topk ? ts_tensor_2d(mine + l->i_off, a->topk_idx->dtype, l->rows, li.K)
+                                        : ts_tensor_2d(NULL, TS_I64, 0, 0);
+    result->recv_topk_weights = li.has_topk ? ts_tensor_2d(mine + l->w_off, TS_F32, l->rows, li.K)
+                                            : ts_tensor_2d(NULL, TS_F32, 0, 0);
+    result->recv_src_idx = ts_tensor_1d(mine + l->src_off, TS_I32, l->rows);
+    result->num_recv_tokens_per_expert =
+        ts_tensor_1d(want_counts ? b->expert_counts : NULL, TS_I32, want_counts ? El : 0);
+    result->num_recv_tokens = num_recv;
+    if (handle_out && li.h) {
+        *handle_out = li.h;
+        li.h = NULL;
+    }
+    ts_ep_handle_destroy(li.h);
+    free(lay);
+    free(base);
+    free(recv_from);
+    return TS_OK;
+}

@@ -1,0 +1,96 @@
+/* Internal state of the EP module (not installed). */
+#ifndef TILESTACK_EP_INTERNAL_H
+#define TILESTACK_EP_INTERNAL_H
+
+#include "core/internal.h"
+#include "tilestack/ep.h"
+
+#include <stdatomic.h>
+
+/* Segment layout (each rank owns one, every node-local peer maps it):
+ *   [0, 128)              control: barrier arrival counter, segment geometry
+ *   [128, +2*META_SLOT)   per-call metadata, two slots alternating by call parity so a rank
+ *                         that leaves a call early never overwrites what a slower peer still
+ *                         reads (ranks are at most one call apart: every call has a barrier)
+ *   [data_off, +nvl/2)    dispatch area: outputs of the last dispatch, written by senders
+ *   [.., +nvl/2)          combine area: this rank's expert outputs, read by their sources */
+#define TS__EP_CTRL_BYTES 128
+#define TS__EP_META_SLOT_BYTES (128 * 1024)
+
+typedef struct ts__ep_ctrl {
+    _Atomic uint64_t arrive; /* barriers this rank has reached */
+    char pad_[56];
+    int64_t num_nvl_bytes;   /* set at create, read-only afterwards */
+    int64_t data_off;
+} ts__ep_ctrl;
+
+enum { TS__EP_OP_DISPATCH = 1, TS__EP_OP_COMBINE = 2 };
+
+/* What each rank publishes at the start of a call; peers check agreement from it. */
+typedef struct ts__ep_meta {
+    int32_t op, status;
+    int64_t hidden, x_dtype, scale_dtype, num_scales, num_topk, idx_dtype;
+    int64_t has_topk, has_weights, cached, num_tokens, num_experts, num_worst_tokens;
+    int64_t num_recv;     /* combine: rows of this rank's combine input */
+    /* followed by int64 send_count[R] (dispatch) and int32 expert_count[E] (dispatch, topk) */
+} ts__ep_meta;
+
+struct ts_ep_buffer {
+    MPI_Comm comm;
+    int32_t rank, num_ranks, ranks_per_node;
+    int64_t num_nvl_bytes, seg_bytes, data_off;
+    uint8_t **peer;      /* [R] mapped segment of each rank (this rank's too) */
+    uint64_t calls;      /* collective calls started: picks the metadata slot */
+    uint64_t barriers;   /* barriers passed */
+    double timeout_s;
+    bool broken;         /* a wait timed out: only destroy is allowed */
+    int32_t *expert_counts; /* output storage for num_recv_tokens_per_expert */
+    int64_t expert_counts_cap;
+};
+
+struct ts_ep_handle {
+    const ts_ep_buffer *buf;
+    int32_t num_ranks;
+    int64_t num_tokens, num_recv, rows;
+    int32_t *send_pos;     /* [N, R]: row of my token t in rank r's recv_x, -1 if not sent */
+    int64_t *send_count;   /* [R] */
+    int64_t *recv_offsets; /* [R+1] */
+};
+
+static inline ts__ep_ctrl *ts__ep_ctrl_of(const ts_ep_buffer *b, int r) {
+    return (ts__ep_ctrl *)(void *)b->peer[r];
+}
+static inline ts__ep_meta *ts__ep_meta_of(const ts_ep_buffer *b, int r, uint64_t call) {
+    return (ts__ep_meta *)(void *)(b->peer[r] + TS__EP_CTRL_BYTES +
+                                    (call & 1) * TS__EP_META_SLOT_BYTES);
+}
+static inline int64_t ts__ep_area_bytes(const ts_ep_buffer *b) { return (b->num_nvl_bytes / 2) & ~(int64_t)127; }
+static inline uint8_t *ts__ep_dispatch_area(const ts_ep_buffer *b, int r) { return b->peer[r] + b->data_off; }
+static inline uint8_t *ts__ep_combine_area(const ts_ep_buffer *b, int r) {
+    return b->peer[r] + b->data_off + ts__ep_area_bytes(b);
+}
+
+/* Every node-local rank arrives, then waits for all others, with the buffer's deadline.
+ * `what` names the calling op in the timeout message. Marks the buffer broken on timeout. */
+ts_status ts__ep_barrier(ts_ep_buffer *b, const char *what);
+
+/* Common entry check of collective calls. */
+ts_status ts__ep_check_usable(const ts_ep_buffer *b, const char *what);
+
+/* Threads a call may use under `cfg` (NULL = pool size). */
+int ts__ep_threads(const ts_ep_config *cfg);
+
+/* Read element (t, k) of an i32/i64 top-k tensor. */
+static inline int64_t ts__ep_idx_at(const ts_tensor *t, int64_t i, int64_t k) {
+    const int64_t off = i * t->strides[0] + k * t->strides[1];
+    return t->dtype == TS_I64 ? ((const int64_t *)t->data)[off] : ((const int32_t *)t->data)[off];
+}
+
+/* First peer whose metadata disagrees with rank 0's or reports an error. Returns TS_OK when
+ * all agree; otherwise the code every rank returns (the rank at fault keeps its own). */
+ts_status ts__ep_check_peers(ts_ep_buffer *b, uint64_t call, const char *what);
+
+/* topk_idx: i64/i32 [N, K] with values in [-1, num_experts); messages start with `what`. */
+ts_status ts__ep_check_topk_idx(const ts_tensor *topk_idx, int64_t num_experts, const char *what);
+
+#endif

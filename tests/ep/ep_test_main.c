@@ -1,0 +1,110 @@
+/* Runner of the multi-rank EP tests (run under mpirun). Every rank runs every test; a test
+ * fails if it failed on any rank. Rank 0 prints the usual "N passed, N failed" line.
+ * `tilestack_ep_tests [substring]` filters tests; `--kill-test` is the fault drill of
+ * scripts/run_ep_tests.sh (a rank is SIGKILLed after creating a buffer). */
+#include "ep_test_util.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TS_MAX_TESTS 256
+
+typedef struct { const char *name, *file; ts_test_fn fn; } ts_test_entry;
+static ts_test_entry g_tests[TS_MAX_TESTS];
+static int g_ntests;
+int g_ep_rank, g_ep_size;
+
+void ts_test_register(const char *name, const char *file, ts_test_fn fn) {
+    if (g_ntests < TS_MAX_TESTS) {
+        g_tests[g_ntests].name = name;
+        g_tests[g_ntests].file = file;
+        g_tests[g_ntests].fn = fn;
+        g_ntests++;
+    }
+}
+
+void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, ...) {
+    t->failures++;
+    if (t->failures > 8) return;
+    fprintf(stdout, "    [rank %d] %s:%d: ", g_ep_rank, file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    const ts_test_entry *x = a, *y = b;
+    int c = strcmp(x->file, y->file);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+static int kill_test(void) {
+    ts_ep_buffer *buf = NULL;
+    ts_ep_buffer_options o = ts_ep_default_buffer_options();
+    o.timeout_s = 2.0;
+    if (ts_ep_buffer_create(MPI_COMM_WORLD, 1 << 20, 0, false, &o, &buf) != TS_OK) {
+        printf("kill-test: create failed: %s\n", ts_last_error());
+        return 1;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_ep_rank == g_ep_size - 1) raise(SIGKILL);
+    /* The others wait for the dead rank at a shared-memory barrier: a timeout, not a hang. */
+    int32_t tpr[64] = {0}, tpe[64] = {0};
+    bool in_rank[1];
+    ts_tensor xt = ts_tensor_2d(tpr, TS_BF16, 0, 64);
+    ts_tensor a = ts_tensor_1d(tpr, TS_I32, g_ep_size), e = ts_tensor_1d(tpe, TS_I32, g_ep_size);
+    ts_tensor ir = ts_tensor_2d(in_rank, TS_BOOL, 0, g_ep_size);
+    ts_ep_dispatch_args args;
+    memset(&args, 0, sizeof args);
+    args.x = &xt;
+    args.num_tokens_per_rank = &a;
+    args.num_tokens_per_expert = &e;
+    args.is_token_in_rank = &ir;
+    ts_ep_dispatch_result res;
+    ts_status st = ts_ep_dispatch(buf, &args, &res, NULL);
+    printf("kill-test: rank %d: %s: %s\n", g_ep_rank, ts_status_str(st), ts_last_error());
+    fflush(stdout);
+    ts_ep_buffer_destroy(buf);
+    return st == TS_ERR_TIMEOUT ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_ep_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_ep_size);
+    if (argc > 1 && !strcmp(argv[1], "--kill-test")) {
+        /* A peer is dead: MPI_Finalize could wait for it forever. */
+        _exit(kill_test());
+    }
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_ntests; i++) {
+        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        ts_test_ctx ctx = {g_tests[i].name, 0};
+        struct timespec t0, t1;
+        MPI_Barrier(MPI_COMM_WORLD);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        g_tests[i].fn(&ctx);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long mine = ctx.failures, any = 0;
+        MPI_Allreduce(&mine, &any, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        if (any) failed++;
+        else passed++;
+        if (g_ep_rank == 0) {
+            printf("%s %-48s (%d ranks, %ld failed checks, %.0f ms)\n", any ? "FAIL" : "ok  ", g_tests[i].name,
+                   g_ep_size, any, ms);
+            fflush(stdout);
+        }
+    }
+    if (g_ep_rank == 0) printf("%d passed, %d failed\n", passed, failed);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
