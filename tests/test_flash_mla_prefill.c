@@ -206,6 +206,12 @@ TS_TEST(flash_mla_prefill_bad_input) {
     b.shape[0] = 2;
     TS_CHECK_STATUS(ts_flash_mla_sparse_fwd(&s.tq, &s.tkv, &s.tind, 0.5f, 512, NULL, &b, &s.tout, &s.tmax, &s.tlse), TS_ERR_SHAPE);
     TS_CHECK_STATUS(ts_flash_mla_sparse_fwd(&s.tq, &s.tkv, &s.tind, 0.5f, 512, NULL, NULL, NULL, &s.tmax, &s.tlse), TS_ERR_NULL_POINTER);
+    int32_t keep = s.len[1];
+    s.len[1] = (int32_t)s.topk + 1;
+    TS_CHECK_STATUS(pf_run(&s, 0, 1), TS_ERR_INVALID_ARGUMENT);
+    s.len[1] = -1;
+    TS_CHECK_STATUS(pf_run(&s, 0, 1), TS_ERR_INVALID_ARGUMENT);
+    s.len[1] = keep;
     int untouched = 1;
     for (int64_t i = 0; i < s.sq * s.os0; i++) untouched &= s.out[i] == 0x3333;
     TS_CHECK(untouched);

@@ -59,7 +59,8 @@ TS_API ts_status ts_mla_abs_indices_to_kvcache(const ts_tensor *abs_indices,
  * causal, fp8, topk, extra_topk) and the values of cache_seqlens / topk_length /
  * extra_topk_length, plus the per-request split plan and its workspace. A later call with any
  * other config or values returns TS_ERR_INVALID_ARGUMENT. Use one handle per decode step,
- * shared by all layers (as upstream). */
+ * shared by all layers (as upstream); the workspace lives in the handle, so two calls must not
+ * use the same handle at the same time. */
 typedef struct ts_mla_metadata ts_mla_metadata;
 TS_API ts_status ts_get_mla_metadata(ts_mla_metadata **out);
 TS_API void ts_mla_metadata_free(ts_mla_metadata *meta); /* NULL is a no-op */
@@ -104,9 +105,9 @@ TS_API ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *args
 /* ---------------- sparse prefill ---------------- */
 
 /* flash_mla_sparse_fwd: q bf16 [s_q, h_q, d_qk], kv bf16 [s_kv, 1, d_qk], indices i32
- * [s_q, 1, topk] (token index into kv; invalid = < 0 or >= s_kv), d_v = 512, optional attn_sink
- * f32 [h_q] and topk_length i32 [s_q] (only the first topk_length[i] slots count). Last dims
- * contiguous, other strides free. Outputs: out bf16 [s_q, h_q, 512], max_logits and lse f32
+ * [s_q, 1, topk] (token index into kv; invalid = < 0 or >= s_kv), d_v = 512, optional
+ * attn_sink f32 [h_q] and topk_length i32 [s_q] in [0, topk] (only the first topk_length[i]
+ * slots count). Last dims contiguous, other strides free; sm_scale finite and > 0. Outputs: out bf16 [s_q, h_q, 512], max_logits and lse f32
  * [s_q, h_q] (natural units; -inf / +inf and out = 0 for a row with no valid token). */
 TS_API ts_status ts_flash_mla_sparse_fwd(const ts_tensor *q, const ts_tensor *kv,
                                          const ts_tensor *indices, float sm_scale, int64_t d_v,

@@ -34,7 +34,7 @@ static void run(void *vctx, int64_t begin, int64_t end, int tid) {
         int64_t cnt = c->topk;
         if (c->tlen) {
             int32_t v = ((const int32_t *)c->tlen->data)[i * c->tlen->strides[0]];
-            cnt = v < 0 ? 0 : ts__min64(v, c->topk);
+            cnt = v; /* validated: 0 <= v <= topk */
         }
         const int32_t *row = (const int32_t *)c->ind->data + i * c->ind->strides[0];
         int64_t n = 0;
@@ -96,6 +96,12 @@ ts_status ts_flash_mla_sparse_fwd(const ts_tensor *q, const ts_tensor *kv,
     if (topk_length)
         TS__RETURN_IF_ERROR(ts__mla_check(fn, topk_length, "topk_length", TS_I32, 1, ss));
     if (hq < 1) return ts__fail(TS_ERR_SHAPE, "%s: h_q = 0", fn);
+    for (int64_t i = 0; topk_length && i < sq; i++) {
+        int32_t v = ((const int32_t *)topk_length->data)[i * topk_length->strides[0]];
+        if (v < 0 || v > indices->shape[2])
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: topk_length[%lld] = %d is outside [0, %lld]",
+                            fn, (long long)i, (int)v, (long long)indices->shape[2]);
+    }
     pf_ctx c;
     memset(&c, 0, sizeof c);
     c.kern = ts__mla_pick_kernels();
