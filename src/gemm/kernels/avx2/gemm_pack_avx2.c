@@ -81,6 +81,39 @@ static inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* Two 16 x 16 byte blocks (one per 128-bit lane) transposed in place: each round interleaves
+ * rows i and i + 8, which rotates the 8-bit (row, column) index left by one; four rounds swap
+ * row and column. */
+static inline void transpose16x16_u8x2(__m256i x[16]) {
+    for (int round = 0; round < 4; round++) {
+        __m256i y[16];
+        for (int i = 0; i < 8; i++) {
+            y[2 * i] = _mm256_unpacklo_epi8(x[i], x[i + 8]);
+            y[2 * i + 1] = _mm256_unpackhi_epi8(x[i], x[i + 8]);
+        }
+        for (int i = 0; i < 16; i++) x[i] = y[i];
+    }
+}
+
+/* 16 rows x 32 e4m3 values (K k .. k + 31, rows ld bytes apart) -> panel rows dst[q * 16 + i],
+ * q < 32: the bytes are transposed first (two 16 x 16 blocks, one per lane: K k .. k + 15 and
+ * k + 16 .. k + 31), then each 16-byte K row is decoded straight into its panel row. A
+ * quarter of the shuffles of decode-then-transpose-f32, and no buffer round trip. */
+static inline void pack_e4m3_16x32(const uint8_t *src, int64_t ld, float *dst) {
+    __m256i x[16];
+    for (int i = 0; i < 16; i++) x[i] = _mm256_loadu_si256((const __m256i *)(src + i * ld));
+    transpose16x16_u8x2(x);
+    for (int j = 0; j < 16; j++) {
+        __m256 v[2];
+        ts__avx2_e4m3x16_decode(_mm256_castsi256_si128(x[j]), v);
+        _mm256_storeu_ps(dst + j * 16, v[0]);
+        _mm256_storeu_ps(dst + j * 16 + 8, v[1]);
+        ts__avx2_e4m3x16_decode(_mm256_extracti128_si256(x[j], 1), v);
+        _mm256_storeu_ps(dst + (16 + j) * 16, v[0]);
+        _mm256_storeu_ps(dst + (16 + j) * 16 + 8, v[1]);
+    }
+}
+
 bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t k0, int64_t kc,
                                 int w, float *dst) {
     if ((w != TS__GEMM_NR && w != TS__GEMM_MR && w != TS__GEMM_DW) || op->s_k != 1 || op->pw)
@@ -98,6 +131,7 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
     for (int64_t kk = 0; kk < kc; kk += CH) {
         const int len = (int)(kc - kk < CH ? kc - kk : CH);
         const size_t run = fp4 ? (size_t)(len + 1) / 2 : (size_t)len * es;
+        const bool e4m3x16 = op->dtype == TS_E4M3 && w == TS__GEMM_NR && len == CH;
         for (int i = 0; i < w; i++) {
             const int64_t r = r0 + i, k = k0 + kk;
             const char *src = (const char *)op->data +
@@ -107,7 +141,13 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
                 for (size_t off = 0; off < run; off += 64) _mm_prefetch(nx + off, _MM_HINT_T0);
                 _mm_prefetch(nx + run - 1, _MM_HINT_T0);
             }
-            decode_row(op->dtype, src, k, len, tmp[i]);
+            if (!e4m3x16) decode_row(op->dtype, src, k, len, tmp[i]);
+        }
+        if (e4m3x16) {
+            const uint8_t *src = (const uint8_t *)op->data + r0 * op->s_mn + k0 + kk;
+            pack_e4m3_16x32(src, op->s_mn, dst + kk * w);
+            pack_e4m3_16x32(src + 32, op->s_mn, dst + (kk + 32) * w);
+            continue;
         }
         float *d = dst + kk * w;
         const int len8 = len & ~7;
@@ -135,20 +175,6 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
             for (int i = 0; i < w; i++) d[k * w + i] = tmp[i][k];
     }
     return true;
-}
-
-/* Two 16 x 16 byte blocks (one per 128-bit lane) transposed in place: each round interleaves
- * rows i and i + 8, which rotates the 8-bit (row, column) index left by one; four rounds swap
- * row and column. */
-static inline void transpose16x16_u8x2(__m256i x[16]) {
-    for (int round = 0; round < 4; round++) {
-        __m256i y[16];
-        for (int i = 0; i < 8; i++) {
-            y[2 * i] = _mm256_unpacklo_epi8(x[i], x[i + 8]);
-            y[2 * i + 1] = _mm256_unpackhi_epi8(x[i], x[i + 8]);
-        }
-        for (int i = 0; i < 16; i++) x[i] = y[i];
-    }
 }
 
 bool ts__gemm_pack_e4m3_bytes__avx2(const ts__gemm_operand *op, int64_t r0, int64_t k0,
