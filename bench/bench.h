@@ -123,6 +123,8 @@ int ts__suite_gemm_moe(const ts__bench_opts *opts, const int *threads, int nthre
 int ts__suite_attention(const ts__bench_opts *opts);
 int ts__suite_attention_mla(const ts__bench_opts *opts, const int *threads, int nthreads);
 int ts__suite_attention_mqa(const ts__bench_opts *opts, const int *threads, int nthreads);
+/* `tilestack bench ep` (run under mpirun): DeepEP dispatch/combine vs MPI_Alltoallv. */
+int ts__suite_ep(const ts__bench_opts *opts);
 
 /* Thread counts a suite runs by default: {1, online cores} or {opts->threads}. Returns count. */
 int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]);

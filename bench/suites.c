@@ -21,6 +21,7 @@ static const suite_entry g_suites[] = {
      ts__suite_topk},
     {"attention", "FlashMLA decode/prefill and MQA logits (lightning indexer) vs FMA peak / DRAM BW",
      ts__suite_attention},
+    {"ep", "DeepEP dispatch (FP8) / combine (BF16) over shm vs MPI_Alltoallv, vs memcpy BW (mpirun)", ts__suite_ep},
 };
 #define N_SUITES (sizeof g_suites / sizeof g_suites[0])
 

@@ -147,6 +147,13 @@ TS_API ts_status ts_ep_combine(ts_ep_buffer *buf, const ts_ep_handle *handle, co
                                const ts_tensor *bias1, const ts_ep_config *config,
                                ts_tensor *combined_x, ts_tensor *combined_topk_weights);
 
+/* Zero-copy combine input (like upstream's get_local_buffer_tensor / LL zero_copy): a bf16
+ * [num_recv_tokens, hidden] view into this rank's combine area. Writing the expert outputs
+ * there and passing this view as ts_ep_combine's x skips the staging copy. Valid until the
+ * next combine on buf. Local. */
+TS_API ts_status ts_ep_get_combine_buffer(ts_ep_buffer *buf, const ts_ep_handle *handle, int64_t hidden,
+                                          ts_tensor *x);
+
 TS_API ts_status ts_ep_handle_destroy(ts_ep_handle *h);
 /* Rows received (num_recv_tokens) and the source-rank blocks: rows of source s are
  * [offsets[s], offsets[s+1]) with offsets [R+1] (upstream: rank_prefix_matrix column). */

@@ -2,11 +2,30 @@
  * combine area (skipped when they already live there), then every source rank pulls the
  * copies of its tokens and reduces them in f32 in ascending rank order. */
 #include "ep/ep_internal.h"
-#include "tilestack/numerics.h"
 
 #include <string.h>
 
 #define C "ts_ep_combine"
+
+/* Inline copies of ts_bf16_to_f32 / ts_f32_to_bf16 (same bits; the tests compare against the
+ * reference, which uses the library ones) so the reduction loops vectorise. */
+static inline float bf16_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t f32_bf16(float x) {
+    union { float f; uint32_t u; } v = {x};
+    const uint32_t u = v.u;
+    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7FC0u;
+    /* select, not branch, so the loop vectorises */
+    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rne);
+}
+
+/* Copies of a token gathered into a stack table for communicators up to this size. */
+#define TS__EP_MAX_RANKS_FAST 256
 
 static ts_status check_bf16_2d(const ts_tensor *t, const char *name, int64_t rows_min, int64_t rows_exact,
                                int64_t cols, ts_dtype dt) {
@@ -73,33 +92,58 @@ typedef struct reduce_ctx {
     _Atomic int oom;
 } reduce_ctx;
 
+/* Column chunk of the accumulator: stays in L1 while every copy of the token is added. */
+#define TS__EP_COMBINE_CHUNK 1024
+
+static void add_bf16_row(float *restrict acc, const uint16_t *restrict p, int64_t n) {
+    for (int64_t j = 0; j < n; j++) acc[j] += bf16_f32(p[j]);
+}
+
+static void store_bf16_row(uint16_t *restrict o, const float *restrict acc, int64_t n) {
+    for (int64_t j = 0; j < n; j++) o[j] = f32_bf16(acc[j]);
+}
+
 static void reduce_task(void *vc, int tid, int nthreads) {
     const reduce_ctx *c = vc;
     const ts_ep_buffer *b = c->b;
     const int R = b->num_ranks;
     const int64_t N = c->h->num_tokens, H = c->hidden;
     const int64_t t0 = N * tid / nthreads, t1 = N * (tid + 1) / nthreads;
-    float *acc = ts__scratch(tid, (size_t)H * sizeof(float));
+    float *acc = ts__scratch(tid, TS__EP_COMBINE_CHUNK * sizeof(float));
     if (!acc) {
         atomic_store(&((reduce_ctx *)vc)->oom, 1);
         return;
     }
+    const ts_tensor *bias[2] = {c->bias0, c->bias1};
+    const uint16_t *src[TS__EP_MAX_RANKS_FAST];
     for (int64_t t = t0; t < t1; t++) {
-        for (int64_t j = 0; j < H; j++) acc[j] = 0.0f;
-        const ts_tensor *bias[2] = {c->bias0, c->bias1};
-        for (int i = 0; i < 2; i++) {
-            if (!bias[i]) continue;
-            const uint16_t *p = (const uint16_t *)bias[i]->data + t * bias[i]->strides[0];
-            for (int64_t j = 0; j < H; j++) acc[j] += ts_bf16_to_f32(p[j]);
-        }
-        for (int r = 0; r < R; r++) {
+        /* Rows of this token's copies, ascending rank (the summation order). */
+        int ncopies = 0;
+        const uint16_t *const *rows = src;
+        for (int r = 0; r < R && r < TS__EP_MAX_RANKS_FAST; r++) {
             const int32_t row = c->h->send_pos[t * R + r];
-            if (row < 0) continue;
-            const uint16_t *p = (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) + (int64_t)row * H;
-            for (int64_t j = 0; j < H; j++) acc[j] += ts_bf16_to_f32(p[j]);
+            if (row >= 0)
+                src[ncopies++] = (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) +
+                                 (int64_t)row * H;
         }
         uint16_t *o = (uint16_t *)c->out->data + t * c->out->strides[0];
-        for (int64_t j = 0; j < H; j++) o[j] = ts_f32_to_bf16(acc[j]);
+        for (int64_t j0 = 0; j0 < H; j0 += TS__EP_COMBINE_CHUNK) {
+            const int64_t n = H - j0 < TS__EP_COMBINE_CHUNK ? H - j0 : TS__EP_COMBINE_CHUNK;
+            for (int64_t j = 0; j < n; j++) acc[j] = 0.0f;
+            for (int i = 0; i < 2; i++)
+                if (bias[i]) add_bf16_row(acc, (const uint16_t *)bias[i]->data + t * bias[i]->strides[0] + j0, n);
+            for (int i = 0; i < ncopies; i++) add_bf16_row(acc, rows[i] + j0, n);
+            /* ranks beyond the fast table (rare): same order, looked up per chunk */
+            for (int r = TS__EP_MAX_RANKS_FAST; r < R; r++) {
+                const int32_t row = c->h->send_pos[t * R + r];
+                if (row >= 0)
+                    add_bf16_row(acc,
+                                 (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) +
+                                     (int64_t)row * H + j0,
+                                 n);
+            }
+            store_bf16_row(o + j0, acc, n);
+        }
         if (c->has_w) {
             float *ow = (float *)c->out_w->data;
             for (int64_t k = 0; k < c->K; k++) {
@@ -197,5 +241,20 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
     TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
     if (atomic_load(&rc.oom))
         return ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no scratch for a %lld-float accumulator", (long long)H);
+    return TS_OK;
+}
+
+ts_status ts_ep_get_combine_buffer(ts_ep_buffer *b, const ts_ep_handle *h, int64_t hidden, ts_tensor *x) {
+    static const char *what = "ts_ep_get_combine_buffer";
+    TS__RETURN_IF_ERROR(ts__ep_check_usable(b, what));
+    if (!h || !x) return ts__fail(TS_ERR_NULL_POINTER, "%s: %s is NULL", what, h ? "x" : "handle");
+    if (h->buf != b) return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: handle belongs to another buffer", what);
+    if (hidden < 1 || hidden > (INT64_C(1) << 24))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: hidden %lld out of range", what, (long long)hidden);
+    const comb_layout l = comb_layout_of(h->num_recv, hidden, 0);
+    if (l.total > ts__ep_area_bytes(b))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %lld rows of %lld bf16 exceed half of num_nvl_bytes", what,
+                        (long long)h->num_recv, (long long)hidden);
+    *x = ts_tensor_2d(ts__ep_combine_area(b, b->rank) + l.x_off, TS_BF16, h->num_recv, hidden);
     return TS_OK;
 }

@@ -124,6 +124,20 @@ static void run_case(ts_test_ctx *ts_t_, ts_ep_buffer *buf, const ep_case *c, in
             TS_CHECK_MSG(ow[t * K + k] == want, "combined weight [%lld][%d] %g != %g", (long long)t, k, ow[t * K + k], want);
         }
 
+    /* Zero-copy: the same rows written straight into the combine area give the same bytes. */
+    ts_tensor zx;
+    TS_CHECK_STATUS(ts_ep_get_combine_buffer(buf, h, H, &zx), TS_OK);
+    if (!TS_FAILED()) {
+        TS_CHECK_EQ_INT(zx.shape[0], nrecv);
+        memcpy(zx.data, cx, (size_t)(nrecv * H) * 2);
+        uint16_t *zout = malloc((size_t)(N * H + 1) * 2);
+        ts_tensor tz = ts_tensor_2d(zout, TS_BF16, N, H);
+        TS_CHECK_STATUS(ts_ep_combine(buf, h, &zx, NULL, biases ? &tb0 : NULL, biases ? &tb1 : NULL, NULL, &tz, NULL),
+                        TS_OK);
+        TS_CHECK(N == 0 || memcmp(zout, rout, (size_t)(N * H) * 2) == 0);
+        free(zout);
+    }
+
     /* Identity experts (bf16): combine(recv_x) == bf16(fan-out * x), exact for these values. */
     if (!c->fp8) {
         TS_CHECK_STATUS(ts_ep_combine(buf, h, &res.recv_x, NULL, NULL, NULL, NULL, &tout, NULL), TS_OK);
