@@ -305,16 +305,18 @@ TS_TEST(topk_exact_every_distribution) {
 /* Rows long enough to be split across threads (and several compactions per part). */
 TS_TEST(topk_long_rows_split) {
     ts_prng g = ts_prng_seed(0x70b0002);
-    const dist ds[] = {D_RANDOM, D_ASC, D_TIES};
-    for (int t = 0; t < 3; t++) {
+    const dist ds[] = {D_RANDOM, D_ASC, D_TIES, D_TIES};
+    for (int t = 0; t < 4; t++) {
         topk_case c;
         memset(&c, 0, sizeof c);
         c.bf16 = t == 1;
         c.i64 = t != 2;
         c.batch = 1;
         c.n = 200003;
-        c.k = t == 0 ? 2048 : 24; /* k = 24: parts of >= 65536 = 3 parts at 3 threads */
-        c.sorted = t == 0;
+        /* k = 24 / 100: parts of >= 65536 = 3 parts at 3 threads; t = 3: sorted ties from a
+         * merge of parts (stable: equal values stay in index order) */
+        c.k = t == 0 ? 2048 : t == 3 ? 100 : 24;
+        c.sorted = t == 0 || t == 3;
         c.rv = true;
         c.use_off = t == 2;
         c.abort_nan = true;
