@@ -128,7 +128,10 @@ static ts_status pack(const prob *p, ts_packed_weight **pw) {
                              p->kind == R_BF16 ? NULL : p->rb, p->kn, pw);
 }
 
-static const int64_t g_ms[] = {1, 2, 3, 4, 5, 7, 16, 17, 40};
+/* MROWS: above the decode threshold (TS__GEMM_SMALL_M = 48), so packed weights also go
+ * through the big-M path's micro-panel unpacking. */
+enum { MROWS = 64 };
+static const int64_t g_ms[] = {1, 2, 3, 4, 5, 7, 16, 33, 48, 49, 64};
 
 /* Codes the fast decoders treat apart: e4m3 NaN (0x7F, 0xFF) in B (nan_codes), and ue8m0
  * scale bytes 0 (2^-127, subnormal) and, with nan_scales, 255 (NaN) in sfb. Not both NaN kinds
@@ -150,14 +153,14 @@ static void add_specials(prob *p, bool nan_codes, bool nan_scales) {
  * generic single-thread result. */
 static void check_dense_x(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_t k, bool kn,
                           int specials) {
-    prob p = prob_make(kind, 40, n, k, 1, kn, 1000 + (uint64_t)kind * 10 + (uint64_t)k);
+    prob p = prob_make(kind, MROWS, n, k, 1, kn, 1000 + (uint64_t)kind * 10 + (uint64_t)k);
     if (specials) add_specials(&p, specials == 1, specials == 2);
     ts_packed_weight *pw = NULL;
     TS_CHECK_STATUS(pack(&p, &pw), TS_OK);
     TS_CHECK(ts_packed_weight_nbytes(pw) > 0);
     const ts_isa isa0 = ts_get_isa();
     const int th0 = ts_get_num_threads();
-    float *ref = (float *)malloc((size_t)(40 * n) * 4), *d = (float *)malloc((size_t)(40 * n) * 4);
+    float *ref = (float *)malloc((size_t)(MROWS * n) * 4), *d = (float *)malloc((size_t)(MROWS * n) * 4);
     for (size_t mi = 0; mi < sizeof g_ms / sizeof g_ms[0]; mi++) {
         const int64_t m = g_ms[mi];
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
@@ -168,7 +171,7 @@ static void check_dense_x(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_
         for (int i = 0; i < 2; i++) {
             if (ts_set_isa(isas[i]) != TS_OK) continue;
             for (int t = 0; t < 4; t++) {
-                if (m > 17 && t > 1) continue; /* the big-M path is covered in test_gemm_dense.c */
+                if (m > 16 && t > 1) continue; /* threads are covered at the smaller M and in test_gemm_dense.c */
                 TS_CHECK_STATUS(ts_set_num_threads(ths[t]), TS_OK);
                 for (int packed = 0; packed < 2; packed++) {
                     memset(d, 0xCD, (size_t)(m * n) * 4);
@@ -225,10 +228,10 @@ TS_TEST(gemm_prepack_bf16_bitwise) {
 TS_TEST(gemm_prepack_batch_invariance_across_threshold) {
     const enum rkind kinds[3] = {R_FP8_BLOCK, R_FP8_FP4, R_BF16};
     for (int q = 0; q < 3; q++) {
-        prob p = prob_make(kinds[q], 40, 50, 260, 1, false, 77 + (uint64_t)q);
-        float big[40 * 50], small[40 * 50];
-        TS_CHECK_STATUS(dense(&p, 40, NULL, big), TS_OK);
-        for (int64_t m = 1; m <= 17; m += 8) {
+        prob p = prob_make(kinds[q], MROWS, 50, 260, 1, false, 77 + (uint64_t)q);
+        float big[MROWS * 50], small[MROWS * 50];
+        TS_CHECK_STATUS(dense(&p, MROWS, NULL, big), TS_OK);
+        for (int64_t m = 1; m <= 49; m += 8) {
             TS_CHECK_STATUS(dense(&p, m, NULL, small), TS_OK);
             TS_CHECK(memcmp(small, big, (size_t)(m * 50) * 4) == 0);
         }

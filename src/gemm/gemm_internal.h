@@ -121,8 +121,11 @@ typedef struct ts__gemm_problem {
  * or zeros. Every element follows the canonical order, so a problem's rows have the same bits
  * as the dense call on that problem alone. Runs on the calling thread's pool; the problems'
  * outputs must not overlap. */
-/* Problems with at most this many rows take the decode path (gemm_decode.c). */
-#define TS__GEMM_SMALL_M 16
+/* Problems with at most this many rows take the decode path (gemm_decode.c). 48, not 16: on
+ * FP8 / FP8xFP4 weights the decode kernels (B decoded in registers once per group of up to 6
+ * rows) measured 68-85% of the FMA peak at M = 24..48 against 60-72% for the big-M path,
+ * whose B micro-panels go through memory as f32 (MoE groups of ~32 tokens). */
+#define TS__GEMM_SMALL_M 48
 /* The decode path for a batch whose problems all have 1..TS__GEMM_SMALL_M rows and K > 0
  * (called by ts__gemm_run_batch; same contract). */
 ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,

@@ -23,7 +23,7 @@ typedef void (*ts__gemm_ukr_scaled_fn)(int64_t kc, int64_t g, const float *ap, c
 /* Plain: acc = fmaf(a_k, b_k, acc) for k ascending over kc values. */
 typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *bp, float *acc);
 
-/* Decode (small-M) kernel: one panel of TS__GEMM_DW = 32 output columns, rows i < m (m <= 16),
+/* Decode (small-M) kernel: one panel of TS__GEMM_DW = 32 output columns, rows i < m (m <= TS__GEMM_SMALL_M),
  * over `len` K values.
  *   fmt TS_E4M3 / TS_E2M1X2 / TS_BF16: B rows in the packed-weight layout (gemm_internal.h),
  *   row_bytes apart; TS_F32: f32 rows of 32 values (row_bytes = 128).
@@ -85,6 +85,11 @@ bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, i
                                 int64_t kc, int w, float *dst);
 /* Whether none of n rows of 32 e4m3 codes is a NaN (magnitude 0x7F); gemm_decode_avx2.c. */
 bool ts__gemm_dec_e4m3_nan_free__avx2(const uint8_t *rows, int64_t n);
+/* n packed-weight rows (row_bytes apart, fmt e4m3 / e2m1x2 / bf16) -> the f32 values of
+ * columns 16 half .. 16 half + 15 of each, dst[k * ld + c]: the same floats as the scalar
+ * unpacker (the big-M path's B micro-panels). gemm_decode_avx2.c. */
+void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
+                                int64_t n, int half, float *dst, int64_t ld);
 #endif
 
 /* The table for the ISA in use (read once per call by the driver). */

@@ -4,6 +4,7 @@
  * expanding them to f32 would multiply the bytes read per call. */
 #include "gemm/gemm_grouped.h"
 #include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
 #include "tilestack/gemm.h"
 #include "tilestack/numerics.h"
 
@@ -237,6 +238,22 @@ void ts__gemm_pw_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows
     ts__gemm_lut_init();
     const struct ts_packed_weight *pw = op->pw;
     const uint8_t *base = (const uint8_t *)op->data;
+#if defined(TS_HAVE_AVX2_KERNELS)
+    /* A full 16-column half of a 32-column panel (the B micro-panels of the big-M path):
+     * decoded row by row with AVX2, block segment by block segment. */
+    if (w == 16 && rows == 16 && r0 % 16 == 0 && ts__gemm_select_kernels() == &ts__gemm_kernels_avx2) {
+        const uint8_t *panel = base + (r0 / TS__PW_W) * pw->panel_bytes;
+        for (int64_t k = 0; k < kc;) {
+            const int64_t kk = k0 + k, b = kk / pw->kb, in = kk % pw->kb;
+            const int64_t len = ts__min64(kc - k, pw->kb - in);
+            ts__gemm_pw_rows_f32__avx2(panel + b * pw->block_bytes + in * pw->row_bytes,
+                                       pw->row_bytes, pw->dtype, pw->nan_free, len,
+                                       (int)((r0 % TS__PW_W) / 16), dst + k * w, w);
+            k += len;
+        }
+        return;
+    }
+#endif
     for (int64_t k = 0; k < kc; k++) {
         const int64_t kk = k0 + k;
         const uint8_t *blk = base + (kk / pw->kb) * pw->block_bytes + (kk % pw->kb) * pw->row_bytes;
@@ -274,12 +291,12 @@ void ts__gemm_pw_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t row
     const uint8_t *base = (const uint8_t *)op->data;
     for (int64_t b = 0; b < nkb; b++) {
         const int64_t blk = ((kb0 + b) * g) / pw->kb;
+        const uint8_t *sc0 = base + blk * pw->block_bytes + pw->kb * pw->row_bytes;
         for (int64_t i = 0; i < w; i++) {
             float s = 0.0f;
             if (i < rows) {
                 const int64_t r = r0 + i, j = r % TS__PW_W;
-                const uint8_t *sc = base + (r / TS__PW_W) * pw->panel_bytes +
-                                    blk * pw->block_bytes + pw->kb * pw->row_bytes;
+                const uint8_t *sc = sc0 + (r / TS__PW_W) * pw->panel_bytes;
                 if (pw->sf_u8) s = ts__gemm_lut.ue8m0[sc[j]];
                 else memcpy(&s, sc + 4 * j, 4);
             }

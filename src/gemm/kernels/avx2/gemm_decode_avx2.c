@@ -270,6 +270,39 @@ bool ts__gemm_dec_e4m3_nan_free__avx2(const uint8_t *rows, int64_t n) {
     return _mm256_testz_si256(any, any);
 }
 
+void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
+                                int64_t n, int half, float *dst, int64_t ld) {
+    if (fmt == TS_BF16) {
+        for (int64_t k = 0; k < n; k++, row += row_bytes) {
+            const uint8_t *q = row + 32 * half;
+            _mm256_storeu_ps(dst + k * ld, ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)q)));
+            _mm256_storeu_ps(dst + k * ld + 8,
+                             ts__avx2_bf16_decode(_mm_loadu_si128((const __m128i *)(q + 16))));
+        }
+        return;
+    }
+    /* back from b * 2^-120 (e4m3) / b * 2^-126 (e2m1): exact, the results are normal or 0 */
+    const __m256 up = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p120f : 0x1p126f);
+    /* columns 16 half + 0..7 are column group t = 2 half, from dec_half h = 1, o[1] (t = 0) or
+     * o[0] (t = 2); 8..15 are t = 2 half + 1, from h = 0, o[1] (t = 1) or o[0] (t = 3) */
+    const int oi = half ? 0 : 1;
+    for (int64_t k = 0; k < n; k++, row += row_bytes) {
+        __m256 lo[2], hi[2];
+        if (fmt == TS_E4M3 && !nan_free) {
+            dec_half(row, TS_E4M3, 1, 1, lo);
+            dec_half(row, TS_E4M3, 1, 0, hi);
+        } else if (fmt == TS_E4M3) {
+            dec_half(row, TS_E4M3, 0, 1, lo);
+            dec_half(row, TS_E4M3, 0, 0, hi);
+        } else {
+            dec_half(row, TS_E2M1X2, 0, 1, lo);
+            dec_half(row, TS_E2M1X2, 0, 0, hi);
+        }
+        _mm256_storeu_ps(dst + k * ld, _mm256_mul_ps(lo[oi], up));
+        _mm256_storeu_ps(dst + k * ld + 8, _mm256_mul_ps(hi[oi], up));
+    }
+}
+
 /* ---------------------------------------------------------------- bf16 / f32 rows */
 
 INL void load_b(int fmt, const uint8_t *row, __m256 b[4]) {
