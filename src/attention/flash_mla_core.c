@@ -43,9 +43,10 @@ static void decode_token(const ts__mla_kernels *kern, const ts__mla_toklist *tl,
     }
 }
 
-/* Sparse tokens are random gathers (L3 or DRAM): the decode loop prefetches PF_DIST tokens
- * ahead (~150 cycles of decode each, so a DRAM miss is covered), and the end of each tile
- * prefetches the next tile's first PF_DIST. Hints only: no effect on results. */
+/* Sparse tokens are random gathers (L3 or DRAM) and dense pages are scattered blocks: the decode
+ * loop prefetches PF_DIST tokens ahead (~80-150 cycles of decode each, so a DRAM miss is
+ * covered), and the end of each tile prefetches the next tile's first PF_DIST (PV's streams
+ * would evict a whole tile prefetched earlier). Hints only: no effect on results. */
 #define PF_DIST 8
 static void prefetch_tile(const ts__mla_toklist *tl, int64_t t0, int64_t t1, int64_t dk) {
     for (int64_t t = t0; t < t1; t++) {
@@ -104,14 +105,13 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
         l[i] = 0.0f;
     }
     memset(o, 0, (size_t)rp * TS__MLA_DV * 4);
-    if (!tl->dense) prefetch_tile(tl, t0, ts__min64(t1, t0 + PF_DIST), dk);
+    prefetch_tile(tl, t0, ts__min64(t1, t0 + PF_DIST), dk);
 
     for (int64_t ts = t0; ts < t1; ts += TS__MLA_TILE) {
         int64_t nt = ts__min64(TS__MLA_TILE, t1 - ts);
         int64_t ntp = ts__align(nt, TS__MLA_MT);
         for (int64_t j = 0; j < nt; j++) {
-            if (!tl->dense && ts + j + PF_DIST < t1)
-                prefetch_tile(tl, ts + j + PF_DIST, ts + j + PF_DIST + 1, dk);
+            if (ts + j + PF_DIST < t1) prefetch_tile(tl, ts + j + PF_DIST, ts + j + PF_DIST + 1, dk);
             decode_token(kern, tl, ts + j, dk, kt + j * dk);
             pos[j] = tl->dense ? (int32_t)(ts + j) : 0;
         }
@@ -124,7 +124,7 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
         kern->softmax(sc, rp, ntp, pos, lim, m, l, alpha);
         kern->pv(sc, rp, kt, dk, ntp, alpha, o);
         /* the next tile's first tokens; the decode loop prefetches the rest PF_DIST ahead */
-        if (!tl->dense) prefetch_tile(tl, ts + nt, ts__min64(t1, ts + nt + PF_DIST), dk);
+        prefetch_tile(tl, ts + nt, ts__min64(t1, ts + nt + PF_DIST), dk);
     }
     st->m = m;
     st->l = l;
