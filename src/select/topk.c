@@ -147,7 +147,7 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
         const int64_t i = lo + j * stride + stride / 2;
         buf[j] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)j);
     }
-    const uint64_t piv = ts__topk_cut(buf, s, r, tmp, p->bits, ts__topk_index_bits(s));
+    const uint64_t piv = ts__topk_cut_pivot(buf, s, r, tmp, p->bits, ts__topk_index_bits(s));
     *thr = thr_of(p, piv);
     return *thr == *thr; /* a NaN sample: no threshold */
 }

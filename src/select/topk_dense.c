@@ -89,7 +89,7 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
             piv = UINT64_MAX;
             for (int64_t i = 0; i < m; i++) piv = buf[i] < piv ? buf[i] : piv;
         } else {
-            piv = ts__topk_cut(buf, m, need, tmp, bf16 ? 48 : 64,
+            piv = ts__topk_cut_pivot(buf, m, need, tmp, bf16 ? 48 : 64,
                                ts__topk_index_bits((int64_t)idx0 + n));
         }
     } else { /* one key holds more than GATHER_MAX: the pivot is its need-th occurrence */

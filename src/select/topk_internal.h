@@ -52,6 +52,8 @@ int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, floa
  * smallest kept. bits = 32 + key bits (48 for bf16, 64 for f32); every index is below 2^ib
  * (1 <= ib <= 32). tmp holds n entries. */
 uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib);
+/* The same pivot (the k-th largest) without moving a: for a threshold estimate. */
+uint64_t ts__topk_cut_pivot(const uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib);
 
 /* Bits needed for indices below n (n >= 2). */
 static inline int ts__topk_index_bits(int64_t n) {

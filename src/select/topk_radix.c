@@ -46,7 +46,7 @@ static void hist4(const uint64_t *src, int64_t m, int shift, uint32_t mask, uint
     for (uint32_t d = 0; d <= mask; d++) h[d] = h4[0][d] + h4[1][d] + h4[2][d] + h4[3][d];
 }
 
-uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib) {
+static uint64_t find_pivot(const uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib) {
     uint32_t h[1u << DIGIT];
     const uint64_t *src = a;
     int64_t m = n, need = k;
@@ -95,6 +95,15 @@ uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits
         shift = nshift;
         mask = nmask;
     }
+    return pivot;
+}
+
+uint64_t ts__topk_cut_pivot(const uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib) {
+    return find_pivot(a, n, k, tmp, bits, ib);
+}
+
+uint64_t ts__topk_cut(uint64_t *a, int64_t n, int64_t k, uint64_t *tmp, int bits, int ib) {
+    const uint64_t pivot = find_pivot(a, n, k, tmp, bits, ib);
     int64_t j = 0;
     for (int64_t i = 0; i < n; i++) {
         uint64_t x = a[i];
