@@ -555,3 +555,47 @@ TS_TEST(topk_dense_rows_exact) {
             if (TS_FAILED()) return;
         }
 }
+
+/* Rows taken to come from DRAM (the batch exceeds half of L3) are sampled in runs of
+ * neighbours; the hook forces that path on small inputs: spikes on and off the run grid,
+ * ties, sorted rows, both dtypes, 1 - 3 threads (split parts sample their own runs). */
+extern double ts__topk_dram_scale;
+TS_TEST(topk_sample_runs_exact) {
+    const double saved = ts__topk_dram_scale;
+    ts__topk_dram_scale = 0.0;
+    ts_prng g = ts_prng_seed(0x70b0005);
+    const int64_t shapes[][4] = {/* n, k, spike period, dist */
+                                 {100000, 512, 0, D_RANDOM}, {150000, 300, 781, D_RANDOM},
+                                 {70000, 2000, 0, D_TIES}, {90000, 128, 0, D_ASC},
+                                 {80000, 1000, 0, D_DESC}, {300000, 200, 0, D_RANDOM}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int bf = 0; bf < 2; bf++) {
+            topk_case c;
+            memset(&c, 0, sizeof c);
+            c.bf16 = bf == 1;
+            c.i64 = bf == 0;
+            c.batch = 2;
+            c.n = shapes[s][0];
+            c.k = shapes[s][1];
+            c.sorted = bf == 0 && (s & 1);
+            c.rv = c.sorted || (s & 2);
+            c.use_end = s == 1;
+            c.abort_nan = true;
+            c.idx_fill = INT32_MAX;
+            c.val_fill = -INFINITY;
+            fill_case(&c, &g, (dist)shapes[s][3]);
+            const int64_t per = shapes[s][2];
+            for (int64_t r = 0; per && r < c.batch; r++)
+                for (int64_t i = per / 2; i < c.n; i += per) {
+                    if (c.bf16) ((uint16_t *)c.in)[r * c.row_stride + i] = 0x4700u;
+                    else ((float *)c.in)[r * c.row_stride + i] = 1.0e30f;
+                }
+            char tag[128];
+            snprintf(tag, sizeof tag, "runs %s N=%lld k=%lld", c.bf16 ? "bf16" : "f32",
+                     (long long)c.n, (long long)c.k);
+            run_all_configs(ts_t_, &c, tag);
+            free_case(&c);
+        }
+    }
+    ts__topk_dram_scale = saved;
+}

@@ -28,9 +28,13 @@
 #define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
 #define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
 #define SAMPLE_MIN_K 128    /* below this k the sample is SAMPLE_MIN values */
+#define SAMPLE_RUN 16       /* neighbours per sampled spot for rows from DRAM */
 #define DENSE_PER_K 32      /* rows with L <= this * k take the dense path (topk_dense.c) ... */
 #define DENSE_MIN_LEN 1024  /* ... when L is at least this ... */
 #define DENSE_MAX_LEN 65536 /* ... and at most this (its int32 keys stay in L2) */
+
+/* Test hook: the batch size (in L3 sizes) above which rows are taken to come from DRAM. */
+double ts__topk_dram_scale = 0.5; /* half: the L3 is shared with other cores' work */
 
 ts_topk_options ts_topk_default_options(void) {
     ts_topk_options o;
@@ -64,6 +68,7 @@ typedef struct topk_plan {
     ts_topk_options o;
     ts__topk_filter_fn filter;
     ts__topk_dense_ops dense;
+    bool sample_runs;       /* the batch exceeds L3: sample in runs (see sample_threshold) */
     /* staging: item (row, part) i owns entries [i*k, (i+1)*k) */
     uint64_t *stage;
     int64_t *count;
@@ -130,22 +135,35 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
     const int64_t k = p->k;
     if (len < SAMPLE_MIN_LEN || len < 4 * k) return false;
     /* Single values spread over the row: when that touches most of its cache lines, the sample
-     * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower). */
+     * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower).
+     * Rows that come from DRAM (the batch exceeds L3) are sampled in runs of SAMPLE_RUN
+     * neighbours instead: each sampled line is a latency-bound miss, so fewer lines. */
     /* about SAMPLE_RANK samples at the k-th best's rank: a larger sample costs more than the
      * few candidates its tighter estimate saves */
     const int64_t want = ts__max64(SAMPLE_MIN, (int64_t)((double)SAMPLE_RANK * (double)len / (double)k));
     /* small k: the rising threshold settles after ~k ln(N/k) candidates, so a small sample is
      * enough; it is taken anyway because it is what protects the in-order scan from sorted rows */
-    const int64_t s = ts__min64(ts__min64(k < SAMPLE_MIN_K ? SAMPLE_MIN : SAMPLE_MAX, len / 4), want),
-                  stride = len / s;
+    int64_t s = ts__min64(ts__min64(k < SAMPLE_MIN_K ? SAMPLE_MIN : SAMPLE_MAX, len / 4), want);
+    const bool runs = p->sample_runs && k >= SAMPLE_MIN_K; /* small k: 256 lines, no gain */
+    if (runs) s -= s % SAMPLE_RUN;
+    const int64_t stride = len / s;
     const double r0 = (double)k * (double)s / (double)len;
     /* two standard deviations: a re-scan in ~2% of rows costs less than a wider margin's
      * extra candidates (which also push k = 512 rows of 65536 past the first cut) */
     const int64_t r = (int64_t)(r0 + 2.0 * sqrt(r0) + 1.0);
     if (r >= s) return false;
-    for (int64_t j = 0; j < s; j++) {
-        const int64_t i = lo + j * stride + stride / 2;
-        buf[j] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)j);
+    if (runs) {
+        const int64_t nr = s / SAMPLE_RUN, rstride = len / nr;
+        for (int64_t j = 0; j < nr; j++) {
+            const int64_t i0 = lo + j * rstride + rstride / 2 - SAMPLE_RUN / 2;
+            for (int q = 0; q < SAMPLE_RUN; q++)
+                buf[j * SAMPLE_RUN + q] = ts__topk_entry(key_at(p->bf16, row, i0 + q), (uint32_t)(j * SAMPLE_RUN + q));
+        }
+    } else {
+        for (int64_t j = 0; j < s; j++) {
+            const int64_t i = lo + j * stride + stride / 2;
+            buf[j] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)j);
+        }
     }
     const uint64_t piv = ts__topk_cut_pivot(buf, s, r, tmp, p->bits, ts__topk_index_bits(s));
     *thr = thr_of(p, piv);
@@ -498,6 +516,11 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     p.off = offset ? (const int32_t *)offset->data : NULL;
     p.off_stride = offset ? offset->strides[0] : 0;
     p.o = o;
+    {
+        const ts_cpu_info *ci = ts_get_cpu_info();
+        const int64_t l3 = ci && ci->l3_bytes > 0 ? ci->l3_bytes : (int64_t)32 << 20;
+        p.sample_runs = (double)batch * (double)n * (double)p.esize > (double)l3 * ts__topk_dram_scale;
+    }
     p.values = values;
     p.idx = output_idx;
     const bool avx2 = ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512;

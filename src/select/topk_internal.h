@@ -48,6 +48,10 @@ int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, floa
                                    uint32_t pidx, uint64_t *out, int *nan);
 #endif
 
+/* Batches above this many L3 sizes are sampled as rows from DRAM (runs of neighbours); tests
+ * set it to 0 to reach that path with small inputs. The result never depends on it. */
+extern double ts__topk_dram_scale;
+
 /* Keep the k largest of the n > k >= 1 unique entries in a[0..k) (any order) and return the
  * smallest kept. bits = 32 + key bits (48 for bf16, 64 for f32); every index is below 2^ib
  * (1 <= ib <= 32). tmp holds n entries. */
