@@ -24,10 +24,13 @@ for dir in "$@"; do
     ranks="1 2"
     asan_opts="${asan_opts:+$asan_opts:}fast_unwind_on_malloc=0"
   fi
-  for np in $ranks; do
-    echo "=== ep tests: $dir, $np ranks ==="
+  # The last entry runs the generic kernels (TS_ISA=generic) against the same oracle.
+  for np in $ranks 2g; do
+    isa=${TS_ISA:-}
+    if [ "$np" = 2g ]; then np=2; isa=generic; fi
+    echo "=== ep tests: $dir, $np ranks${isa:+, TS_ISA=$isa} ==="
     log=$(mktemp)
-    ASAN_OPTIONS=$asan_opts timeout 300 mpirun --oversubscribe -np "$np" "$bin" 2>&1 | tee "$log"
+    TS_ISA=$isa ASAN_OPTIONS=$asan_opts timeout 300 mpirun --oversubscribe -np "$np" "$bin" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1)
     rm -f "$log"

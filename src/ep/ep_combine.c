@@ -2,27 +2,11 @@
  * combine area (skipped when they already live there), then every source rank pulls the
  * copies of its tokens and reduces them in f32 in ascending rank order. */
 #include "ep/ep_internal.h"
+#include "ep/ep_kernels.h"
 
 #include <string.h>
 
 #define C "ts_ep_combine"
-
-/* Inline copies of ts_bf16_to_f32 / ts_f32_to_bf16 (same bits; the tests compare against the
- * reference, which uses the library ones) so the reduction loops vectorise. */
-static inline float bf16_f32(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline uint16_t f32_bf16(float x) {
-    union { float f; uint32_t u; } v = {x};
-    const uint32_t u = v.u;
-    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7FC0u;
-    /* select, not branch, so the loop vectorises */
-    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rne);
-}
 
 /* Copies of a token gathered into a stack table for communicators up to this size. */
 #define TS__EP_MAX_RANKS_FAST 256
@@ -90,18 +74,12 @@ typedef struct reduce_ctx {
     bool has_w;
     int nthreads;
     _Atomic int oom;
+    ts__ep_acc_bf16_fn acc;
+    ts__ep_store_bf16_fn store;
 } reduce_ctx;
 
 /* Column chunk of the accumulator: stays in L1 while every copy of the token is added. */
 #define TS__EP_COMBINE_CHUNK 1024
-
-static void add_bf16_row(float *restrict acc, const uint16_t *restrict p, int64_t n) {
-    for (int64_t j = 0; j < n; j++) acc[j] += bf16_f32(p[j]);
-}
-
-static void store_bf16_row(uint16_t *restrict o, const float *restrict acc, int64_t n) {
-    for (int64_t j = 0; j < n; j++) o[j] = f32_bf16(acc[j]);
-}
 
 static void reduce_task(void *vc, int tid, int nthreads) {
     const reduce_ctx *c = vc;
@@ -129,20 +107,28 @@ static void reduce_task(void *vc, int tid, int nthreads) {
         uint16_t *o = (uint16_t *)c->out->data + t * c->out->strides[0];
         for (int64_t j0 = 0; j0 < H; j0 += TS__EP_COMBINE_CHUNK) {
             const int64_t n = H - j0 < TS__EP_COMBINE_CHUNK ? H - j0 : TS__EP_COMBINE_CHUNK;
-            for (int64_t j = 0; j < n; j++) acc[j] = 0.0f;
+            int first = 1; /* the first term initialises: 0 + term, no separate zeroing pass */
             for (int i = 0; i < 2; i++)
-                if (bias[i]) add_bf16_row(acc, (const uint16_t *)bias[i]->data + t * bias[i]->strides[0] + j0, n);
-            for (int i = 0; i < ncopies; i++) add_bf16_row(acc, rows[i] + j0, n);
+                if (bias[i]) {
+                    c->acc(acc, (const uint16_t *)bias[i]->data + t * bias[i]->strides[0] + j0, n, first);
+                    first = 0;
+                }
+            for (int i = 0; i < ncopies; i++) {
+                c->acc(acc, rows[i] + j0, n, first);
+                first = 0;
+            }
             /* ranks beyond the fast table (rare): same order, looked up per chunk */
             for (int r = TS__EP_MAX_RANKS_FAST; r < R; r++) {
                 const int32_t row = c->h->send_pos[t * R + r];
-                if (row >= 0)
-                    add_bf16_row(acc,
-                                 (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) +
-                                     (int64_t)row * H + j0,
-                                 n);
+                if (row < 0) continue;
+                c->acc(acc,
+                       (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) +
+                           (int64_t)row * H + j0,
+                       n, first);
+                first = 0;
             }
-            store_bf16_row(o + j0, acc, n);
+            if (first) memset(o + j0, 0, (size_t)n * sizeof *o); /* nothing to add: +0 */
+            else c->store(o + j0, acc, n);
         }
         if (c->has_w) {
             float *ow = (float *)c->out_w->data;
@@ -232,7 +218,14 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
         return ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no memory for %d-rank bookkeeping", R);
     }
     for (int r = 0; r < R; r++) lay[r] = comb_layout_of(ts__ep_meta_of(b, r, call)->num_recv, H, K);
-    reduce_ctx rc = {b, h, lay, bias0, bias1, combined_x, combined_topk_weights, H, K, topk_weights != NULL, 1, 0};
+    reduce_ctx rc = {b, h, lay, bias0, bias1, combined_x, combined_topk_weights, H, K, topk_weights != NULL, 1, 0,
+                     ts__ep_acc_bf16__generic, ts__ep_store_bf16__generic};
+#ifdef TS_HAVE_AVX2_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX2) {
+        rc.acc = ts__ep_acc_bf16__avx2;
+        rc.store = ts__ep_store_bf16__avx2;
+    }
+#endif
     int rnt = nt;
     if (rnt > N / 4) rnt = N / 4 > 0 ? (int)(N / 4) : 1;
     if (N > 0) ts__parallel_run(rnt, reduce_task, &rc);
