@@ -530,18 +530,18 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     (void)avx2;
 #endif
     if (!p.filter) p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
-    p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__generic, ts__topk_dense_count_gt_s16__generic,
+    p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__generic, ts__topk_dense_count_gt2_s16__generic,
                                             ts__topk_dense_gather_s16__generic, ts__topk_dense_select_s16__generic,
                                             ts__topk_dense_select_idx_s16__generic, ts__topk_dense_nth_eq_s16__generic}
-                     : (ts__topk_dense_ops){ts__topk_dense_keys_f32__generic, ts__topk_dense_count_gt_s32__generic,
+                     : (ts__topk_dense_ops){ts__topk_dense_keys_f32__generic, ts__topk_dense_count_gt2_s32__generic,
                                             ts__topk_dense_gather_s32__generic, ts__topk_dense_select_s32__generic,
                                             ts__topk_dense_select_idx_s32__generic, ts__topk_dense_nth_eq_s32__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
     if (avx2)
-        p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__avx2, ts__topk_dense_count_gt_s16__avx2,
+        p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__avx2, ts__topk_dense_count_gt2_s16__avx2,
                                                 ts__topk_dense_gather_s16__avx2, ts__topk_dense_select_s16__avx2,
                                             ts__topk_dense_select_idx_s16__avx2, ts__topk_dense_nth_eq_s16__avx2}
-                         : (ts__topk_dense_ops){ts__topk_dense_keys_f32__avx2, ts__topk_dense_count_gt_s32__avx2,
+                         : (ts__topk_dense_ops){ts__topk_dense_keys_f32__avx2, ts__topk_dense_count_gt2_s32__avx2,
                                                 ts__topk_dense_gather_s32__avx2, ts__topk_dense_select_s32__avx2,
                                             ts__topk_dense_select_idx_s32__avx2, ts__topk_dense_nth_eq_s32__avx2};
 #endif

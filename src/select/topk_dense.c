@@ -3,24 +3,43 @@
  * The streaming filter costs ~10 ns per kept entry (append, cut, order pass), which dominates
  * when a quarter of the row is kept (N = 8192, k = 2048). Here the k-th best entry (the pivot)
  * is found by counting passes over signed-order keys (int16 for bf16, int32 for f32), each a
- * compare-and-subtract at load speed: a 64-value strided sample brackets the pivot's key, binary
- * search over the sample's order statistics and then over key values narrows the bracket until
- * it holds at most TS__TOPK_GATHER_MAX values, which are gathered and radix-cut (ties included:
- * entries carry the index), or a single key, whose ties are resolved by the index of its
- * need-th occurrence. A final pass emits every value above the pivot, and its ties up to the
- * pivot's index, in index order: exactly k, already in output order. The sample only steers the
- * search; the counts make every step exact. Passes are cheap (a bf16 row of 8192 is 16 KB of
- * keys), so narrowing down to a few dozen values costs less than gathering a wider band. */
+ * compare-and-subtract at load speed, at two thresholds per pass. A 64-value strided sample
+ * gives the first pair (its keys at the pivot's expected rank +- two standard deviations);
+ * later pairs bracket the key where the count would reach k if keys were spread evenly over
+ * the current bracket, with a fallback to the bracket's thirds whenever a pass fails to halve
+ * it. The search stops at a bracket of at most TS__TOPK_GATHER_MAX values, which are gathered
+ * and radix-selected (ties included: entries carry the index), or at a single key, whose ties
+ * are resolved by the index of its need-th occurrence. A final pass emits every value above the
+ * pivot, and its ties up to the pivot's index, in index order: exactly k, already in output
+ * order. The sample only steers the search; the counts make every step exact. */
 #include "select/topk_internal.h"
 
 #include <math.h>
 
 #define SAMPLES 64
 
-/* c(t) = #(sk >= t) */
-static int64_t count_ge(const ts__topk_dense_ops *ops, const void *sk, int64_t n, int64_t t,
-                        int64_t kmin) {
-    return t <= kmin ? n : ops->count_gt(sk, n, (int32_t)(t - 1));
+/* One counting pass at two thresholds klo < t1 <= t2 < khi narrows the bracket (c(t) = #(key
+ * >= t); c(klo) = chi >= k > clo = c(khi)) to the one of [klo, t1), [t1, t2), [t2, khi) that
+ * holds the pivot. t - 1 does not wrap: t > klo >= the key of -inf. */
+static void probe2(const ts__topk_dense_ops *ops, const void *sk, int64_t n, int64_t k,
+                   int64_t t1, int64_t t2, int64_t *klo, int64_t *khi, int64_t *chi,
+                   int64_t *clo) {
+    t1 = t1 <= *klo ? *klo + 1 : t1 >= *khi ? *khi - 1 : t1;
+    t2 = t2 < t1 ? t1 : t2 >= *khi ? *khi - 1 : t2;
+    int64_t c[2];
+    ops->count_gt2(sk, n, (int32_t)(t1 - 1), (int32_t)(t2 - 1), c);
+    if (c[1] >= k) {
+        *klo = t2;
+        *chi = c[1];
+    } else if (c[0] >= k) {
+        *klo = t1;
+        *chi = c[0];
+        *khi = t2;
+        *clo = c[1];
+    } else {
+        *khi = t1;
+        *clo = c[0];
+    }
 }
 
 static inline int32_t key_at(const void *sk, bool bf16, int64_t i) {
@@ -50,36 +69,35 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
             for (int i = 0; i < SAMPLES; i++) r += (v[i] > v[j]) | ((v[i] == v[j]) & (i < j));
             q[r] = v[j];
         }
-        /* the pivot's expected sample rank r0, probed first at two standard deviations on
-         * either side: usually the bracket is then a few ranks wide */
+        /* the first pass: the sample keys at the pivot's expected rank r0 plus and minus two
+         * standard deviations; usually the pivot is then between them */
         const double pk = (double)k / (double)n, r0 = pk * SAMPLES;
         const double sd = sqrt(SAMPLES * pk * (1.0 - pk));
-        int64_t probe[2] = {(int64_t)ceil(r0 + 2.0 * sd), (int64_t)floor(r0 - 2.0 * sd)};
-        int64_t lj = -1, hj = SAMPLES; /* q[lj] has c < k, q[hj] c >= k */
-        for (int step = 0; hj - lj > 1 && chi - clo > TS__TOPK_GATHER_MAX; step++) {
-            int64_t j = step < 2 ? probe[step] : lj + (hj - lj) / 2;
-            if (j <= lj || j >= hj) j = lj + (hj - lj) / 2;
-            const int64_t c = count_ge(ops, sk, n, q[j], kmin);
-            if (c >= k) {
-                hj = j;
-                chi = c;
-                klo = q[j];
-            } else {
-                lj = j;
-                clo = c;
-                khi = q[j];
-            }
-        }
+        const int64_t jlo = (int64_t)ceil(r0 + 2.0 * sd), jhi = (int64_t)floor(r0 - 2.0 * sd);
+        probe2(ops, sk, n, k, q[jlo < SAMPLES ? jlo : SAMPLES - 1], q[jhi > 0 ? jhi : 0], &klo, &khi,
+               &chi, &clo);
     }
+    /* Then two thresholds per pass around the key where the count would reach k if keys were
+     * spread evenly over the bracket, GATHER_MAX / 2 values' worth to either side (bf16 keys
+     * are locally near-uniform: usually one or two passes). A pass that does not halve the
+     * bracket's count is followed by one at its thirds, so the key span shrinks at least 3x
+     * every two passes whatever the distribution. */
+    bool thirds = false;
     while (chi - clo > TS__TOPK_GATHER_MAX && khi - klo > 1) {
-        const int64_t mid = klo + (khi - klo) / 2, c = count_ge(ops, sk, n, mid, kmin);
-        if (c >= k) {
-            klo = mid;
-            chi = c;
+        const int64_t span = khi - klo, cnt = chi - clo;
+        int64_t t1, t2;
+        if (thirds) {
+            t1 = klo + span / 3;
+            t2 = klo + 2 * span / 3;
         } else {
-            khi = mid;
-            clo = c;
+            const double at = (double)klo + (double)span * (double)(chi - k) / (double)cnt;
+            double d = (double)span * (TS__TOPK_GATHER_MAX / 2) / (double)cnt;
+            d = d < 1.0 ? 1.0 : d;
+            t1 = (int64_t)floor(at - d);
+            t2 = (int64_t)ceil(at + d);
         }
+        probe2(ops, sk, n, k, t1, t2, &klo, &khi, &chi, &clo);
+        thirds = 2 * (chi - clo) > cnt;
     }
     const int64_t need = k - clo; /* the pivot is the need-th best with key in [klo, khi) */
     uint64_t piv;

@@ -80,8 +80,8 @@ void ts__topk_sort_desc(uint64_t *a, uint64_t *tmp, int64_t n, int ib, int hi_bi
 typedef struct ts__topk_dense_ops {
     /* sk[i] for x[0..n); returns 1 if a NaN is among them (sk is then meaningless) */
     int (*keys)(const void *x, int64_t n, void *sk);
-    /* #(sk[i] > t) */
-    int64_t (*count_gt)(const void *sk, int64_t n, int32_t t);
+    /* c[0] = #(sk[i] > t1), c[1] = #(sk[i] > t2): two thresholds per pass */
+    void (*count_gt2)(const void *sk, int64_t n, int32_t t1, int32_t t2, int64_t c[2]);
     /* entries of every i with lo <= sk[i] <= hi, in index order (index idx0 + i) */
     int64_t (*gather)(const void *sk, int64_t n, int32_t lo, int32_t hi, uint32_t idx0,
                       uint64_t *out);
@@ -99,8 +99,10 @@ typedef struct ts__topk_dense_ops {
 #define TS__TOPK_DENSE_DECL(ISA)                                                                 \
     int ts__topk_dense_keys_f32__##ISA(const void *x, int64_t n, void *sk);                     \
     int ts__topk_dense_keys_bf16__##ISA(const void *x, int64_t n, void *sk);                    \
-    int64_t ts__topk_dense_count_gt_s32__##ISA(const void *sk, int64_t n, int32_t t);          \
-    int64_t ts__topk_dense_count_gt_s16__##ISA(const void *sk, int64_t n, int32_t t);          \
+    void ts__topk_dense_count_gt2_s32__##ISA(const void *sk, int64_t n, int32_t t1, int32_t t2, \
+                                             int64_t c[2]);                                     \
+    void ts__topk_dense_count_gt2_s16__##ISA(const void *sk, int64_t n, int32_t t1, int32_t t2, \
+                                             int64_t c[2]);                                     \
     int64_t ts__topk_dense_gather_s32__##ISA(const void *sk, int64_t n, int32_t lo, int32_t hi, \
                                              uint32_t idx0, uint64_t *out);                     \
     int64_t ts__topk_dense_gather_s16__##ISA(const void *sk, int64_t n, int32_t lo, int32_t hi, \

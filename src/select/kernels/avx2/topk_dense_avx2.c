@@ -187,42 +187,57 @@ static inline int64_t hsum_epi32(__m256i a) {
     return (int64_t)(uint32_t)_mm_cvtsi128_si32(s);
 }
 
-int64_t ts__topk_dense_count_gt_s32__avx2(const void *p, int64_t n, int32_t t) {
+void ts__topk_dense_count_gt2_s32__avx2(const void *p, int64_t n, int32_t t1, int32_t t2,
+                                        int64_t c[2]) {
     const int32_t *sk = (const int32_t *)p;
-    const __m256i tv = _mm256_set1_epi32(t);
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    const __m256i u = _mm256_set1_epi32(t1), w = _mm256_set1_epi32(t2);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
     int64_t i = 0;
-    /* lanes count at most n / 32 each: no overflow for any row length */
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_sub_epi32(a0, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i)), tv));
-        a1 = _mm256_sub_epi32(a1, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 8)), tv));
-        a2 = _mm256_sub_epi32(a2, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 16)), tv));
-        a3 = _mm256_sub_epi32(a3, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(sk + i + 24)), tv));
+    /* lanes count at most n / 16 each: no overflow for any row length */
+    for (; i + 16 <= n; i += 16) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(sk + i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(sk + i + 8));
+        a0 = _mm256_sub_epi32(a0, _mm256_cmpgt_epi32(v0, u));
+        a1 = _mm256_sub_epi32(a1, _mm256_cmpgt_epi32(v1, u));
+        b0 = _mm256_sub_epi32(b0, _mm256_cmpgt_epi32(v0, w));
+        b1 = _mm256_sub_epi32(b1, _mm256_cmpgt_epi32(v1, w));
     }
-    __m256i a = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
-    return hsum_epi32(a) + ts__topk_dense_count_gt_s32__generic(sk + i, n - i, t);
+    int64_t t[2];
+    ts__topk_dense_count_gt2_s32__generic(sk + i, n - i, t1, t2, t);
+    c[0] = hsum_epi32(_mm256_add_epi32(a0, a1)) + t[0];
+    c[1] = hsum_epi32(_mm256_add_epi32(b0, b1)) + t[1];
 }
 
-int64_t ts__topk_dense_count_gt_s16__avx2(const void *p, int64_t n, int32_t t) {
+void ts__topk_dense_count_gt2_s16__avx2(const void *p, int64_t n, int32_t t1, int32_t t2,
+                                        int64_t c[2]) {
     const int16_t *sk = (const int16_t *)p;
-    if (t >= INT16_MAX) return 0;
-    if (t < INT16_MIN) return n;
-    const __m256i tv = _mm256_set1_epi16((short)t);
-    int64_t c = 0, i = 0;
+    if (t1 >= INT16_MAX || t1 < INT16_MIN || t2 >= INT16_MAX || t2 < INT16_MIN) {
+        ts__topk_dense_count_gt2_s16__generic(sk, n, t1, t2, c); /* outside the key range */
+        return;
+    }
+    const __m256i u = _mm256_set1_epi16((short)t1), w = _mm256_set1_epi16((short)t2);
+    const __m256i one = _mm256_set1_epi16(1);
+    int64_t c1 = 0, c2 = 0, i = 0;
     while (i + 32 <= n) {
         /* 16-bit lane counters, summed by a signed vpmaddwd: flushed every 2^19 values (at
          * most 2^14 per lane) */
         const int64_t stop = n - i > ((int64_t)1 << 19) ? i + ((int64_t)1 << 19) : n;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
         for (; i + 32 <= stop; i += 32) {
-            a0 = _mm256_sub_epi16(a0, _mm256_cmpgt_epi16(_mm256_loadu_si256((const __m256i *)(sk + i)), tv));
-            a1 = _mm256_sub_epi16(a1, _mm256_cmpgt_epi16(_mm256_loadu_si256((const __m256i *)(sk + i + 16)), tv));
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(sk + i));
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(sk + i + 16));
+            a0 = _mm256_sub_epi16(a0, _mm256_cmpgt_epi16(v0, u));
+            a1 = _mm256_sub_epi16(a1, _mm256_cmpgt_epi16(v1, u));
+            b0 = _mm256_sub_epi16(b0, _mm256_cmpgt_epi16(v0, w));
+            b1 = _mm256_sub_epi16(b1, _mm256_cmpgt_epi16(v1, w));
         }
-        /* pairs of u16 lanes to u32 */
-        const __m256i one = _mm256_set1_epi16(1);
-        c += hsum_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, one), _mm256_madd_epi16(a1, one)));
+        c1 += hsum_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, one), _mm256_madd_epi16(a1, one)));
+        c2 += hsum_epi32(_mm256_add_epi32(_mm256_madd_epi16(b0, one), _mm256_madd_epi16(b1, one)));
     }
-    return c + ts__topk_dense_count_gt_s16__generic(sk + i, n - i, t);
+    int64_t t[2];
+    ts__topk_dense_count_gt2_s16__generic(sk + i, n - i, t1, t2, t);
+    c[0] = c1 + t[0];
+    c[1] = c2 + t[1];
 }
 
 /* Entries of the i in [0, n) (indices idx0 + i) with lo < sk[i] <= hi, in index order. LOAD8

@@ -31,11 +31,16 @@ int ts__topk_dense_keys_bf16__generic(const void *x, int64_t n, void *out) {
 
 /* One body per key width: T is the key type, BIAS maps a key to its unsigned entry key. */
 #define DENSE_KERNELS(W, T, BIAS)                                                                \
-    int64_t ts__topk_dense_count_gt_##W##__generic(const void *p, int64_t n, int32_t t) {      \
+    void ts__topk_dense_count_gt2_##W##__generic(const void *p, int64_t n, int32_t t1,         \
+                                                 int32_t t2, int64_t c[2]) {                    \
         const T *sk = (const T *)p;                                                              \
-        int64_t c = 0;                                                                           \
-        for (int64_t i = 0; i < n; i++) c += sk[i] > t;                                          \
-        return c;                                                                                \
+        int64_t c1 = 0, c2 = 0;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            c1 += sk[i] > t1;                                                                    \
+            c2 += sk[i] > t2;                                                                    \
+        }                                                                                        \
+        c[0] = c1;                                                                               \
+        c[1] = c2;                                                                               \
     }                                                                                            \
     int64_t ts__topk_dense_gather_##W##__generic(const void *p, int64_t n, int32_t lo,         \
                                                  int32_t hi, uint32_t idx0, uint64_t *out) {    \
