@@ -8,7 +8,8 @@
  * table reports, per row, bytes = 2 x the sum of those bytes over all ranks (every counted
  * byte read once and written once) against the memcpy bandwidth of the whole machine, so
  * roofline_frac is "fraction of memcpy speed". The DeepEP per-rank figure is printed below.
- * Time per call = the slowest rank's (max over ranks), median of the samples; every rank runs
+ * The thr column = threads of all ranks together (at most the cores): the roofline is the
+ * machine's. Time per call = the slowest rank's (max over ranks), median of the samples; every rank runs
  * the same number of calls. Threads per rank = max(1, cores / ranks).
  * The reference allocates per call (as a straightforward implementation does); large blocks
  * stay in the heap (mallopt: no mmap, no trim) so it pays no page faults after warm-up.
@@ -241,7 +242,8 @@ int ts__suite_ep(const ts__bench_opts *opts) {
             row.name = rows[i].name;
             row.shape = shape;
             row.dtype = rows[i].dtype;
-            row.threads = threads;
+            /* the roofline is the whole machine's: all ranks' threads (at most the cores) */
+            row.threads = R * threads < cores ? R * threads : cores;
             row.bytes = 2.0 * rows[i].deep;
             row.roof = TS__ROOF_MEMCPY;
             row.baseline = "MPI_Alltoallv";

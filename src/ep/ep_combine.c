@@ -55,8 +55,9 @@ static void stage_task(void *vc, int tid, int nthreads) {
     uint16_t *dx = (uint16_t *)(void *)(c->area + c->l.x_off);
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *src = x + r * c->x->strides[0];
-        if (src != dx + r * c->hidden) memcpy(dx + r * c->hidden, src, (size_t)c->hidden * 2);
+        if (src != dx + r * c->hidden) ts__ep_copy_row((uint8_t *)(dx + r * c->hidden), (const uint8_t *)src, c->hidden * 2);
     }
+    ts__ep_copy_fence();
     if (c->w) {
         const float *w = c->w->data;
         float *dw = (float *)(void *)(c->area + c->l.w_off);

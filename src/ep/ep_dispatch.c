@@ -4,7 +4,6 @@
 #include "ep/ep_internal.h"
 
 #include <string.h>
-
 typedef struct recv_layout {
     int64_t rows, x_off, s_off, i_off, w_off, src_off, total;
 } recv_layout;
@@ -232,7 +231,7 @@ static void copy_task(void *vctx, int tid, int nthreads) {
             if (!li->cached) row += c->base[d];
             uint8_t *area = ts__ep_dispatch_area(b, d);
             const recv_layout *l = &c->lay[d];
-            memcpy(area + l->x_off + row * li->row_bytes, x + t * xs, (size_t)li->row_bytes);
+            ts__ep_copy_row(area + l->x_off + row * li->row_bytes, x + t * xs, li->row_bytes);
             ((int32_t *)(void *)(area + l->src_off))[row] = (int32_t)t;
             if (li->fp8 && li->S > 0) {
                 const ts_tensor *s = a->x_scales;
@@ -259,6 +258,7 @@ static void copy_task(void *vctx, int tid, int nthreads) {
             }
         }
     }
+    ts__ep_copy_fence();
 }
 
 ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_dispatch_result *result,

@@ -6,6 +6,7 @@
 #include "tilestack/ep.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 /* Segment layout (each rank owns one, every node-local peer maps it):
  *   [0, 128)              control: barrier arrival counter, segment geometry
@@ -89,6 +90,42 @@ static inline int64_t ts__ep_idx_at(const ts_tensor *t, int64_t i, int64_t k) {
 /* First peer whose metadata disagrees with rank 0's or reports an error. Returns TS_OK when
  * all agree; otherwise the code every rank returns (the rank at fault keeps its own). */
 ts_status ts__ep_check_peers(ts_ep_buffer *b, uint64_t call, const char *what);
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* Row copy into a shared area. Rows there are read by another process later, not by this
+ * one: streaming stores skip the read-for-ownership of every destination line and keep the
+ * sender's cache for its own rows (about a third less memory traffic per copy). Row bytes
+ * that are not whole 16-byte aligned lines take memcpy. */
+static inline void ts__ep_copy_row(uint8_t *dst, const uint8_t *src, int64_t bytes) {
+#if defined(__SSE2__)
+    if (bytes >= 1024 && (bytes & 15) == 0 && ((uintptr_t)dst & 15) == 0) {
+        int64_t i = 0;
+        for (; i + 64 <= bytes; i += 64) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+            const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
+            const __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
+            const __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
+            _mm_stream_si128((__m128i *)(void *)(dst + i), a);
+            _mm_stream_si128((__m128i *)(void *)(dst + i + 16), b);
+            _mm_stream_si128((__m128i *)(void *)(dst + i + 32), c);
+            _mm_stream_si128((__m128i *)(void *)(dst + i + 48), d);
+        }
+        for (; i < bytes; i += 16)
+            _mm_stream_si128((__m128i *)(void *)(dst + i), _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+        return;
+    }
+#endif
+    memcpy(dst, src, (size_t)bytes);
+}
+
+static inline void ts__ep_copy_fence(void) {
+#if defined(__SSE2__)
+    _mm_sfence(); /* streaming stores are weakly ordered: drain before the barrier's release */
+#endif
+}
 
 /* topk_idx: i64/i32 [N, K] with values in [-1, num_experts); messages start with `what`. */
 ts_status ts__ep_check_topk_idx(const ts_tensor *topk_idx, int64_t num_experts, const char *what);
