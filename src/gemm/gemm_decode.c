@@ -202,11 +202,15 @@ ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,
     j->g = g;
     j->d_dtype = d_dtype;
     j->scaled = scaled;
-    for (int64_t i = 0; i < nprob; i++) j->k_max = ts__max64(j->k_max, probs[i].k);
-    j->af_floats = align_floats((size_t)(TS__GEMM_SMALL_M * j->k_max));
+    int64_t m_max = 1; /* buffers sized by this batch's rows, not the threshold */
+    for (int64_t i = 0; i < nprob; i++) {
+        j->k_max = ts__max64(j->k_max, probs[i].k);
+        m_max = ts__max64(m_max, probs[i].m);
+    }
+    j->af_floats = align_floats((size_t)(m_max * j->k_max));
     j->ahi_floats = scaled ? j->af_floats : 0;
-    j->sa_floats = align_floats(scaled ? (size_t)(TS__GEMM_SMALL_M * ts__ceil_div(j->k_max, g)) : 0);
-    j->acc_floats = align_floats((size_t)(TS__GEMM_SMALL_M * W));
+    j->sa_floats = align_floats(scaled ? (size_t)(m_max * ts__ceil_div(j->k_max, g)) : 0);
+    j->acc_floats = align_floats((size_t)(m_max * W));
     j->bbuf_floats = align_floats((size_t)(KCD * W));
     j->sb_floats = align_floats((size_t)(KCD / 32 * W));
     const int64_t items = nprob * j->npanel;
