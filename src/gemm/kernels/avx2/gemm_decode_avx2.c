@@ -18,8 +18,11 @@
  * Shapes: one row: two sub-blocks interleaved (8 independent FMA chains, the block sums are
  * independent), each promoted in block order; two rows: one full row of B feeds both (8
  * chains); three or more: the panel in two halves of 16 columns, each half decoded once per
- * group of up to 4 rows (8 chains), so B never goes through memory as f32. bf16 and f32 rows
- * (plain weights, bf16 GEMMs) keep the straightforward path. */
+ * group of up to GMAX = 6 rows (2 chains per row), so B never goes through memory as f32.
+ * bf16 and f32 rows (plain weights, bf16 GEMMs) keep the straightforward path. Measured
+ * against the previous decoder (vcvtph2ps for e4m3, cvtdq2ps for e2m1, f32 staging for 3+
+ * rows), L1-resident panel, same session: e4m3 M = 1 2.9 -> 1.8 ns per row, M = 4
+ * 6.5 -> 4.2; e2m1 2.8 -> 2.2 and 6.6 -> 4.7. */
 #include "core/internal.h"
 #include "gemm/gemm_kernels.h"
 #include "numerics/kernels/avx2/cvt_avx2_inl.h"
