@@ -88,6 +88,7 @@ static void sp_build(sp_data *s, const sp_case *c, uint64_t seed) {
         for (int64_t i = 0; i < c->b; i++) s->elen[i] = (int32_t)(ts_prng_u32(&p) % (c->etopk + 1));
         for (int64_t k = 0; k < c->etopk; k++) s->eind[k] = -1; /* (0, 0) stays empty */
         if (c->b > 1) s->elen[1] = 0;
+        if (c->b > 2) s->elen[2] = (int32_t)c->etopk; /* with len[2] = topk: the longest list */
     }
     /* poison every token no valid slot reads (slots past topk_length may point at them) */
     for (int e = 0; e < (c->etopk ? 2 : 1); e++) {
@@ -228,12 +229,18 @@ TS_TEST(flash_mla_sparse_model1_extra_reference) {
     sp_build(&s, &c2, 104);
     sp_check_ref(ts_t_, &s, "v32 extra (CPU relaxation)");
     sp_free(&s);
+    /* request 2 has 900 + 400 slots: two chunks of the split plan, the cut inside the main row */
+    sp_case c3 = {TS_MLA_KV_MODEL1, 3, 2, 3, 900, 64, 20, 400, 53, 10, 1, 1};
+    sp_build(&s, &c3, 108);
+    sp_check_ref(ts_t_, &s, "model1 split plan");
+    sp_free(&s);
 }
 
 /* same bits for the generic and AVX2 paths and 1, 2, 3 threads; a request alone gives the bits
  * it gets inside the batch; one handle serves repeated calls with the same config */
 TS_TEST(flash_mla_sparse_deterministic) {
-    sp_case c = {TS_MLA_KV_MODEL1, 3, 2, 40, 100, 64, 4, 20, 64, 1, 1, 1};
+    /* request 2: 1000 + 100 slots, split in two chunks by the plan */
+    sp_case c = {TS_MLA_KV_MODEL1, 3, 2, 10, 1000, 64, 20, 100, 64, 2, 1, 1};
     sp_data s;
     sp_build(&s, &c, 105);
     int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;

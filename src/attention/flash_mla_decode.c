@@ -22,10 +22,11 @@ typedef struct dec_ctx {
     ts_mla_metadata *meta;
     ts_tensor *out, *lse;
     int64_t b, s_q, h_q, h_kv, dk, hpk, rows, npanels, topk, extra_topk;
+    int64_t g2n; /* groups per request: s_q (sparse) or h_kv (dense) */
     ts_mla_kv_layout layout;
     float scale;
     const item *items;
-    const int32_t *merge_groups; /* pairs (req, kv head) that need a merge */
+    const int32_t *merge_groups; /* pairs (req, query token / kv head) that need a merge */
     size_t task_bytes;
     volatile int oom; /* a task could not get its scratch */
 } dec_ctx;
@@ -61,19 +62,31 @@ static void group_rows(const dec_ctx *c, int64_t i, int64_t g2, const uint16_t *
         }
 }
 
-/* sparse: compact the valid slots of (request i, token s) of both caches in slot order */
-static int64_t sparse_list(const dec_ctx *c, int64_t i, int64_t s, const uint8_t **ptr,
-                           const uint8_t **sptr, uint8_t *kinds) {
+/* sparse: request i's slots in order (the first topk_length[i] of indices[i][s], then the first
+ * extra_topk_length[i] of the extra row) */
+static int64_t slot_count(const dec_ctx *c, int64_t i) {
     const ts_flash_mla_kvcache_args *a = c->a;
+    int64_t n = count_of(a->topk_length, i, c->topk);
+    if (a->extra_indices_in_kvcache) n += count_of(a->extra_topk_length, i, c->extra_topk);
+    return n;
+}
+
+/* compact the valid slots of [s0, s1) of (request i, token s), in slot order */
+static int64_t sparse_list(const dec_ctx *c, int64_t i, int64_t s, int64_t s0, int64_t s1,
+                           const uint8_t **ptr, const uint8_t **sptr, uint8_t *kinds) {
+    const ts_flash_mla_kvcache_args *a = c->a;
+    const int64_t nmain = count_of(a->topk_length, i, c->topk);
     int64_t n = 0;
     for (int e = 0; e < 2; e++) {
         const ts_tensor *ind = e ? a->extra_indices_in_kvcache : a->indices;
         const ts_tensor *cache = e ? a->extra_k_cache : a->k_cache;
         if (!ind) continue;
-        int64_t cnt = count_of(e ? a->extra_topk_length : a->topk_length, i, ind->shape[2]);
+        const int64_t base = e ? nmain : 0;
+        const int64_t cnt = e ? count_of(a->extra_topk_length, i, c->extra_topk) : nmain;
+        const int64_t k0 = ts__max64(0, s0 - base), k1 = ts__min64(cnt, s1 - base);
         const int32_t *row = i32_at(ind, i, s);
         const int64_t P = cache->shape[1];
-        for (int64_t k = 0; k < cnt; k++) {
+        for (int64_t k = k0; k < k1; k++) {
             int32_t v = row[k];
             if (v == -1) continue;
             ptr[n] = ts__mla_fp8_token(cache, c->layout, v / P, v % P, &sptr[n]);
@@ -82,6 +95,26 @@ static int64_t sparse_list(const dec_ctx *c, int64_t i, int64_t s, const uint8_t
         }
     }
     return n;
+}
+
+/* out row and lse element of group row r */
+static void row_out(const dec_ctx *c, int64_t i, int64_t g2, int64_t r, uint16_t **o, float **l,
+                    int *has_sink, float *sink) {
+    int64_t s, h;
+    if (c->a->indices) {
+        s = g2;
+        h = r;
+    } else {
+        s = r / c->hpk;
+        h = g2 * c->hpk + r % c->hpk;
+    }
+    *o = (uint16_t *)c->out->data + i * c->out->strides[0] + s * c->out->strides[1] +
+         h * c->out->strides[2];
+    *l = (float *)c->lse->data + i * c->lse->strides[0] + h * c->lse->strides[1] +
+         s * c->lse->strides[2];
+    const ts_tensor *sk = c->a->attn_sink;
+    *has_sink = sk != NULL;
+    *sink = sk ? ((const float *)sk->data)[h * sk->strides[0]] : 0.0f;
 }
 
 static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
@@ -108,9 +141,12 @@ static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
         ts__mla_toklist tl;
         memset(&tl, 0, sizeof tl);
         int64_t t0 = 0, t1;
-        int64_t nchunks = c->meta->chunk_off[i + 1] - c->meta->chunk_off[i];
+        const int64_t nchunks = c->meta->chunk_off[i + 1] - c->meta->chunk_off[i];
         if (sparse) {
-            t1 = sparse_list(c, i, g2, ptr, sptr, kinds);
+            /* the chunk's slot range; its valid slots become the token list */
+            int64_t ns = slot_count(c, i), s0 = ts__min64(ns, x->chunk * c->meta->chunk);
+            int64_t s1 = nchunks > 1 ? ts__min64(ns, s0 + c->meta->chunk) : ns;
+            t1 = sparse_list(c, i, g2, s0, s1, ptr, sptr, kinds);
             tl.ptr = ptr;
             tl.sptr = sptr;
             tl.kinds = kinds;
@@ -127,7 +163,6 @@ static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
             tl.len = seqlen;
             t0 = ts__min64(seqlen, x->chunk * c->meta->chunk);
             t1 = nchunks > 1 ? ts__min64(seqlen, t0 + c->meta->chunk) : seqlen;
-            /* a causal group never needs tokens past its last row's limit */
         }
         int64_t r0, r1;
         ts__mla_panel_rows(c->rows, c->npanels, x->panel, &r0, &r1);
@@ -135,7 +170,7 @@ static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
         ts__mla_state st;
         ts__mla_run_span(c->kern, &rows, r0, r1, &tl, t0, t1, ws, &st);
         if (nchunks > 1) {
-            int64_t slot = (c->meta->chunk_off[i] + x->chunk) * c->h_kv + g2;
+            int64_t slot = (c->meta->chunk_off[i] + x->chunk) * c->g2n + g2;
             float *p = c->meta->part + slot * c->rows * (TS__MLA_DV + 2);
             for (int64_t r = r0; r < r1; r++) {
                 float *pr = p + r * (TS__MLA_DV + 2);
@@ -146,21 +181,10 @@ static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
             continue;
         }
         for (int64_t r = r0; r < r1; r++) {
-            int64_t s, h;
-            if (sparse) {
-                s = g2;
-                h = r;
-            } else {
-                s = r / c->hpk;
-                h = g2 * c->hpk + r % c->hpk;
-            }
-            uint16_t *o = (uint16_t *)c->out->data + i * c->out->strides[0] +
-                          s * c->out->strides[1] + h * c->out->strides[2];
-            float *l = (float *)c->lse->data + i * c->lse->strides[0] + h * c->lse->strides[1] +
-                       s * c->lse->strides[2];
-            int has_sink = a->attn_sink != NULL;
-            float sink = has_sink ? ((const float *)a->attn_sink->data)[h * a->attn_sink->strides[0]]
-                                  : 0.0f;
+            uint16_t *o;
+            float *l, sink;
+            int has_sink;
+            row_out(c, i, g2, r, &o, &l, &has_sink, &sink);
             ts__mla_finish_row(st.m[r - r0], st.l[r - r0], st.o + (r - r0) * TS__MLA_DV,
                                has_sink, sink, o, l);
         }
@@ -187,7 +211,7 @@ static void merge_groups(void *vctx, int64_t begin, int64_t end, int tid) {
         int64_t n = c->meta->chunk_off[i + 1] - c->meta->chunk_off[i];
         for (int64_t r = 0; r < c->rows; r++) {
             for (int64_t k = 0; k < n; k++) {
-                int64_t slot = (c->meta->chunk_off[i] + k) * c->h_kv + g2;
+                int64_t slot = (c->meta->chunk_off[i] + k) * c->g2n + g2;
                 const float *pr = c->meta->part + (slot * c->rows + r) * (TS__MLA_DV + 2);
                 mm[k] = pr[0];
                 ll[k] = pr[1];
@@ -195,12 +219,11 @@ static void merge_groups(void *vctx, int64_t begin, int64_t end, int tid) {
             }
             float m, l;
             ts__mla_merge(n, mm, ll, op, &m, &l, oo);
-            int64_t s = r / c->hpk, h = g2 * c->hpk + r % c->hpk;
-            uint16_t *o = (uint16_t *)c->out->data + i * c->out->strides[0] +
-                          s * c->out->strides[1] + h * c->out->strides[2];
-            float *lp = (float *)c->lse->data + i * c->lse->strides[0] + h * c->lse->strides[1] +
-                        s * c->lse->strides[2];
-            ts__mla_finish_row(m, l, oo, 0, 0.0f, o, lp);
+            uint16_t *o;
+            float *lp, sink;
+            int has_sink;
+            row_out(c, i, g2, r, &o, &lp, &has_sink, &sink);
+            ts__mla_finish_row(m, l, oo, has_sink, sink, o, lp);
         }
     }
 }
@@ -374,10 +397,15 @@ ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *a, ts_tenso
     cfg.sparse = sparse;
     cfg.has_topk_length = a->topk_length != NULL;
     cfg.has_extra_topk_length = a->extra_topk_length != NULL;
-    /* the values the plan depends on, in a serial scratch */
+    /* the values the plan depends on */
     int64_t nvals = sparse ? (cfg.has_topk_length + cfg.has_extra_topk_length) * c.b : c.b;
     int32_t *vals = (int32_t *)malloc((size_t)(nvals > 0 ? nvals : 1) * sizeof(int32_t));
-    if (!vals) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    int64_t *lens = (int64_t *)malloc((size_t)(c.b > 0 ? c.b : 1) * sizeof(int64_t));
+    if (!vals || !lens) {
+        free(vals);
+        free(lens);
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
     int64_t nv = 0;
     for (int e = 0; e < 3; e++) {
         const ts_tensor *t = sparse ? (e == 0 ? a->topk_length : e == 1 ? a->extra_topk_length : NULL)
@@ -385,17 +413,22 @@ ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *a, ts_tenso
         if (!t) continue;
         for (int64_t i = 0; i < c.b; i++) vals[nv++] = *i32_at(t, i, 0);
     }
-    ts_status st = ts__mla_meta_bind(c.meta, &cfg, vals, nv, sparse ? NULL : vals);
+    for (int64_t i = 0; i < c.b; i++)
+        lens[i] = sparse ? slot_count(&c, i) : *i32_at(a->cache_seqlens, i, 0);
+    ts_status st = ts__mla_meta_bind(c.meta, &cfg, vals, nv, lens);
     free(vals);
+    free(lens);
     TS__RETURN_IF_ERROR(st);
 
     c.kern = ts__mla_pick_kernels();
     const int64_t g2n = sparse ? c.s_q : c.h_kv;
-    c.npanels = ts__mla_panels(c.b * g2n, c.rows);
+    c.g2n = g2n;
+    /* panels only where (group, chunk) items alone leave threads idle */
+    c.npanels = ts__mla_panels(c.meta->chunk_off[c.b] * g2n, c.rows);
     const int64_t nitems = c.meta->chunk_off[c.b] * g2n * c.npanels;
     int64_t nmerge = 0;
     for (int64_t i = 0; i < c.b; i++)
-        if (c.meta->chunk_off[i + 1] - c.meta->chunk_off[i] > 1) nmerge += c.h_kv;
+        if (c.meta->chunk_off[i + 1] - c.meta->chunk_off[i] > 1) nmerge += g2n;
     size_t ib = (size_t)nitems * sizeof(item), mb = (size_t)(2 * nmerge) * sizeof(int32_t);
     char *w = (char *)ts__scratch(0, ib + mb + 64);
     if (!w) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);

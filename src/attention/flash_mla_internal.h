@@ -137,22 +137,26 @@ typedef struct ts__mla_config {
  * in chunk order. */
 #define TS__MLA_SPLIT_ROWS 32
 #define TS__MLA_SPLIT_TOKENS 4096
+/* Sparse decode: a request's slot list (topk_length or topk slots, then the extra ones) is
+ * split into chunks of TS__MLA_SPARSE_CHUNK slots, so one request's tokens are decoded once
+ * across threads instead of once per row panel. */
+#define TS__MLA_SPARSE_CHUNK 1024
 
 struct ts_mla_metadata {
     int initialized;
     ts__mla_config cfg;
     int32_t *vals; /* cache_seqlens (dense) or topk_length then extra_topk_length (sparse) */
     int64_t nvals;
-    int64_t chunk;      /* dense: tokens per chunk */
+    int64_t chunk;      /* tokens (dense) or slots (sparse) per chunk */
     int64_t *chunk_off; /* [b + 1] prefix of chunks per request */
     float *part;        /* partial states of split requests */
     int64_t part_floats;
 };
 
 /* First use: record cfg and vals, build the plan and its workspace. Later: TS_ERR_INVALID_ARGUMENT
- * unless cfg and vals match. */
+ * unless cfg and vals match. lens[i]: request i's token count (dense) or slot count (sparse). */
 ts_status ts__mla_meta_bind(ts_mla_metadata *meta, const ts__mla_config *cfg,
-                            const int32_t *vals, int64_t nvals, const int32_t *seqlens);
+                            const int32_t *vals, int64_t nvals, const int64_t *lens);
 
 /* ---- argument checks (flash_mla_check.c) ---- */
 

@@ -23,7 +23,7 @@ void ts_mla_metadata_free(ts_mla_metadata *meta) {
 }
 
 ts_status ts__mla_meta_bind(ts_mla_metadata *meta, const ts__mla_config *cfg,
-                            const int32_t *vals, int64_t nvals, const int32_t *seqlens) {
+                            const int32_t *vals, int64_t nvals, const int64_t *lens) {
     static const char fn[] = "ts_flash_mla_with_kvcache";
     if (meta->initialized) {
         if (memcmp(&meta->cfg, cfg, sizeof *cfg) != 0)
@@ -48,19 +48,23 @@ ts_status ts__mla_meta_bind(ts_mla_metadata *meta, const ts__mla_config *cfg,
     if (!t.vals || !t.chunk_off) goto oom;
     if (nvals) memcpy(t.vals, vals, (size_t)nvals * sizeof *vals);
     const int64_t rows = cfg->s_q * (cfg->h_q / (cfg->h_kv > 0 ? cfg->h_kv : 1));
-    t.chunk = (!cfg->sparse && rows < TS__MLA_SPLIT_ROWS) ? TS__MLA_SPLIT_TOKENS : INT64_MAX;
+    t.chunk = cfg->sparse                     ? TS__MLA_SPARSE_CHUNK
+              : rows < TS__MLA_SPLIT_ROWS ? TS__MLA_SPLIT_TOKENS
+                                          : INT64_MAX;
     t.chunk_off[0] = 0;
     int64_t split_chunks = 0;
     for (int64_t i = 0; i < cfg->b; i++) {
         int64_t n = 1;
-        if (!cfg->sparse && seqlens[i] > 0 && t.chunk != INT64_MAX)
-            n = ts__ceil_div(seqlens[i], t.chunk);
+        if (lens[i] > 0 && t.chunk != INT64_MAX) n = ts__ceil_div(lens[i], t.chunk);
         t.chunk_off[i + 1] = t.chunk_off[i] + n;
         if (n > 1) split_chunks += n;
     }
     if (split_chunks) {
-        /* partials are indexed by chunk_off; requests that do not split leave theirs unused */
-        t.part_floats = t.chunk_off[cfg->b] * cfg->h_kv * rows * (TS__MLA_DV + 2);
+        /* partials are indexed by chunk_off; requests that do not split leave theirs unused.
+         * Groups per request: s_q (sparse) or h_kv (dense). */
+        const int64_t g2n = cfg->sparse ? cfg->s_q : cfg->h_kv;
+        const int64_t grows = cfg->sparse ? cfg->h_q : rows;
+        t.part_floats = t.chunk_off[cfg->b] * g2n * grows * (TS__MLA_DV + 2);
         t.part = (float *)ts__aligned_alloc((size_t)t.part_floats * sizeof(float));
         if (!t.part) goto oom;
     }
