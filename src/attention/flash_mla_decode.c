@@ -397,15 +397,12 @@ ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *a, ts_tenso
     cfg.sparse = sparse;
     cfg.has_topk_length = a->topk_length != NULL;
     cfg.has_extra_topk_length = a->extra_topk_length != NULL;
-    /* the values the plan depends on */
+    /* the values the plan depends on (serial scratch: no allocation once warm; the arena is
+     * reused for the item list below) */
     int64_t nvals = sparse ? (cfg.has_topk_length + cfg.has_extra_topk_length) * c.b : c.b;
-    int32_t *vals = (int32_t *)malloc((size_t)(nvals > 0 ? nvals : 1) * sizeof(int32_t));
-    int64_t *lens = (int64_t *)malloc((size_t)(c.b > 0 ? c.b : 1) * sizeof(int64_t));
-    if (!vals || !lens) {
-        free(vals);
-        free(lens);
-        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
+    int64_t *lens = (int64_t *)ts__scratch(0, (size_t)c.b * 8 + (size_t)nvals * 4 + 64);
+    if (!lens) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    int32_t *vals = (int32_t *)(lens + c.b);
     int64_t nv = 0;
     for (int e = 0; e < 3; e++) {
         const ts_tensor *t = sparse ? (e == 0 ? a->topk_length : e == 1 ? a->extra_topk_length : NULL)
@@ -415,10 +412,7 @@ ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *a, ts_tenso
     }
     for (int64_t i = 0; i < c.b; i++)
         lens[i] = sparse ? slot_count(&c, i) : *i32_at(a->cache_seqlens, i, 0);
-    ts_status st = ts__mla_meta_bind(c.meta, &cfg, vals, nv, lens);
-    free(vals);
-    free(lens);
-    TS__RETURN_IF_ERROR(st);
+    TS__RETURN_IF_ERROR(ts__mla_meta_bind(c.meta, &cfg, vals, nv, lens));
 
     c.kern = ts__mla_pick_kernels();
     const int64_t g2n = sparse ? c.s_q : c.h_kv;
