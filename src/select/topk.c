@@ -21,7 +21,7 @@
 #define CHUNK_THR BLOCK     /* ... and once one exists: survivors are rare, and short calls cost
                              * (measured 1 x 1M bf16 k 512: 96 -> 72 us against 256) */
 #define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
-#define PART_PER_K 256      /* ... and at least this many times k */
+#define PART_PER_K 512      /* ... and at least this many times k */
 #define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
 #define SAMPLE_MAX 2048     /* values in the threshold sample: at most */
 #define SAMPLE_MIN 256      /* ... at least (when the row allows) */
@@ -553,8 +553,9 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     if (batch < threads) {
         /* Every part pays its own sample and about k candidates, so a part must be long
          * enough for the streaming to dominate. Measured with a free second vCPU: 1 x 1M bf16
-         * k 512 69 -> 46 us, k 2048 105 -> 70 us in two parts (with the second vCPU busy,
-         * the part waiting for it makes the call 3x slower, as for any parallel call). */
+         * k 512 69 -> 46 us in two parts (with the second vCPU busy, the part waiting for it
+         * makes the call 3x slower, as for any parallel call); k 2048 in two parts was slower
+         * (131 -> 137..174 us: each part pays the full k-proportional work), hence 512 k. */
         int64_t want = ts__ceil_div(threads, batch);
         int64_t min_part = ts__max64(PART_MIN, PART_PER_K * k);
         p.parts = ts__max64(1, ts__min64(want, n / min_part));
