@@ -574,7 +574,7 @@ TS_TEST(topk_sample_runs_exact) {
             memset(&c, 0, sizeof c);
             c.bf16 = bf == 1;
             c.i64 = bf == 0;
-            c.batch = 2;
+            c.batch = 1; /* one row: at 2 - 3 threads the long rows are split */
             c.n = shapes[s][0];
             c.k = shapes[s][1];
             c.sorted = bf == 0 && (s & 1);
