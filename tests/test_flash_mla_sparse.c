@@ -3,11 +3,13 @@
  * topk_length, sinks of +-inf, the extra cache in the same softmax; generic vs AVX2 and 1/2/3
  * threads bitwise; batch invariance; bad input. */
 #include "test_flash_mla_common.h"
+#include "ts_guard_pages.h"
 
 typedef struct sp_case {
     ts_mla_kv_layout L;
     int64_t b, sq, hq, topk, P, nb, etopk, eP, enb;
     int use_len, use_sink;
+    const int32_t *fix_len, *fix_elen; /* topk_length / extra_topk_length if not random */
 } sp_case;
 
 typedef struct sp_data {
@@ -76,6 +78,7 @@ static void sp_build(sp_data *s, const sp_case *c, uint64_t seed) {
     for (int64_t i = 0; i < c->b; i++) s->len[i] = (int32_t)(ts_prng_u32(&p) % (c->topk + 1));
     if (c->b > 1) s->len[1] = 0;              /* zero-length request */
     if (c->b > 2) s->len[2] = (int32_t)c->topk;
+    if (c->fix_len) memcpy(s->len, c->fix_len, (size_t)c->b * 4);
     s->sink = (float *)malloc((size_t)c->hq * 4);
     for (int64_t h = 0; h < c->hq; h++) s->sink[h] = ts_prng_uniform(&p) * 2.0f;
     if (c->hq > 1) s->sink[1] = INFINITY;
@@ -89,6 +92,7 @@ static void sp_build(sp_data *s, const sp_case *c, uint64_t seed) {
         for (int64_t k = 0; k < c->etopk; k++) s->eind[k] = -1; /* (0, 0) stays empty */
         if (c->b > 1) s->elen[1] = 0;
         if (c->b > 2) s->elen[2] = (int32_t)c->etopk; /* with len[2] = topk: the longest list */
+        if (c->fix_elen) memcpy(s->elen, c->fix_elen, (size_t)c->b * 4);
     }
     /* poison every token no valid slot reads (slots past topk_length may point at them) */
     for (int e = 0; e < (c->etopk ? 2 : 1); e++) {
@@ -208,29 +212,29 @@ static void sp_check_ref(ts_test_ctx *ts_t_, sp_data *s, const char *what) {
 }
 
 TS_TEST(flash_mla_sparse_v32_reference) {
-    sp_case c = {TS_MLA_KV_V32, 3, 2, 37, 70, 53, 5, 0, 0, 0, 1, 1};
+    sp_case c = {TS_MLA_KV_V32, 3, 2, 37, 70, 53, 5, 0, 0, 0, 1, 1, NULL, NULL};
     sp_data s;
     sp_build(&s, &c, 101);
     sp_check_ref(ts_t_, &s, "v32 h37 topk70 P53");
     sp_free(&s);
-    sp_case c2 = {TS_MLA_KV_V32, 2, 1, 16, 130, 1, 200, 0, 0, 0, 0, 0};
+    sp_case c2 = {TS_MLA_KV_V32, 2, 1, 16, 130, 1, 200, 0, 0, 0, 0, 0, NULL, NULL};
     sp_build(&s, &c2, 102);
     sp_check_ref(ts_t_, &s, "v32 h16 topk130 P1 no len/sink");
     sp_free(&s);
 }
 
 TS_TEST(flash_mla_sparse_model1_extra_reference) {
-    sp_case c = {TS_MLA_KV_MODEL1, 3, 3, 20, 64, 69, 3, 40, 64, 2, 1, 1};
+    sp_case c = {TS_MLA_KV_MODEL1, 3, 3, 20, 64, 69, 3, 40, 64, 2, 1, 1, NULL, NULL};
     sp_data s;
     sp_build(&s, &c, 103);
     sp_check_ref(ts_t_, &s, "model1 extra P69/64");
     sp_free(&s);
-    sp_case c2 = {TS_MLA_KV_V32, 3, 1, 8, 50, 64, 2, 30, 53, 3, 1, 1};
+    sp_case c2 = {TS_MLA_KV_V32, 3, 1, 8, 50, 64, 2, 30, 53, 3, 1, 1, NULL, NULL};
     sp_build(&s, &c2, 104);
     sp_check_ref(ts_t_, &s, "v32 extra (CPU relaxation)");
     sp_free(&s);
     /* request 2 has 900 + 400 slots: two chunks of the split plan, the cut inside the main row */
-    sp_case c3 = {TS_MLA_KV_MODEL1, 3, 2, 3, 900, 64, 20, 400, 53, 10, 1, 1};
+    sp_case c3 = {TS_MLA_KV_MODEL1, 3, 2, 3, 900, 64, 20, 400, 53, 10, 1, 1, NULL, NULL};
     sp_build(&s, &c3, 108);
     sp_check_ref(ts_t_, &s, "model1 split plan");
     sp_free(&s);
@@ -240,7 +244,7 @@ TS_TEST(flash_mla_sparse_model1_extra_reference) {
  * it gets inside the batch; one handle serves repeated calls with the same config */
 TS_TEST(flash_mla_sparse_deterministic) {
     /* request 2: 1000 + 100 slots, split in two chunks by the plan */
-    sp_case c = {TS_MLA_KV_MODEL1, 3, 2, 10, 1000, 64, 20, 100, 64, 2, 1, 1};
+    sp_case c = {TS_MLA_KV_MODEL1, 3, 2, 10, 1000, 64, 20, 100, 64, 2, 1, 1, NULL, NULL};
     sp_data s;
     sp_build(&s, &c, 105);
     int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
@@ -309,7 +313,7 @@ TS_TEST(flash_mla_sparse_deterministic) {
 }
 
 TS_TEST(flash_mla_sparse_bad_input) {
-    sp_case c = {TS_MLA_KV_V32, 2, 1, 4, 8, 4, 3, 0, 0, 0, 1, 1};
+    sp_case c = {TS_MLA_KV_V32, 2, 1, 4, 8, 4, 3, 0, 0, 0, 1, 1, NULL, NULL};
     sp_data s;
     sp_build(&s, &c, 106);
     int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
@@ -385,7 +389,7 @@ TS_TEST(flash_mla_sparse_bad_input) {
 /* non-contiguous q / indices / topk_length / out, and lse written through upstream's transposed
  * view ([b, s_q, h_q] storage seen as [b, h_q, s_q]): the same bits as contiguous tensors */
 TS_TEST(flash_mla_sparse_strides) {
-    sp_case c = {TS_MLA_KV_V32, 2, 3, 10, 40, 64, 3, 0, 0, 0, 1, 1};
+    sp_case c = {TS_MLA_KV_V32, 2, 3, 10, 40, 64, 3, 0, 0, 0, 1, 1, NULL, NULL};
     sp_data s;
     sp_build(&s, &c, 107);
     const int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
@@ -439,4 +443,212 @@ TS_TEST(flash_mla_sparse_strides) {
     free(out2);
     free(lse2);
     sp_free(&s);
+}
+
+/* ---- never read: unused tokens and index tails on PROT_NONE pages ---- */
+
+/* token t of a P = 1 cache is read iff a slot below its row's count names it */
+static char *sp_used(const sp_data *s, int e) {
+    const sp_case *c = &s->c;
+    int64_t ntok = e ? c->enb : c->nb, tk = e ? c->etopk : c->topk;
+    const int32_t *ind = e ? s->eind : s->ind, *len = e ? s->elen : s->len;
+    char *used = (char *)calloc((size_t)ntok, 1);
+    for (int64_t i = 0; i < c->b * c->sq; i++) {
+        int64_t cnt = (c->use_len || e) ? len[i / c->sq] : tk;
+        for (int64_t k = 0; k < cnt; k++)
+            if (ind[i * tk + k] >= 0) used[ind[i * tk + k]] = 1;
+    }
+    return used;
+}
+
+/* P = 1 cache: block t ends on a page boundary, block stride one page; only used blocks open */
+static ts_tensor sp_guard_cache(ts_guard *g, const sp_data *s, int e) {
+    const int64_t nb = e ? s->c.enb : s->c.nb, tb = s->tb, pg = (int64_t)ts_guard_page();
+    const uint8_t *src = e ? s->ekc : s->kc;
+    char *used = sp_used(s, e);
+    *g = ts_guard_make((size_t)(nb * pg));
+    const size_t off = ts_guard_end_aligned(0, (size_t)tb);
+    for (int64_t t = 0; t < nb; t++)
+        if (used[t]) {
+            ts_guard_open(g, off + (size_t)(t * pg), (size_t)tb);
+            memcpy(g->base + off + t * pg, src + t * tb, (size_t)tb);
+        }
+    free(used);
+    return (ts_tensor){g->base + off, TS_U8, 4, {nb, 1, 1, tb}, {pg, tb, tb, 1}};
+}
+
+static ts_tensor sp_guard_indices(ts_guard *g, const int32_t *ind, const int32_t *len,
+                                  int64_t b, int64_t sq, int64_t tk) {
+    int64_t st0, st1;
+    int32_t *base = ts_guard_i32_rows(g, ind, b, sq, tk, len, &st0, &st1);
+    return (ts_tensor){base, TS_I32, 3, {b, sq, tk}, {st0, st1, 1}};
+}
+
+static void sp_guard_case(ts_test_ctx *ts_t_, const sp_case *c, uint64_t seed, const char *what) {
+    sp_data s;
+    sp_build(&s, c, seed);
+    const int64_t no = c->b * c->sq * c->hq * 512, nl = c->b * c->hq * c->sq;
+    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
+    float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
+    ts_tensor to0 = ts_tensor_make(out0, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
+    ts_tensor tl0 = ts_tensor_3d(lse0, TS_F32, c->b, c->hq, c->sq);
+    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
+    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c->b, c->hq, c->sq);
+    ts_mla_metadata *meta;
+    ts_get_mla_metadata(&meta);
+    ts_flash_mla_kvcache_args a = sp_args(&s, meta);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to0, &tl0), TS_OK);
+    ts_mla_metadata_free(meta);
+
+    ts_guard gk, gi, gek = {0}, gei = {0};
+    ts_tensor tk = sp_guard_cache(&gk, &s, 0);
+    ts_tensor ti = sp_guard_indices(&gi, s.ind, s.len, c->b, c->sq, c->topk);
+    ts_tensor tek, tei;
+    TS_CHECK(gk.base && ti.data);
+    a.k_cache = &tk;
+    a.indices = &ti;
+    if (c->etopk) {
+        tek = sp_guard_cache(&gek, &s, 1);
+        tei = sp_guard_indices(&gei, s.eind, s.elen, c->b, c->sq, c->etopk);
+        TS_CHECK(gek.base && tei.data);
+        a.extra_k_cache = &tek;
+        a.extra_indices_in_kvcache = &tei;
+    }
+    int saved_t = ts_get_num_threads();
+    for (int t = 1; t <= 2; t++) {
+        ts_set_num_threads(t);
+        ts_get_mla_metadata(&meta);
+        a.tile_scheduler_metadata = meta;
+        memset(out, 0xAB, (size_t)no * 2);
+        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+        ts_mla_metadata_free(meta);
+        TS_CHECK_MSG(memcmp(out, out0, (size_t)no * 2) == 0, "%s: out differs (%d threads)", what, t);
+        TS_CHECK_MSG(memcmp(lse, lse0, (size_t)nl * 4) == 0, "%s: lse differs (%d threads)", what, t);
+    }
+    ts_set_num_threads(saved_t);
+    ts_guard_free(&gk);
+    ts_guard_free(&gi);
+    ts_guard_free(&gek);
+    ts_guard_free(&gei);
+    free(out0);
+    free(out);
+    free(lse0);
+    free(lse);
+    sp_free(&s);
+}
+
+/* the guarded run gives the bits of the plain run: no fault means no unused token, no slot past
+ * topk_length / extra_topk_length and no extra byte of a token was touched */
+TS_TEST(flash_mla_sparse_never_reads_unused) {
+    static const int32_t l1[4] = {0, 43, 86, 129};
+    sp_case c1 = {TS_MLA_KV_V32, 4, 2, 16, 130, 1, 300, 0, 0, 0, 1, 1, l1, NULL};
+    sp_guard_case(ts_t_, &c1, 111, "v32 guarded");
+    static const int32_t l2[4] = {3, 23, 43, 63}, e2[4] = {0, 13, 26, 39};
+    sp_case c2 = {TS_MLA_KV_MODEL1, 4, 1, 8, 64, 1, 150, 40, 1, 100, 1, 1, l2, e2};
+    sp_guard_case(ts_t_, &c2, 112, "model1 + extra guarded");
+}
+
+/* ---- FP8 dequantisation rule ---- */
+
+/* upstream's SM90 kernel: bf16(e4m3) * bf16(scale) in bf16 arithmetic = bf16(e4m3 * bf16(scale)) */
+static float sp_rule(uint8_t code, float scale) {
+    return fm_bf(fm_tobf(ts_e4m3_to_f32(code) * fm_bf(fm_tobf(scale))));
+}
+
+/* One valid slot per row: p = exp(0) = 1 and l = 1, so out is that token's V exactly and shows
+ * the decoded values bit for bit. Scales that are not powers of two (V32 caches quantised with
+ * amax / 448) and MODEL1 exponents whose products land in the bf16 subnormal range are rounded
+ * as upstream's kernel does; the test also checks that the unrounded-scale rule would differ,
+ * so it can tell the two apart. */
+TS_TEST(flash_mla_sparse_fp8_dequant_rounding) {
+    const int64_t b = 3, sq = 2, hq = 16, topk = 8, nb = 24;
+    ts_prng p = ts_prng_seed(121);
+    for (int L = 0; L < 2; L++) {
+        const ts_mla_kv_layout lay = L ? TS_MLA_KV_MODEL1 : TS_MLA_KV_V32;
+        const int64_t tb = ts_mla_kv_token_bytes(lay), d = ts_mla_kv_head_dim(lay);
+        const int64_t nope = L ? 448 : 512, tile = L ? 64 : 128;
+        uint8_t *kc = (uint8_t *)calloc((size_t)(nb * tb), 1);
+        float *want = (float *)malloc((size_t)(nb * 512) * 4);
+        int64_t differs = 0;
+        for (int64_t t = 0; t < nb; t++) {
+            uint8_t *tok = kc + t * tb; /* P = 1: block t is token t, scales after the data */
+            for (int64_t j = 0; j < nope / tile; j++) {
+                float sc;
+                if (!L) {
+                    /* mostly non-powers of two; every fourth token a power of two */
+                    float u = t % 4 == 3 ? 0.0f : 0.5f + 0.5f * ts_prng_uniform(&p);
+                    sc = ldexpf(1.0f + fabsf(u), -(int)(ts_prng_u32(&p) % 9));
+                    memcpy(tok + 512 + 4 * j, &sc, 4);
+                } else {
+                    /* exponents 1..9 put products in the bf16 subnormal range */
+                    uint8_t e = t % 3 == 0 ? (uint8_t)(1 + ts_prng_u32(&p) % 9)
+                                           : (uint8_t)(110 + ts_prng_u32(&p) % 30);
+                    tok[576 + j] = e;
+                    sc = ts_ue8m0_to_f32(e);
+                }
+                for (int64_t i = 0; i < tile; i++) {
+                    uint8_t code;
+                    do code = (uint8_t)ts_prng_u32(&p);
+                    while ((code & 0x7F) == 0x7F);
+                    tok[j * tile + i] = code;
+                    want[t * 512 + j * tile + i] = sp_rule(code, sc);
+                    differs += fm_tobf(ts_e4m3_to_f32(code) * sc) != fm_tobf(want[t * 512 + j * tile + i]);
+                }
+            }
+            for (int64_t r = 0; r < 64; r++) {
+                uint16_t h = fm_tobf(ts_prng_uniform(&p));
+                memcpy(tok + (L ? 448 : 528) + 2 * r, &h, 2);
+                if (L) want[t * 512 + 448 + r] = fm_bf(h);
+            }
+        }
+        /* (MODEL1 scales are powers of two: only the product rounding applies there) */
+        TS_CHECK_MSG(L || differs > 0, "the rule cannot be told from the unrounded one");
+        uint16_t *q = (uint16_t *)malloc((size_t)(b * sq * hq * d) * 2);
+        fm_fill_bf16(&p, q, b * sq * hq * d, 1.0f);
+        int32_t ind[3 * 2 * 8];
+        for (int64_t r = 0; r < b * sq; r++) {
+            for (int64_t k = 0; k < topk; k++) ind[r * topk + k] = -1;
+            ind[r * topk + ts_prng_u32(&p) % topk] = (int32_t)(r * 3 % nb + (ts_prng_u32(&p) % 3));
+        }
+        ts_tensor tq = ts_tensor_make(q, TS_BF16, 4, (int64_t[]){b, sq, hq, d});
+        ts_tensor tk = ts_tensor_make(kc, TS_U8, 4, (int64_t[]){nb, 1, 1, tb});
+        ts_tensor ti = ts_tensor_3d(ind, TS_I32, b, sq, topk);
+        uint16_t *out = (uint16_t *)malloc((size_t)(b * sq * hq * 512) * 2);
+        float lse[3 * 16 * 2];
+        ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){b, sq, hq, 512});
+        ts_tensor tl = ts_tensor_3d(lse, TS_F32, b, hq, sq);
+        ts_isa saved = ts_get_isa();
+        for (int isa = 0; isa < 2; isa++) {
+            if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+            ts_mla_metadata *meta;
+            ts_get_mla_metadata(&meta);
+            ts_flash_mla_kvcache_args a;
+            memset(&a, 0, sizeof a);
+            a.q = &tq;
+            a.k_cache = &tk;
+            a.indices = &ti;
+            a.head_dim_v = 512;
+            a.tile_scheduler_metadata = meta;
+            a.is_fp8_kvcache = true;
+            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+            ts_mla_metadata_free(meta);
+            int64_t bad = 0;
+            for (int64_t r = 0; r < b * sq; r++) {
+                int32_t tkn = -1;
+                for (int64_t k = 0; k < topk; k++)
+                    if (ind[r * topk + k] >= 0) tkn = ind[r * topk + k];
+                for (int64_t h = 0; h < hq; h++)
+                    for (int64_t c = 0; c < 512; c++)
+                        /* == on floats: o starts at +0, so a -0 value comes out +0 */
+                        bad += fm_bf(out[(r * hq + h) * 512 + c]) != want[tkn * 512 + c];
+            }
+            TS_CHECK_MSG(bad == 0, "layout %d isa %d: %lld decoded values differ from the rule", L,
+                         isa, (long long)bad);
+        }
+        ts_set_isa(saved);
+        free(out);
+        free(q);
+        free(kc);
+        free(want);
+    }
 }

@@ -2,6 +2,7 @@
  * x 16 columns) micro-kernels and the vectorised online softmax, bit-identical to
  * kernels/generic/mla_generic.c (same fma chains, same exp polynomial, same sum order). */
 #include "../../flash_mla_internal.h"
+#include "tilestack/numerics.h"
 #include "../../../numerics/kernels/avx2/cvt_avx2_inl.h"
 
 #include <immintrin.h>
@@ -151,17 +152,45 @@ static void pv_avx2(const float *st, int64_t rp, const float *v, int64_t vstride
             pv_block(4, st + r, rp, v + c, vstride, n, alpha + r, o + r * TS__MLA_DV + c);
 }
 
+/* n (a multiple of 64) e4m3 bytes times scale sc, as the generic path: bf16(e4m3 * bf16(sc)).
+ * When sc is a power of two in [2^-117, 2^119] and no byte is a NaN code, both roundings are
+ * exact and one multiply by 256 * sc (folded into the f16 widening) gives the same bits; other
+ * scales take the rounding path. */
+static inline __attribute__((always_inline)) void dec_scaled(const uint8_t *src, int n, float sc,
+                                                              float *dst) {
+    uint32_t b;
+    memcpy(&b, &sc, 4);
+    const uint32_t e = (b >> 23) & 0xFF;
+    int fast = (b & 0x7FFFFF) == 0 && e >= 10 && e <= 246;
+    for (int i = 0; fast && i < n; i += 64)
+        fast = !ts__avx2_e4m3x64_has_nan(_mm256_loadu_si256((const __m256i *)(src + i)),
+                                         _mm256_loadu_si256((const __m256i *)(src + i + 32)));
+    if (fast) {
+        const __m256 k = _mm256_set1_ps(256.0f * sc);
+        for (int i = 0; i < n; i += 16) {
+            __m256 x[2];
+            ts__avx2_e4m3x16_decode_nonan_mul(_mm_loadu_si128((const __m128i *)(src + i)), k, x);
+            _mm256_storeu_ps(dst + i, x[0]);
+            _mm256_storeu_ps(dst + i + 8, x[1]);
+        }
+        return;
+    }
+    const __m256 vs = _mm256_set1_ps(ts_bf16_to_f32(ts_f32_to_bf16(sc)));
+    for (int i = 0; i < n; i += 16) {
+        __m256 x[2];
+        ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(src + i)), x);
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(dst + i + 8 * h,
+                             _mm256_castsi256_ps(_mm256_slli_epi32(
+                                 ts__avx2_bf16_codes(_mm256_mul_ps(x[h], vs)), 16)));
+    }
+}
+
 static void dec_v32_avx2(const uint8_t *tok, float *dst) {
     for (int j = 0; j < 4; j++) {
         float sc;
         memcpy(&sc, tok + 512 + 4 * j, 4);
-        __m256 vs = _mm256_set1_ps(sc);
-        for (int i = 0; i < 128; i += 16) {
-            __m256 x[2];
-            ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(tok + 128 * j + i)), x);
-            _mm256_storeu_ps(dst + 128 * j + i, _mm256_mul_ps(x[0], vs));
-            _mm256_storeu_ps(dst + 128 * j + i + 8, _mm256_mul_ps(x[1], vs));
-        }
+        dec_scaled(tok + 128 * j, 128, sc, dst + 128 * j);
     }
     for (int i = 0; i < 64; i += 8)
         _mm256_storeu_ps(dst + 512 + i,
@@ -169,25 +198,8 @@ static void dec_v32_avx2(const uint8_t *tok, float *dst) {
 }
 
 static void dec_model1_avx2(const uint8_t *data, const uint8_t *scales, float *dst) {
-    for (int j = 0; j < 7; j++) {
-        uint32_t e = scales[j];
-        float sc;
-        if (e == 255) {
-            sc = NAN;
-        } else if (e == 0) {
-            sc = 0x1p-127f;
-        } else {
-            uint32_t b = e << 23;
-            memcpy(&sc, &b, 4);
-        }
-        __m256 vs = _mm256_set1_ps(sc);
-        for (int i = 0; i < 64; i += 16) {
-            __m256 x[2];
-            ts__avx2_e4m3x16_decode(_mm_loadu_si128((const __m128i *)(data + 64 * j + i)), x);
-            _mm256_storeu_ps(dst + 64 * j + i, _mm256_mul_ps(x[0], vs));
-            _mm256_storeu_ps(dst + 64 * j + i + 8, _mm256_mul_ps(x[1], vs));
-        }
-    }
+    for (int j = 0; j < 7; j++)
+        dec_scaled(data + 64 * j, 64, ts_ue8m0_to_f32(scales[j]), dst + 64 * j);
     for (int i = 0; i < 64; i += 8)
         _mm256_storeu_ps(dst + 448 + i, ts__avx2_bf16_decode(
                                             _mm_loadu_si128((const __m128i *)(data + 448 + 2 * i))));

@@ -74,11 +74,19 @@ static void pv_generic(const float *st, int64_t rp, const float *v, int64_t vstr
     }
 }
 
+/* upstream's SM90 FP8 path multiplies bf16(e4m3) by the scale converted to bf16 in bf16
+ * arithmetic, so both the scale and the product are rounded to bf16 (the product of a 4-bit and
+ * an 8-bit significand is exact in f32, so one f32 multiply then one rounding is that bf16
+ * multiply). With a power-of-two scale both roundings are exact. */
+static float bf16_round(float x) { return ts_bf16_to_f32(ts_f32_to_bf16(x)); }
+
 static void dec_v32_generic(const uint8_t *tok, float *dst) {
     for (int j = 0; j < 4; j++) {
         float sc;
         memcpy(&sc, tok + 512 + 4 * j, 4);
-        for (int i = 0; i < 128; i++) dst[128 * j + i] = ts_e4m3_to_f32(tok[128 * j + i]) * sc;
+        sc = bf16_round(sc);
+        for (int i = 0; i < 128; i++)
+            dst[128 * j + i] = bf16_round(ts_e4m3_to_f32(tok[128 * j + i]) * sc);
     }
     for (int i = 0; i < 64; i++) {
         uint16_t h;
@@ -89,8 +97,9 @@ static void dec_v32_generic(const uint8_t *tok, float *dst) {
 
 static void dec_model1_generic(const uint8_t *data, const uint8_t *scales, float *dst) {
     for (int j = 0; j < 7; j++) {
-        float sc = ts_ue8m0_to_f32(scales[j]);
-        for (int i = 0; i < 64; i++) dst[64 * j + i] = ts_e4m3_to_f32(data[64 * j + i]) * sc;
+        float sc = bf16_round(ts_ue8m0_to_f32(scales[j]));
+        for (int i = 0; i < 64; i++)
+            dst[64 * j + i] = bf16_round(ts_e4m3_to_f32(data[64 * j + i]) * sc);
     }
     for (int i = 0; i < 64; i++) {
         uint16_t h;
