@@ -3,6 +3,7 @@
  * than-s_q requests, NaN in every unused cache row and garbage block-table tails; the split plan
  * of long memory-bound requests; ISA / thread / batch invariance; bad input. */
 #include "test_flash_mla_common.h"
+#include "ts_guard_pages.h"
 
 typedef struct dn_case {
     int64_t b, sq, hq, hkv, d, P, mb;
@@ -324,4 +325,69 @@ TS_TEST(flash_mla_dense_bad_input) {
     free(out);
     free(lse);
     dn_free(&s);
+}
+
+/* Never read: every cache row of the guarded copy sits alone at the end of its own page (row
+ * stride one page), and only the rows below each request's seqlen are opened, so unused rows,
+ * unused blocks and the bytes past a row fault; block-table rows end on a page boundary after
+ * their used entries (counts 0, 2, 4, 6), so the tails fault too. Same bits as the plain run. */
+TS_TEST(flash_mla_dense_never_reads_unused) {
+    static const int32_t sl[4] = {0, 5, 12, 17}; /* P = 3: 0, 2, 4, 6 blocks */
+    static const int32_t nbl[4] = {0, 2, 4, 6};
+    const dn_case cases[2] = {{4, 2, 16, 1, 576, 3, 8, 1, sl}, {4, 1, 6, 3, 512, 3, 8, 0, sl}};
+    for (int ci = 0; ci < 2; ci++) {
+        const dn_case *c = &cases[ci];
+        dn_data s;
+        dn_build(&s, c, 230 + ci);
+        const int64_t no = c->b * c->sq * c->hq * 512, nl = c->b * c->hq * c->sq;
+        uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
+        float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
+        ts_tensor to0 = ts_tensor_make(out0, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
+        ts_tensor tl0 = ts_tensor_3d(lse0, TS_F32, c->b, c->hq, c->sq);
+        ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
+        ts_tensor tl = ts_tensor_3d(lse, TS_F32, c->b, c->hq, c->sq);
+        ts_mla_metadata *meta;
+        ts_get_mla_metadata(&meta);
+        ts_flash_mla_kvcache_args a = dn_args(&s, meta);
+        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to0, &tl0), TS_OK);
+        ts_mla_metadata_free(meta);
+
+        const int64_t pg = (int64_t)ts_guard_page(), row = c->hkv * c->d;
+        ts_guard gk = ts_guard_make((size_t)(s.nb * c->P * pg)), gb;
+        TS_CHECK(gk.base != NULL);
+        const size_t off = ts_guard_end_aligned(0, (size_t)row * 2);
+        uint16_t *kbase = (uint16_t *)(gk.base + off);
+        for (int64_t i = 0; i < c->b; i++)
+            for (int64_t t = 0; t < sl[i]; t++) {
+                int64_t blk = s.bt[i * c->mb + t / c->P], r = t % c->P;
+                uint16_t *dst = kbase + (blk * c->P + r) * (pg / 2);
+                ts_guard_open(&gk, (size_t)((uint8_t *)dst - gk.base), (size_t)row * 2);
+                memcpy(dst, s.kc + blk * s.bstride + r * row, (size_t)row * 2);
+            }
+        int64_t bst0, bst1;
+        int32_t *bt = ts_guard_i32_rows(&gb, s.bt, c->b, 1, c->mb, nbl, &bst0, &bst1);
+        TS_CHECK(bt != NULL);
+        ts_tensor tk = {kbase, TS_BF16, 4, {s.nb, c->P, c->hkv, c->d}, {c->P * pg / 2, pg / 2, c->d, 1}};
+        ts_tensor tbt = {bt, TS_I32, 2, {c->b, c->mb}, {bst0, 1}};
+        a.k_cache = &tk;
+        a.block_table = &tbt;
+        int saved_t = ts_get_num_threads();
+        for (int th = 1; th <= 2; th++) {
+            ts_set_num_threads(th);
+            ts_get_mla_metadata(&meta);
+            a.tile_scheduler_metadata = meta;
+            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+            ts_mla_metadata_free(meta);
+            TS_CHECK_MSG(memcmp(out, out0, (size_t)no * 2) == 0, "case %d: out differs (%d threads)", ci, th);
+            TS_CHECK_MSG(memcmp(lse, lse0, (size_t)nl * 4) == 0, "case %d: lse differs (%d threads)", ci, th);
+        }
+        ts_set_num_threads(saved_t);
+        ts_guard_free(&gk);
+        ts_guard_free(&gb);
+        free(out0);
+        free(out);
+        free(lse0);
+        free(lse);
+        dn_free(&s);
+    }
 }

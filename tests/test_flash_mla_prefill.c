@@ -3,6 +3,7 @@
  * sinks of +-inf, s_kv < topk, non-contiguous q / kv / indices / out strides; ISA and thread
  * invariance; bad input. */
 #include "test_flash_mla_common.h"
+#include "ts_guard_pages.h"
 
 static const int32_t k_invalid[] = {INT32_MIN, -123456, -1, 0 /* = s_kv, set below */, 114514,
                                     1919810, 2147480000, INT32_MAX};
@@ -215,5 +216,65 @@ TS_TEST(flash_mla_prefill_bad_input) {
     int untouched = 1;
     for (int64_t i = 0; i < s.sq * s.os0; i++) untouched &= s.out[i] == 0x3333;
     TS_CHECK(untouched);
+    pf_free(&s);
+}
+
+/* Never read: the guarded copy puts each kv row alone at the end of its own page and opens only
+ * rows that a slot below topk_length names; index rows end on a page boundary after their
+ * topk_length entries (0, 13, 26, 39), so slots past it fault. Same bits as the plain run. */
+TS_TEST(flash_mla_prefill_never_reads_unused) {
+    pf_data s;
+    pf_build(&s, 4, 16, 300, 40, 576, 241, 0);
+    static const int32_t len[4] = {0, 13, 26, 39};
+    memcpy(s.len, len, sizeof len);
+    const int64_t no = s.sq * s.os0, nl = s.sq * s.ls0;
+    memset(s.out, 0, (size_t)no * 2); /* padding columns compare equal */
+    TS_CHECK_STATUS(pf_run(&s, 1, 1), TS_OK);
+    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2);
+    float *m0 = (float *)malloc((size_t)nl * 4), *l0 = (float *)malloc((size_t)nl * 4);
+    memcpy(out0, s.out, (size_t)no * 2);
+    memcpy(m0, s.maxl, (size_t)nl * 4);
+    memcpy(l0, s.lse, (size_t)nl * 4);
+
+    const int64_t pg = (int64_t)ts_guard_page();
+    int32_t *ind = (int32_t *)malloc((size_t)(s.sq * s.topk) * 4);
+    char *used = (char *)calloc((size_t)s.skv, 1);
+    for (int64_t i = 0; i < s.sq; i++)
+        for (int64_t k = 0; k < s.topk; k++) {
+            int32_t v = s.ind[i * s.is0 + k];
+            ind[i * s.topk + k] = v;
+            if (k < len[i] && v >= 0 && v < s.skv) used[v] = 1;
+        }
+    ts_guard gk = ts_guard_make((size_t)(s.skv * pg)), gi;
+    TS_CHECK(gk.base != NULL);
+    const size_t off = ts_guard_end_aligned(0, (size_t)s.d * 2);
+    uint16_t *kv = (uint16_t *)(gk.base + off);
+    for (int64_t t = 0; t < s.skv; t++)
+        if (used[t]) {
+            ts_guard_open(&gk, off + (size_t)(t * pg), (size_t)s.d * 2);
+            memcpy(kv + t * (pg / 2), s.kv + t * s.ks0, (size_t)s.d * 2);
+        }
+    int64_t st0, st1;
+    int32_t *gind = ts_guard_i32_rows(&gi, ind, s.sq, 1, s.topk, len, &st0, &st1);
+    TS_CHECK(gind != NULL);
+    s.tkv = (ts_tensor){kv, TS_BF16, 3, {s.skv, 1, s.d}, {pg / 2, s.d, 1}};
+    s.tind = (ts_tensor){gind, TS_I32, 3, {s.sq, 1, s.topk}, {st0, st1, 1}};
+    int saved_t = ts_get_num_threads();
+    for (int th = 1; th <= 2; th++) {
+        ts_set_num_threads(th);
+        memset(s.out, 0, (size_t)no * 2);
+        TS_CHECK_STATUS(pf_run(&s, 1, 1), TS_OK);
+        TS_CHECK_MSG(memcmp(s.out, out0, (size_t)no * 2) == 0, "out differs (%d threads)", th);
+        TS_CHECK_MSG(memcmp(s.maxl, m0, (size_t)nl * 4) == 0, "max_logits differs (%d threads)", th);
+        TS_CHECK_MSG(memcmp(s.lse, l0, (size_t)nl * 4) == 0, "lse differs (%d threads)", th);
+    }
+    ts_set_num_threads(saved_t);
+    ts_guard_free(&gk);
+    ts_guard_free(&gi);
+    free(ind);
+    free(used);
+    free(out0);
+    free(m0);
+    free(l0);
     pf_free(&s);
 }
