@@ -3,6 +3,7 @@
  * bitwise, compressed vs full columns, bf16 outputs as the rounding of the f32 ones, FP4 and
  * MX-scaled FP8, paged vs non-paged bit equality with NaN in every unused cache byte, the
  * schedule metadata, and bad input with canaries. */
+#include "ts_guard_pages.h"
 #include "ts_prng.h"
 #include "ts_test.h"
 
@@ -473,7 +474,8 @@ static void build_paged(paged *p, const inputs *src, int64_t b, int64_t next_n, 
 
 static void free_paged(paged *p) { free(p->cache); free(p->bt); free(p->cl); free(p->meta); }
 
-static ts_status call_paged(paged *p, int clean, out_buf *o) {
+static ts_status call_paged_with(paged *p, int clean, out_buf *o, const ts_tensor *cache_over,
+                                 const ts_tensor *bt_over) {
     const inputs *s = p->src;
     int64_t rb = s->fp4 ? s->d / 2 : s->d;
     ts_dtype qt = s->fp4 ? TS_E2M1X2 : TS_E4M3;
@@ -490,8 +492,13 @@ static ts_status call_paged(paged *p, int clean, out_buf *o) {
     ts_status st = ts_get_paged_mqa_logits_metadata(&cl, (int32_t)p->block_kv, (int32_t)p->nmeta, &meta);
     if (st != TS_OK) return st;
     ts_tensor lg = out_view(o);
-    return ts_fp8_fp4_paged_mqa_logits(&q, s->mx ? &qsf : NULL, &cache, &w, &cl, &bt, &meta,
-                                       p->max_ctx, clean, &lg);
+    return ts_fp8_fp4_paged_mqa_logits(&q, s->mx ? &qsf : NULL, cache_over ? cache_over : &cache,
+                                       &w, &cl, bt_over ? bt_over : &bt, &meta, p->max_ctx, clean,
+                                       &lg);
+}
+
+static ts_status call_paged(paged *p, int clean, out_buf *o) {
+    return call_paged_with(p, clean, o, NULL, NULL);
 }
 
 typedef struct paged_ctx { paged *p; int clean; } paged_ctx;
@@ -744,4 +751,117 @@ TS_TEST(mqa_logits_bad_input) {
     free(po.data);
     free_paged(&p);
     free_inputs(&in);
+}
+
+/* ---------------- never read: guard pages ---------------- */
+
+/* Keys outside every query's [ks, ke) sit on PROT_NONE pages: all ranges are squeezed into a
+ * window [lo, lo + W) whose kv bytes fill whole pages (so the rows on either side fault), and
+ * the scale vector is laid out once ending and once starting on a page boundary (rows past /
+ * before the window fault). The guarded runs give the bits of the plain run. */
+TS_TEST(mqa_logits_never_reads_unused_keys) {
+    const int64_t pg = (int64_t)ts_guard_page();
+    for (int fp4 = 0; fp4 < 2; fp4++) {
+        const int64_t d = 128, rb = fp4 ? d / 2 : d, skv = 300, lo = 100, W = 2 * pg / rb;
+        inputs in;
+        gen_inputs(&in, 60 + (uint64_t)fp4, fp4, fp4, 14, 16, d, skv);
+        for (int64_t i = 0; i < in.s; i++) { /* monotone map [0, skv] -> [lo, lo + W] */
+            in.ks[i] = (int32_t)(lo + (int64_t)in.ks[i] * W / skv);
+            in.ke[i] = (int32_t)(lo + (int64_t)in.ke[i] * W / skv);
+        }
+        uint8_t *kv0 = in.kv;
+        void *sf0 = fp4 ? (void *)in.kv_sfi : (void *)in.kv_sf;
+        const int64_t p0 = (lo * rb + pg - 1) / pg * pg + pg;
+        ts_guard gk = ts_guard_make((size_t)(p0 + skv * rb)), gs;
+        TS_CHECK(gk.base && ts_guard_open(&gk, (size_t)p0, (size_t)(W * rb)) == 0);
+        memcpy(gk.base + p0, kv0 + lo * rb, (size_t)(W * rb));
+        for (int mode = 0; mode < 2; mode++) { /* scales: window ends / starts on a boundary */
+            const int64_t a = mode ? (lo * 4 + pg - 1) / pg * pg + pg - lo * 4
+                                   : ((lo + W) * 4 + pg - 1) / pg * pg + pg - (lo + W) * 4;
+            gs = ts_guard_make((size_t)(a + skv * 4));
+            TS_CHECK(gs.base && ts_guard_open(&gs, (size_t)(a + lo * 4), (size_t)(W * 4)) == 0);
+            memcpy(gs.base + a + lo * 4, (const uint8_t *)sf0 + lo * 4, (size_t)(W * 4));
+            for (int v = 0; v < 2; v++) {
+                flat_ctx f = {&in, 0, v == 0, 0, v ? (int32_t)W : 0};
+                out_buf o0, o1;
+                flat_init(&o0, &f);
+                TS_CHECK_STATUS(flat_run(&f, &o0), TS_OK);
+                in.kv = gk.base + p0 - lo * rb;
+                if (fp4) in.kv_sfi = (int32_t *)(gs.base + a);
+                else in.kv_sf = (float *)(gs.base + a);
+                flat_init(&o1, &f);
+                TS_CHECK_STATUS(flat_run(&f, &o1), TS_OK);
+                in.kv = kv0;
+                if (fp4) in.kv_sfi = (int32_t *)sf0;
+                else in.kv_sf = (float *)sf0;
+                TS_CHECK_MSG(out_equal(&o0, &o1), "fp4 %d mode %d variant %d: guarded run differs", fp4, mode, v);
+                free(o0.data);
+                free(o1.data);
+            }
+            ts_guard_free(&gs);
+        }
+        ts_guard_free(&gk);
+        free_inputs(&in);
+    }
+}
+
+/* Paged: every cache block alone at the end of its own pages, only blocks the table hands to a
+ * request below its context opened (with one-token pages: no token past a context length is
+ * readable), and block-table rows that end on a page boundary after their used entries. */
+TS_TEST(mqa_logits_paged_never_reads_unused) {
+    const int64_t pg = (int64_t)ts_guard_page();
+    const struct { int fp4; int64_t block_kv; int32_t cl[8]; } cases[] = {
+        {0, 1, {0, 0, 10, 4, 13, 20, 30, 1}},     /* request maxima 0, 10, 20, 30 tokens */
+        {1, 64, {0, 0, 64, 3, 128, 70, 191, 150}}, /* 0, 1, 2, 3 blocks */
+    };
+    for (int c = 0; c < 2; c++) {
+        const int64_t b = 4, next_n = 2, d = 128, rb = cases[c].fp4 ? d / 2 : d;
+        inputs in;
+        gen_inputs(&in, 70 + (uint64_t)c, cases[c].fp4, cases[c].fp4, b * next_n, 16, d, 150);
+        paged p;
+        build_paged(&p, &in, b, next_n, cases[c].block_kv, cases[c].cl, 200, 0);
+        int32_t need[4];
+        for (int64_t r = 0; r < b; r++) {
+            int32_t m = cases[c].cl[2 * r] > cases[c].cl[2 * r + 1] ? cases[c].cl[2 * r] : cases[c].cl[2 * r + 1];
+            need[r] = (int32_t)((m + p.block_kv - 1) / p.block_kv);
+        }
+        const int64_t bb = p.block_kv * (rb + 4), bst = (bb + pg - 1) / pg * pg;
+        const size_t off = ts_guard_end_aligned(0, (size_t)bb);
+        ts_guard gc = ts_guard_make((size_t)(p.nblk * bst)), gb;
+        TS_CHECK(gc.base != NULL);
+        for (int64_t r = 0; r < b; r++)
+            for (int64_t k = 0; k < need[r]; k++) {
+                int64_t id = p.bt[r * p.maxb + k];
+                ts_guard_open(&gc, off + (size_t)(id * bst), (size_t)bb);
+                memcpy(gc.base + off + id * bst, p.cache + id * p.bstride, (size_t)bb);
+            }
+        int64_t st0, st1;
+        int32_t *bt = ts_guard_i32_rows(&gb, p.bt, b, 1, p.maxb, need, &st0, &st1);
+        TS_CHECK(bt != NULL);
+        int64_t cshape[4] = {p.nblk, p.block_kv, 1, rb + 4};
+        ts_tensor cache = ts_tensor_make(gc.base + off, TS_U8, 4, cshape);
+        cache.strides[0] = bst;
+        ts_tensor tbt = ts_tensor_2d(bt, TS_I32, b, p.maxb);
+        tbt.strides[0] = st0;
+        for (int clean = 0; clean < 2; clean++) {
+            paged_ctx pc = {&p, clean};
+            out_buf o0, o1;
+            paged_init(&o0, &pc);
+            TS_CHECK_STATUS(call_paged(&p, clean, &o0), TS_OK);
+            int saved = ts_get_num_threads();
+            for (int th = 1; th <= 2; th++) {
+                ts_set_num_threads(th);
+                paged_init(&o1, &pc);
+                TS_CHECK_STATUS(call_paged_with(&p, clean, &o1, &cache, &tbt), TS_OK);
+                TS_CHECK_MSG(out_equal(&o0, &o1), "case %d clean %d threads %d: guarded run differs", c, clean, th);
+                free(o1.data);
+            }
+            ts_set_num_threads(saved);
+            free(o0.data);
+        }
+        ts_guard_free(&gc);
+        ts_guard_free(&gb);
+        free_paged(&p);
+        free_inputs(&in);
+    }
 }
