@@ -191,11 +191,14 @@ static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
     }
 }
 
+/* merge work units: (merge group, strip of TS__MLA_RS rows), so one split request's merge and
+ * finish also spread over the threads (rows are independent: no effect on results) */
 static void merge_groups(void *vctx, int64_t begin, int64_t end, int tid) {
     dec_ctx *c = (dec_ctx *)vctx;
+    const int64_t parts = ts__ceil_div(c->rows, TS__MLA_RS);
     int64_t maxn = 0;
-    for (int64_t g = begin; g < end; g++) {
-        int64_t i = c->merge_groups[2 * g];
+    for (int64_t u = begin; u < end; u++) {
+        int64_t i = c->merge_groups[2 * (u / parts)];
         maxn = ts__max64(maxn, c->meta->chunk_off[i + 1] - c->meta->chunk_off[i]);
     }
     char *w = (char *)ts__scratch(tid, (size_t)maxn * (8 + 8) + TS__MLA_DV * 4 + 64);
@@ -206,10 +209,12 @@ static void merge_groups(void *vctx, int64_t begin, int64_t end, int tid) {
     float *mm = (float *)w, *ll = mm + maxn;
     const float **op = (const float **)(ll + maxn); /* 2 * maxn floats: 8-byte aligned */
     float *oo = (float *)(op + maxn);
-    for (int64_t g = begin; g < end; g++) {
+    for (int64_t u = begin; u < end; u++) {
+        const int64_t g = u / parts, part = u % parts;
         int64_t i = c->merge_groups[2 * g], g2 = c->merge_groups[2 * g + 1];
         int64_t n = c->meta->chunk_off[i + 1] - c->meta->chunk_off[i];
-        for (int64_t r = 0; r < c->rows; r++) {
+        const int64_t r1 = ts__min64(c->rows, (part + 1) * TS__MLA_RS);
+        for (int64_t r = part * TS__MLA_RS; r < r1; r++) {
             for (int64_t k = 0; k < n; k++) {
                 int64_t slot = (c->meta->chunk_off[i] + k) * c->g2n + g2;
                 const float *pr = c->meta->part + (slot * c->rows + r) * (TS__MLA_DV + 2);
@@ -453,7 +458,8 @@ ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *a, ts_tenso
     c.task_bytes = (size_t)ltot * 17 + (size_t)c.rows * 12 + 128 +
                    ts__mla_span_ws_bytes(maxrows, c.dk);
     ts__parallel_for(nitems, 1, run_items, &c);
-    if (nm && !c.oom) ts__parallel_for(nm, 1, merge_groups, &c);
+    if (nm && !c.oom)
+        ts__parallel_for(nm * ts__ceil_div(c.rows, TS__MLA_RS), 1, merge_groups, &c);
     if (c.oom) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for task scratch", fn);
     return TS_OK;
 }
