@@ -599,3 +599,122 @@ TS_TEST(topk_sample_runs_exact) {
     }
     ts__topk_dram_scale = saved;
 }
+
+/* k = 1 takes a single max pass (block maxima, then the first lane equal to the winning block's
+ * max): every distribution, both dtypes, rows around the 1024-value block, a split row, the
+ * maximum planted on block edges and repeated in a later block (the lower index must win),
+ * rows of only -inf or only +-0, and NaN of either sign in abort and non-abort mode. */
+TS_TEST(topk_k1_argmax_exact) {
+    ts_prng g = ts_prng_seed(0x70b0006);
+    const int64_t ns[] = {2, 31, 1024, 1025, 2047, 5000, 140001};
+    int iter = 0;
+    for (size_t s = 0; s < sizeof ns / sizeof ns[0]; s++)
+        for (int d = 0; d < D_COUNT; d++, iter++) {
+            if (ns[s] > 10000 && d != D_RANDOM && d != D_TIES && d != D_ASC && d != D_ZEROS) continue;
+            topk_case c;
+            memset(&c, 0, sizeof c);
+            c.bf16 = (iter & 1) != 0;
+            c.i64 = (iter & 2) != 0;
+            c.batch = ns[s] > 10000 ? 1 : 4;
+            c.n = ns[s];
+            c.k = 1;
+            c.sorted = !c.bf16 && (iter & 4);
+            c.sorted_index = !c.sorted && (iter & 8);
+            c.rv = c.sorted || (iter & 16);
+            c.use_end = c.batch > 1 && (iter % 3) == 0;
+            c.use_off = (iter % 5) == 1;
+            c.abort_nan = true;
+            c.idx_fill = -7;
+            c.val_fill = -2.0f;
+            fill_case(&c, &g, (dist)d);
+            if (c.use_end) c.end[0] = (int32_t)c.n;
+            const uint32_t big = c.bf16 ? 0x7f7fu : 0x7f7fffffu, ninf = c.bf16 ? 0xff80u : 0xff800000u;
+            for (int64_t r = 0; r < c.batch; r++) {
+                int64_t at[2] = {-1, -1};
+                if (r == 1) { at[0] = c.n - 1; }                                  /* last */
+                if (r == 2) { at[0] = c.n > 1024 ? 1023 : 0; at[1] = c.n - 1; }   /* tie later */
+                if (r == 3 && c.n > 1024) { at[0] = 1024; at[1] = c.n > 2048 ? 2048 : 1025; }
+                for (int q = 0; q < 2; q++) {
+                    if (at[q] < 0) continue;
+                    if (c.bf16) ((uint16_t *)c.in)[r * c.row_stride + at[q]] = (uint16_t)big;
+                    else ((uint32_t *)c.in)[r * c.row_stride + at[q]] = big;
+                }
+            }
+            if (d == D_EQUAL && c.batch > 1) /* row 1: -inf only */
+                for (int64_t i = 0; i < c.n; i++) {
+                    if (c.bf16) ((uint16_t *)c.in)[c.row_stride + i] = (uint16_t)ninf;
+                    else ((uint32_t *)c.in)[c.row_stride + i] = ninf;
+                }
+            if (d == D_ZEROS) /* row 0: +-0 only, -0 first */
+                for (int64_t i = 0; i < c.n; i++) {
+                    uint32_t z = (i == 0 || (ts_prng_u32(&g) & 1)) ? (c.bf16 ? 0x8000u : 0x80000000u) : 0;
+                    if (c.bf16) ((uint16_t *)c.in)[i] = (uint16_t)z;
+                    else ((uint32_t *)c.in)[i] = z;
+                }
+            char tag[128];
+            snprintf(tag, sizeof tag, "k1 %s %s N=%lld", dist_name((dist)d), c.bf16 ? "bf16" : "f32",
+                     (long long)c.n);
+            run_all_configs(ts_t_, &c, tag);
+            free_case(&c);
+            if (TS_FAILED()) return;
+        }
+    for (int variant = 0; variant < 8; variant++) { /* NaN: dtype x sign x position */
+        topk_case c;
+        memset(&c, 0, sizeof c);
+        c.bf16 = variant & 1;
+        c.i64 = true;
+        c.batch = 3;
+        c.n = 3000;
+        c.k = 1;
+        c.rv = true;
+        c.idx_fill = -1;
+        c.val_fill = -INFINITY;
+        fill_case(&c, &g, D_RANDOM);
+        const int64_t pos = variant & 4 ? 2999 : 1500; /* in a block / in the tail */
+        const uint32_t nanb = c.bf16 ? (variant & 2 ? 0xffc1u : 0x7fc0u) : (variant & 2 ? 0xffc00001u : 0x7fc00000u);
+        if (c.bf16) ((uint16_t *)c.in)[c.row_stride + pos] = (uint16_t)nanb;
+        else ((uint32_t *)c.in)[c.row_stride + pos] = nanb;
+        c.abort_nan = false;
+        run_all_configs(ts_t_, &c, "k1 nan non-abort");
+        c.abort_nan = true;
+        outbufs o = alloc_out(&c);
+        TS_CHECK_STATUS(call(&c, &o), TS_ERR_NONFINITE);
+        TS_CHECK(strstr(ts_last_error(), "row 1") != NULL);
+        for (int64_t i = 0; i < (c.batch + 1) * o.stride; i++)
+            TS_CHECK_MSG(is_canary_idx(&c, &o, 0, i) && is_canary_val(&c, &o, 0, i), "abort wrote output");
+        free_out(&o);
+        free_case(&c);
+    }
+}
+
+/* The sample (runs of one cache line for rows in cache, k >= 128) sees spikes in its first
+ * runs: its threshold is then above the k-th best (fewer than k values reach it) and the row
+ * must be re-scanned without it. Spike windows sit on the first sampled runs for N = 65536,
+ * k = 300 (bf16: runs of 32 every 200 values; f32: runs of 16 every 100); the answer must not
+ * depend on whether the re-scan happens. */
+TS_TEST(topk_sample_rescan_exact) {
+    ts_prng g = ts_prng_seed(0x70b0007);
+    for (int v = 0; v < 4; v++) {
+        topk_case c;
+        memset(&c, 0, sizeof c);
+        c.bf16 = v & 1;
+        c.i64 = true;
+        c.batch = 1;
+        c.n = 65536;
+        c.k = 300;
+        c.sorted = !c.bf16 && (v & 2);
+        c.rv = true;
+        c.abort_nan = true;
+        c.idx_fill = INT32_MAX;
+        c.val_fill = -INFINITY;
+        fill_case(&c, &g, v & 2 ? D_ASC : D_RANDOM);
+        const int64_t period = c.bf16 ? 200 : 100, w = c.bf16 ? 32 : 16;
+        for (int64_t i = 0; i < 5 * period; i++) {
+            if (i % period < period / 2 - w / 2 - 4 || i % period >= period / 2 + w / 2 + 4) continue;
+            if (c.bf16) ((uint16_t *)c.in)[i] = 0x4700u;
+            else ((float *)c.in)[i] = 1.0e30f;
+        }
+        run_all_configs(ts_t_, &c, c.bf16 ? "rescan bf16" : "rescan f32");
+        free_case(&c);
+    }
+}

@@ -23,12 +23,15 @@
 #define PART_MIN 65536      /* a row is split across threads only in pieces at least this long */
 #define PART_PER_K 512      /* ... and at least this many times k */
 #define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
-#define SAMPLE_MAX 2048     /* values in the threshold sample: at most */
+#define SAMPLE_MAX 16384    /* values in the threshold sample: at most */
 #define SAMPLE_MIN 256      /* ... at least (when the row allows) */
 #define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
 #define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
 #define SAMPLE_MIN_K 128    /* below this k the sample is SAMPLE_MIN values */
-#define SAMPLE_RUN 16       /* neighbours per sampled spot for rows from DRAM */
+#define SAMPLE_RUN_BYTES 128 /* neighbours per sampled spot for rows from DRAM: two lines */
+#ifndef SAMPLE_RUN_CACHED_BYTES
+#define SAMPLE_RUN_CACHED_BYTES 64 /* ... and for rows in cache */
+#endif
 #define DENSE_PER_K 32      /* rows with L <= this * k take the dense path (topk_dense.c) ... */
 #define DENSE_MIN_LEN 1024  /* ... when L is at least this ... */
 #define DENSE_MAX_LEN 65536 /* ... and at most this (its int32 keys stay in L2) */
@@ -67,6 +70,7 @@ typedef struct topk_plan {
     int64_t off_stride;
     ts_topk_options o;
     ts__topk_filter_fn filter;
+    ts__topk_argmax_fn argmax;
     ts__topk_dense_ops dense;
     bool sample_runs;       /* the batch exceeds L3: sample in runs (see sample_threshold) */
     /* staging: item (row, part) i owns entries [i*k, (i+1)*k) */
@@ -128,46 +132,54 @@ static int append_all(const topk_plan *p, const char *row, int64_t c0, int64_t c
  * r chosen so the row's count at or above it is k plus about two standard deviations. Any
  * threshold keeps the result exact (values below it cannot be in the top k once k values are at
  * or above it; scan_segment re-scans without it when fewer survive); a good one replaces the
- * k + B2 first fill and the k * ln(N/k) rising-threshold candidates by about k. Returns false
- * when no useful sample threshold exists. */
+ * k + B2 first fill and the k * ln(N/k) rising-threshold candidates by about k. The sample's
+ * r-th value is found as a dense row's pivot (signed-order keys, counting passes at 16 bf16 or
+ * 8 f32 keys per compare), cheap enough for samples of up to SAMPLE_MAX values: every candidate
+ * the tighter estimate saves costs ~12 ns in the scan (append, mispredicted group test, cut).
+ * Returns false when no useful sample threshold exists. */
 static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, int64_t len,
                              uint64_t *buf, uint64_t *tmp, float *thr) {
     const int64_t k = p->k;
     if (len < SAMPLE_MIN_LEN || len < 4 * k) return false;
     /* Single values spread over the row: when that touches most of its cache lines, the sample
      * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower).
-     * Rows that come from DRAM (the batch exceeds L3) are sampled in runs of SAMPLE_RUN
-     * neighbours instead: each sampled line is a latency-bound miss, so fewer lines. */
-    /* about SAMPLE_RANK samples at the k-th best's rank: a larger sample costs more than the
-     * few candidates its tighter estimate saves */
+     * Rows that come from DRAM (the batch exceeds L3) are sampled in runs of SAMPLE_RUN_BYTES
+     * instead: each sampled line is a latency-bound miss, so fewer lines. */
+    /* about SAMPLE_RANK samples at the k-th best's rank */
     const int64_t want = ts__max64(SAMPLE_MIN, (int64_t)((double)SAMPLE_RANK * (double)len / (double)k));
     /* small k: the rising threshold settles after ~k ln(N/k) candidates, so a small sample is
      * enough; it is taken anyway because it is what protects the in-order scan from sorted rows */
     int64_t s = ts__min64(ts__min64(k < SAMPLE_MIN_K ? SAMPLE_MIN : SAMPLE_MAX, len / 4), want);
-    const bool runs = p->sample_runs && k >= SAMPLE_MIN_K; /* small k: 256 lines, no gain */
-    if (runs) s -= s % SAMPLE_RUN;
-    const int64_t stride = len / s;
+    const int64_t run = (p->sample_runs ? SAMPLE_RUN_BYTES : SAMPLE_RUN_CACHED_BYTES) / p->esize;
+    const bool runs = k >= SAMPLE_MIN_K && run > 1; /* small k: 256 values, no gain */
+    if (runs) s -= s % run;
     const double r0 = (double)k * (double)s / (double)len;
     /* two standard deviations: a re-scan in ~2% of rows costs less than a wider margin's
-     * extra candidates (which also push k = 512 rows of 65536 past the first cut) */
+     * extra candidates */
     const int64_t r = (int64_t)(r0 + 2.0 * sqrt(r0) + 1.0);
     if (r >= s) return false;
+    const int es = p->esize;
+    char *raw = (char *)buf; /* s values, then the pivot search's two small buffers */
     if (runs) {
-        const int64_t nr = s / SAMPLE_RUN, rstride = len / nr;
-        for (int64_t j = 0; j < nr; j++) {
-            const int64_t i0 = lo + j * rstride + rstride / 2 - SAMPLE_RUN / 2;
-            for (int q = 0; q < SAMPLE_RUN; q++)
-                buf[j * SAMPLE_RUN + q] = ts__topk_entry(key_at(p->bf16, row, i0 + q), (uint32_t)(j * SAMPLE_RUN + q));
-        }
+        const int64_t nr = s / run, rstride = len / nr;
+        for (int64_t j = 0; j < nr; j++)
+            memcpy(raw + j * run * es, row + (lo + j * rstride + rstride / 2 - run / 2) * es, (size_t)(run * es));
     } else {
-        for (int64_t j = 0; j < s; j++) {
-            const int64_t i = lo + j * stride + stride / 2;
-            buf[j] = ts__topk_entry(key_at(p->bf16, row, i), (uint32_t)j);
+        const int64_t stride = len / s;
+        const char *src = row + (lo + stride / 2) * es;
+        if (p->bf16) {
+            uint16_t *d = (uint16_t *)raw;
+            for (int64_t j = 0; j < s; j++) memcpy(&d[j], src + j * stride * 2, 2);
+        } else {
+            uint32_t *d = (uint32_t *)raw;
+            for (int64_t j = 0; j < s; j++) memcpy(&d[j], src + j * stride * 4, 4);
         }
     }
-    const uint64_t piv = ts__topk_cut_pivot(buf, s, r, tmp, p->bits, ts__topk_index_bits(s));
+    if (p->dense.keys(raw, s, tmp)) return false; /* a NaN sample: no threshold */
+    uint64_t *g = buf + ts__ceil_div(s * es, 8);
+    const uint64_t piv = ts__topk_dense_pivot(&p->dense, tmp, p->bf16, s, r, 0, g, g + TS__TOPK_GATHER_MAX + 8);
     *thr = thr_of(p, piv);
-    return *thr == *thr; /* a NaN sample: no threshold */
+    return true;
 }
 
 /* Top-min(k, hi-lo) of row[lo, hi) into cand[0..); returns the count (0 when a NaN was seen).
@@ -261,7 +273,11 @@ static void scan_items(void *ctx, int64_t begin, int64_t end, int tid) {
         }
         int nan = 0;
         int64_t c;
-        if (dense_row(p, hi - lo)) {
+        if (p->k == 1) { /* one max pass: no sample, no candidates */
+            cand[0] = p->argmax(p->in + r * p->in_stride + lo * p->esize, hi - lo, (uint32_t)lo, &nan);
+            c = nan ? 0 : 1;
+            p->ordered[it] = 1;
+        } else if (dense_row(p, hi - lo)) {
             uint64_t *g = cand + 2 * cap;
             c = ts__topk_dense(&p->dense, p->in + r * p->in_stride + lo * p->esize, p->bf16, hi - lo,
                                p->k, (uint32_t)lo, g + 2 * gcap, g, g + gcap, cand, idx_only, &nan);
@@ -526,10 +542,12 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     const bool avx2 = ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512;
 #ifdef TS_HAVE_AVX2_KERNELS
     if (avx2) p.filter = p.bf16 ? ts__topk_filter_bf16__avx2 : ts__topk_filter_f32__avx2;
+    if (avx2) p.argmax = p.bf16 ? ts__topk_argmax_bf16__avx2 : ts__topk_argmax_f32__avx2;
 #else
     (void)avx2;
 #endif
     if (!p.filter) p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
+    if (!p.argmax) p.argmax = p.bf16 ? ts__topk_argmax_bf16__generic : ts__topk_argmax_f32__generic;
     p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__generic, ts__topk_dense_count_gt2_s16__generic,
                                             ts__topk_dense_gather_s16__generic, ts__topk_dense_select_s16__generic,
                                             ts__topk_dense_select_idx_s16__generic, ts__topk_dense_nth_eq_s16__generic}

@@ -46,13 +46,8 @@ static inline int32_t key_at(const void *sk, bool bf16, int64_t i) {
     return bf16 ? ((const int16_t *)sk)[i] : ((const int32_t *)sk)[i];
 }
 
-int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
-                       int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
-                       uint64_t *out, bool idx_only, int *nan) {
-    if (ops->keys(x, n, sk)) {
-        *nan = 1;
-        return 0;
-    }
+uint64_t ts__topk_dense_pivot(const ts__topk_dense_ops *ops, const void *sk, bool bf16, int64_t n,
+                              int64_t k, uint32_t idx0, uint64_t *buf, uint64_t *tmp) {
     /* keys of -inf and just above +inf: NaN is excluded above, so every key lies in between */
     const int64_t kmin = bf16 ? -32641 : (int64_t)(int32_t)0x807fffffu;
     const int64_t kend = bf16 ? 0x7f81 : 0x7f800001;
@@ -113,6 +108,18 @@ int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, 
     } else { /* one key holds more than GATHER_MAX: the pivot is its need-th occurrence */
         piv = ts__topk_entry((uint32_t)klo + bias, idx0 + (uint32_t)ops->nth_eq(sk, n, (int32_t)klo, need));
     }
+    return piv;
+}
+
+int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
+                       int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
+                       uint64_t *out, bool idx_only, int *nan) {
+    if (ops->keys(x, n, sk)) {
+        *nan = 1;
+        return 0;
+    }
+    const uint64_t piv = ts__topk_dense_pivot(ops, sk, bf16, n, k, idx0, buf, tmp);
+    const uint32_t bias = bf16 ? 0x8000u : 0x80000000u;
     const int32_t t = (int32_t)((uint32_t)(piv >> 32) - bias);
     const int64_t last = (int64_t)(ts__topk_entry_idx(piv) - idx0);
     if (idx_only) return ops->select_idx(sk, n, t, last, idx0, (uint32_t *)out);

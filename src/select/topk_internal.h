@@ -48,6 +48,16 @@ int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, floa
                                    uint32_t pidx, uint64_t *out, int *nan);
 #endif
 
+/* k = 1: the entry of the largest of x[0..n) (n >= 1; lowest index among equal values, index
+ * idx0 + i). Sets *nan (the entry is then meaningless) when x holds a NaN. */
+typedef uint64_t (*ts__topk_argmax_fn)(const void *x, int64_t n, uint32_t idx0, int *nan);
+uint64_t ts__topk_argmax_f32__generic(const void *x, int64_t n, uint32_t idx0, int *nan);
+uint64_t ts__topk_argmax_bf16__generic(const void *x, int64_t n, uint32_t idx0, int *nan);
+#ifdef TS_HAVE_AVX2_KERNELS
+uint64_t ts__topk_argmax_f32__avx2(const void *x, int64_t n, uint32_t idx0, int *nan);
+uint64_t ts__topk_argmax_bf16__avx2(const void *x, int64_t n, uint32_t idx0, int *nan);
+#endif
+
 /* Batches above this many L3 sizes are sampled as rows from DRAM (runs of neighbours); tests
  * set it to 0 to reach that path with small inputs. The result never depends on it. */
 extern double ts__topk_dram_scale;
@@ -127,6 +137,10 @@ TS__TOPK_DENSE_DECL(avx2)
  * tmp hold TS__TOPK_GATHER_MAX + 8 entries each. Returns k, or 0 with *nan = 1 when x holds a
  * NaN. */
 #define TS__TOPK_GATHER_MAX 32
+/* The k-th largest entry (1 <= k < n) of n signed-order keys sk (from ops->keys, no NaN), by
+ * the same counting passes: the pivot of ts__topk_dense. Also selects the sample threshold. */
+uint64_t ts__topk_dense_pivot(const ts__topk_dense_ops *ops, const void *sk, bool bf16, int64_t n,
+                              int64_t k, uint32_t idx0, uint64_t *buf, uint64_t *tmp);
 int64_t ts__topk_dense(const ts__topk_dense_ops *ops, const void *x, bool bf16, int64_t n,
                        int64_t k, uint32_t idx0, void *sk, uint64_t *buf, uint64_t *tmp,
                        uint64_t *out, bool idx_only, int *nan);
