@@ -22,7 +22,7 @@ size_t ts__mla_span_ws_bytes(int64_t nrows, int64_t dk) {
     size_t rp = (size_t)ts__align(nrows, TS__MLA_RS);
     return al64(rp * (size_t)dk * 4)                    /* packed q */
            + al64(rp * TS__MLA_DV * 4)                  /* o */
-           + al64((size_t)TS__MLA_TILE * (size_t)dk * 4) /* decoded tile */
+           + al64((size_t)TS__MLA_TILE * (size_t)ts__mla_tile_stride(dk) * 4) /* decoded tile */
            + al64((size_t)TS__MLA_TILE * rp * 4)        /* scores / probabilities */
            + 4 * al64(rp * 4)                           /* m, l, alpha, lim */
            + al64(TS__MLA_TILE * 4);                    /* pos */
@@ -72,13 +72,14 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
                       int64_t r1, const ts__mla_toklist *tl, int64_t t0, int64_t t1, void *ws,
                       ts__mla_state *st) {
     const int64_t dk = rows->dk, nr = r1 - r0, rp = ts__align(nr, TS__MLA_RS);
+    const int64_t ks = ts__mla_tile_stride(dk);
     char *w = (char *)ws;
     float *qs = (float *)w;
     w += al64((size_t)(rp * dk) * 4);
     float *o = (float *)w;
     w += al64((size_t)rp * TS__MLA_DV * 4);
     float *kt = (float *)w;
-    w += al64((size_t)TS__MLA_TILE * (size_t)dk * 4);
+    w += al64((size_t)TS__MLA_TILE * (size_t)ks * 4);
     float *sc = (float *)w;
     w += al64((size_t)TS__MLA_TILE * (size_t)rp * 4);
     float *m = (float *)w;
@@ -112,17 +113,17 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
         int64_t ntp = ts__align(nt, TS__MLA_MT);
         for (int64_t j = 0; j < nt; j++) {
             if (ts + j + PF_DIST < t1) prefetch_tile(tl, ts + j + PF_DIST, ts + j + PF_DIST + 1, dk);
-            decode_token(kern, tl, ts + j, dk, kt + j * dk);
+            decode_token(kern, tl, ts + j, dk, kt + j * ks);
             pos[j] = tl->dense ? (int32_t)(ts + j) : 0;
         }
         /* padding tokens: zero rows (no NaN reaches an fma), always masked */
         for (int64_t j = nt; j < ntp; j++) {
-            memset(kt + j * dk, 0, (size_t)dk * 4);
+            memset(kt + j * ks, 0, (size_t)dk * 4);
             pos[j] = TS__MLA_POS_INVALID;
         }
-        kern->qk(qs, rp, kt, dk, ntp, rows->scale, sc);
+        kern->qk(qs, rp, kt, dk, ks, ntp, rows->scale, sc);
         kern->softmax(sc, rp, ntp, pos, lim, m, l, alpha);
-        kern->pv(sc, rp, kt, dk, ntp, alpha, o);
+        kern->pv(sc, rp, kt, ks, ntp, alpha, o);
         /* the next tile's first tokens; the decode loop prefetches the rest PF_DIST ahead */
         prefetch_tile(tl, ts + nt, ts__min64(t1, ts + nt + PF_DIST), dk);
     }

@@ -15,6 +15,11 @@
 #define TS__MLA_TILE 48 /* tokens per tile: a multiple of the 6-token QK micro-tile */
 #define TS__MLA_MT 6    /* tokens per QK micro-tile */
 #define TS__MLA_RS 16   /* rows per strip (two ymm): panels are multiples of it */
+
+/* Row stride (floats) of the decoded tile: dk = 512 rows 2 KiB apart would put PV's 48 reads
+ * of one column block into 2 of the 64 L1 sets (the MODEL1 / 512-dim paths ran ~25% slower),
+ * so such strides are padded by one cache line. */
+static inline int64_t ts__mla_tile_stride(int64_t dk) { return dk % 256 == 0 ? dk + 16 : dk; }
 #define TS__MLA_POS_INVALID INT32_MAX
 #define TS__MLA_LIM_ALL (INT32_MAX - 1)
 
@@ -25,10 +30,10 @@
  *  pv:      o = o*alpha, then o = fma(p[t], v[t], o) for t ascending.
  * exp is ts__mla_exp's polynomial (below), not libm. */
 typedef struct ts__mla_kernels {
-    /* qs: packed Q, [rp/16 strips][dk][16]; k: n token rows of dk floats (n % 6 == 0);
-     * st: [n][rp]. */
-    void (*qk)(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t n, float scale,
-               float *st);
+    /* qs: packed Q, [rp/16 strips][dk][16]; k: n token rows of dk floats, kstride apart
+     * (n % 6 == 0); st: [n][rp]. */
+    void (*qk)(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t kstride,
+               int64_t n, float scale, float *st);
     /* st in: scores, out: probabilities; m, l, alpha: per row (rp, multiple of 8). */
     void (*softmax)(float *st, int64_t rp, int64_t n, const int32_t *pos, const int32_t *lim,
                     float *m, float *l, float *alpha);

@@ -28,14 +28,14 @@ static inline __attribute__((always_inline)) __m256 mla_exp8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), ok);
 }
 
-static void qk_avx2(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t n,
-                    float scale, float *st) {
+static void qk_avx2(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t ks,
+                    int64_t n, float scale, float *st) {
     const __m256 vs = _mm256_set1_ps(scale);
     /* row strips outer: a strip's packed q (dk x 16 floats) is reused by every micro-tile */
     for (int64_t s = 0; s < rp / TS__MLA_RS; s++) {
         const float *q = qs + s * dk * TS__MLA_RS;
         for (int64_t t0 = 0; t0 < n; t0 += TS__MLA_MT) {
-            const float *k0 = k + t0 * dk;
+            const float *k0 = k + t0 * ks;
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
                    a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
             for (int64_t d = 0; d < dk; d++) {
@@ -45,19 +45,19 @@ static void qk_avx2(const float *qs, int64_t rp, const float *k, int64_t dk, int
                 b = _mm256_broadcast_ss(k0 + d);
                 a00 = _mm256_fmadd_ps(q0, b, a00);
                 a01 = _mm256_fmadd_ps(q1, b, a01);
-                b = _mm256_broadcast_ss(k0 + dk + d);
+                b = _mm256_broadcast_ss(k0 + ks + d);
                 a10 = _mm256_fmadd_ps(q0, b, a10);
                 a11 = _mm256_fmadd_ps(q1, b, a11);
-                b = _mm256_broadcast_ss(k0 + 2 * dk + d);
+                b = _mm256_broadcast_ss(k0 + 2 * ks + d);
                 a20 = _mm256_fmadd_ps(q0, b, a20);
                 a21 = _mm256_fmadd_ps(q1, b, a21);
-                b = _mm256_broadcast_ss(k0 + 3 * dk + d);
+                b = _mm256_broadcast_ss(k0 + 3 * ks + d);
                 a30 = _mm256_fmadd_ps(q0, b, a30);
                 a31 = _mm256_fmadd_ps(q1, b, a31);
-                b = _mm256_broadcast_ss(k0 + 4 * dk + d);
+                b = _mm256_broadcast_ss(k0 + 4 * ks + d);
                 a40 = _mm256_fmadd_ps(q0, b, a40);
                 a41 = _mm256_fmadd_ps(q1, b, a41);
-                b = _mm256_broadcast_ss(k0 + 5 * dk + d);
+                b = _mm256_broadcast_ss(k0 + 5 * ks + d);
                 a50 = _mm256_fmadd_ps(q0, b, a50);
                 a51 = _mm256_fmadd_ps(q1, b, a51);
             }

@@ -25,10 +25,10 @@ static float mla_exp(float x) {
     return p * s;
 }
 
-static void qk_generic(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t n,
-                       float scale, float *st) {
+static void qk_generic(const float *qs, int64_t rp, const float *k, int64_t dk, int64_t kstride,
+                       int64_t n, float scale, float *st) {
     for (int64_t t = 0; t < n; t++) {
-        const float *kt = k + t * dk;
+        const float *kt = k + t * kstride;
         for (int64_t r = 0; r < rp; r++) {
             const float *q = qs + (r / TS__MLA_RS) * dk * TS__MLA_RS + (r % TS__MLA_RS);
             float acc = 0.0f;
