@@ -64,9 +64,9 @@ TS_API ts_status ts_ep_get_buffer_size_hint(int32_t num_ranks, int64_t num_max_t
                                             int64_t *num_nvl_bytes);
 
 /* Collective over comm (duplicated inside). num_nvl_bytes: this rank's shared segment, a
- * multiple of 128; half holds dispatch outputs, half combine inputs. num_rdma_bytes must be
- * 0 and low_latency_mode false in this version (TS_ERR_UNSUPPORTED), as must a communicator
- * whose ranks span several nodes. Segments are created owner-only (0600) and unlinked as
+ * multiple of 128; half holds dispatch outputs, half combine inputs. num_rdma_bytes (a
+ * multiple of 128) is the low-latency area and needs low_latency_mode; with it num_nvl_bytes
+ * may be 0. A communicator whose ranks span several nodes is TS_ERR_UNSUPPORTED. Segments are created owner-only (0600) and unlinked as
  * soon as every peer has mapped them, so nothing stays in /dev/shm even if a rank is killed
  * later. */
 TS_API ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_rdma_bytes,
@@ -184,6 +184,111 @@ TS_API ts_status ts_ep_reference_combine(MPI_Comm comm, const ts_ep_reference_re
                                          const ts_tensor *bias0, const ts_tensor *bias1,
                                          ts_tensor *combined_x, ts_tensor *combined_topk_weights);
 TS_API ts_status ts_ep_reference_free(ts_ep_reference_result *res);
+
+
+/* ---- Low-latency mode (upstream low_latency_dispatch / low_latency_combine) ----
+ * Needs a buffer created with low_latency_mode = true and num_rdma_bytes >= the hint below
+ * (num_nvl_bytes may then be 0; normal mode uses only num_nvl_bytes). Every LL call
+ * (dispatch or combine) uses one of two halves of the LL area, alternating per call as
+ * upstream's double buffering; as upstream, at most two LL calls may be in flight: every rank
+ * must finish call c (its hook, if any) before any rank starts call c + 2. There is no
+ * barrier inside LL calls: a sender writes its rows straight into the receivers' halves and
+ * raises a per-source signal; the receive phase waits for the signals (deadline as every
+ * wait; a silent rank gives TS_ERR_TIMEOUT naming it). docs/ep.md has the protocol. */
+
+/* Bytes of num_rdma_bytes that LL calls with these limits need (both halves); rounded to
+ * 2 MiB. Like upstream's get_low_latency_rdma_size_hint it depends on experts x tokens
+ * (num_ranks only enters through the per-source signal lines). */
+TS_API ts_status ts_ep_get_low_latency_rdma_size_hint(int64_t num_max_dispatch_tokens_per_rank, int64_t hidden,
+                                                      int32_t num_ranks, int64_t num_experts,
+                                                      int64_t *num_rdma_bytes);
+
+/* Collective: waits for every rank (normal-mode barrier), zeroes this rank's LL signals of
+ * both halves, waits again. Arguments are checked as upstream's (hidden, experts) but the
+ * layout does not depend on them. */
+TS_API ts_status ts_ep_clean_low_latency_buffer(ts_ep_buffer *buf, int64_t num_max_dispatch_tokens_per_rank,
+                                                int64_t hidden, int64_t num_experts);
+
+/* Routing of one LL dispatch, held by the receiving rank (upstream's handle tuple). */
+typedef struct ts_ep_ll_handle ts_ep_ll_handle;
+/* Receive phase of a call made with return_recv_hook (upstream's hook()). One-shot: run it
+ * exactly once; it lives in the buffer (no allocation). */
+typedef struct ts_ep_ll_hook ts_ep_ll_hook;
+
+typedef struct ts_ep_ll_dispatch_args {
+    const ts_tensor *x;        /* bf16 [N, hidden], last dim contiguous; hidden % 128 == 0
+                                  (% 512 with use_ue8m0); N <= num_max_dispatch_tokens_per_rank */
+    const ts_tensor *topk_idx; /* i64 / i32 [N, K], -1 = no selection; no deduplication */
+    int64_t num_max_dispatch_tokens_per_rank; /* the same on every rank */
+    int64_t num_experts;                      /* % num_ranks == 0, the same on every rank */
+    ts_tensor *cumulative_local_expert_recv_stats; /* i32 [E/R] or NULL: += rows received */
+    ts_tensor *dispatch_wait_recv_cost_stats;      /* i64 [R] or NULL: += ns waited per source */
+    bool use_fp8, round_scale, use_ue8m0;  /* use_ue8m0 needs round_scale (as upstream) */
+    bool return_recv_hook;
+} ts_ep_ll_dispatch_args;
+
+/* Caller-owned outputs, S = R * num_max_dispatch_tokens_per_rank:
+ *   recv_x        bf16 [E/R, S, hidden] (use_fp8: e4m3), last dim contiguous, any outer strides
+ *   recv_x_scales use_fp8 only: f32 [E/R, S, hidden/128] or, with use_ue8m0, i32
+ *                 [E/R, S, hidden/512] (4 ue8m0 bytes per word, byte j = scale 4w+j); any
+ *                 strides (upstream's are column-major in the last two dims)
+ *   recv_count    i32 [E/R]
+ * Rows of local expert e: [0, recv_count[e]) valid, ordered by (source rank, source token
+ * index, then top-k slot) -- deterministic here, unlike upstream. Rows after them untouched. */
+typedef struct ts_ep_ll_dispatch_out {
+    ts_tensor *recv_x, *recv_x_scales, *recv_count;
+} ts_ep_ll_dispatch_out;
+
+/* Collective (every rank, same order). Without return_recv_hook it sends, waits and unpacks;
+ * with it, it only sends and *hook receives the receive phase, which fills the outputs (they
+ * must stay valid until then). *handle (free with ts_ep_ll_handle_destroy) is created at
+ * once; its contents are valid after the receive phase. */
+TS_API ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *buf, const ts_ep_ll_dispatch_args *args,
+                                            const ts_ep_ll_dispatch_out *out, ts_ep_ll_handle **handle,
+                                            ts_ep_ll_hook **hook);
+
+typedef struct ts_ep_ll_combine_args {
+    const ts_tensor *x;            /* bf16 [E/R, S, hidden] expert outputs laid out as recv_x
+                                      (valid rows only are read); ignored with zero_copy */
+    const ts_tensor *topk_idx;     /* this rank's dispatch topk_idx [N, K] (the same values) */
+    const ts_tensor *topk_weights; /* f32 [N, K] */
+    const ts_ep_ll_handle *handle; /* from this rank's dispatch */
+    bool use_logfmt, zero_copy, return_recv_hook;
+    ts_tensor *combine_wait_recv_cost_stats; /* i64 [R] or NULL: += ns waited per expert rank */
+} ts_ep_ll_combine_args;
+
+/* Collective. out: caller-owned bf16 [N, hidden] (upstream's `out`).
+ * out[t] = bf16_rne(acc), acc = 0.0f, then for k = 0..K-1 with topk_idx[t][k] >= 0:
+ * acc = fmaf(y_k, w[t][k], acc) where y_k is the f32 value of the row expert topk_idx[t][k]
+ * returned for t (bf16, or its LogFMT-10 decoding) -- upstream's top-k order, with the FMA
+ * its compiler forms. Tokens with no valid selection get +0. */
+TS_API ts_status ts_ep_low_latency_combine(ts_ep_buffer *buf, const ts_ep_ll_combine_args *args, ts_tensor *out,
+                                           ts_ep_ll_hook **hook);
+
+/* zero_copy input of the next combine: a bf16 [E/R, S, hidden] view of this rank's half that
+ * the next LL call uses. Write the expert outputs there, then combine with zero_copy. Local. */
+TS_API ts_status ts_ep_get_next_low_latency_combine_buffer(ts_ep_buffer *buf, const ts_ep_ll_handle *handle,
+                                                           ts_tensor *x);
+
+/* Receive phase of a hooked call; the hook is spent afterwards (also on error). */
+TS_API ts_status ts_ep_ll_hook_run(ts_ep_ll_hook *hook);
+
+TS_API ts_status ts_ep_ll_handle_destroy(ts_ep_ll_handle *h);
+/* The handle's arrays (owned by it): src_info i32 [E/R, S] (source token index of each valid
+ * row), layout_range i64 [E/R, R] (high 32 bits begin row, low 32 bits count of each source's
+ * block), and the dispatch's scalars. Any pointer may be NULL. */
+TS_API ts_status ts_ep_ll_handle_info(const ts_ep_ll_handle *h, const int32_t **src_info, const int64_t **layout_range,
+                                      int64_t *num_max_dispatch_tokens_per_rank, int64_t *hidden,
+                                      int64_t *num_experts);
+
+/* LogFMT-10 of one 128-value division (upstream's combine encoding), exposed for tests and
+ * tools. x: 128 bf16. meta[0] = bf16 amax of |x|, meta[1] = bf16 amin of |x|. Returns 160
+ * (cast: 8 groups of 16 values, each 5 little-endian u32 words: 16 9-bit codes from bit 0,
+ * then the 16 sign bits at bits 144..159) or 256 (not cast: the bf16 values as they are)
+ * = the bytes written to `enc`. */
+TS_API int ts_ep_logfmt10_encode(const uint16_t *x, uint8_t *enc, uint16_t meta[2]);
+/* Decode one division into f32 (what combine accumulates). */
+TS_API void ts_ep_logfmt10_decode(const uint8_t *enc, const uint16_t meta[2], float *y);
 
 #ifdef __cplusplus
 }

@@ -157,13 +157,18 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     if (comm == MPI_COMM_NULL) return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: comm is MPI_COMM_NULL", what);
     ts_ep_buffer_options o = opts ? *opts : ts_ep_default_buffer_options();
     /* Argument checks that every rank makes alike need no agreement round. */
-    if (num_nvl_bytes <= 0 || num_nvl_bytes % 128 != 0 || num_nvl_bytes > (INT64_C(1) << 46))
+    if (num_nvl_bytes < (low_latency_mode ? 0 : 1) || num_nvl_bytes % 128 != 0 || num_nvl_bytes > (INT64_C(1) << 46))
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_nvl_bytes %lld must be a positive multiple of 128",
                         what, (long long)num_nvl_bytes);
-    if (num_rdma_bytes != 0 || low_latency_mode)
+    /* The rdma area is the low-latency area here (upstream: LL traffic goes through it). */
+    if (num_rdma_bytes != 0 && !low_latency_mode)
         return ts__fail(TS_ERR_UNSUPPORTED,
-                        "%s: num_rdma_bytes %lld / low_latency_mode %d: only the intranode normal mode exists "
-                        "in this version", what, (long long)num_rdma_bytes, (int)low_latency_mode);
+                        "%s: num_rdma_bytes %lld needs low_latency_mode (intranode normal mode uses num_nvl_bytes "
+                        "only)", what, (long long)num_rdma_bytes);
+    if (low_latency_mode && (num_rdma_bytes <= 0 || num_rdma_bytes % 128 != 0 || num_rdma_bytes > (INT64_C(1) << 46)))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                        "%s: low_latency_mode needs num_rdma_bytes (%lld) a positive multiple of 128; see "
+                        "ts_ep_get_low_latency_rdma_size_hint", what, (long long)num_rdma_bytes);
     if (o.timeout_s < 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: opts->timeout_s %g < 0", what, o.timeout_s);
 
     ts_ep_buffer *b = calloc(1, sizeof *b);
@@ -193,7 +198,14 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     }
     b->ranks_per_node = b->num_ranks;
     b->data_off = ts__align(TS__EP_CTRL_BYTES + 2 * TS__EP_META_SLOT_BYTES, 4096);
-    b->seg_bytes = b->data_off + num_nvl_bytes;
+    b->num_rdma_bytes = num_rdma_bytes;
+    b->ll_off = ts__align(b->data_off + num_nvl_bytes, 4096);
+    b->seg_bytes = b->ll_off + num_rdma_bytes;
+    if (low_latency_mode && ts__ep_ll_init(b) != TS_OK) {
+        MPI_Comm_free(&b->comm);
+        free(b);
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for the low-latency state", what);
+    }
 
     b->peer = calloc((size_t)b->num_ranks, sizeof *b->peer);
     int err = !b->peer ? ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for %d peers", what, b->num_ranks) : TS_OK;
@@ -283,6 +295,7 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
         ts_status st = err ? (ts_status)err
                            : ts__fail(TS_ERR_PEER, "%s: rank %d failed to set up its shared segment", what, bad_rank);
         unmap_all(b);
+        ts__ep_ll_free(b);
         MPI_Comm_free(&b->comm);
         free(b);
         return st;
@@ -296,6 +309,7 @@ ts_status ts_ep_buffer_destroy(ts_ep_buffer *buf) {
     /* No synchronisation: a peer's mapping outlives ours, and the segments were unlinked at
      * create, so the memory goes when the last rank unmaps (or dies). */
     unmap_all(buf);
+    ts__ep_ll_free(buf);
     free(buf->expert_counts);
     MPI_Comm_free(&buf->comm);
     free(buf);

@@ -47,7 +47,14 @@ struct ts_ep_buffer {
     bool broken;         /* a wait timed out: only destroy is allowed */
     int32_t *expert_counts; /* output storage for num_recv_tokens_per_expert */
     int64_t expert_counts_cap;
+    /* Low-latency mode (src/ep/ep_low_latency*.c): the LL area follows the nvl area. */
+    int64_t num_rdma_bytes, ll_off;
+    struct ts__ep_ll_state *ll; /* NULL unless low_latency_mode */
 };
+
+/* LL state of a buffer (ep_low_latency.c). */
+ts_status ts__ep_ll_init(ts_ep_buffer *b);
+void ts__ep_ll_free(ts_ep_buffer *b);
 
 struct ts_ep_handle {
     const ts_ep_buffer *buf;
