@@ -77,14 +77,12 @@ struct ts__gemm_operand;
  * written) for any other case. */
 /* Plain e4m3 weight (K-major, unit K stride), rows r0 .. r0 + 31, K values k0 .. k0 + kc - 1
  * -> dst[k * 32 + i] = code (row r0 + i, k0 + k), column order (the decode driver streams it
- * as packed rows, reading the columns in slot order). False (nothing written) for other
- * operands. */
+ * as packed rows, reading the columns in slot order); *nan_free: no NaN code (magnitude
+ * 0x7F) among them. False (nothing written) for other operands. */
 bool ts__gemm_pack_e4m3_bytes__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
-                                    int64_t kc, uint8_t *dst);
+                                    int64_t kc, uint8_t *dst, bool *nan_free);
 bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                 int64_t kc, int w, float *dst);
-/* Whether none of n rows of 32 e4m3 codes is a NaN (magnitude 0x7F); gemm_decode_avx2.c. */
-bool ts__gemm_dec_e4m3_nan_free__avx2(const uint8_t *rows, int64_t n);
 /* n packed-weight rows (row_bytes apart, fmt e4m3 / e2m1x2 / bf16) -> the f32 values of
  * columns 16 half .. 16 half + 15 of each, dst[k * ld + c]: the same floats as the scalar
  * unpacker (the big-M path's B micro-panels). gemm_decode_avx2.c. */

@@ -178,28 +178,40 @@ bool ts__gemm_pack_kmajor__avx2(const ts__gemm_operand *op, int64_t r0, int64_t 
 }
 
 bool ts__gemm_pack_e4m3_bytes__avx2(const ts__gemm_operand *op, int64_t r0, int64_t k0,
-                                    int64_t kc, uint8_t *dst) {
+                                    int64_t kc, uint8_t *dst, bool *nan_free) {
     if (op->dtype != TS_E4M3 || !op->k_major || op->s_k != 1 || op->pw) return false;
     const int W = TS__GEMM_DW;
     const uint8_t *base = (const uint8_t *)op->data + r0 * op->s_mn + k0;
+    /* NaN codes (magnitude 0x7F) looked for in the loaded vectors, not in a second pass */
+    const __m256i m7f = _mm256_set1_epi8(0x7F);
+    __m256i nan = _mm256_setzero_si256();
     int64_t k = 0;
     for (; k + 16 <= kc; k += 16) {
         /* 32 strided row streams defeat the hardware prefetcher: fetch the line each row
-         * needs one chunk (kc values) ahead. */
+         * needs one chunk (kc values) ahead (two chunks ahead, or a quarter of the rows per
+         * step, measured no better) */
         if ((k & 63) == 0)
             for (int i = 0; i < W; i++)
                 _mm_prefetch((const char *)(base + i * op->s_mn + k + kc), _MM_HINT_T0);
         /* lane 0: rows 0..15, lane 1: rows 16..31, so a transposed vector is one full
          * 32-column row of the packed layout */
         __m256i x[16];
-        for (int i = 0; i < 16; i++)
+        for (int i = 0; i < 16; i++) {
             x[i] = _mm256_inserti128_si256(
                 _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(base + i * op->s_mn + k))),
                 _mm_loadu_si128((const __m128i *)(base + (i + 16) * op->s_mn + k)), 1);
+            nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(x[i], m7f), m7f));
+        }
         transpose16x16_u8x2(x);
         for (int j = 0; j < 16; j++) _mm256_storeu_si256((__m256i *)(dst + (k + j) * W), x[j]);
     }
+    bool tail_nan = false;
     for (; k < kc; k++)
-        for (int i = 0; i < W; i++) dst[k * W + i] = base[i * op->s_mn + k];
+        for (int i = 0; i < W; i++) {
+            const uint8_t v = base[i * op->s_mn + k];
+            dst[k * W + i] = v;
+            tail_nan |= (v & 0x7F) == 0x7F;
+        }
+    *nan_free = !tail_nan && _mm256_testz_si256(nan, nan);
     return true;
 }
