@@ -21,6 +21,8 @@ static const cmd_entry g_cmds[] = {
      ts__cmd_demo},
     {"bench", "benchmark suites vs this machine's rooflines (tilestack bench --list)",
      ts__cmd_bench},
+    {"tilec", "compile a .tile kernel file (--emit-ast|--emit-ir|--emit-c) [-o out]",
+     ts__cmd_tilec},
     {"version", "print the version", cmd_version},
     {"help", "this text", cmd_help},
 };

@@ -1,0 +1,101 @@
+/* Shared helpers of the tile-language tests (tests/test_tile_*.c). */
+#ifndef TS_TEST_TILE_COMMON_H
+#define TS_TEST_TILE_COMMON_H
+
+#include "ts_test.h"
+#include "tilestack/tile.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Translate; returns the status, and the output / diagnostics (caller frees with free()). */
+static inline ts_status tt_translate(const char *src, ts_tile_emit what, char **out, char **diag) {
+    return ts_tile_translate(src, strlen(src), "t.tile", what, NULL, out, diag);
+}
+
+/* The first line of the diagnostics for `src` (checked through the C emitter), in buf. */
+static inline const char *tt_first_diag(const char *src, char *buf, size_t n) {
+    char *out = NULL, *diag = NULL;
+    ts_status st = tt_translate(src, TS_TILE_EMIT_C, &out, &diag);
+    buf[0] = 0;
+    if (st == TS_OK) snprintf(buf, n, "<no error>");
+    else if (diag) {
+        size_t k = strcspn(diag, "\n");
+        snprintf(buf, n, "%.*s", (int)k, diag);
+    }
+    free(out);
+    free(diag);
+    return buf;
+}
+
+/* A kernel wrapper around `body` statements inside a launch over x: tensor<f32,[N,M]>. */
+#define TT_KERNEL(body)                                                                    \
+    "kernel k(x: tensor<f32, [N, M]>, y: tensor<f32, [N, M]>, s: f32) {\n"                 \
+    "    launch (N) as (b) {\n" body "    }\n}\n"
+
+/* A kernel using the features of the language, for round trips and as a checker fixture. */
+static const char tt_kitchen_sink[] =
+    "// every construct of the language\n"
+    "const BT = 4;\n"
+    "const G = 2 * 64;\n"
+    "const EPS = 1e-6;\n"
+    "\n"
+    "macro scale_rows(t, f) {\n"
+    "    for i, j in parallel(BT, G) {\n"
+    "        t[i, j] = t[i, j] * f;\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "kernel sink(x: tensor<bf16, [T, H]>, y: tensor<e4m3, [T, H]>, sf: tensor<f32, [T, NG], strides=[S, 1]>,\n"
+    "            idx: tensor<i32, [T]>, cnt: tensor<i64, [8]>, eps: f32, n: i32, flag: bool) {\n"
+    "    check(H == NG * G, \"H must be NG * 128\");\n"
+    "    assume(T >= 0);\n"
+    "    let nb = ceildiv(T, BT);\n"
+    "    launch (nb, NG) as (bt, g) {\n"
+    "        tile xt: f32[BT, G];\n"
+    "        shared red: f32[BT];\n"
+    "        local q: e4m3[BT, G];\n"
+    "        tile acc: f32[BT, BT];\n"
+    "        tile cs: i32[BT, 8];\n"
+    "        var total: f32 = 0.0;\n"
+    "        var k: i64;\n"
+    "        copy(x[bt * BT, g * G], xt, fill=-inf<f32>);\n"
+    "        fill(acc, 1.5);\n"
+    "        clear(cs);\n"
+    "        scale_rows(xt, 0.5);\n"
+    "        reduce<absmax>(xt, red, axis=1);\n"
+    "        reduce<sum>(xt, red, axis=-1, accumulate=true, order=\"serial\");\n"
+    "        cumsum(cs, cs, axis=1);\n"
+    "        gemm(xt, xt, acc, tb=true, clear=false);\n"
+    "        for i in serial(0, BT, 1) {\n"
+    "            total += red[i];\n"
+    "            if red[i] > 100.0 && !flag {\n"
+    "                break;\n"
+    "            } else if red[i] < -(1.0 + 2.0) {\n"
+    "                continue;\n"
+    "            } else {\n"
+    "                k = k + 1;\n"
+    "            }\n"
+    "        }\n"
+    "        for u in unroll(2) {\n"
+    "            k -= cast<i64>(u) << 2 >> 1;\n"
+    "        }\n"
+    "        for p in pipelined(nb, stages=2) {\n"
+    "            k = (k ^ p) & ~7 | 1;\n"
+    "        }\n"
+    "        while k > 0 {\n"
+    "            k = k / 2 % 5;\n"
+    "        }\n"
+    "        for i, j in parallel(BT, G) {\n"
+    "            let v = xt[i, j] / max(red[i], EPS) * sigmoid(exp(-xt[i, j]));\n"
+    "            let w = fma(v, 2.0, clamp(v, -448.0, 448.0)) + softplus(log(abs(v) + 1.0));\n"
+    "            let z = select(isfinite(w), w, 0.0) + sqrt(rsqrt(exp2(floor(round(v)))));\n"
+    "            q[i, j] = cast<e4m3>(z * bitcast<f32>(bitcast<u32>(eps) & 0xFFFFFFFF));\n"
+    "        }\n"
+    "        atomic_add(cnt[g % 8], cast<i64>(n) + maxval<i8> - minval<i16>);\n"
+    "        copy(q, y[bt * BT, g * G]);\n"
+    "        copy(red, sf[bt * BT:bt * BT + BT, g]);\n"
+    "    }\n"
+    "}\n";
+
+#endif
