@@ -125,7 +125,7 @@ ts_status ts_flash_mla_sparse_fwd(const ts_tensor *q, const ts_tensor *kv,
         maxrows = ts__max64(maxrows, r1 - r0);
     }
     c.task_bytes = (size_t)c.topk * 9 + (size_t)hq * 8 + 128 + ts__mla_span_ws_bytes(maxrows, dk);
-    ts__parallel_for(sq * c.npanels, 1, run, &c);
+    ts__mla_parallel_items(sq * c.npanels, run, &c);
     if (c.oom) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for task scratch", fn);
     return TS_OK;
 }
