@@ -206,8 +206,8 @@ static bool assignable(int to, int from) {
 
 static void check_assign_types(chk *c, ts__tile_loc loc, int to, int from, const char *what) {
     if (!assignable(to, from))
-        ERR(c, loc, "cannot %s '%s' to '%s' implicitly; use cast<%s>(...)", what,
-            ts__tile_dt_name(from), ts__tile_dt_name(value_type(to)), ts__tile_dt_name(value_type(to)));
+        ERR(c, loc, "cannot convert '%s' to '%s' implicitly in %s; use cast<%s>(...)",
+            ts__tile_dt_name(from), ts__tile_dt_name(value_type(to)), what, ts__tile_dt_name(value_type(to)));
 }
 
 /* ---------------- expressions ---------------- */
@@ -780,7 +780,7 @@ static void check_copy(chk *c, ts__tile_node *n) {
             ERR(c, fk->loc, "fill= applies only to a copy from a tensor into a tile");
             return;
         }
-        check_assign_types(c, fk->a->loc, tile->dt, expr(c, fk->a), "use fill value");
+        check_assign_types(c, fk->a->loc, tile->dt, expr(c, fk->a), "the fill value");
     }
 }
 
@@ -850,7 +850,7 @@ static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
         bool fill = f[0] == 'f';
         if (!only_kwargs(c, n, NULL) || !nargs(c, n, fill ? 2 : 1, fill ? 2 : 1)) return;
         ts__tile_sym *t = tile_arg(c, n, 0, "target");
-        if (t && fill) check_assign_types(c, n->list[1]->loc, t->dt, expr(c, n->list[1]), "fill with");
+        if (t && fill) check_assign_types(c, n->list[1]->loc, t->dt, expr(c, n->list[1]), "fill()");
         return;
     }
     if (!strcmp(f, "cumsum")) {
@@ -906,7 +906,7 @@ static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
             ERR(c, r->loc, "atomic_add() supports i32, i64 and f32 elements, not '%s'", ts__tile_dt_name(t));
             return;
         }
-        check_assign_types(c, n->list[1]->loc, t, expr(c, n->list[1]), "add");
+        check_assign_types(c, n->list[1]->loc, t, expr(c, n->list[1]), "atomic_add()");
         return;
     }
     /* check / assume */
@@ -925,65 +925,72 @@ typedef struct subst {
     ts__tile_node **params;
     ts__tile_node **args;
     int n;
-    const char **locals;
+    const char *locals[256]; /* macro locals in scope, innermost last */
     int nlocals;
     int id;
+    bool overflow;
     ts__tile_arena *a;
 } subst;
 
-static const char *renamed(subst *s, const char *name) {
-    for (int i = 0; i < s->nlocals; i++)
-        if (!strcmp(s->locals[i], name)) {
-            char buf[300];
-            snprintf(buf, sizeof buf, "%s__m%d", name, s->id);
-            return ts__tile_strdup(s->a, buf, strlen(buf));
-        }
-    return name;
+static const char *rename_local(subst *s, const char *name) {
+    char buf[300];
+    snprintf(buf, sizeof buf, "%s__m%d", name, s->id);
+    const char *r = ts__tile_strdup(s->a, buf, strlen(buf));
+    return r ? r : name;
 }
 
-static void collect_locals(subst *s, ts__tile_node *n, int *cap) {
-    if (!n) return;
-    const char *nm[64];
-    int k = 0;
-    if (n->kind == TN_LET || n->kind == TN_VAR || n->kind == TN_TILE) nm[k++] = n->name;
-    if (n->kind == TN_FOR)
-        for (int32_t i = 0; i < n->nlist2 && k < 64; i++) nm[k++] = n->list2[i]->name;
-    for (int i = 0; i < k; i++) {
-        if (s->nlocals == *cap) {
-            int nc = *cap ? *cap * 2 : 16;
-            const char **v = ts__tile_alloc(s->a, (size_t)nc * sizeof *v);
-            if (!v) return;
-            if (s->nlocals) memcpy(v, s->locals, (size_t)s->nlocals * sizeof *v);
-            s->locals = v;
-            *cap = nc;
-        }
-        s->locals[s->nlocals++] = nm[i];
-    }
-    collect_locals(s, n->a, cap);
-    collect_locals(s, n->b, cap);
-    collect_locals(s, n->c, cap);
-    for (int32_t i = 0; i < n->nlist; i++) collect_locals(s, n->list[i], cap);
+static void declare_local(subst *s, const char *name) {
+    if (s->nlocals < 256) s->locals[s->nlocals++] = name;
+    else s->overflow = true;
 }
 
+/* Substitute parameters and rename the macro's own locals, following its scopes: a name
+ * means the innermost macro local declared before it, else the parameter, else whatever the
+ * call site sees. */
 static ts__tile_node *apply_subst(subst *s, ts__tile_node *n) {
     if (!n) return NULL;
-    if (n->kind == TN_NAME) {
+    int mark = s->nlocals;
+    switch (n->kind) {
+    case TN_NAME:
+        for (int i = s->nlocals - 1; i >= 0; i--)
+            if (!strcmp(s->locals[i], n->name)) {
+                n->name = rename_local(s, n->name);
+                return n;
+            }
         for (int i = 0; i < s->n; i++)
             if (!strcmp(s->params[i]->name, n->name)) return ts__tile_clone(s->a, s->args[i]);
-        n->name = renamed(s, n->name);
+        return n;
+    case TN_BLOCK:
+        for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
+        s->nlocals = mark;
+        return n;
+    case TN_LET: case TN_VAR: case TN_TILE:
+        n->a = apply_subst(s, n->a);
+        for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
+        declare_local(s, n->name);
+        n->name = rename_local(s, n->name);
+        return n;
+    case TN_FOR: case TN_LAUNCH:
+        n->a = n->kind == TN_FOR ? apply_subst(s, n->a) : n->a;
+        if (n->kind == TN_LAUNCH)
+            for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
+        for (int32_t i = 0; i < n->nlist2; i++) {
+            declare_local(s, n->list2[i]->name);
+            n->list2[i]->name = rename_local(s, n->list2[i]->name);
+        }
+        if (n->kind == TN_FOR) n->b = apply_subst(s, n->b);
+        else n->a = apply_subst(s, n->a);
+        s->nlocals = mark;
+        return n;
+    default:
+        /* a kwarg's name is a keyword, never substituted */
+        n->a = apply_subst(s, n->a);
+        n->b = apply_subst(s, n->b);
+        n->c = apply_subst(s, n->c);
+        for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
+        for (int32_t i = 0; i < n->nlist2; i++) n->list2[i] = apply_subst(s, n->list2[i]);
         return n;
     }
-    if (n->kind == TN_LET || n->kind == TN_VAR || n->kind == TN_TILE) n->name = renamed(s, n->name);
-    if (n->kind == TN_FOR)
-        for (int32_t i = 0; i < n->nlist2; i++) n->list2[i]->name = renamed(s, n->list2[i]->name);
-    /* a kwarg's name is a keyword, never substituted */
-    n->a = apply_subst(s, n->a);
-    n->b = apply_subst(s, n->b);
-    n->c = apply_subst(s, n->c);
-    for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
-    if (n->kind != TN_FOR && n->kind != TN_LAUNCH)
-        for (int32_t i = 0; i < n->nlist2; i++) n->list2[i] = apply_subst(s, n->list2[i]);
-    return n;
 }
 
 static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__tile_sym *m) {
@@ -1002,10 +1009,17 @@ static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__til
         ERR(c, call->loc, "program too large (compiler memory limit reached)");
         return;
     }
-    subst s = {.params = def->list, .args = call->list, .n = def->nlist, .id = ++c->expansions, .a = c->a};
-    int cap = 0;
-    collect_locals(&s, body, &cap);
-    body = apply_subst(&s, body);
+    subst *s = ts__tile_alloc(c->a, sizeof *s);
+    if (!s) {
+        ERR(c, call->loc, "program too large (compiler memory limit reached)");
+        return;
+    }
+    *s = (subst){.params = def->list, .args = call->list, .n = def->nlist, .id = ++c->expansions, .a = c->a};
+    body = apply_subst(s, body);
+    if (s->overflow) {
+        ERR(c, call->loc, "macro '%s' declares too many names (limit 256)", m->name);
+        return;
+    }
     /* The call statement becomes the expanded block, so lowering and printing see it. */
     st->kind = TN_BLOCK;
     st->a = NULL;
@@ -1219,7 +1233,7 @@ static void stmt(chk *c, ts__tile_node *n) {
             ERR(c, n->loc, "packed dtype '%s' cannot be a variable type", ts__tile_dt_name(n->dt));
             break;
         }
-        if (n->a) check_assign_types(c, n->a->loc, n->dt, expr(c, n->a), "initialise with");
+        if (n->a) check_assign_types(c, n->a->loc, n->dt, expr(c, n->a), "an initialisation");
         ts__tile_sym *s = declare(c, SYM_VAR, n->name, n);
         if (!s) break;
         s->dt = n->dt;
@@ -1263,7 +1277,7 @@ static void stmt(chk *c, ts__tile_node *n) {
             rt = t;
         }
         int target_dt = lhs->kind == TN_NAME ? lt : lhs->sym ? ((ts__tile_sym *)lhs->sym)->dt : lt;
-        check_assign_types(c, n->b->loc, target_dt, rt, "assign");
+        check_assign_types(c, n->b->loc, target_dt, rt, "an assignment");
         check_race_write(c, lhs, n->loc);
         break;
     }
