@@ -7,7 +7,6 @@
 #include "tilestack/numerics.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 const ts__mla_kernels *ts__mla_pick_kernels(void) {
@@ -189,34 +188,4 @@ void ts__mla_panel_rows(int64_t nrows, int64_t p, int64_t i, int64_t *r0, int64_
     int64_t strips = ts__ceil_div(nrows, TS__MLA_RS);
     *r0 = ts__min64(nrows, (i * strips / p) * TS__MLA_RS);
     *r1 = ts__min64(nrows, ((i + 1) * strips / p) * TS__MLA_RS);
-}
-
-typedef struct items_ctx {
-    _Atomic int64_t next;
-    int64_t n;
-    void (*fn)(void *, int64_t, int64_t, int);
-    void *ctx;
-} items_ctx;
-
-static void items_task(void *v, int tid, int nthreads) {
-    (void)nthreads;
-    items_ctx *d = (items_ctx *)v;
-    for (;;) {
-        int64_t i = atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed);
-        if (i >= d->n) break;
-        d->fn(d->ctx, i, i + 1, tid);
-    }
-}
-
-void ts__mla_parallel_items(int64_t n, void (*fn)(void *, int64_t, int64_t, int), void *ctx) {
-    if (n <= 0) return;
-    /* through the pool even for one thread: its inline run gives the task its own scratch
-     * level, apart from the caller's (which holds the item list) */
-    int64_t T = ts__max64(1, ts__min64(n, ts_get_num_threads()));
-    items_ctx d;
-    atomic_init(&d.next, 0);
-    d.n = n;
-    d.fn = fn;
-    d.ctx = ctx;
-    ts__parallel_run((int)T, items_task, &d);
 }

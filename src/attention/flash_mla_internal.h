@@ -129,11 +129,6 @@ void ts__mla_merge(int64_t n, const float *m, const float *l, const float *const
 int64_t ts__mla_panels(int64_t ngroups, int64_t nrows);
 void ts__mla_panel_rows(int64_t nrows, int64_t p, int64_t i, int64_t *r0, int64_t *r1);
 
-/* Run fn on items [0, n) one item at a time, the threads claiming items from a shared counter:
- * a thread slowed by another process leaves its remaining items to the others. Items must be
- * independent (each writes its own outputs), so results do not depend on who runs what. */
-void ts__mla_parallel_items(int64_t n, void (*fn)(void *, int64_t, int64_t, int), void *ctx);
-
 /* ---- scheduling handle (flash_mla_metadata.c) ---- */
 
 typedef struct ts__mla_config {

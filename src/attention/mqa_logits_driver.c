@@ -4,6 +4,7 @@
  * use. Each logit is one fixed chain of operations whatever the blocking, so the result does
  * not depend on the thread count, the chunking or the other queries. */
 #include "attention/mqa_logits_internal.h"
+#include "attention/attn_parallel.h"
 #include "tilestack/numerics.h"
 
 #include <math.h>
@@ -245,7 +246,11 @@ ts_status ts__mqa_logits_run(const ts__mqa_job *job) {
         item_off[bi + 1] = item_off[bi] + (hi > lo ? ts__ceil_div(hi - lo, TS__MQA_CHUNK) : 0);
     }
     run_ctx c = {job, select_kernels(), blk_lo, item_off, nblocks, 0};
-    if (item_off[nblocks] > 0) ts__parallel_for(item_off[nblocks], 1, run_items, &c);
+    /* ranges of items so a task reuses a block's prepared queries over neighbouring chunks */
+    const int64_t nit = item_off[nblocks];
+    if (nit > 0)
+        ts__attn_parallel_items(nit, ts__max64(1, nit / (8 * (int64_t)ts_get_num_threads())),
+                                run_items, &c);
     /* a task fails before its first store; tasks on other threads may have stored (the one
      * case where an error leaves outputs partly written) */
     if (c.oom) return ts__fail(TS_ERR_OUT_OF_MEMORY, "mqa_logits: no per-thread scratch");
