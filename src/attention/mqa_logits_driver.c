@@ -1,5 +1,5 @@
-/* MQA logits driver: work items are (query block, chunk of TS__MQA_CHUNK keys); a task walks
- * its contiguous items, decodes each chunk's keys once (only rows some query of the block
+/* MQA logits driver: work items are (query block, chunk of TS__MQA_CHUNK keys); a task claims
+ * ranges of contiguous items (attn_parallel.h), decodes each chunk's keys once (only rows some query of the block
  * uses) and scores them against every query of the block with the kernel table of the ISA in
  * use. Each logit is one fixed chain of operations whatever the blocking, so the result does
  * not depend on the thread count, the chunking or the other queries. */
