@@ -687,21 +687,22 @@ TS_TEST(topk_k1_argmax_exact) {
     }
 }
 
-/* The sample (runs of one cache line for rows in cache, k >= 128) sees spikes in its first
- * runs: its threshold is then above the k-th best (fewer than k values reach it) and the row
- * must be re-scanned without it. Spike windows sit on the first sampled runs for N = 65536,
- * k = 300 (bf16: runs of 32 every 200 values; f32: runs of 16 every 100); the answer must not
- * depend on whether the re-scan happens. */
+/* The sample (runs of one cache line for rows in cache) sees spikes in its first runs: its
+ * threshold is then above the k-th best (fewer than k values reach it) and the row must be
+ * re-scanned without it. For N = 65536: k = 300, spike windows on the first five sampled runs
+ * (bf16: runs of 32 every 200 values; f32: runs of 16 every 100); k = 5 (1024-value sample),
+ * one spike in the first run (bf16 at 1024, f32 at 512). The answer must not depend on whether
+ * the re-scan happens (checked once by instrumenting: every case re-scans). */
 TS_TEST(topk_sample_rescan_exact) {
     ts_prng g = ts_prng_seed(0x70b0007);
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 8; v++) {
         topk_case c;
         memset(&c, 0, sizeof c);
         c.bf16 = v & 1;
         c.i64 = true;
         c.batch = 1;
         c.n = 65536;
-        c.k = 300;
+        c.k = v & 4 ? 5 : 300;
         c.sorted = !c.bf16 && (v & 2);
         c.rv = true;
         c.abort_nan = true;
@@ -710,11 +711,14 @@ TS_TEST(topk_sample_rescan_exact) {
         fill_case(&c, &g, v & 2 ? D_ASC : D_RANDOM);
         const int64_t period = c.bf16 ? 200 : 100, w = c.bf16 ? 32 : 16;
         for (int64_t i = 0; i < 5 * period; i++) {
-            if (i % period < period / 2 - w / 2 - 4 || i % period >= period / 2 + w / 2 + 4) continue;
+            if (c.k == 5) i = c.bf16 ? 1024 : 512; /* one spike only */
+            else if (i % period < period / 2 - w / 2 - 4 || i % period >= period / 2 + w / 2 + 4) continue;
             if (c.bf16) ((uint16_t *)c.in)[i] = 0x4700u;
             else ((float *)c.in)[i] = 1.0e30f;
         }
-        run_all_configs(ts_t_, &c, c.bf16 ? "rescan bf16" : "rescan f32");
+        char tag[64];
+        snprintf(tag, sizeof tag, "rescan %s k=%lld", c.bf16 ? "bf16" : "f32", (long long)c.k);
+        run_all_configs(ts_t_, &c, tag);
         free_case(&c);
     }
 }

@@ -27,11 +27,11 @@
 #define SAMPLE_MIN 256      /* ... at least (when the row allows) */
 #define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
 #define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
-#define SAMPLE_MIN_K 128    /* below this k the sample is SAMPLE_MIN values */
+#define SAMPLE_MIN_K 128    /* below this k the sample is at most ... */
+#define SAMPLE_SMALL_K 1024 /* ... this many values (measured 1 x 129280 f32 k 20: 30 -> 12 us
+                             * against 256, no cut of the buffer left; 2048 and 4096 slower) */
 #define SAMPLE_RUN_BYTES 128 /* neighbours per sampled spot for rows from DRAM: two lines */
-#ifndef SAMPLE_RUN_CACHED_BYTES
-#define SAMPLE_RUN_CACHED_BYTES 64 /* ... and for rows in cache */
-#endif
+#define SAMPLE_RUN_CACHED_BYTES 64 /* ... and for rows in cache: one line */
 #define DENSE_PER_K 32      /* rows with L <= this * k take the dense path (topk_dense.c) ... */
 #define DENSE_MIN_LEN 1024  /* ... when L is at least this ... */
 #define DENSE_MAX_LEN 65536 /* ... and at most this (its int32 keys stay in L2) */
@@ -128,31 +128,28 @@ static int append_all(const topk_plan *p, const char *row, int64_t c0, int64_t c
     return (int)nan;
 }
 
-/* A first threshold from a strided sample of row[lo, hi): the value of rank r in the sample,
- * r chosen so the row's count at or above it is k plus about two standard deviations. Any
- * threshold keeps the result exact (values below it cannot be in the top k once k values are at
- * or above it; scan_segment re-scans without it when fewer survive); a good one replaces the
- * k + B2 first fill and the k * ln(N/k) rising-threshold candidates by about k. The sample's
- * r-th value is found as a dense row's pivot (signed-order keys, counting passes at 16 bf16 or
- * 8 f32 keys per compare), cheap enough for samples of up to SAMPLE_MAX values: every candidate
- * the tighter estimate saves costs ~12 ns in the scan (append, mispredicted group test, cut).
- * Returns false when no useful sample threshold exists. */
+/* A first threshold from a sample of row[lo, hi): the value of rank r in the sample, r chosen
+ * so the row's count at or above it is k plus about two standard deviations. Any threshold
+ * keeps the result exact (values below it cannot be in the top k once k values are at or above
+ * it; scan_segment re-scans without it when fewer survive); a good one replaces the k + B2
+ * first fill and the k * ln(N/k) rising-threshold candidates by about k. The sample's r-th
+ * value is found as a dense row's pivot (signed-order keys, counting passes at 16 bf16 or 8 f32
+ * keys per compare), cheap enough for samples of up to SAMPLE_MAX values: every candidate the
+ * tighter estimate saves costs ~12 ns in the scan (append, group test, cut). Returns false
+ * when no useful sample threshold exists. */
 static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, int64_t len,
                              uint64_t *buf, uint64_t *tmp, float *thr) {
     const int64_t k = p->k;
     if (len < SAMPLE_MIN_LEN || len < 4 * k) return false;
-    /* Single values spread over the row: when that touches most of its cache lines, the sample
-     * pass pulls the row into L2 for the scan (measured: runs of 8 neighbours were slower).
-     * Rows that come from DRAM (the batch exceeds L3) are sampled in runs of SAMPLE_RUN_BYTES
-     * instead: each sampled line is a latency-bound miss, so fewer lines. */
-    /* about SAMPLE_RANK samples at the k-th best's rank */
+    /* about SAMPLE_RANK samples at the k-th best's rank; small k: a fixed SAMPLE_SMALL_K (the
+     * threshold then keeps about 2k + 1 values instead of cutting the buffer several times) */
     const int64_t want = ts__max64(SAMPLE_MIN, (int64_t)((double)SAMPLE_RANK * (double)len / (double)k));
-    /* small k: the rising threshold settles after ~k ln(N/k) candidates, so a small sample is
-     * enough; it is taken anyway because it is what protects the in-order scan from sorted rows */
-    int64_t s = ts__min64(ts__min64(k < SAMPLE_MIN_K ? SAMPLE_MIN : SAMPLE_MAX, len / 4), want);
+    int64_t s = ts__min64(ts__min64(k < SAMPLE_MIN_K ? SAMPLE_SMALL_K : SAMPLE_MAX, len / 4), want);
+    /* Runs of neighbours spread evenly over the row: one line per spot for rows in cache, two
+     * for rows from DRAM (each sampled line there is a latency-bound miss). Measured on 1M bf16
+     * rows with 16384 samples: single values (one line each) 2.2x slower than 64-byte runs. */
     const int64_t run = (p->sample_runs ? SAMPLE_RUN_BYTES : SAMPLE_RUN_CACHED_BYTES) / p->esize;
-    const bool runs = k >= SAMPLE_MIN_K && run > 1; /* small k: 256 values, no gain */
-    if (runs) s -= s % run;
+    s -= s % run;
     const double r0 = (double)k * (double)s / (double)len;
     /* two standard deviations: a re-scan in ~2% of rows costs less than a wider margin's
      * extra candidates */
@@ -160,21 +157,9 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
     if (r >= s) return false;
     const int es = p->esize;
     char *raw = (char *)buf; /* s values, then the pivot search's two small buffers */
-    if (runs) {
-        const int64_t nr = s / run, rstride = len / nr;
-        for (int64_t j = 0; j < nr; j++)
-            memcpy(raw + j * run * es, row + (lo + j * rstride + rstride / 2 - run / 2) * es, (size_t)(run * es));
-    } else {
-        const int64_t stride = len / s;
-        const char *src = row + (lo + stride / 2) * es;
-        if (p->bf16) {
-            uint16_t *d = (uint16_t *)raw;
-            for (int64_t j = 0; j < s; j++) memcpy(&d[j], src + j * stride * 2, 2);
-        } else {
-            uint32_t *d = (uint32_t *)raw;
-            for (int64_t j = 0; j < s; j++) memcpy(&d[j], src + j * stride * 4, 4);
-        }
-    }
+    const int64_t nr = s / run, rstride = len / nr;
+    for (int64_t j = 0; j < nr; j++)
+        memcpy(raw + j * run * es, row + (lo + j * rstride + rstride / 2 - run / 2) * es, (size_t)(run * es));
     if (p->dense.keys(raw, s, tmp)) return false; /* a NaN sample: no threshold */
     uint64_t *g = buf + ts__ceil_div(s * es, 8);
     const uint64_t piv = ts__topk_dense_pivot(&p->dense, tmp, p->bf16, s, r, 0, g, g + TS__TOPK_GATHER_MAX + 8);
