@@ -762,8 +762,9 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
     ts__tile_buf_printf(o, "\nTS_API ts_status %s%s(", prefix, kn);
     for (int i = 0; i < k->nparams; i++) {
         const ts__tile_sym *p = k->params[i];
-        if (p->kind == SYM_TENSOR) ts__tile_buf_printf(o, "%sconst ts_tensor *%s", i ? ", " : "", p->name);
-        else ts__tile_buf_printf(o, "%s%s %s", i ? ", " : "", vtype(p->dt), p->name);
+        /* arg_ keeps user names apart from C keywords and the wrapper's own locals */
+        if (p->kind == SYM_TENSOR) ts__tile_buf_printf(o, "%sconst ts_tensor *arg_%s", i ? ", " : "", p->name);
+        else ts__tile_buf_printf(o, "%s%s arg_%s", i ? ", " : "", vtype(p->dt), p->name);
     }
     if (!k->nparams) ts__tile_buf_puts(o, "void");
     ts__tile_buf_printf(o, ") {\n    ts__tk_%s_args A_, *a = &A_;\n    memset(a, 0, sizeof *a);\n", kn);
@@ -773,42 +774,44 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
     for (int i = 0; i < k->nparams; i++) {
         const ts__tile_sym *p = k->params[i];
         if (p->kind != SYM_TENSOR) {
-            ts__tile_buf_printf(o, "    a->s_%s = %s;\n", p->name, p->name);
+            ts__tile_buf_printf(o, "    a->s_%s = arg_%s;\n", p->name, p->name);
             continue;
         }
         const char *pn = p->name;
-        ts__tile_buf_printf(o, "    TS__RETURN_IF_ERROR(ts_tensor_check(%s, \"%s\"));\n", pn, pn);
-        ts__tile_buf_printf(o, "    TS__RETURN_IF_ERROR(ts_tensor_check_dtype(%s, \"%s\", (ts_dtype)%d));\n", pn, pn,
+        char an[300];
+        snprintf(an, sizeof an, "arg_%s", pn);
+        ts__tile_buf_printf(o, "    TS__RETURN_IF_ERROR(ts_tensor_check(%s, \"%s\"));\n", an, pn);
+        ts__tile_buf_printf(o, "    TS__RETURN_IF_ERROR(ts_tensor_check_dtype(%s, \"%s\", (ts_dtype)%d));\n", an, pn,
                             ts__tile_dt_to_ts(p->dt));
         ts__tile_buf_printf(o, "    if (%s->ndim != %d) return ts__fail(TS_ERR_SHAPE, \"%s: %s must have rank %d, got %%d\", (int)%s->ndim);\n",
-                            pn, p->rank, kn, pn, p->rank, pn);
+                            an, p->rank, kn, pn, p->rank, an);
         for (int d = 0; d < p->rank; d++) {
             const ts__tile_sym *ds = p->dimsym[d];
             if (!ds) {
                 ts__tile_buf_printf(o, "    if (%s->shape[%d] != %lld) return ts__fail(TS_ERR_SHAPE, \"%s: %s dim %d must be %lld, got %%lld\", (long long)%s->shape[%d]);\n",
-                                    pn, d, (long long)p->cdims[d], kn, pn, d, (long long)p->cdims[d], pn, d);
+                                    an, d, (long long)p->cdims[d], kn, pn, d, (long long)p->cdims[d], an, d);
                 continue;
             }
             bool seen = false;
             for (int q = 0; q < nb; q++) seen |= bound[q] == ds;
             if (!seen) {
                 if (nb < 64) bound[nb++] = ds;
-                ts__tile_buf_printf(o, "    a->d_%s = %s->shape[%d];\n", ds->name, pn, d);
+                ts__tile_buf_printf(o, "    a->d_%s = %s->shape[%d];\n", ds->name, an, d);
             } else {
                 ts__tile_buf_printf(o, "    if (%s->shape[%d] != a->d_%s) return ts__fail(TS_ERR_SHAPE, \"%s: %s dim %d is %%lld but %s = %%lld\", (long long)%s->shape[%d], (long long)a->d_%s);\n",
-                                    pn, d, ds->name, kn, pn, d, ds->name, pn, d, ds->name);
+                                    an, d, ds->name, kn, pn, d, ds->name, an, d, ds->name);
             }
         }
         if (!p->strided) {
             ts__tile_buf_printf(o, "    if (!ts_tensor_is_contiguous(%s)) return ts__fail(TS_ERR_STRIDE, \"%s: %s must be row-major contiguous\");\n",
-                                pn, kn, pn);
+                                an, kn, pn);
             ts__tile_buf_printf(o, "    a->st_%s_%d = 1;\n", pn, p->rank - 1);
             for (int d = p->rank - 2; d >= 0; d--)
-                ts__tile_buf_printf(o, "    a->st_%s_%d = a->st_%s_%d * %s->shape[%d];\n", pn, d, pn, d + 1, pn, d + 1);
+                ts__tile_buf_printf(o, "    a->st_%s_%d = a->st_%s_%d * %s->shape[%d];\n", pn, d, pn, d + 1, an, d + 1);
         } else {
             for (int d = 0; d < p->rank; d++) {
                 const ts__tile_sym *ss = p->stridesym[d];
-                ts__tile_buf_printf(o, "    a->st_%s_%d = %s->strides[%d];\n", pn, d, pn, d);
+                ts__tile_buf_printf(o, "    a->st_%s_%d = %s->strides[%d];\n", pn, d, an, d);
                 if (!ss) {
                     ts__tile_buf_printf(o, "    if (a->st_%s_%d != %lld) return ts__fail(TS_ERR_STRIDE, \"%s: %s stride %d must be %lld, got %%lld\", (long long)a->st_%s_%d);\n",
                                         pn, d, (long long)p->cstrides[d], kn, pn, d, (long long)p->cstrides[d], pn, d);
@@ -825,8 +828,8 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
             }
         }
         ts__tile_buf_printf(o, "    if ((uintptr_t)%s->data %% sizeof(%s)) return ts__fail(TS_ERR_ALIGNMENT, \"%s: %s data must be aligned to %%d bytes\", (int)sizeof(%s));\n",
-                            pn, ctype(p->dt), kn, pn, ctype(p->dt));
-        ts__tile_buf_printf(o, "    a->p_%s = (%s *)%s->data;\n", pn, ctype(p->dt), pn);
+                            an, ctype(p->dt), kn, pn, ctype(p->dt));
+        ts__tile_buf_printf(o, "    a->p_%s = (%s *)%s->data;\n", pn, ctype(p->dt), an);
     }
     /* kernel-level statements in order */
     nl = 0;
