@@ -330,7 +330,7 @@ TS_TEST(tile_lower_c_structure) {
         "fmaf(t_fa[",
         "ts__tile_div_i32(",
         "if (!((!a->s_fail))) ts__tile_fail(&a->failed, 1);",
-        "\"kern.tile:87:9: check() failed: asked to fail\",",
+        "\"t.tile:87:9: check() failed: asked to fail\",",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         TS_CHECK_MSG(strstr(c, want[i]) != NULL, "missing: %s", want[i]);
