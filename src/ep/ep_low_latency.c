@@ -3,6 +3,7 @@
  * the receive phase packs the blocks in source order. Also the LL state, the size hint, the
  * buffer clean, hooks and the LL handle. Protocol: ep_low_latency.h and docs/ep.md. */
 #include "ep/ep_low_latency.h"
+#include "ep/ep_ll_kernels.h"
 
 #include <math.h>
 #include <sched.h>
@@ -165,31 +166,6 @@ ts_status ts_ep_ll_hook_run(ts_ep_ll_hook *hook) {
     return hook->op == TS__EP_LL_DISPATCH ? ts__ep_ll_dispatch_recv(hook) : ts__ep_ll_combine_recv(hook);
 }
 
-/* ---- FP8 cast of one token (upstream's per-128-channel sender-side cast) ---- */
-
-static void cast_row_fp8(const uint16_t *x, int64_t hidden, bool round_scale, uint8_t *q, float *scale_inv_out) {
-    for (int64_t g = 0; g < hidden / 128; g++) {
-        const uint16_t *xg = x + g * 128;
-        float amax = 1e-4f; /* upstream's kFP8Margin floor */
-        for (int j = 0; j < 128; j++) amax = fmaxf(amax, fabsf(ts__ep_bf16f(xg[j])));
-        float scale, scale_inv;
-        if (round_scale) {
-            /* 2^ceil(log2(amax / 448)) from the float's bits, as upstream's fast_log2_ceil. */
-            const float r = amax * (1.0f / 448.0f);
-            union { float f; uint32_t u; } v = {r};
-            const int e = (int)((v.u >> 23) & 0xFF) - 127 + ((v.u & 0x7FFFFF) != 0);
-            union { uint32_t u; float f; } p = {(uint32_t)(e + 127) << 23}, n = {(uint32_t)(127 - e) << 23};
-            scale_inv = p.f;
-            scale = n.f;
-        } else {
-            scale_inv = amax * (1.0f / 448.0f);
-            scale = 448.0f / amax;
-        }
-        scale_inv_out[g] = scale_inv;
-        for (int j = 0; j < 128; j++) q[g * 128 + j] = ts_f32_to_e4m3_sat(ts__ep_bf16f(xg[j]) * scale);
-    }
-}
-
 /* ---- send phase ---- */
 
 typedef struct send_ctx {
@@ -202,6 +178,7 @@ typedef struct send_ctx {
     int half;
     int nthreads;
     int oom;
+    ts__ep_ll_cast_fn cast;
 } send_ctx;
 
 static void send_task(void *vctx, int tid, int nthreads) {
@@ -228,7 +205,7 @@ static void send_task(void *vctx, int tid, int nthreads) {
             const int64_t e = ts__ep_idx_at(c->idx, t, k);
             if (e < 0) continue;
             if (c->fp8 && !cast) {
-                cast_row_fp8(xr, c->hidden, c->round_scale, q, sc);
+                c->cast(xr, c->hidden, c->round_scale, q, sc);
                 cast = true;
             }
             const int d = (int)(e / c->El);
@@ -387,7 +364,11 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
         ts_ep_ll_handle_destroy(h);
         return st;
     }
-    send_ctx sc = {b, a->x, a->topk_idx, slot, N, K, h->hidden, El, h->T, a->use_fp8, a->round_scale, lay, half, 1, 0};
+    send_ctx sc = {b, a->x, a->topk_idx, slot, N, K, h->hidden, El, h->T, a->use_fp8, a->round_scale, lay, half, 1, 0,
+                   ts__ep_ll_cast__generic};
+#ifdef TS_HAVE_AVX2_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX2) sc.cast = ts__ep_ll_cast__avx2;
+#endif
     int nt = ts_get_num_threads();
     if (nt > N / 4) nt = (int)(N / 4 > 0 ? N / 4 : 1);
     sc.nthreads = nt;

@@ -3,6 +3,8 @@
  * raises its signal; each source rank then pulls the rows of its tokens from the expert ranks
  * and reduces them with the top-k weights in top-k order. Also the LogFMT-10 codec. */
 #include "ep/ep_low_latency.h"
+#include "ep/ep_kernels.h"
+#include "ep/ep_ll_kernels.h"
 
 #include <math.h>
 
@@ -275,6 +277,9 @@ typedef struct reduce_ctx {
     const int32_t *const *begins;
     ts__ep_ll_clayout lay;
     int oom;
+    ts__ep_ll_fma_bf16_fn fma_bf16;
+    ts__ep_ll_fma_f32_fn fma_f32;
+    ts__ep_store_bf16_fn store;
 } reduce_ctx;
 
 static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
@@ -291,7 +296,7 @@ static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
     float *dec = acc + H;
     const float *w = hk->topk_weights.data;
     for (int64_t t = t0; t < t1; t++) {
-        for (int64_t j = 0; j < H; j++) acc[j] = 0.0f;
+        memset(acc, 0, (size_t)H * sizeof *acc);
         for (int64_t k = 0; k < K; k++) {
             const int64_t e = ts__ep_idx_at(&hk->topk_idx, t, k);
             if (e < 0) continue;
@@ -301,18 +306,18 @@ static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
             const int64_t row = el * S + c->begins[d][el * R + hk->buf->rank] + c->slot[t * K + k];
             const uint16_t *y = (const uint16_t *)(const void *)(c->regs[d] + c->lay.rows) + row * H;
             if (!hk->use_logfmt) {
-                for (int64_t j = 0; j < H; j++) acc[j] = fmaf(ts__ep_bf16f(y[j]), wk, acc[j]);
+                c->fma_bf16(acc, y, wk, H);
             } else {
                 const uint32_t *meta = (const uint32_t *)(const void *)(c->regs[d] + c->lay.meta) + row * nd;
                 for (int64_t g = 0; g < nd; g++) {
                     const uint16_t m[2] = {(uint16_t)(meta[g] & 0xFFFF), (uint16_t)(meta[g] >> 16)};
                     ts_ep_logfmt10_decode((const uint8_t *)(y + g * 128), m, dec);
-                    for (int j = 0; j < 128; j++) acc[g * 128 + j] = fmaf(dec[j], wk, acc[g * 128 + j]);
+                    c->fma_f32(acc + g * 128, dec, wk, 128);
                 }
             }
         }
         uint16_t *o = (uint16_t *)hk->out.data + t * hk->out.strides[0];
-        for (int64_t j = 0; j < H; j++) o[j] = ts_f32_to_bf16(acc[j]);
+        c->store(o, acc, H);
     }
 }
 
@@ -350,7 +355,15 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
         begins[d] = (const int32_t *)(const void *)(regs[d] + lay.begin);
     }
     if (st == TS_OK) {
-        reduce_ctx rc = {hk, slot, regs, begins, lay, 0};
+        reduce_ctx rc = {hk,  slot, regs, begins, lay, 0, ts__ep_ll_fma_bf16__generic, ts__ep_ll_fma_f32__generic,
+                         ts__ep_store_bf16__generic};
+#ifdef TS_HAVE_AVX2_KERNELS
+        if (ts__active_isa() == TS_ISA_AVX2) {
+            rc.fma_bf16 = ts__ep_ll_fma_bf16__avx2;
+            rc.fma_f32 = ts__ep_ll_fma_f32__avx2;
+            rc.store = ts__ep_store_bf16__avx2;
+        }
+#endif
         ts__parallel_for(hk->topk_idx.shape[0], 4, reduce_task, &rc);
         if (rc.oom) st = ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no scratch memory for the accumulator");
     }
