@@ -212,7 +212,7 @@ static void send_task(void *vctx, int tid, int nthreads) {
             const int64_t el = e % c->El;
             const int64_t slot = ((el * R + me) * c->T) + c->slot[t * c->K + k];
             uint8_t *reg = ts__ep_ll_half(b, d, c->half);
-            ts__ep_copy_row(reg + c->lay.rows + slot * rb, c->fp8 ? q : (const uint8_t *)xr, rb);
+            memcpy(reg + c->lay.rows + slot * rb, c->fp8 ? q : (const uint8_t *)xr, (size_t)rb);
             if (c->fp8) memcpy(reg + c->lay.scales + slot * nsc * 4, sc, (size_t)nsc * 4);
             ((int32_t *)(void *)(reg + c->lay.src))[slot] = (int32_t)t;
         }
