@@ -131,7 +131,7 @@ static ts_status pack(const prob *p, ts_packed_weight **pw) {
 /* MROWS: above the decode threshold (TS__GEMM_SMALL_M = 48), so packed weights also go
  * through the big-M path's micro-panel unpacking. */
 enum { MROWS = 64 };
-static const int64_t g_ms[] = {1, 2, 3, 4, 5, 7, 16, 33, 48, 49, 64};
+static const int64_t g_ms[] = {1, 2, 3, 4, 5, 7, 12, 13, 33, 48, 49, 64};
 
 /* Codes the fast decoders treat apart: e4m3 NaN (0x7F, 0xFF) in B (nan_codes), and ue8m0
  * scale bytes 0 (2^-127, subnormal) and, with nan_scales, 255 (NaN) in sfb. Not both NaN kinds

@@ -295,13 +295,84 @@ INL void scaled_many(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 uns
     }
 }
 
+/* Rows i0 .. i0 + R - 1 (R <= 6), column half hh (columns 16 hh .. 16 hh + 15), one
+ * sub-block of n staged rows: the 6 x 16 micro-kernel shape over the f32 bits in buf. */
+INL void staged_group(const ts__gemm_dec_args *x, __m256 unscale, int R, int64_t i0, int hh,
+                      const float *buf, int64_t s, int64_t n, int sh) {
+    const int64_t m = x->m;
+    const float *a = x->a_hi + s * x->g * m + i0;
+    __m256 p[6][2];
+    for (int i = 0; i < 6; i++) p[i][0] = _mm256_setzero_ps(), p[i][1] = _mm256_setzero_ps();
+    const float *b = buf + 16 * hh;
+    for (int64_t k = 0; k < n; k++, b += W, a += m) {
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        for (int i = 0; i < R; i++) {
+            const __m256 xa = _mm256_broadcast_ss(a + i);
+            p[i][0] = _mm256_fmadd_ps(xa, b0, p[i][0]);
+            p[i][1] = _mm256_fmadd_ps(xa, b1, p[i][1]);
+        }
+    }
+    const uint8_t *sp = sb_ptr(x, sh, s);
+    __m256 sbh[2];
+    for (int t = 0; t < 2; t++) {
+        const int c = 16 * hh + 8 * t;
+        sbh[t] = x->sb_u8 ? ue8m0x8(sp + c, x->sf_normal) : _mm256_loadu_ps((const float *)sp + c);
+    }
+    for (int i = 0; i < R; i++) {
+        const float sa = x->sa[s * m + i0 + i];
+        float *c = x->acc + (i0 + i) * W + 16 * hh;
+        promote1(c, p[i][0], unscale, sa, sbh[0]);
+        promote1(c + 8, p[i][1], unscale, sa, sbh[1]);
+    }
+}
+
+/* More than GMAX rows: each sub-block's rows are decoded once into an L1 buffer of f32 bits
+ * (column order; the same bits dec_half gives, still scaled by 2^-120 / 2^-126) and every
+ * group of <= 6 rows runs over it, instead of decoding B again per row group: the decode
+ * is paid once per panel row rather than once per 6 rows. Same products, same order per
+ * column, so the same bits. */
+INL void scaled_staged(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int sh) {
+    _Alignas(32) float buf[128 * W];
+    const int64_t len = x->len, g = x->g, m = x->m, rb = x->row_bytes, nsb = ts__ceil_div(len, g);
+    const int64_t ng = ts__ceil_div(m, GMAX), pfm = 64 / rb - 1;
+    for (int64_t s = 0; s < nsb; s++) {
+        const int64_t n = ts__min64(g, len - s * g);
+        const uint8_t *r = sub_rows(x, sh, s);
+        for (int64_t k = 0; k < n; k++) {
+            if (!(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
+            __m256 lo[2], hi[2];
+            dec_half(r + k * rb, fmt, nanfix, 1, 0, lo); /* columns 16..23, 0..7 */
+            dec_half(r + k * rb, fmt, nanfix, 0, 0, hi); /* columns 24..31, 8..15 */
+            float *d = buf + k * W;
+            _mm256_store_ps(d, lo[1]);
+            _mm256_store_ps(d + 8, hi[1]);
+            _mm256_store_ps(d + 16, lo[0]);
+            _mm256_store_ps(d + 24, hi[0]);
+        }
+        for (int hh = 0; hh < 2; hh++)
+            for (int64_t gi = 0, i0 = 0; gi < ng; gi++) {
+                const int64_t R = (m - i0) / (ng - gi) + ((m - i0) % (ng - gi) != 0);
+                switch (R) {
+                case 1: staged_group(x, unscale, 1, i0, hh, buf, s, n, sh); break;
+                case 2: staged_group(x, unscale, 2, i0, hh, buf, s, n, sh); break;
+                case 3: staged_group(x, unscale, 3, i0, hh, buf, s, n, sh); break;
+                case 4: staged_group(x, unscale, 4, i0, hh, buf, s, n, sh); break;
+                case 5: staged_group(x, unscale, 5, i0, hh, buf, s, n, sh); break;
+                default: staged_group(x, unscale, 6, i0, hh, buf, s, n, sh); break;
+                }
+                i0 += R;
+            }
+    }
+}
+
 INL void scaled_run(const ts__gemm_dec_args *x, int fmt, int nanfix) {
     /* p' = p * 2^(64 - 120) (e4m3) or 2^(64 - 126) (e2m1) */
     const __m256 unscale = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p56f : 0x1p62f);
     const int sh = sub_shift(x);
     if (x->m == 1) scaled_m1(x, fmt, nanfix, unscale, sh);
     else if (x->m == 2) scaled_m2(x, fmt, nanfix, unscale, sh);
-    else scaled_many(x, fmt, nanfix, unscale, sh);
+    else if (x->m <= 2 * GMAX || x->g > 128) scaled_many(x, fmt, nanfix, unscale, sh);
+    else scaled_staged(x, fmt, nanfix, unscale, sh);
 }
 
 void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
