@@ -24,6 +24,9 @@
 #define PART_PER_K 512      /* ... and at least this many times k */
 #define BITMAP_PER_K 64     /* unsorted output in index order by a bitmap when L <= this * k */
 #define SAMPLE_MAX 16384    /* values in the threshold sample: at most */
+#define SAMPLE_MAX_F32 4096 /* ... for f32: its counting passes take 8 keys per compare, not 16
+                             * (129280 x k 512: 16384 samples 22 -> 26 us, 2048 - 4096 on par with
+                             * the radix-selected 2048 from cache, 4096 best from DRAM) */
 #define SAMPLE_MIN 256      /* ... at least (when the row allows) */
 #define SAMPLE_RANK 48      /* ... and about this many at or above the k-th best */
 #define SAMPLE_MIN_LEN 4096 /* shorter segments skip the sample */
@@ -144,7 +147,8 @@ static bool sample_threshold(const topk_plan *p, const char *row, int64_t lo, in
     /* about SAMPLE_RANK samples at the k-th best's rank; small k: a fixed SAMPLE_SMALL_K (the
      * threshold then keeps about 2k + 1 values instead of cutting the buffer several times) */
     const int64_t want = ts__max64(SAMPLE_MIN, (int64_t)((double)SAMPLE_RANK * (double)len / (double)k));
-    int64_t s = ts__min64(ts__min64(k < SAMPLE_MIN_K ? SAMPLE_SMALL_K : SAMPLE_MAX, len / 4), want);
+    const int64_t smax = k < SAMPLE_MIN_K ? SAMPLE_SMALL_K : p->bf16 ? SAMPLE_MAX : SAMPLE_MAX_F32;
+    int64_t s = ts__min64(ts__min64(smax, len / 4), want);
     /* Runs of neighbours spread evenly over the row: one line per spot for rows in cache, two
      * for rows from DRAM (each sampled line there is a latency-bound miss). Measured on 1M bf16
      * rows with 16384 samples: single values (one line each) 2.2x slower than 64-byte runs. */
