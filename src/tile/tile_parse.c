@@ -552,10 +552,19 @@ static int binop_of(tok *t, int *prec) {
 static ts__tile_node *parse_binary(parser *P, int min_prec) {
     if (!enter(P)) return NULL;
     ts__tile_node *lhs = parse_unary(P);
+    int chain = 0;
     while (lhs && !P->failed) {
         int prec = 0, op = binop_of(cur(P), &prec);
         if (!op || prec < min_prec) break;
         tok *t = cur(P);
+        /* a left-associative chain deepens the tree without recursing here; bound it so every
+         * later tree walk stays shallow */
+        if (P->depth + ++chain > 3 * TS__TILE_MAX_DEPTH) {
+            ts__tile_error(P->d, t->loc, "expression too complex (more than %d nested operations)",
+                           3 * TS__TILE_MAX_DEPTH);
+            P->failed = true;
+            break;
+        }
         P->pos++;
         ts__tile_node *rhs = parse_binary(P, prec + 1);
         if (!rhs) {
