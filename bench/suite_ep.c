@@ -153,8 +153,7 @@ static bool row_wanted(const char *name, const char *shape) {
  * the rows back the same way and reduces with the weights in top-k order. Byte accounting as
  * test_low_latency.py: per valid selection, dispatch hidden + hidden/128*4 + 16 bytes, combine
  * 2*hidden; bytes in the table = 2 x that sum over all ranks (read + write), as above.
- * The LL area is sized for FP8 dispatch with the dispatch and combine regions of a half
- * overlapping (fine for blocking calls; hooks need ts_ep_get_low_latency_rdma_size_hint). */
+ * The LL area is ts_ep_get_low_latency_rdma_size_hint's. */
 static ts_status ll_run(ll_bench *l, ep_op op) {
     const int R = l->R;
     const int64_t H = l->H, K = l->K, El = l->El, S = (int64_t)R * l->T, nsc = H / 128, N = l->N;
@@ -348,8 +347,6 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
     int rc_all = 0;
     int64_t bytes = 0;
     ts_status st = ts_ep_get_low_latency_rdma_size_hint(l.T, H, R, l.E, &bytes);
-    bytes -= 2 * (l.E * l.T * 2 * H) - (INT64_C(8) << 20); /* overlap dispatch and combine (see above) */
-    bytes = (bytes + (INT64_C(2) << 20) - 1) & ~((INT64_C(2) << 20) - 1);
     if (st == TS_OK) st = ts_ep_buffer_create(MPI_COMM_WORLD, 0, bytes, true, NULL, &l.buf);
     if (st == TS_OK) st = ll_run(&l, OP_LL_DISPATCH);
     if (st == TS_OK) st = ll_run(&l, OP_LL_REF_DISPATCH);

@@ -17,14 +17,14 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-ts__ep_ll_dlayout ts__ep_ll_dispatch_layout(int64_t El, int64_t R, int64_t T, int64_t hidden, bool fp8) {
+ts__ep_ll_dlayout ts__ep_ll_dispatch_layout(int64_t R, int64_t T, int64_t K, int64_t hidden, bool fp8) {
     ts__ep_ll_dlayout l;
-    const int64_t slots = El * R * T;
+    const int64_t slots = R * T;
     l.nsc = fp8 ? hidden / 128 : 0;
     l.row_bytes = fp8 ? hidden : 2 * hidden;
-    l.counts = 0;
-    l.src = ts__align(El * R * 4, 64);
-    l.scales = l.src + ts__align(slots * 4, 64);
+    l.K = K;
+    l.ids = 0;
+    l.scales = ts__align(slots * K * 4, 64);
     l.rows = l.scales + ts__align(slots * l.nsc * 4, 64);
     l.total = l.rows + ts__align(slots * l.row_bytes, 64);
     return l;
@@ -67,7 +67,7 @@ ts_status ts_ep_get_low_latency_rdma_size_hint(int64_t T, int64_t hidden, int32_
                         "num_experts %lld (a multiple of num_ranks) out of range",
                         (long long)T, (long long)hidden, num_ranks, (long long)num_experts);
     const int64_t El = num_experts / num_ranks;
-    const int64_t d = ts__ep_ll_dispatch_layout(El, num_ranks, T, hidden, false).total;
+    const int64_t d = ts__ep_ll_dispatch_layout(num_ranks, T, TS__EP_LL_HINT_TOPK, hidden, false).total;
     const int64_t c = ts__ep_ll_combine_layout(El, num_ranks, T, hidden).total;
     const int64_t half = ts__align(d, 4096) + ts__align(c, 4096) + 4096;
     *num_rdma_bytes = ts__align(sig_bytes_of(num_ranks) + 2 * half, INT64_C(2) << 20);
@@ -171,7 +171,6 @@ ts_status ts_ep_ll_hook_run(ts_ep_ll_hook *hook) {
 typedef struct send_ctx {
     ts_ep_buffer *b;
     const ts_tensor *x, *idx;
-    const int32_t *slot; /* [N*K]: row in block (expert, me); -1 for no selection */
     int64_t N, K, hidden, El, T;
     bool fp8, round_scale;
     ts__ep_ll_dlayout lay;
@@ -186,38 +185,42 @@ static void send_task(void *vctx, int tid, int nthreads) {
     const ts_ep_buffer *b = c->b;
     const int R = b->num_ranks, me = b->rank;
     const int64_t t0 = c->N * tid / nthreads, t1 = c->N * (tid + 1) / nthreads;
-    const int64_t nsc = c->lay.nsc, rb = c->lay.row_bytes;
+    const int64_t nsc = c->lay.nsc, rb = c->lay.row_bytes, K = c->K;
     uint8_t *q = NULL;
     float *sc = NULL;
+    int32_t *ids = ts__scratch(tid, (size_t)(K * 4 + (c->fp8 ? c->hidden + nsc * 4 + 128 : 0)));
+    if (!ids) {
+        c->oom = 1;
+        return;
+    }
     if (c->fp8) {
-        q = ts__scratch(tid, (size_t)(c->hidden + nsc * 4 + 64));
-        if (!q) {
-            c->oom = 1;
-            return;
-        }
+        q = (uint8_t *)ids + ts__align(K * 4, 64);
         sc = (float *)(void *)(q + ts__align(c->hidden, 64));
     }
     const int64_t xs = c->x->strides[0];
     for (int64_t t = t0; t < t1; t++) {
         const uint16_t *xr = (const uint16_t *)c->x->data + t * xs;
         bool cast = false;
-        for (int64_t k = 0; k < c->K; k++) {
-            const int64_t e = ts__ep_idx_at(c->idx, t, k);
-            if (e < 0) continue;
+        for (int64_t k = 0; k < K; k++) ids[k] = (int32_t)ts__ep_idx_at(c->idx, t, k);
+        const int64_t slot = (int64_t)me * c->T + t;
+        /* every destination gets the token's top-k row, so stale ids can never match */
+        for (int d = 0; d < R; d++)
+            memcpy(ts__ep_ll_half(b, d, c->half) + c->lay.ids + slot * K * 4, ids, (size_t)K * 4);
+        for (int64_t k = 0; k < K; k++) {
+            if (ids[k] < 0) continue;
+            const int d = (int)(ids[k] / c->El);
+            bool seen = false;
+            for (int64_t j = 0; j < k && !seen; j++) seen = ids[j] >= 0 && ids[j] / c->El == d;
+            if (seen) continue; /* the row goes once per destination rank */
             if (c->fp8 && !cast) {
                 c->cast(xr, c->hidden, c->round_scale, q, sc);
                 cast = true;
             }
-            const int d = (int)(e / c->El);
-            const int64_t el = e % c->El;
-            const int64_t slot = ((el * R + me) * c->T) + c->slot[t * c->K + k];
             uint8_t *reg = ts__ep_ll_half(b, d, c->half);
             memcpy(reg + c->lay.rows + slot * rb, c->fp8 ? q : (const uint8_t *)xr, (size_t)rb);
             if (c->fp8) memcpy(reg + c->lay.scales + slot * nsc * 4, sc, (size_t)nsc * 4);
-            ((int32_t *)(void *)(reg + c->lay.src))[slot] = (int32_t)t;
         }
     }
-    ts__ep_copy_fence();
 }
 
 static ts_status validate_tensor_1d(const ts_tensor *t, ts_dtype dt, int64_t n, const char *name) {
@@ -260,7 +263,7 @@ static ts_status validate(ts_ep_buffer *b, const ts_ep_ll_dispatch_args *a, cons
         return ts__fail(TS_ERR_SHAPE, LD ": topk_idx has %lld rows, x has %lld", (long long)a->topk_idx->shape[0],
                         (long long)N);
     const int64_t El = E / R, S = (int64_t)R * T;
-    *lay = ts__ep_ll_dispatch_layout(El, R, T, H, a->use_fp8);
+    *lay = ts__ep_ll_dispatch_layout(R, T, a->topk_idx->shape[1], H, a->use_fp8);
     if (lay->total > b->ll->half_bytes)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
                         LD ": these limits need %lld bytes per LL half, num_rdma_bytes gives %lld; see "
@@ -317,6 +320,8 @@ static void publish(ts_ep_buffer *b, int half, uint64_t seq, ts_status st, const
         g->hidden = a && a->x ? a->x->shape[1] : -1;
         g->num_experts = a ? a->num_experts : -1;
         g->max_tokens = a ? a->num_max_dispatch_tokens_per_rank : -1;
+        g->num_topk = a && a->topk_idx ? a->topk_idx->shape[1] : -1;
+        g->num_tokens = a && a->x ? a->x->shape[0] : -1;
         atomic_store_explicit(&g->seq, seq, memory_order_release);
     }
 }
@@ -344,7 +349,6 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
         ts_ep_ll_handle_destroy(h);
         return st;
     }
-    const int R = b->num_ranks;
     const int64_t N = h->my_tokens, K = h->my_topk, El = h->El;
     for (int64_t t = 0; t < N; t++)
         for (int64_t k = 0; k < K; k++) {
@@ -364,7 +368,7 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
         ts_ep_ll_handle_destroy(h);
         return st;
     }
-    send_ctx sc = {b, a->x, a->topk_idx, slot, N, K, h->hidden, El, h->T, a->use_fp8, a->round_scale, lay, half, 1, 0,
+    send_ctx sc = {b, a->x, a->topk_idx, N, K, h->hidden, El, h->T, a->use_fp8, a->round_scale, lay, half, 1, 0,
                    ts__ep_ll_cast__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
     if (ts__active_isa() == TS_ISA_AVX2) sc.cast = ts__ep_ll_cast__avx2;
@@ -380,10 +384,6 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
         publish(b, half, seq, st, a);
         ts_ep_ll_handle_destroy(h);
         return st;
-    }
-    for (int d = 0; d < R; d++) {
-        int32_t *cnt = (int32_t *)(void *)(ts__ep_ll_half(b, d, half) + lay.counts);
-        for (int64_t el = 0; el < El; el++) cnt[el * R + b->rank] = h->my_expert_counts[d * El + el];
     }
     publish(b, half, seq, TS_OK, a);
 
@@ -426,6 +426,7 @@ typedef struct recv_ctx {
     const uint8_t *reg;
     ts__ep_ll_dlayout lay;
     int64_t El, T, H;
+    const int64_t *ntok; /* [R] tokens of each source */
 } recv_ctx;
 
 static void recv_task(void *vctx, int64_t e0, int64_t e1, int tid) {
@@ -433,52 +434,51 @@ static void recv_task(void *vctx, int64_t e0, int64_t e1, int tid) {
     const recv_ctx *c = vctx;
     ts_ep_ll_hook *hk = c->hk;
     ts_ep_ll_handle *h = hk->h;
+    const ts_ep_buffer *b = hk->buf;
     const int R = h->num_ranks;
-    const int64_t S = (int64_t)R * c->T, nsc = c->lay.nsc, rb = c->lay.row_bytes;
+    const int64_t S = (int64_t)R * c->T, nsc = c->lay.nsc, rb = c->lay.row_bytes, K = c->lay.K;
     const bool fp8 = hk->da.use_fp8, ue8m0 = hk->da.use_ue8m0;
-    const int32_t *cnt = (const int32_t *)(const void *)(c->reg + c->lay.counts);
-    const int32_t *src = (const int32_t *)(const void *)(c->reg + c->lay.src);
+    const int32_t *ids = (const int32_t *)(const void *)(c->reg + c->lay.ids);
     const float *scl = (const float *)(const void *)(c->reg + c->lay.scales);
     const ts_tensor *rx = &hk->recv_x, *rs = &hk->recv_x_scales;
+    const int64_t es = fp8 ? 1 : 2;
     for (int64_t el = e0; el < e1; el++) {
-        int64_t begin = 0;
+        const int32_t e = (int32_t)(b->rank * c->El + el);
+        int64_t row = 0;
         for (int s = 0; s < R; s++) {
-            const int64_t n = cnt[el * R + s];
-            const int64_t blk = (el * R + s) * c->T;
-            uint8_t *dst = (uint8_t *)rx->data + (el * rx->strides[0] + begin * rx->strides[1]) * (fp8 ? 1 : 2);
-            const uint8_t *from = c->reg + c->lay.rows + blk * rb;
-            if (rx->strides[1] * (fp8 ? 1 : 2) == rb) {
-                memcpy(dst, from, (size_t)(n * rb));
-            } else {
-                for (int64_t i = 0; i < n; i++)
-                    memcpy(dst + i * rx->strides[1] * (fp8 ? 1 : 2), from + i * rb, (size_t)rb);
-            }
-            memcpy(h->src_info + el * S + begin, src + blk, (size_t)n * 4);
-            if (fp8) {
-                for (int64_t i = 0; i < n; i++) {
-                    const float *si = scl + (blk + i) * nsc;
-                    const int64_t row = begin + i;
-                    if (!ue8m0) {
-                        float *o = rs->data;
-                        for (int64_t g = 0; g < nsc; g++)
-                            o[el * rs->strides[0] + row * rs->strides[1] + g * rs->strides[2]] = si[g];
-                    } else {
-                        int32_t *o = rs->data;
-                        for (int64_t w = 0; w < nsc / 4; w++) {
-                            uint32_t word = 0;
-                            for (int j = 0; j < 4; j++) {
-                                union { float f; uint32_t u; } v = {si[4 * w + j]};
-                                word |= ((v.u >> 23) & 0xFFu) << (8 * j);
+            const int64_t begin = row, n_s = c->ntok[s];
+            for (int64_t t = 0; t < n_s; t++) {
+                const int32_t *it = ids + ((int64_t)s * c->T + t) * K;
+                for (int64_t k = 0; k < K; k++) {
+                    if (it[k] != e) continue;
+                    const int64_t slot = (int64_t)s * c->T + t;
+                    memcpy((uint8_t *)rx->data + (el * rx->strides[0] + row * rx->strides[1]) * es,
+                           c->reg + c->lay.rows + slot * rb, (size_t)rb);
+                    h->src_info[el * S + row] = (int32_t)t;
+                    if (fp8) {
+                        const float *si = scl + slot * nsc;
+                        if (!ue8m0) {
+                            float *o = rs->data;
+                            for (int64_t g = 0; g < nsc; g++)
+                                o[el * rs->strides[0] + row * rs->strides[1] + g * rs->strides[2]] = si[g];
+                        } else {
+                            int32_t *o = rs->data;
+                            for (int64_t w = 0; w < nsc / 4; w++) {
+                                uint32_t word = 0;
+                                for (int j = 0; j < 4; j++) {
+                                    union { float f; uint32_t u; } v = {si[4 * w + j]};
+                                    word |= ((v.u >> 23) & 0xFFu) << (8 * j);
+                                }
+                                o[el * rs->strides[0] + row * rs->strides[1] + w * rs->strides[2]] = (int32_t)word;
                             }
-                            o[el * rs->strides[0] + row * rs->strides[1] + w * rs->strides[2]] = (int32_t)word;
                         }
                     }
+                    row++;
                 }
             }
-            h->layout_range[el * R + s] = ((int64_t)begin << 32) | n;
-            begin += n;
+            h->layout_range[el * R + s] = ((int64_t)begin << 32) | (row - begin);
         }
-        h->recv_count[el] = (int32_t)begin;
+        h->recv_count[el] = (int32_t)row;
     }
 }
 
@@ -504,14 +504,26 @@ ts_status ts__ep_ll_dispatch_recv(ts_ep_ll_hook *hk) {
             st = ts__fail(TS_ERR_SHAPE, LD ": rank %d has hidden %lld / num_max_dispatch_tokens_per_rank %lld, this "
                           "rank %lld / %lld", s, (long long)g->hidden, (long long)g->max_tokens, (long long)h->hidden,
                           (long long)h->T);
+        else if (g->num_topk != h->my_topk)
+            st = ts__fail(TS_ERR_SHAPE, LD ": rank %d has num_topk %lld, this rank %lld", s, (long long)g->num_topk,
+                          (long long)h->my_topk);
         else if (g->num_experts != h->E || g->flags != flags)
             st = ts__fail(TS_ERR_INVALID_ARGUMENT, LD ": rank %d has num_experts %lld / fp8 flags %d, this rank %lld / %d",
                           s, (long long)g->num_experts, g->flags, (long long)h->E, flags);
     }
     if (st == TS_OK) {
+        int64_t ntok[1024];
+        int64_t *nt = R <= 1024 ? ntok : calloc((size_t)R, sizeof *nt);
+        if (!nt) {
+            if (wt != waited) free(wt);
+            return ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no memory");
+        }
+        for (int s = 0; s < R; s++) nt[s] = ts__ep_ll_dsig(b, b->rank, half, s)->num_tokens;
         recv_ctx rc = {hk, ts__ep_ll_half(b, b->rank, half),
-                       ts__ep_ll_dispatch_layout(h->El, R, h->T, h->hidden, hk->da.use_fp8), h->El, h->T, h->hidden};
+                       ts__ep_ll_dispatch_layout(R, h->T, h->my_topk, h->hidden, hk->da.use_fp8), h->El, h->T, h->hidden,
+                       nt};
         ts__parallel_for(h->El, 1, recv_task, &rc);
+        if (nt != ntok) free(nt);
         int32_t *rcnt = hk->recv_count.data;
         for (int64_t el = 0; el < h->El; el++) rcnt[el * hk->recv_count.strides[0]] = h->recv_count[el];
         if (hk->has_cum) {

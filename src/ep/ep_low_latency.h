@@ -5,10 +5,13 @@
  *              receiver's segment) and combine signals [2 halves] (written by the owner into
  *              its own segment), one cache line each
  *   [half 0] [half 1]  the data regions; LL call number `seq` (1, 2, ...) uses half seq & 1.
- * Dispatch region (in the receiver's half, written by the sources):
- *   counts i32 [El][R] | src_idx i32 [El][R][T] | scales f32 [El][R][T][H/128] (fp8) |
- *   rows [El][R][T][row bytes]   -- block (e, s) has room for T rows, so senders need no
- *   coordination; the receive phase packs the blocks in source order.
+ * Dispatch region (at the start of the receiver's half, written by the sources):
+ *   ids i32 [R][T][K] (every token's top-k row, to every destination) |
+ *   scales f32 [R][T][H/128] (fp8) | rows [R][T][row bytes]
+ *   -- a token's (cast) row is written once per destination *rank* at its token index, so
+ *   senders need no coordination and no per-expert slots; the receive phase expands it into
+ *   one row per (token, local expert) in (source, token, k) order. The region is R·T rows,
+ *   not E·T as upstream's per-(token, expert) slab.
  * Combine region (at the end of the owner's half, written by the owner, read by the sources):
  *   begin i32 [El][R] | logfmt meta u32 [El][S][H/128] | rows bf16 [El][S][H] (packed as
  *   recv_x: the zero-copy buffer).
@@ -25,13 +28,14 @@ typedef struct ts__ep_ll_sig {
     _Atomic uint64_t seq;
     int32_t status, flags; /* flags: bit 0 fp8 / logfmt, bit 1 round_scale, bit 2 ue8m0 */
     int64_t hidden, num_experts, max_tokens;
-    char pad_[24];
+    int64_t num_topk, num_tokens; /* dispatch: the source's K and N */
+    char pad_[8];
 } ts__ep_ll_sig;
 
 enum { TS__EP_LL_DISPATCH = 1, TS__EP_LL_COMBINE = 2 };
 
 typedef struct ts__ep_ll_dlayout {
-    int64_t counts, src, scales, rows, row_bytes, nsc, total;
+    int64_t ids, scales, rows, row_bytes, nsc, K, total;
 } ts__ep_ll_dlayout;
 
 typedef struct ts__ep_ll_clayout {
@@ -89,7 +93,9 @@ static inline uint8_t *ts__ep_ll_comb(const ts_ep_buffer *b, int owner, int half
     return ts__ep_ll_half(b, owner, half) + ((b->ll->half_bytes - comb_total) & ~(int64_t)4095);
 }
 
-ts__ep_ll_dlayout ts__ep_ll_dispatch_layout(int64_t El, int64_t R, int64_t T, int64_t hidden, bool fp8);
+ts__ep_ll_dlayout ts__ep_ll_dispatch_layout(int64_t R, int64_t T, int64_t K, int64_t hidden, bool fp8);
+/* K the size hint budgets for (larger K works when num_rdma_bytes has room) */
+#define TS__EP_LL_HINT_TOPK 32
 ts__ep_ll_clayout ts__ep_ll_combine_layout(int64_t El, int64_t R, int64_t T, int64_t hidden);
 
 /* Waits until the signal reaches seq (acquire). TS_ERR_TIMEOUT naming `rank` (and marks the
