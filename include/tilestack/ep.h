@@ -196,9 +196,9 @@ TS_API ts_status ts_ep_reference_free(ts_ep_reference_result *res);
  * raises a per-source signal; the receive phase waits for the signals (deadline as every
  * wait; a silent rank gives TS_ERR_TIMEOUT naming it). docs/ep.md has the protocol. */
 
-/* Bytes of num_rdma_bytes that LL calls with these limits need (both halves); rounded to
- * 2 MiB. Like upstream's get_low_latency_rdma_size_hint it depends on experts x tokens
- * (num_ranks only enters through the per-source signal lines). */
+/* Bytes of num_rdma_bytes that LL calls with these limits need (both halves, top-k up to 32);
+ * rounded to 2 MiB. Like upstream's get_low_latency_rdma_size_hint it is dominated by
+ * experts x tokens x hidden (the combine rows); the dispatch part is num_ranks x tokens rows. */
 TS_API ts_status ts_ep_get_low_latency_rdma_size_hint(int64_t num_max_dispatch_tokens_per_rank, int64_t hidden,
                                                       int32_t num_ranks, int64_t num_experts,
                                                       int64_t *num_rdma_bytes);
