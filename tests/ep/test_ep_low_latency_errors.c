@@ -226,3 +226,35 @@ TS_TEST(ep_ll_buffer_create_and_hint) {
     }
     ll_free_world(&w);
 }
+
+TS_TEST(ep_ll_error_expert_rows_beyond_T) {
+    /* a rank whose tokens list one expert more than T times in all (duplicates in the top-k)
+     * would overflow [E/R, R*T] at the receiver: rejected there, TS_ERR_PEER elsewhere */
+    ll_world w;
+    ll_make_world(&k_err, &w);
+    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) {
+        ll_free_world(&w);
+        return;
+    }
+    const int bad = 0; /* rank 0 has T tokens */
+    int64_t *idx = w.idx + g_ep_rank * w.T * w.K;
+    int64_t *saved = malloc((size_t)(w.T * w.K) * 8);
+    memcpy(saved, idx, (size_t)(w.T * w.K) * 8);
+    if (g_ep_rank == bad)
+        for (int64_t i = 0; i < w.T * w.K; i++) idx[i] = 1; /* expert 1, K times per token */
+    ll_bufs o;
+    bufs_make(&w, &o);
+    ts_ep_ll_handle *h = NULL;
+    ts_status st = disp(b, &w, &o, &w.tx, &w.tidx, w.T, w.E, &h);
+    expect(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
+    if (g_ep_rank == bad) TS_CHECK(strstr(ts_last_error(), "expert 1") != NULL);
+    TS_CHECK(bufs_untouched(&w, &o));
+    if (st == TS_OK) ts_ep_ll_handle_destroy(h);
+    memcpy(idx, saved, (size_t)(w.T * w.K) * 8);
+    free(saved);
+    free(o.rx);
+    still_works(ts_t_, b, &w);
+    ts_ep_buffer_destroy(b);
+    ll_free_world(&w);
+}
