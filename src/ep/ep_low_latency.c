@@ -427,11 +427,11 @@ typedef struct recv_ctx {
     ts__ep_ll_dlayout lay;
     int64_t El, T, H;
     const int64_t *ntok; /* [R] tokens of each source */
+    int oom;
 } recv_ctx;
 
 static void recv_task(void *vctx, int64_t e0, int64_t e1, int tid) {
-    (void)tid;
-    const recv_ctx *c = vctx;
+    recv_ctx *c = vctx;
     ts_ep_ll_hook *hk = c->hk;
     ts_ep_ll_handle *h = hk->h;
     const ts_ep_buffer *b = hk->buf;
@@ -442,44 +442,51 @@ static void recv_task(void *vctx, int64_t e0, int64_t e1, int tid) {
     const float *scl = (const float *)(const void *)(c->reg + c->lay.scales);
     const ts_tensor *rx = &hk->recv_x, *rs = &hk->recv_x_scales;
     const int64_t es = fp8 ? 1 : 2;
-    for (int64_t el = e0; el < e1; el++) {
-        const int32_t e = (int32_t)(b->rank * c->El + el);
-        int64_t row = 0;
-        for (int s = 0; s < R; s++) {
-            const int64_t begin = row, n_s = c->ntok[s];
-            for (int64_t t = 0; t < n_s; t++) {
-                const int32_t *it = ids + ((int64_t)s * c->T + t) * K;
-                for (int64_t k = 0; k < K; k++) {
-                    if (it[k] != e) continue;
-                    const int64_t slot = (int64_t)s * c->T + t;
-                    memcpy((uint8_t *)rx->data + (el * rx->strides[0] + row * rx->strides[1]) * es,
-                           c->reg + c->lay.rows + slot * rb, (size_t)rb);
-                    h->src_info[el * S + row] = (int32_t)t;
-                    if (fp8) {
-                        const float *si = scl + slot * nsc;
-                        if (!ue8m0) {
-                            float *o = rs->data;
-                            for (int64_t g = 0; g < nsc; g++)
-                                o[el * rs->strides[0] + row * rs->strides[1] + g * rs->strides[2]] = si[g];
-                        } else {
-                            int32_t *o = rs->data;
-                            for (int64_t w = 0; w < nsc / 4; w++) {
-                                uint32_t word = 0;
-                                for (int j = 0; j < 4; j++) {
-                                    union { float f; uint32_t u; } v = {si[4 * w + j]};
-                                    word |= ((v.u >> 23) & 0xFFu) << (8 * j);
-                                }
-                                o[el * rs->strides[0] + row * rs->strides[1] + w * rs->strides[2]] = (int32_t)word;
-                            }
+    const int64_t lo = b->rank * c->El + e0, hi = b->rank * c->El + e1;
+    /* One pass over every (source, token, k) in order, acting on this task's experts only:
+     * each expert's rows come out in (source, token, k) order. */
+    int64_t *cur = ts__scratch(tid, (size_t)(e1 - e0) * sizeof *cur);
+    if (!cur) {
+        c->oom = 1;
+        return;
+    }
+    for (int64_t el = e0; el < e1; el++) cur[el - e0] = 0;
+    for (int s = 0; s < R; s++) {
+        for (int64_t el = e0; el < e1; el++) h->layout_range[el * R + s] = cur[el - e0] << 32;
+        for (int64_t t = 0; t < c->ntok[s]; t++) {
+            const int64_t slot = (int64_t)s * c->T + t;
+            const int32_t *it = ids + slot * K;
+            for (int64_t k = 0; k < K; k++) {
+                if (it[k] < lo || it[k] >= hi) continue;
+                const int64_t el = it[k] - b->rank * c->El;
+                const int64_t row = cur[el - e0]++;
+                memcpy((uint8_t *)rx->data + (el * rx->strides[0] + row * rx->strides[1]) * es,
+                       c->reg + c->lay.rows + slot * rb, (size_t)rb);
+                h->src_info[el * S + row] = (int32_t)t;
+                if (!fp8) continue;
+                const float *si = scl + slot * nsc;
+                if (!ue8m0) {
+                    float *o = (float *)rs->data + el * rs->strides[0] + row * rs->strides[1];
+                    for (int64_t g = 0; g < nsc; g++) o[g * rs->strides[2]] = si[g];
+                } else {
+                    int32_t *o = (int32_t *)rs->data + el * rs->strides[0] + row * rs->strides[1];
+                    for (int64_t w = 0; w < nsc / 4; w++) {
+                        uint32_t word = 0;
+                        for (int j = 0; j < 4; j++) {
+                            union { float f; uint32_t u; } v = {si[4 * w + j]};
+                            word |= ((v.u >> 23) & 0xFFu) << (8 * j);
                         }
+                        o[w * rs->strides[2]] = (int32_t)word;
                     }
-                    row++;
                 }
             }
-            h->layout_range[el * R + s] = ((int64_t)begin << 32) | (row - begin);
         }
-        h->recv_count[el] = (int32_t)row;
+        for (int64_t el = e0; el < e1; el++) {
+            const int64_t begin = h->layout_range[el * R + s] >> 32;
+            h->layout_range[el * R + s] |= cur[el - e0] - begin;
+        }
     }
+    for (int64_t el = e0; el < e1; el++) h->recv_count[el] = (int32_t)cur[el - e0];
 }
 
 ts_status ts__ep_ll_dispatch_recv(ts_ep_ll_hook *hk) {
@@ -521,9 +528,14 @@ ts_status ts__ep_ll_dispatch_recv(ts_ep_ll_hook *hk) {
         for (int s = 0; s < R; s++) nt[s] = ts__ep_ll_dsig(b, b->rank, half, s)->num_tokens;
         recv_ctx rc = {hk, ts__ep_ll_half(b, b->rank, half),
                        ts__ep_ll_dispatch_layout(R, h->T, h->my_topk, h->hidden, hk->da.use_fp8), h->El, h->T, h->hidden,
-                       nt};
-        ts__parallel_for(h->El, 1, recv_task, &rc);
+                       nt, 0};
+        /* a few experts per task: each task scans every source's top-k rows once */
+        ts__parallel_for(h->El, (h->El + 1) / 2 > 0 ? (h->El + 1) / 2 : 1, recv_task, &rc);
         if (nt != ntok) free(nt);
+        if (rc.oom) {
+            if (wt != waited) free(wt);
+            return ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no scratch memory");
+        }
         int32_t *rcnt = hk->recv_count.data;
         for (int64_t el = 0; el < h->El; el++) rcnt[el * hk->recv_count.strides[0]] = h->recv_count[el];
         if (hk->has_cum) {
