@@ -336,3 +336,35 @@ TS_TEST(tile_diag_expression_too_complex) {
     free(diag);
     free(src);
 }
+
+TS_TEST(tile_robust_token_soup) {
+    /* random sequences of the language's own tokens reach deeper into parser and checker
+     * than random bytes do */
+    static const char *const vocab[] = {
+        "kernel", "k", "(", ")", "{", "}", "[", "]", "<", ">", ",", ";", ":", "=", "+", "-", "*",
+        "/", "%", "launch", "as", "for", "in", "parallel", "serial", "if", "else", "while", "let",
+        "var", "tile", "t", "x", "b", "i", "f32", "bf16", "e4m3", "i32", "tensor", "1", "4", "0.5",
+        "copy", "reduce", "sum", "fill", "cast", "exp", "max", "macro", "m", "const", "N", "&&",
+        "==", "!", "true", "\"s\"", "check", "gemm", "axis", "accumulate", "break", ":",
+        "kernel k(x: tensor<f32, [N, 4]>) { launch (N) as (b) {", "tile t: f32[4, 4];",
+        "for i in parallel(4) {", "copy(x[b, 0], t);", "} }",
+    };
+    const int nv = (int)(sizeof vocab / sizeof vocab[0]);
+    ts_prng r = ts_prng_seed(0x50c9);
+    char *buf = malloc(1 << 16);
+    TS_CHECK(buf != NULL);
+    if (!buf) return;
+    for (int it = 0; it < 300 && !TS_FAILED(); it++) {
+        size_t n = 0;
+        int ntok = 20 + (int)(ts_prng_u32(&r) % 300);
+        for (int k = 0; k < ntok; k++) {
+            const char *t = vocab[ts_prng_u32(&r) % (uint32_t)nv];
+            size_t l = strlen(t);
+            memcpy(buf + n, t, l);
+            n += l;
+            buf[n++] = (ts_prng_u32(&r) & 7) ? ' ' : '\n';
+        }
+        expect_clean(ts_t_, buf, n, "token soup");
+    }
+    free(buf);
+}

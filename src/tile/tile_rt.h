@@ -145,6 +145,12 @@ static inline double ts__tile_min64f(double a, double b) {
     return a < b ? a : b;
 }
 
+/* integer min / max (functions rather than ternaries: no warnings on min(x, x)) */
+static inline int64_t ts__tile_mini(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t ts__tile_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline uint64_t ts__tile_minu(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t ts__tile_maxu(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
 /* ---- f32 transcendental functions (fixed algorithms) ---- */
 
 /* p * 2^n for n in [-160, 160], with one rounding (the last multiply). */
