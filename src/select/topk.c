@@ -530,7 +530,9 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     p.idx = output_idx;
     const bool avx2 = ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512;
 #ifdef TS_HAVE_AVX2_KERNELS
-    if (avx2) p.filter = p.bf16 ? ts__topk_filter_bf16__avx2 : ts__topk_filter_f32__avx2;
+    if (avx2)
+        p.filter = p.sample_runs ? (p.bf16 ? ts__topk_filter_bf16_stream__avx2 : ts__topk_filter_f32_stream__avx2)
+                                 : (p.bf16 ? ts__topk_filter_bf16__avx2 : ts__topk_filter_f32__avx2);
     if (avx2) p.argmax = p.bf16 ? ts__topk_argmax_bf16__avx2 : ts__topk_argmax_f32__avx2;
 #else
     (void)avx2;

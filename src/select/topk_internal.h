@@ -46,6 +46,11 @@ int64_t ts__topk_filter_f32__avx2(const void *x, int64_t n, uint32_t idx0, float
                                   uint32_t pidx, uint64_t *out, int *nan);
 int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
                                    uint32_t pidx, uint64_t *out, int *nan);
+/* the same with a software prefetch ahead of the scan, for rows from DRAM */
+int64_t ts__topk_filter_f32_stream__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                         uint32_t pidx, uint64_t *out, int *nan);
+int64_t ts__topk_filter_bf16_stream__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                          uint32_t pidx, uint64_t *out, int *nan);
 #endif
 
 /* k = 1: the entry of the largest of x[0..n) (n >= 1; lowest index among equal values, index

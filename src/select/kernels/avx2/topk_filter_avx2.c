@@ -8,15 +8,12 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Software prefetch this many bytes ahead of the scan (see topk_argmax_avx2.c): rows from DRAM
- * stream faster with it than with the hardware prefetcher alone. */
+/* Rows from DRAM (the batch exceeds L3; the *_stream variants) get a software prefetch 16 KB
+ * ahead of the scan, two per 128 bytes: measured 64 x 1M bf16 k 2048 14.4 -> 10.0 ms (min of
+ * 24 calls). Rows in cache do not: there the prefetches compete with the loads (1 x 1M k 2048
+ * 72 -> 80 us). */
 #define PF_BYTES 16384
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_BYTES, _MM_HINT_T0)
-/* Groups per hit bitmap (see the f32 filter). Measured, bf16 1M rows: 64 groups is best from
- * cache (k 2048: 127 -> 99 us against a branch per group) but ~15% slower than the branch per
- * group on rows from DRAM (64 x 1M); 16 groups keeps most of the gain (108 us) and matches the
- * branch per group from DRAM; 8 loses more in cache. */
-#define HIT_GROUPS 16
 
 /* Lanes in gt are appended; lanes in eq only when their index is below pidx. Both in lane
  * order so the buffer order matches the generic filter. */
@@ -46,7 +43,6 @@ static inline __m256 widen_bf16(const uint16_t *p) {
     const __m256 t = _mm256_set1_ps(thr);                                                      \
     int64_t c = 0, i = 0;                                                                      \
     for (; i + 32 <= n; i += 32) {                                                             \
-        PREFETCH(u + i);                                                                       \
         __m256 v0 = LOAD(i), v1 = LOAD(i + 8), v2 = LOAD(i + 16), v3 = LOAD(i + 24);           \
         __m256 g0 = _mm256_cmp_ps(v0, t, _CMP_NLE_UQ), g1 = _mm256_cmp_ps(v1, t, _CMP_NLE_UQ); \
         __m256 g2 = _mm256_cmp_ps(v2, t, _CMP_NLE_UQ), g3 = _mm256_cmp_ps(v3, t, _CMP_NLE_UQ); \
@@ -70,47 +66,34 @@ static inline int admit(float f, float thr, uint32_t idx, uint32_t pidx) {
     return f > thr || f != f || (f == thr && idx < pidx);
 }
 
-int64_t ts__topk_filter_f32__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
-                                  uint32_t pidx, uint64_t *out, int *nan) {
+static inline __attribute__((always_inline)) int64_t filter_f32(const void *x, int64_t n, uint32_t idx0, float thr,
+                                 uint32_t pidx, uint64_t *out, int *nan, const int pf) {
     const float *f = (const float *)x;
     const uint32_t *u = (const uint32_t *)x;
     const __m256 t = _mm256_set1_ps(thr);
     int64_t c = 0, i = 0;
     /* One compare per 8 values: x >= thr or NaN; ties are sorted out by admit(). */
-    /* Two steps per up to HIT_GROUPS groups of 32: a bitmap of the groups with a hit (set branch-free),
-     * then the hit groups again from L1. A "skip this group?" branch would mispredict on every
-     * hit group: ~17% of the 64-value groups of a 1M bf16 row with k = 2048. */
-    while (i + 32 <= n) {
-        const int64_t ng = (n - i) / 32 < HIT_GROUPS ? (n - i) / 32 : HIT_GROUPS;
-        uint64_t hits = 0;
-        for (int64_t g = 0; g < ng; g++) {
-            const float *q = f + i + 32 * g;
-            PREFETCH(q);
-            PREFETCH(q + 16);
-            __m256 g0 = _mm256_cmp_ps(_mm256_loadu_ps(q), t, _CMP_NLT_UQ);
-            __m256 g1 = _mm256_cmp_ps(_mm256_loadu_ps(q + 8), t, _CMP_NLT_UQ);
-            __m256 g2 = _mm256_cmp_ps(_mm256_loadu_ps(q + 16), t, _CMP_NLT_UQ);
-            __m256 g3 = _mm256_cmp_ps(_mm256_loadu_ps(q + 24), t, _CMP_NLT_UQ);
-            __m256 any = _mm256_or_ps(_mm256_or_ps(g0, g1), _mm256_or_ps(g2, g3));
-            hits |= (uint64_t)(_mm256_movemask_ps(any) != 0) << g;
+    for (; i + 32 <= n; i += 32) {
+        if (pf) {
+            PREFETCH(f + i);
+            PREFETCH(f + i + 16);
         }
-        while (hits) {
-            const int64_t b = i + 32 * (int64_t)__builtin_ctzll(hits);
-            hits &= hits - 1;
-            uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(f + b), t, _CMP_NLT_UQ)) |
-                         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(f + b + 8), t, _CMP_NLT_UQ)) << 8 |
-                         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(f + b + 16), t, _CMP_NLT_UQ)) << 16 |
-                         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(f + b + 24), t, _CMP_NLT_UQ)) << 24;
-            while (m) {
-                int64_t j = b + __builtin_ctz(m);
-                m &= m - 1;
-                uint32_t idx = idx0 + (uint32_t)j;
-                if (!admit(f[j], thr, idx, pidx)) continue;
-                out[c++] = ts__topk_entry(ts__topk_key_f32(u[j]), idx);
-                if (f[j] != f[j]) *nan = 1;
-            }
+        __m256 g0 = _mm256_cmp_ps(_mm256_loadu_ps(f + i), t, _CMP_NLT_UQ);
+        __m256 g1 = _mm256_cmp_ps(_mm256_loadu_ps(f + i + 8), t, _CMP_NLT_UQ);
+        __m256 g2 = _mm256_cmp_ps(_mm256_loadu_ps(f + i + 16), t, _CMP_NLT_UQ);
+        __m256 g3 = _mm256_cmp_ps(_mm256_loadu_ps(f + i + 24), t, _CMP_NLT_UQ);
+        __m256 any = _mm256_or_ps(_mm256_or_ps(g0, g1), _mm256_or_ps(g2, g3));
+        if (_mm256_testz_ps(any, any)) continue;
+        uint32_t m = (uint32_t)_mm256_movemask_ps(g0) | (uint32_t)_mm256_movemask_ps(g1) << 8 |
+                     (uint32_t)_mm256_movemask_ps(g2) << 16 | (uint32_t)_mm256_movemask_ps(g3) << 24;
+        while (m) {
+            int64_t j = i + __builtin_ctz(m);
+            m &= m - 1;
+            uint32_t idx = idx0 + (uint32_t)j;
+            if (!admit(f[j], thr, idx, pidx)) continue;
+            out[c++] = ts__topk_entry(ts__topk_key_f32(u[j]), idx);
+            if (f[j] != f[j]) *nan = 1;
         }
-        i += 32 * ng;
     }
     for (; i < n; i++) {
         uint32_t idx = idx0 + (uint32_t)i;
@@ -135,8 +118,8 @@ static inline float bf16_f32(uint16_t v) {
  * appended without a scalar re-test. Negative NaNs are below T as int16; they are the largest
  * raw patterns (0xFF81..0xFFFF), so a running unsigned max of the raw bits catches them, and
  * positive NaNs are caught among the survivors. */
-static int64_t filter_bf16_positive(const uint16_t *u, int64_t n, uint32_t idx0, float thr,
-                                    uint32_t pidx, uint64_t *out, int *nan) {
+static inline __attribute__((always_inline)) int64_t filter_bf16_positive(const uint16_t *u, int64_t n, uint32_t idx0, float thr,
+                                           uint32_t pidx, uint64_t *out, int *nan, const int pf) {
     uint32_t tb;
     memcpy(&tb, &thr, 4);
     tb >>= 16; /* >= 1: thr > 0 */
@@ -146,46 +129,35 @@ static int64_t filter_bf16_positive(const uint16_t *u, int64_t n, uint32_t idx0,
     uint32_t pos_nan = 0;
     /* ties win only below pidx: lanes j < lim of a group starting at i */
     const int64_t lim0 = pidx > idx0 ? (int64_t)(pidx - idx0) : 0;
-    /* as in the f32 filter: a bitmap of hit groups per up to HIT_GROUPS groups of 64, then the hit
-     * groups from L1, so no branch per group */
-    while (i + 64 <= n) {
-        const int64_t ng = (n - i) / 64 < HIT_GROUPS ? (n - i) / 64 : HIT_GROUPS;
-        uint64_t hits = 0;
-        for (int64_t g = 0; g < ng; g++) {
-            const uint16_t *q = u + i + 64 * g;
-            PREFETCH(q);
-            PREFETCH(q + 32);
-            __m256i v[4];
-            for (int h = 0; h < 4; h++) v[h] = _mm256_loadu_si256((const __m256i *)(q + 16 * h));
-            __m256i ge = _mm256_or_si256(_mm256_or_si256(_mm256_cmpgt_epi16(v[0], tm1), _mm256_cmpgt_epi16(v[1], tm1)),
-                                         _mm256_or_si256(_mm256_cmpgt_epi16(v[2], tm1), _mm256_cmpgt_epi16(v[3], tm1)));
-            mx = _mm256_max_epu16(mx, _mm256_max_epu16(_mm256_max_epu16(v[0], v[1]), _mm256_max_epu16(v[2], v[3])));
-            hits |= (uint64_t)(_mm256_movemask_epi8(ge) != 0) << g;
+    for (; i + 64 <= n; i += 64) {
+        if (pf) {
+            PREFETCH(u + i);
+            PREFETCH(u + i + 32);
         }
-        while (hits) {
-            const int64_t gi = i + 64 * (int64_t)__builtin_ctzll(hits);
-            hits &= hits - 1;
-            for (int h = 0; h < 2; h++) {
-                const int64_t base = gi + 32 * h;
-                const __m256i a = _mm256_loadu_si256((const __m256i *)(u + base));
-                const __m256i b = _mm256_loadu_si256((const __m256i *)(u + base + 16));
-                /* one bit per value (the even bits of the byte masks) */
-                uint64_t m = ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi16(a, t))) |
-                             ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi16(b, t)) << 32);
-                uint64_t e = ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(a, t))) |
-                             ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(b, t)) << 32);
-                const int64_t lim = lim0 - base;
-                if (e && lim < 32) e &= lim <= 0 ? 0 : (1ull << (2 * lim)) - 1;
-                m = (m | e) & 0x5555555555555555ull;
-                while (m) {
-                    int64_t j = base + (__builtin_ctzll(m) >> 1);
-                    m &= m - 1;
-                    pos_nan |= (uint32_t)(u[j] > 0x7f80u); /* positive here: above +inf is NaN */
-                    out[c++] = ts__topk_entry(ts__topk_key_bf16(u[j]), idx0 + (uint32_t)j);
-                }
+        __m256i v[4];
+        for (int g = 0; g < 4; g++) v[g] = _mm256_loadu_si256((const __m256i *)(u + i + 16 * g));
+        __m256i ge = _mm256_or_si256(_mm256_or_si256(_mm256_cmpgt_epi16(v[0], tm1), _mm256_cmpgt_epi16(v[1], tm1)),
+                                     _mm256_or_si256(_mm256_cmpgt_epi16(v[2], tm1), _mm256_cmpgt_epi16(v[3], tm1)));
+        mx = _mm256_max_epu16(mx, _mm256_max_epu16(_mm256_max_epu16(v[0], v[1]), _mm256_max_epu16(v[2], v[3])));
+        if (_mm256_testz_si256(ge, ge)) continue;
+        for (int h = 0; h < 2; h++) {
+            const __m256i a = v[2 * h], b = v[2 * h + 1];
+            const int64_t base = i + 32 * h;
+            /* one bit per value (the even bits of the byte masks) */
+            uint64_t m = ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi16(a, t))) |
+                         ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi16(b, t)) << 32);
+            uint64_t e = ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(a, t))) |
+                         ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(b, t)) << 32);
+            const int64_t lim = lim0 - base;
+            if (e && lim < 32) e &= lim <= 0 ? 0 : (1ull << (2 * lim)) - 1;
+            m = (m | e) & 0x5555555555555555ull;
+            while (m) {
+                int64_t j = base + (__builtin_ctzll(m) >> 1);
+                m &= m - 1;
+                pos_nan |= (uint32_t)(u[j] > 0x7f80u); /* positive here: above +inf is NaN */
+                out[c++] = ts__topk_entry(ts__topk_key_bf16(u[j]), idx0 + (uint32_t)j);
             }
         }
-        i += 64 * ng;
     }
     for (; i < n; i++) {
         uint32_t idx = idx0 + (uint32_t)i;
@@ -203,10 +175,11 @@ static int64_t filter_bf16_positive(const uint16_t *u, int64_t n, uint32_t idx0,
     return c;
 }
 
-int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
-                                   uint32_t pidx, uint64_t *out, int *nan) {
+static inline __attribute__((always_inline)) int64_t filter_bf16(const void *x, int64_t n, uint32_t idx0, float thr,
+                                  uint32_t pidx, uint64_t *out, int *nan, const int pf) {
     const uint16_t *u = (const uint16_t *)x;
-    if (thr > 0.0f) return filter_bf16_positive(u, n, idx0, thr, pidx, out, nan);
+    if (thr > 0.0f) return filter_bf16_positive(u, n, idx0, thr, pidx, out, nan, pf);
+    /* T <= 0 (a rare threshold for scores): widened to f32, no prefetch */
 #define LOAD_BF16(j) widen_bf16(u + (j))
     FILTER_BODY(LOAD_BF16, append_bf16)
     for (; i < n; i++) {
@@ -217,4 +190,21 @@ int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, floa
         c = append_bf16(u, i, gt, eq, idx0, pidx, out, c, nan);
     }
     return c;
+}
+
+int64_t ts__topk_filter_f32__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                  uint32_t pidx, uint64_t *out, int *nan) {
+    return filter_f32(x, n, idx0, thr, pidx, out, nan, 0);
+}
+int64_t ts__topk_filter_f32_stream__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                         uint32_t pidx, uint64_t *out, int *nan) {
+    return filter_f32(x, n, idx0, thr, pidx, out, nan, 1);
+}
+int64_t ts__topk_filter_bf16__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                   uint32_t pidx, uint64_t *out, int *nan) {
+    return filter_bf16(x, n, idx0, thr, pidx, out, nan, 0);
+}
+int64_t ts__topk_filter_bf16_stream__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
+                                          uint32_t pidx, uint64_t *out, int *nan) {
+    return filter_bf16(x, n, idx0, thr, pidx, out, nan, 1);
 }
