@@ -51,7 +51,15 @@ ts_status ts__ep_ll_init(ts_ep_buffer *b) {
     return TS_OK;
 }
 
+/* A combine hook that was never run still owns its slot array. */
+static void drop_hook(ts_ep_ll_hook *hk) {
+    if (hk->armed && hk->op == TS__EP_LL_COMBINE) free(hk->recv_x.data);
+    hk->armed = false;
+}
+
 void ts__ep_ll_free(ts_ep_buffer *b) {
+    if (b->ll)
+        for (int h = 0; h < 2; h++) drop_hook(&b->ll->hooks[h]);
     free(b->ll);
     b->ll = NULL;
 }
@@ -129,7 +137,7 @@ ts_status ts_ep_clean_low_latency_buffer(ts_ep_buffer *buf, int64_t T, int64_t h
                 atomic_store_explicit(&g->seq, 0, memory_order_relaxed);
             }
             atomic_store_explicit(&ts__ep_ll_csig(buf, buf->rank, h)->seq, 0, memory_order_relaxed);
-            buf->ll->hooks[h].armed = false;
+            drop_hook(&buf->ll->hooks[h]);
         }
         buf->ll->seq = 0;
     }
@@ -388,7 +396,7 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
     publish(b, half, seq, TS_OK, a);
 
     ts_ep_ll_hook *hk = &b->ll->hooks[half];
-    if (hk->armed && hk->op == TS__EP_LL_COMBINE) free(hk->recv_x.data); /* a hook never run */
+    drop_hook(hk);
     memset(hk, 0, sizeof *hk);
     hk->buf = b;
     hk->op = TS__EP_LL_DISPATCH;
