@@ -118,6 +118,20 @@ static const char k_kernels[] =
     "        fill(u, 7);\n"
     "        copy(u, p[15]);\n"
     "    }\n"
+    "}\n"
+    "\n"
+    "kernel shadow(o: tensor<i64, [3]>) {\n"
+    "    launch (1) as (b) {\n"
+    "        let x = 5;\n"
+    "        var v: i64 = 1;\n"
+    "        {\n"
+    "            let x = x + 1;\n"
+    "            var v: i64 = v + x;\n"
+    "            o[0] = x;\n"
+    "            o[2] = v;\n"
+    "        }\n"
+    "        o[1] = x + v * 100;\n"
+    "    }\n"
     "}\n";
 
 static const char k_driver[] =
@@ -261,7 +275,17 @@ static const char k_driver[] =
     "    for (int i = 0; i < 24; i++) EXPECT(p[i] == (i >= 15 && i < 20 ? 7 : -5));\n"
     "}\n"
     "\n"
+    "ts_status ts_shadow(const ts_tensor *o);\n"
+    "/* an inner name's initialiser sees the outer name (C scoping would not) */\n"
+    "static void test_shadow(void) {\n"
+    "    int64_t o[3] = {0, 0, 0};\n"
+    "    ts_tensor to = ts_tensor_1d(o, TS_I64, 3);\n"
+    "    EXPECT(ts_shadow(&to) == TS_OK);\n"
+    "    EXPECT(o[0] == 6 && o[1] == 105 && o[2] == 7);\n"
+    "}\n"
+    "\n"
     "int main(void) {\n"
+    "    test_shadow();\n"
     "    test_edges();\n"
     "    test_cast();\n"
     "    test_rmsnorm();\n"
@@ -349,9 +373,10 @@ TS_TEST(tile_lower_c_structure) {
         "TS_TILE_PARALLEL_FOR(total, ts__tk_per_token_cast_e4m3_launch0, a);",
         "unsigned char *scr = ts__scratch(tid, 2640);",
         "ts_f32_to_e4m3(ts__tile_minf(ts__tile_maxf(",
-        "= ts_f32_to_bf16(((t_xt[((v_i) * 256 + (v_j))] * v_r) * t_wt[(v_j)]));",
+        "= ts_f32_to_bf16(((t",  /* (x * r) * w, rounded once to bf16 */
+        "_xt[((v",
         "ts__tile_rsqrtf(",
-        "fmaf(t_fa[",
+        "fmaf(t",
         "ts__tile_div_i32(",
         "if (!((!a->s_fail))) ts__tile_fail(&a->failed, 1);",
         "\"t.tile:87:9: check() failed: asked to fail\",",

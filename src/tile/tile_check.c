@@ -27,6 +27,7 @@ typedef struct chk {
     int expansions;
     bool lowered;            /* checking the IR: reserved names allowed */
     ts__tile_sym *dims_list[64];
+    int uids;
 } chk;
 
 #define ERR(c, loc, ...) ts__tile_error((c)->d, (loc), __VA_ARGS__)
@@ -59,6 +60,7 @@ static ts__tile_sym *declare(chk *c, int kind, const char *name, ts__tile_node *
     s->kind = kind;
     s->name = name;
     s->decl = decl;
+    s->uid = ++c->uids;
     s->depth = c->depth;
     s->next = c->scope;
     c->scope = s;

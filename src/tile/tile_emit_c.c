@@ -248,8 +248,11 @@ static void sym_ref(em *e, ts__tile_buf *b, const ts__tile_sym *s) {
     switch (s->kind) {
     case SYM_DIM: case SYM_STRIDE: ts__tile_buf_printf(b, "a->d_%s", s->name); break;
     case SYM_SCALAR: ts__tile_buf_printf(b, "a->s_%s", s->name); break;
-    case SYM_LET: ts__tile_buf_printf(b, s->index ? "a->l_%s" : "v_%s", s->name); break;
-    default: ts__tile_buf_printf(b, "v_%s", s->name);
+    case SYM_LET:
+        if (s->index) ts__tile_buf_printf(b, "a->l_%s", s->name);
+        else ts__tile_buf_printf(b, "v%d_%s", s->uid, s->name);
+        break;
+    default: ts__tile_buf_printf(b, "v%d_%s", s->uid, s->name);
     }
 }
 
@@ -266,7 +269,7 @@ static void elem(em *e, ts__tile_buf *b, const ts__tile_node *n) {
         ts__tile_buf_puts(b, "]");
         return;
     }
-    ts__tile_buf_printf(b, "t_%s[", s->name);
+    ts__tile_buf_printf(b, "t%d_%s[", s->uid, s->name);
     /* row-major over the constant dims: ((i0 * D1 + i1) * D2 + i2) */
     for (int32_t i = 0; i + 1 < n->nlist; i++) ts__tile_buf_puts(b, "(");
     for (int32_t i = 0; i < n->nlist; i++) {
@@ -556,9 +559,9 @@ static void st(em *e, const ts__tile_node *n, int lv) {
     case TN_TILE: {
         const ts__tile_sym *s = n->sym;
         ind(e, lv);
-        ts__tile_buf_printf(o, "%s *const t_%s = (%s *)(scr + %lld);\n", ctype(s->dt), s->name, ctype(s->dt),
-                            (long long)n->ival);
-        ts__tile_buf_printf(o, "%*s(void)t_%s;\n", lv * 4, "", s->name);
+        ts__tile_buf_printf(o, "%s *const t%d_%s = (%s *)(scr + %lld);\n", ctype(s->dt), s->uid, s->name,
+                            ctype(s->dt), (long long)n->ival);
+        ts__tile_buf_printf(o, "%*s(void)t%d_%s;\n", lv * 4, "", s->uid, s->name);
         break;
     }
     case TN_LET: {
@@ -566,7 +569,7 @@ static void st(em *e, const ts__tile_node *n, int lv) {
         char *v = ex_str(e, n->a, s->dt);
         ind(e, lv);
         if (s->index) ts__tile_buf_printf(o, "a->l_%s = %s;\n", s->name, v);
-        else ts__tile_buf_printf(o, "const %s v_%s = %s; (void)v_%s;\n", vtype(s->dt), s->name, v, s->name);
+        else ts__tile_buf_printf(o, "const %s v%d_%s = %s; (void)v%d_%s;\n", vtype(s->dt), s->uid, s->name, v, s->uid, s->name);
         free(v);
         break;
     }
@@ -574,7 +577,7 @@ static void st(em *e, const ts__tile_node *n, int lv) {
         const ts__tile_sym *s = n->sym;
         char *v = n->a ? ex_str(e, n->a, s->dt) : NULL;
         ind(e, lv);
-        ts__tile_buf_printf(o, "%s v_%s = %s; (void)v_%s;\n", vtype(s->dt), s->name, v ? v : "0", s->name);
+        ts__tile_buf_printf(o, "%s v%d_%s = %s; (void)v%d_%s;\n", vtype(s->dt), s->uid, s->name, v ? v : "0", s->uid, s->name);
         free(v);
         break;
     }
@@ -613,27 +616,32 @@ static void st(em *e, const ts__tile_node *n, int lv) {
             for (int32_t i = 0; i < n->nlist2; i++) {
                 char *x = ex_str(e, it->list[i], TT_I64);
                 ind(e, lv + 1);
-                ts__tile_buf_printf(o, "const int64_t e_%s = %s;\n", n->list2[i]->name, x);
+                const ts__tile_sym *lv_ = n->list2[i]->sym;
+                ts__tile_buf_printf(o, "const int64_t e%d_%s = %s;\n", lv_->uid, lv_->name, x);
                 free(x);
             }
             for (int32_t i = 0; i < n->nlist2; i++) {
-                const char *v = n->list2[i]->name;
+                const ts__tile_sym *ls = n->list2[i]->sym;
+                char v[300];
+                snprintf(v, sizeof v, "%d_%s", ls->uid, ls->name);
                 ind(e, lv + 1 + i);
-                ts__tile_buf_printf(o, "for (int64_t v_%s = 0; v_%s < e_%s; v_%s++)%s\n", v, v, v, v,
+                ts__tile_buf_printf(o, "for (int64_t v%s = 0; v%s < e%s; v%s++)%s\n", v, v, v, v,
                                     i + 1 == n->nlist2 ? " {" : "");
             }
             body(e, n->b, lv + 1 + n->nlist2);
             ind(e, lv + n->nlist2), ts__tile_buf_puts(o, "}\n");
         } else {
-            const char *v = n->list2[0]->name;
+            const ts__tile_sym *ls = n->list2[0]->sym;
+            char v[300];
+            snprintf(v, sizeof v, "%d_%s", ls->uid, ls->name);
             char *lo = it->nlist > 1 ? ex_str(e, it->list[0], TT_I64) : NULL;
             char *hi = ex_str(e, it->list[it->nlist > 1 ? 1 : 0], TT_I64);
             int64_t step = 1;
             if (it->nlist == 3) lit_int(it->list[2], &step);
             ind(e, lv + 1);
-            ts__tile_buf_printf(o, "const int64_t e_%s = %s;\n", v, hi);
+            ts__tile_buf_printf(o, "const int64_t e%s = %s;\n", v, hi);
             ind(e, lv + 1);
-            ts__tile_buf_printf(o, "for (int64_t v_%s = %s; v_%s %s e_%s; v_%s += INT64_C(%lld)) {\n", v,
+            ts__tile_buf_printf(o, "for (int64_t v%s = %s; v%s %s e%s; v%s += INT64_C(%lld)) {\n", v,
                                 lo ? lo : "0", v, step > 0 ? "<" : ">", v, v, (long long)step);
             body(e, n->b, lv + 2);
             ind(e, lv + 1), ts__tile_buf_puts(o, "}\n");
@@ -757,8 +765,9 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
         } else ts__tile_buf_puts(o, "    unsigned char *scr = NULL;\n    (void)scr;\n    (void)tid;\n");
         ts__tile_buf_puts(o, "    for (int64_t blk = begin; blk < end; blk++) {\n        int64_t rest = blk;\n");
         for (int32_t g = s->nlist2 - 1; g >= 0; g--) {
-            ts__tile_buf_printf(o, "        const int64_t v_%s = rest %% a->g[%d]; (void)v_%s;\n", s->list2[g]->name, (int)g,
-                                s->list2[g]->name);
+            const ts__tile_sym *gs = s->list2[g]->sym;
+            ts__tile_buf_printf(o, "        const int64_t v%d_%s = rest %% a->g[%d]; (void)v%d_%s;\n", gs->uid, gs->name,
+                                (int)g, gs->uid, gs->name);
             ts__tile_buf_printf(o, "        rest /= a->g[%d];\n", (int)g);
         }
         ts__tile_buf_puts(o, "        (void)rest;\n");

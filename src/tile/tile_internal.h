@@ -171,6 +171,7 @@ struct ts__tile_sym {
     int loop_kind;                /* SYM_LOOPVAR: 1 if the loop is `parallel` */
     int index;                    /* position among params / tiles (emission) */
     uint64_t deps;                /* bit i: depends on parallel-loop variable slot i */
+    int uid;                      /* unique per compilation: C names never shadow wrongly */
     ts__tile_sym *next;           /* scope chain */
 };
 
