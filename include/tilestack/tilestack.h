@@ -7,4 +7,5 @@
 #include "tilestack/gemm.h"
 #include "tilestack/select.h"
 #include "tilestack/attention.h"
+#include "tilestack/tile.h"
 #endif
