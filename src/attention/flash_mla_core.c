@@ -132,7 +132,8 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
     st->o = o;
 }
 
-void ts__mla_finish_row(float m, float l, const float *o, int has_sink, float sink,
+void ts__mla_finish_row(const ts__mla_kernels *kern, float m, float l, const float *o,
+                        int has_sink, float sink,
                         uint16_t *out, float *lse) {
     if (!(l > 0.0f)) {
         *lse = INFINITY;
@@ -142,12 +143,12 @@ void ts__mla_finish_row(float m, float l, const float *o, int has_sink, float si
     double lse_d = (double)m + log((double)l);
     double f = 1.0 / (double)l;
     if (has_sink) f /= 1.0 + exp((double)sink - lse_d);
-    float ff = (float)f;
-    for (int c = 0; c < TS__MLA_DV; c++) out[c] = ts_f32_to_bf16(o[c] * ff);
+    kern->row_to_bf16(o, (float)f, out);
     *lse = (float)lse_d;
 }
 
-void ts__mla_merge(int64_t n, const float *m, const float *l, const float *const *o,
+void ts__mla_merge(const ts__mla_kernels *kern, int64_t n, const float *m, const float *l,
+                   const float *const *o,
                    float *mo, float *lo, float *oo) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++)
@@ -159,8 +160,7 @@ void ts__mla_merge(int64_t n, const float *m, const float *l, const float *const
             if (!(l[i] > 0.0f)) continue;
             double wgt = exp((double)m[i] - (double)mx);
             lsum += (double)l[i] * wgt;
-            float wf = (float)wgt;
-            for (int c = 0; c < TS__MLA_DV; c++) oo[c] += o[i][c] * wf;
+            kern->row_axpy(o[i], (float)wgt, oo);
         }
     }
     *mo = mx;

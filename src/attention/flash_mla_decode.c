@@ -186,7 +186,7 @@ static void run_items(void *vctx, int64_t begin, int64_t end, int tid) {
             float *l, sink;
             int has_sink;
             row_out(c, i, g2, r, &o, &l, &has_sink, &sink);
-            ts__mla_finish_row(st.m[r - r0], st.l[r - r0], st.o + (r - r0) * TS__MLA_DV,
+            ts__mla_finish_row(c->kern, st.m[r - r0], st.l[r - r0], st.o + (r - r0) * TS__MLA_DV,
                                has_sink, sink, o, l);
         }
     }
@@ -224,12 +224,12 @@ static void merge_groups(void *vctx, int64_t begin, int64_t end, int tid) {
                 op[k] = pr + 2;
             }
             float m, l;
-            ts__mla_merge(n, mm, ll, op, &m, &l, oo);
+            ts__mla_merge(c->kern, n, mm, ll, op, &m, &l, oo);
             uint16_t *o;
             float *lp, sink;
             int has_sink;
             row_out(c, i, g2, r, &o, &lp, &has_sink, &sink);
-            ts__mla_finish_row(m, l, oo, has_sink, sink, o, lp);
+            ts__mla_finish_row(c->kern, m, l, oo, has_sink, sink, o, lp);
         }
     }
 }

@@ -44,6 +44,10 @@ typedef struct ts__mla_kernels {
     void (*dec_v32)(const uint8_t *tok, float *dst);                         /* 576 */
     void (*dec_model1)(const uint8_t *data, const uint8_t *scales, float *dst); /* 512 */
     void (*dec_bf16)(const uint16_t *src, float *dst, int64_t n);
+    /* finish and merge rows of 512: out[c] = bf16(o[c] * f); y[c] = y[c] + x[c] * w (a multiply
+     * then an add, no fma) */
+    void (*row_to_bf16)(const float *o, float f, uint16_t *out);
+    void (*row_axpy)(const float *x, float w, float *y);
 } ts__mla_kernels;
 
 extern const ts__mla_kernels ts__mla_kernels_generic;
@@ -117,11 +121,13 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
 
 /* Finish one row: lse = m + ln l (natural; +inf and out = 0 when l == 0), out = o / l times
  * 1/(1+exp(sink - lse)) when a sink is given (has_sink), rounded to bf16. */
-void ts__mla_finish_row(float m, float l, const float *o, int has_sink, float sink,
+void ts__mla_finish_row(const ts__mla_kernels *kern, float m, float l, const float *o,
+                        int has_sink, float sink,
                         uint16_t *out, float *lse);
 
 /* Merge n partial states in order (m, l, o rows) into one. */
-void ts__mla_merge(int64_t n, const float *m, const float *l, const float *const *o,
+void ts__mla_merge(const ts__mla_kernels *kern, int64_t n, const float *m, const float *l,
+                   const float *const *o,
                    float *mo, float *lo, float *oo);
 
 /* Row panels per group so that groups * panels keeps the threads busy (rows are independent,

@@ -64,7 +64,7 @@ static void run(void *vctx, int64_t begin, int64_t end, int tid) {
             int has_sink = c->sink != NULL;
             float sk = has_sink ? ((const float *)c->sink->data)[h * c->sink->strides[0]] : 0.0f;
             float l = st.l[h - r0];
-            ts__mla_finish_row(st.m[h - r0], l, st.o + (h - r0) * TS__MLA_DV, has_sink, sk, o, lp);
+            ts__mla_finish_row(c->kern, st.m[h - r0], l, st.o + (h - r0) * TS__MLA_DV, has_sink, sk, o, lp);
             *mp = l > 0.0f ? st.m[h - r0] : -INFINITY;
         }
     }

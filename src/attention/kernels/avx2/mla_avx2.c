@@ -215,6 +215,25 @@ static void dec_bf16_avx2(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
+static void row_to_bf16_avx2(const float *o, float f, uint16_t *out) {
+    const __m256 vf = _mm256_set1_ps(f);
+    for (int c = 0; c < TS__MLA_DV; c += 16) {
+        __m256i a = ts__avx2_bf16_codes(_mm256_mul_ps(_mm256_loadu_ps(o + c), vf));
+        __m256i b = ts__avx2_bf16_codes(_mm256_mul_ps(_mm256_loadu_ps(o + c + 8), vf));
+        /* codes < 2^16: packus keeps them; the lane interleave is undone by the permute */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+        _mm256_storeu_si256((__m256i *)(out + c), p);
+    }
+}
+
+static void row_axpy_avx2(const float *x, float w, float *y) {
+    const __m256 vw = _mm256_set1_ps(w);
+    for (int c = 0; c < TS__MLA_DV; c += 8)
+        _mm256_storeu_ps(y + c, _mm256_add_ps(_mm256_loadu_ps(y + c),
+                                              _mm256_mul_ps(_mm256_loadu_ps(x + c), vw)));
+}
+
 const ts__mla_kernels ts__mla_kernels_avx2 = {
-    qk_avx2, softmax_avx2, pv_avx2, dec_v32_avx2, dec_model1_avx2, dec_bf16_avx2,
+    qk_avx2,         softmax_avx2,    pv_avx2,          dec_v32_avx2,
+    dec_model1_avx2, dec_bf16_avx2,   row_to_bf16_avx2, row_axpy_avx2,
 };

@@ -116,7 +116,15 @@ static void dec_bf16_generic(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
+static void row_to_bf16_generic(const float *o, float f, uint16_t *out) {
+    for (int c = 0; c < TS__MLA_DV; c++) out[c] = ts_f32_to_bf16(o[c] * f);
+}
+
+static void row_axpy_generic(const float *x, float w, float *y) {
+    for (int c = 0; c < TS__MLA_DV; c++) y[c] = y[c] + x[c] * w;
+}
+
 const ts__mla_kernels ts__mla_kernels_generic = {
-    qk_generic, softmax_generic, pv_generic, dec_v32_generic, dec_model1_generic,
-    dec_bf16_generic,
+    qk_generic,       softmax_generic,    pv_generic,          dec_v32_generic,
+    dec_model1_generic, dec_bf16_generic, row_to_bf16_generic, row_axpy_generic,
 };
