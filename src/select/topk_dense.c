@@ -60,9 +60,11 @@ uint64_t ts__topk_dense_pivot(const ts__topk_dense_ops *ops, const void *sk, boo
         for (int j = 0; j < SAMPLES; j++) v[j] = key_at(sk, bf16, j * stride + stride / 2);
         /* descending by rank counting: branch-free, unlike an insertion sort of random keys */
         for (int j = 0; j < SAMPLES; j++) {
-            int r = 0;
-            for (int i = 0; i < SAMPLES; i++) r += (v[i] > v[j]) | ((v[i] == v[j]) & (i < j));
-            q[r] = v[j];
+            const int32_t x = v[j];
+            int r = 0; /* earlier equal keys rank above: >= before j, > after it */
+            for (int i = 0; i < j; i++) r += v[i] >= x;
+            for (int i = j + 1; i < SAMPLES; i++) r += v[i] > x;
+            q[r] = x;
         }
         /* the first pass: the sample keys at the pivot's expected rank r0 plus and minus two
          * standard deviations; usually the pivot is then between them */
