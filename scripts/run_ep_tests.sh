@@ -6,6 +6,7 @@
 # tilestack_ep_tests (built without MPI) are skipped.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/scripts/test_summary.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI keeps allocations until exit; the suppressions match only its own stacks, which the
 # slow unwinder can see (Open MPI has no frame pointers) once plugins stay loaded.
@@ -29,23 +30,8 @@ for dir in "$@"; do
     isa=${TS_ISA:-}
     if [ "$np" = 2g ]; then np=2; isa=generic; fi
     echo "=== ep tests: $dir, $np ranks${isa:+, TS_ISA=$isa} ==="
-    log=$(mktemp)
-    TS_ISA=$isa ASAN_OPTIONS=$asan_opts timeout 300 mpirun --oversubscribe -np "$np" "$bin" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1)
-    rm -f "$log"
-    if [ -z "$line" ]; then
-      echo "tilestack: $bin at $np ranks crashed or printed no summary (exit $rc)" >&2
-      total_fail=$((total_fail + 1))
-      status=1
-      continue
-    fi
-    p=${line%% passed*}
-    f=${line#*passed, }
-    f=${f%% failed*}
-    total_pass=$((total_pass + p))
-    total_fail=$((total_fail + f))
-    [ "$rc" -ne 0 ] && status=1
+    run_counted "$bin at $np ranks" env TS_ISA="$isa" ASAN_OPTIONS="$asan_opts" \
+      timeout 300 mpirun --oversubscribe -np "$np" "$bin"
   done
   echo "=== ep fault drill: $dir (rank 2 of 3 killed) ==="
   before=$(shm_entries)
