@@ -1,7 +1,5 @@
 /* Test runner: runs every registered test (or those whose name contains argv[1]) and ends
  * with the line "N passed, N failed". Exit status is non-zero if any test failed. */
-#include "ts_test.h"
-
 #include "tilestack/core.h"
 
 #include <stdarg.h>
@@ -9,29 +7,13 @@
 #include <time.h>
 
 #define TS_MAX_TESTS 4096
-
-typedef struct { const char *name, *file; ts_test_fn fn; } ts_test_entry;
-static ts_test_entry g_tests[TS_MAX_TESTS];
-static int g_ntests;
-
-void ts_test_register(const char *name, const char *file, ts_test_fn fn) {
-    if (g_ntests < TS_MAX_TESTS) {
-        g_tests[g_ntests].name = name;
-        g_tests[g_ntests].file = file;
-        g_tests[g_ntests].fn = fn;
-        g_ntests++;
-    }
-}
+#include "ts_test_registry.h"
 
 void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, ...) {
-    t->failures++;
-    if (t->failures > 8) return;
-    fprintf(stdout, "    %s:%d: ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    ts_test__vfail(t, "", file, line, fmt, ap);
     va_end(ap);
-    fputc('\n', stdout);
 }
 
 void *ts_test_read_golden(ts_test_ctx *t, const char *name, size_t *size) {
@@ -55,12 +37,6 @@ void *ts_test_read_golden(ts_test_ctx *t, const char *name, size_t *size) {
     fclose(f);
     *size = (size_t)n;
     return buf;
-}
-
-static int cmp_entry(const void *a, const void *b) {
-    const ts_test_entry *x = a, *y = b;
-    int c = strcmp(x->file, y->file);
-    return c ? c : strcmp(x->name, y->name);
 }
 
 int main(int argc, char **argv) {

@@ -11,37 +11,17 @@
 #include <unistd.h>
 
 #define TS_MAX_TESTS 256
+#include "ts_test_registry.h"
 
-typedef struct { const char *name, *file; ts_test_fn fn; } ts_test_entry;
-static ts_test_entry g_tests[TS_MAX_TESTS];
-static int g_ntests;
 int g_ep_rank, g_ep_size;
 
-void ts_test_register(const char *name, const char *file, ts_test_fn fn) {
-    if (g_ntests < TS_MAX_TESTS) {
-        g_tests[g_ntests].name = name;
-        g_tests[g_ntests].file = file;
-        g_tests[g_ntests].fn = fn;
-        g_ntests++;
-    }
-}
-
 void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, ...) {
-    t->failures++;
-    if (t->failures > 8) return;
-    fprintf(stdout, "    [rank %d] %s:%d: ", g_ep_rank, file, line);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "[rank %d] ", g_ep_rank);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    ts_test__vfail(t, prefix, file, line, fmt, ap);
     va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}
-
-static int cmp_entry(const void *a, const void *b) {
-    const ts_test_entry *x = a, *y = b;
-    int c = strcmp(x->file, y->file);
-    return c ? c : strcmp(x->name, y->name);
 }
 
 static int kill_test(void) {
