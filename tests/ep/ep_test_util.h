@@ -24,6 +24,20 @@ static inline ts_ep_buffer *ep_test_buffer(ts_test_ctx *ts_t_, int64_t nvl_bytes
     return b;
 }
 
+/* Expects `mine` on bad_rank (or on every rank when bad_rank < 0) and TS_ERR_PEER naming
+ * bad_rank on the others. */
+static inline void ep_expect_status(ts_test_ctx *ts_t_, ts_status got, ts_status mine, int bad_rank) {
+    if (bad_rank < 0 || g_ep_rank == bad_rank) {
+        TS_CHECK_STATUS(got, mine);
+    } else {
+        TS_CHECK_STATUS(got, TS_ERR_PEER);
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", bad_rank);
+        TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "message does not name %s: %s", want,
+                     ts_last_error());
+    }
+}
+
 /* 1 if every rank passes true. */
 static inline bool ep_all(bool v) {
     int in = v ? 1 : 0, out = 0;

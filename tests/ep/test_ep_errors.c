@@ -25,18 +25,6 @@ static void check_still_works(ts_test_ctx *ts_t_, ts_ep_buffer *b) {
     ep_free_inputs(&in);
 }
 
-/* Expect `mine` on `bad_rank` (or every rank when bad_rank < 0) and TS_ERR_PEER naming it elsewhere. */
-static void expect_status(ts_test_ctx *ts_t_, ts_status got, ts_status mine, int bad_rank) {
-    if (bad_rank < 0 || g_ep_rank == bad_rank) {
-        TS_CHECK_STATUS(got, mine);
-    } else {
-        TS_CHECK_STATUS(got, TS_ERR_PEER);
-        char want[32];
-        snprintf(want, sizeof want, "rank %d", bad_rank);
-        TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "message does not name %s: %s", want, ts_last_error());
-    }
-}
-
 TS_TEST(ep_error_too_many_tokens_for_buffer) {
     /* 256 KiB segment: 128 KiB per area, while everything goes to rank 0 at 1 KiB a row. */
     ts_ep_buffer *b = ep_test_buffer(ts_t_, 256 << 10, TS_EP_TEST_TIMEOUT_S);
@@ -89,7 +77,7 @@ TS_TEST(ep_error_bad_input_one_rank) {
         int any_tokens = in.N > 0, bad_has = 0;
         if (g_ep_rank == bad) bad_has = any_tokens;
         MPI_Allreduce(MPI_IN_PLACE, &bad_has, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (bad_has) expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, bad);
+        if (bad_has) ep_expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, bad);
     } else {
         int bad_has = 0;
         MPI_Allreduce(MPI_IN_PLACE, &bad_has, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -100,13 +88,13 @@ TS_TEST(ep_error_bad_input_one_rank) {
     const ts_tensor *x = a.x;
     if (g_ep_rank == bad) a.x = NULL;
     st = ts_ep_dispatch(b, &a, &res, NULL);
-    expect_status(ts_t_, st, TS_ERR_NULL_POINTER, bad);
+    ep_expect_status(ts_t_, st, TS_ERR_NULL_POINTER, bad);
     a.x = x;
 
     /* layout that does not match is_token_in_rank */
     if (g_ep_rank == bad) in.tpr[0] += 1;
     st = ts_ep_dispatch(b, &a, &res, NULL);
-    expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, bad);
+    ep_expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, bad);
     if (g_ep_rank == bad) in.tpr[0] -= 1;
 
     /* num_worst_tokens smaller than what a rank receives (rank 0 receives rank 0's tokens) */
@@ -161,7 +149,7 @@ TS_TEST(ep_error_combine_bad_input) {
         else tx.dtype = TS_F16;
     }
     ts_status st = ts_ep_combine(b, h, &tx, NULL, NULL, NULL, NULL, &tout, NULL);
-    expect_status(ts_t_, st, g_ep_rank == bad && res.num_recv_tokens == 0 ? TS_ERR_DTYPE : TS_ERR_SHAPE, bad);
+    ep_expect_status(ts_t_, st, g_ep_rank == bad && res.num_recv_tokens == 0 ? TS_ERR_DTYPE : TS_ERR_SHAPE, bad);
     TS_CHECK(N == 0 || out[0] == 0); /* untouched */
     TS_CHECK_STATUS(ts_ep_combine(b, h, &res.recv_x, NULL, NULL, NULL, NULL, &tout, NULL), TS_OK);
     free(out);

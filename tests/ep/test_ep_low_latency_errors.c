@@ -5,17 +5,6 @@
 
 static const ll_case k_err = {.seed = 31, .T = 8, .H = 256, .K = 3, .El = 3, .neg_frac = 0.1};
 
-static void expect(ts_test_ctx *ts_t_, ts_status got, ts_status mine, int bad_rank) {
-    if (bad_rank < 0 || g_ep_rank == bad_rank) {
-        TS_CHECK_STATUS(got, mine);
-    } else {
-        TS_CHECK_STATUS(got, TS_ERR_PEER);
-        char want[32];
-        snprintf(want, sizeof want, "rank %d", bad_rank);
-        TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "message does not name %s: %s", want, ts_last_error());
-    }
-}
-
 typedef struct ll_bufs {
     uint16_t *rx;
     int32_t cnt[16];
@@ -95,7 +84,7 @@ TS_TEST(ep_ll_error_too_many_tokens_one_rank) {
     ts_ep_ll_handle *h = (ts_ep_ll_handle *)(uintptr_t)3;
     const bool me_bad = g_ep_rank == bad;
     ts_status st = disp(b, &w, &o, me_bad ? &tbx : &w.tx, me_bad ? &tbi : &w.tidx, w.T, w.E, &h);
-    expect(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
+    ep_expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
     TS_CHECK(bufs_untouched(&w, &o));
     if (st == TS_OK || h != (ts_ep_ll_handle *)(uintptr_t)3) {
         TS_CHECK(me_bad);
@@ -125,7 +114,7 @@ TS_TEST(ep_ll_error_bad_expert_id_one_rank) {
     bufs_make(&w, &o);
     ts_ep_ll_handle *h = NULL;
     ts_status st = disp(b, &w, &o, &w.tx, &w.tidx, w.T, w.E, &h);
-    expect(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
+    ep_expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
     TS_CHECK(bufs_untouched(&w, &o));
     if (st == TS_OK) ts_ep_ll_handle_destroy(h);
     idx[0] = saved;
@@ -247,7 +236,7 @@ TS_TEST(ep_ll_error_expert_rows_beyond_T) {
     bufs_make(&w, &o);
     ts_ep_ll_handle *h = NULL;
     ts_status st = disp(b, &w, &o, &w.tx, &w.tidx, w.T, w.E, &h);
-    expect(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
+    ep_expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, g_ep_size > 1 ? bad : -1);
     if (g_ep_rank == bad) TS_CHECK(strstr(ts_last_error(), "expert 1") != NULL);
     TS_CHECK(bufs_untouched(&w, &o));
     if (st == TS_OK) ts_ep_ll_handle_destroy(h);
