@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,14 +19,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 ts_status ts__ep_barrier(ts_ep_buffer *b, const char *what) {
     const uint64_t target = ++b->barriers;
     atomic_store_explicit(&ts__ep_ctrl_of(b, b->rank)->arrive, target, memory_order_release);
@@ -35,24 +26,9 @@ ts_status ts__ep_barrier(ts_ep_buffer *b, const char *what) {
     for (int i = 1; i < b->num_ranks; i++) {
         const int r = (b->rank + i) % b->num_ranks;
         _Atomic uint64_t *w = &ts__ep_ctrl_of(b, r)->arrive;
-        /* Ranks may outnumber cores: spin only briefly, then give the core away, then sleep
-         * with a growing (bounded) interval so waiting ranks cost little CPU. */
-        long iter = 0;
-        long sleep_ns = 2000;
+        ts__ep_backoff wait = TS__EP_BACKOFF_INIT;
         while (atomic_load_explicit(w, memory_order_acquire) < target) {
-            iter++;
-            if (iter < 256) {
-                cpu_relax();
-                continue;
-            }
-            if (iter < 2048) {
-                sched_yield();
-            } else {
-                struct timespec ts = {0, sleep_ns};
-                nanosleep(&ts, NULL);
-                if (sleep_ns < 200000) sleep_ns += sleep_ns / 2;
-            }
-            if ((iter & 15) == 0 && now_s() > deadline) {
+            if (ts__ep_backoff_step(&wait) && now_s() > deadline) {
                 b->broken = true;
                 return ts__fail(TS_ERR_TIMEOUT,
                                 "%s: rank %d waited %.1f s for rank %d, which did not arrive "

@@ -5,8 +5,10 @@
 #include "core/internal.h"
 #include "tilestack/ep.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 /* Segment layout (each rank owns one, every node-local peer maps it):
  *   [0, 128)              control: barrier arrival counter, segment geometry
@@ -132,6 +134,35 @@ static inline void ts__ep_copy_fence(void) {
 #if defined(__SSE2__)
     _mm_sfence(); /* streaming stores are weakly ordered: drain before the barrier's release */
 #endif
+}
+
+/* Waiting on a peer's shared-memory flag: call once per failed poll. Ranks may outnumber
+ * cores, so it spins only briefly, then gives the core away, then sleeps a growing (bounded)
+ * interval so that waiting ranks cost little CPU. Returns true on the polls where the caller
+ * should check its deadline (every 16th once past the spin). */
+typedef struct ts__ep_backoff {
+    long iter, sleep_ns;
+} ts__ep_backoff;
+#define TS__EP_BACKOFF_INIT {0, 2000}
+
+static inline bool ts__ep_backoff_step(ts__ep_backoff *w) {
+    w->iter++;
+    if (w->iter < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield" ::: "memory");
+#endif
+        return false;
+    }
+    if (w->iter < 2048) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, w->sleep_ns};
+        nanosleep(&ts, NULL);
+        if (w->sleep_ns < 200000) w->sleep_ns += w->sleep_ns / 2;
+    }
+    return (w->iter & 15) == 0;
 }
 
 /* topk_idx: i64/i32 [N, K] with values in [-1, num_experts); messages start with `what`. */

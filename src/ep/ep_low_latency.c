@@ -6,7 +6,6 @@
 #include "ep/ep_ll_kernels.h"
 
 #include <math.h>
-#include <sched.h>
 #include <time.h>
 
 #define LD "ts_ep_low_latency_dispatch"
@@ -88,24 +87,9 @@ ts_status ts__ep_ll_wait(ts_ep_buffer *b, _Atomic uint64_t *sig, uint64_t seq, i
     if (v == seq) return TS_OK;
     const int64_t t0 = now_ns();
     const int64_t deadline = t0 + (int64_t)(b->timeout_s * 1e9);
-    long iter = 0, sleep_ns = 2000;
+    ts__ep_backoff wait = TS__EP_BACKOFF_INIT;
     while ((v = atomic_load_explicit(sig, memory_order_acquire)) < seq) {
-        iter++;
-        if (iter < 256) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-            continue;
-        }
-        /* Ranks may outnumber cores: give the core away, then sleep a growing interval. */
-        if (iter < 2048) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, sleep_ns};
-            nanosleep(&ts, NULL);
-            if (sleep_ns < 200000) sleep_ns += sleep_ns / 2;
-        }
-        if ((iter & 15) == 0 && now_ns() > deadline) {
+        if (ts__ep_backoff_step(&wait) && now_ns() > deadline) {
             b->broken = true;
             if (waited_ns) *waited_ns += now_ns() - t0;
             return ts__fail(TS_ERR_TIMEOUT,
