@@ -241,6 +241,13 @@ void ts__bench_print_machine(FILE *f, const ts__machine *m) {
             m->l3_read_gbps, m->l2_read_gbps, m->memcpy_gbps);
 }
 
+bool ts__bench_wanted(const char *filter, const char *name, const char *shape) {
+    if (!filter || !*filter) return true;
+    char key[256];
+    snprintf(key, sizeof key, "%s %s", name, shape);
+    return strstr(key, filter) != NULL;
+}
+
 int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]) {
     if (opts->threads > 0) {
         list[0] = opts->threads;

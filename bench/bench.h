@@ -129,6 +129,9 @@ int ts__suite_ep(const ts__bench_opts *opts);
 /* Thread counts a suite runs by default: {1, online cores} or {opts->threads}. Returns count. */
 int ts__bench_thread_list(const ts__bench_opts *opts, int list[2]);
 
+/* TS_BENCH_FILTER: true when filter is NULL or empty, or "name shape" contains it. */
+bool ts__bench_wanted(const char *filter, const char *name, const char *shape);
+
 /* `tilestack bench ...`: returns the process exit code. */
 int ts__cmd_bench(int argc, char **argv);
 

@@ -29,13 +29,6 @@ typedef struct mla_env {
     int failures;
 } mla_env;
 
-static bool wanted(const mla_env *env, const char *name, const char *shape) {
-    if (!env->filter || !*env->filter) return true;
-    char key[256];
-    snprintf(key, sizeof key, "%s %s", name, shape);
-    return strstr(key, env->filter) != NULL;
-}
-
 static void fill_bf16(ts__bench_rng *r, uint16_t *x, int64_t n, float amp) {
     for (int64_t i = 0; i < n; i++) {
         float v = ((float)(ts__bench_rng_next(r) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * amp;
@@ -135,7 +128,7 @@ static void sparse_decode_row(mla_env *env, ts_mla_kv_layout L, int64_t hq, int6
     snprintf(shape, sizeof shape, "b%lld s_q%lld h_q%lld topk%lld", (long long)b, (long long)sq,
              (long long)hq, (long long)topk);
     const char *name = L == TS_MLA_KV_V32 ? "sparse_decode_v32" : "sparse_decode_model1";
-    if (!wanted(env, name, shape)) return;
+    if (!ts__bench_wanted(env->filter, name, shape)) return;
     /* each request owns an 8K-token region of a shared cache */
     const int64_t per_req = 8192, ntok = b * per_req, nb = ntok / P;
     uint16_t *x = (uint16_t *)malloc((size_t)(P * d) * 2);
@@ -210,7 +203,7 @@ static void sparse_prefill_row(mla_env *env, int64_t hq, int64_t topk, int64_t s
     char shape[96];
     snprintf(shape, sizeof shape, "s_q%lld s_kv%lld h_q%lld topk%lld", (long long)sq,
              (long long)skv, (long long)hq, (long long)topk);
-    if (!wanted(env, "sparse_prefill", shape)) return;
+    if (!ts__bench_wanted(env->filter, "sparse_prefill", shape)) return;
     uint16_t *q = (uint16_t *)malloc((size_t)(sq * hq * d) * 2);
     uint16_t *kv = (uint16_t *)malloc((size_t)(skv * d) * 2);
     int32_t *ind = (int32_t *)malloc((size_t)(sq * topk) * 4);
@@ -266,7 +259,7 @@ static void dense_decode_row(mla_env *env, int64_t hq, int64_t seqlen, int64_t s
     char shape[96];
     snprintf(shape, sizeof shape, "b%lld s_q%lld h_q%lld h_kv1 seq%lld", (long long)b,
              (long long)sq, (long long)hq, (long long)seqlen);
-    if (!wanted(env, "dense_decode", shape)) return;
+    if (!ts__bench_wanted(env->filter, "dense_decode", shape)) return;
     const int64_t mb = (seqlen + P - 1) / P, nb = b * mb;
     uint16_t *kc = (uint16_t *)malloc((size_t)(nb * P * d) * 2);
     uint16_t *q = (uint16_t *)malloc((size_t)(b * sq * hq * d) * 2);

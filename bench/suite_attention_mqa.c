@@ -191,11 +191,7 @@ static void one_row(mqa_env *env, const char *name, int paged, int fp4, int64_t 
     char shape[96];
     snprintf(shape, sizeof shape, "%s H%d D%d %lldq x %lldk%s", fp4 ? "fp4" : "fp8", H, D,
              (long long)s, (long long)skv, paged ? " blk64" : "");
-    if (env->filter) {
-        char full[160];
-        snprintf(full, sizeof full, "%s %s", name, shape);
-        if (!strstr(full, env->filter)) return;
-    }
+    if (!ts__bench_wanted(env->filter, name, shape)) return;
     ts__bench_row row;
     memset(&row, 0, sizeof row);
     row.suite = SUITE;

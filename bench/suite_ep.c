@@ -136,12 +136,31 @@ static ts_status time_op(ep_bench *b, ep_op op, ts_ep_reference_result *ref, boo
     return TS_OK;
 }
 
+/* One timed row and its MPI_Alltoallv baseline; deep = DeepEP's byte count, all ranks. */
+typedef struct ep_row_spec {
+    const char *name, *dtype;
+    ep_op op, base;
+    double deep;
+} ep_row_spec;
+
+/* The report row of r on R ranks of `threads` threads each: the roofline is the whole
+ * machine's, all ranks' threads (at most the cores). */
+static ts__bench_row ep_row(const ep_row_spec *r, const char *shape, int R, int threads, int cores) {
+    ts__bench_row row;
+    memset(&row, 0, sizeof row);
+    row.suite = SUITE;
+    row.name = r->name;
+    row.shape = shape;
+    row.dtype = r->dtype;
+    row.threads = R * threads < cores ? R * threads : cores;
+    row.bytes = 2.0 * r->deep;
+    row.roof = TS__ROOF_MEMCPY;
+    row.baseline = "MPI_Alltoallv";
+    return row;
+}
+
 static bool row_wanted(const char *name, const char *shape) {
-    const char *f = getenv("TS_BENCH_FILTER");
-    if (!f || !*f) return true;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s %s", name, shape);
-    return strstr(buf, f) != NULL;
+    return ts__bench_wanted(getenv("TS_BENCH_FILTER"), name, shape);
 }
 
 /* ---- Low-latency rows: DeepEP's test_low_latency.py workload ----
@@ -379,7 +398,7 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
         snprintf(shape, sizeof shape, "R=%d T=%lld H=%lld k=%lld E=%lld", R, (long long)l.T, (long long)H,
                  (long long)K, (long long)l.E);
         const double deep_disp = (double)all_sel * (double)(H + nsc * 4 + 16), deep_comb = (double)all_sel * 2.0 * H;
-        struct { const char *name, *dtype; ep_op op, base; double deep; } rows[] = {
+        ep_row_spec rows[] = {
             {"ll_dispatch", "bf16>e4m3", OP_LL_DISPATCH, OP_LL_REF_DISPATCH, deep_disp},
             {"ll_combine", "bf16", OP_LL_COMBINE, OP_LL_REF_COMBINE, deep_comb},
             {"ll_combine_zero_copy", "bf16", OP_LL_COMBINE_ZERO_COPY, OP_LL_REF_COMBINE, deep_comb},
@@ -396,16 +415,7 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
                     if (st == TS_OK && rep == 0) st = ll_run(&l, OP_LL_COMBINE_ZERO_COPY);
                 }
             }
-            ts__bench_row row;
-            memset(&row, 0, sizeof row);
-            row.suite = SUITE;
-            row.name = rows[i].name;
-            row.shape = shape;
-            row.dtype = rows[i].dtype;
-            row.threads = R * threads < cores ? R * threads : cores;
-            row.bytes = 2.0 * rows[i].deep;
-            row.roof = TS__ROOF_MEMCPY;
-            row.baseline = "MPI_Alltoallv";
+            ts__bench_row row = ep_row(&rows[i], shape, R, threads, cores);
             ts__timing tb;
             ts_status s1 = st == TS_OK ? time_op(NULL, rows[i].op, NULL, opts->quick, &row.t) : st;
             ts_status s2 = s1 == TS_OK ? time_op(NULL, rows[i].base, NULL, opts->quick, &tb) : s1;
@@ -562,7 +572,7 @@ int ts__suite_ep(const ts__bench_opts *opts) {
         char shape[96];
         snprintf(shape, sizeof shape, "R=%d T=%lld H=%lld k=%lld E=%lld", R, (long long)T, (long long)H, (long long)K,
                  (long long)E);
-        struct { const char *name, *dtype; ep_op op, base; double deep; } rows[] = {
+        ep_row_spec rows[] = {
             {"dispatch", "e4m3", OP_DISPATCH, OP_REF_DISPATCH, deep_disp},
             {"dispatch_cached", "e4m3", OP_DISPATCH_CACHED, OP_REF_DISPATCH, deep_disp},
             {"combine", "bf16", OP_COMBINE, OP_REF_COMBINE, deep_comb},
@@ -583,17 +593,7 @@ int ts__suite_ep(const ts__bench_opts *opts) {
                 if (ts_ep_get_combine_buffer(b.buf, b.h, H, &zx) == TS_OK)
                     memcpy(zx.data, cx, (size_t)(my_recv * H) * 2);
             }
-            ts__bench_row row;
-            memset(&row, 0, sizeof row);
-            row.suite = SUITE;
-            row.name = rows[i].name;
-            row.shape = shape;
-            row.dtype = rows[i].dtype;
-            /* the roofline is the whole machine's: all ranks' threads (at most the cores) */
-            row.threads = R * threads < cores ? R * threads : cores;
-            row.bytes = 2.0 * rows[i].deep;
-            row.roof = TS__ROOF_MEMCPY;
-            row.baseline = "MPI_Alltoallv";
+            ts__bench_row row = ep_row(&rows[i], shape, R, threads, cores);
             ts__timing tb;
             ts_status s1 = time_op(&b, rows[i].op, &ref, opts->quick, &row.t);
             ts_status s2 = s1 == TS_OK ? time_op(&b, rows[i].base, &ref, opts->quick, &tb) : s1;

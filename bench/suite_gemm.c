@@ -286,13 +286,6 @@ typedef struct gemm_env {
     int failures;
 } gemm_env;
 
-static bool wanted(const gemm_env *env, const char *name, const char *shape) {
-    if (!env->filter || !*env->filter) return true;
-    char key[256];
-    snprintf(key, sizeof key, "%s %s", name, shape);
-    return strstr(key, env->filter) != NULL;
-}
-
 /* Median time of the OpenBLAS baseline at `threads`, or 0 when it is unavailable. */
 static double time_blas(const gemm_env *env, blas_problem *bp, int threads) {
 #ifdef TS_HAVE_OPENBLAS
@@ -339,7 +332,8 @@ static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool deco
     for (int kd = 0; kd < K_COUNT; kd++) {
         snprintf(names[kd], sizeof names[kd], "%s%s", g_kinds[kd].name,
                  !decode ? "" : kd == K_FP8_PLAIN ? " decode plain" : " decode packed");
-        want[kd] = (decode || kd != K_FP8_PLAIN) && wanted(env, names[kd], shape);
+        want[kd] = (decode || kd != K_FP8_PLAIN) &&
+                   ts__bench_wanted(env->filter, names[kd], shape);
         any = any || want[kd];
     }
     if (!any) return;

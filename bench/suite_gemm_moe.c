@@ -185,13 +185,6 @@ static ts_status time_call(moe_call *c, bool quick, ts__timing *t, bool *light) 
     return TS_OK;
 }
 
-static bool wanted(const char *filter, const char *name, const char *shape) {
-    if (!filter || !*filter) return true;
-    char key[256];
-    snprintf(key, sizeof key, "%s %s", name, shape);
-    return strstr(key, filter) != NULL;
-}
-
 int ts__suite_gemm_moe(const ts__bench_opts *opts, const int *threads, int nthreads) {
     static const int64_t gs[3] = {8, 32, 64}, es[3] = {4, 32, 256};
     static const int64_t nk[2][2] = {{4096, 4096}, {4096, 2048}};
@@ -220,7 +213,8 @@ int ts__suite_gemm_moe(const ts__bench_opts *opts, const int *threads, int nthre
                          (long long)G, (long long)es[ei], (long long)rows, (long long)N,
                          (long long)K);
                 if (opts->quick && ei > 0) continue;
-                for (int l = 0; l < 2; l++) any = any || wanted(filter, names[l], shapes[ei]);
+                for (int l = 0; l < 2; l++)
+                    any = any || ts__bench_wanted(filter, names[l], shapes[ei]);
             }
             if (!any) continue;
             moe_weights w;
@@ -233,7 +227,7 @@ int ts__suite_gemm_moe(const ts__bench_opts *opts, const int *threads, int nthre
             for (int ei = 0; ei < 3; ei++) {
                 if (opts->quick && ei > 0) continue;
                 for (int l = 0; l < 2; l++) {
-                    if (!wanted(filter, names[l], shapes[ei])) continue;
+                    if (!ts__bench_wanted(filter, names[l], shapes[ei])) continue;
                     moe_call c;
                     if (!call_init(&c, &w, l == 1, es[ei])) {
                         fprintf(stderr, "tilestack bench: out of memory for %s\n", shapes[ei]);

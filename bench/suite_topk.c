@@ -169,11 +169,7 @@ static void one_row(topk_env *env, const char *name, bool bf16, bool sorted, boo
     const ts__bench_opts *opts = env->opts;
     char shape[64];
     snprintf(shape, sizeof shape, "%lldx%lld k%lld", (long long)batch, (long long)n, (long long)k);
-    if (env->filter) {
-        char full[96];
-        snprintf(full, sizeof full, "%s %s", name, shape);
-        if (!strstr(full, env->filter)) return;
-    }
+    if (!ts__bench_wanted(env->filter, name, shape)) return;
     ts__bench_row row;
     memset(&row, 0, sizeof row);
     row.suite = SUITE;
