@@ -40,20 +40,21 @@ static float tile_amax(const uint16_t *x, int n) {
     return a;
 }
 
-static ts_status check_bf16_cache(const char *fn, const ts_tensor *kv, const char *name,
-                                  int64_t nb, int64_t P, int64_t d) {
-    int64_t sh[4] = {nb, P, 1, d};
-    return ts__mla_check(fn, kv, name, TS_BF16, 4, sh);
+/* Both directions: a known layout, an FP8 cache of it, and a BF16 cache of the same blocks. */
+static ts_status check_kv_pair(const char *fn, ts_mla_kv_layout layout, const ts_tensor *kv,
+                               const ts_tensor *kv_fp8) {
+    if (layout != TS_MLA_KV_V32 && layout != TS_MLA_KV_MODEL1)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: unknown layout %d", fn, (int)layout);
+    TS__RETURN_IF_ERROR(ts__mla_check_fp8_cache(fn, kv_fp8, "kv_fp8", layout));
+    int64_t sh[4] = {kv_fp8->shape[0], kv_fp8->shape[1], 1, ts_mla_kv_head_dim(layout)};
+    return ts__mla_check(fn, kv, "kv", TS_BF16, 4, sh);
 }
 
 ts_status ts_mla_quantize_kv_cache(ts_mla_kv_layout layout, const ts_tensor *kv,
                                    ts_tensor *kv_fp8) {
     static const char fn[] = "ts_mla_quantize_kv_cache";
-    if (layout != TS_MLA_KV_V32 && layout != TS_MLA_KV_MODEL1)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: unknown layout %d", fn, (int)layout);
-    TS__RETURN_IF_ERROR(ts__mla_check_fp8_cache(fn, kv_fp8, "kv_fp8", layout));
-    const int64_t nb = kv_fp8->shape[0], P = kv_fp8->shape[1], d = ts_mla_kv_head_dim(layout);
-    TS__RETURN_IF_ERROR(check_bf16_cache(fn, kv, "kv", nb, P, d));
+    TS__RETURN_IF_ERROR(check_kv_pair(fn, layout, kv, kv_fp8));
+    const int64_t nb = kv_fp8->shape[0], P = kv_fp8->shape[1];
     const int tile = layout == TS_MLA_KV_V32 ? 128 : 64, ntiles = layout == TS_MLA_KV_V32 ? 4 : 7;
     const int dn = tile * ntiles;
     for (int64_t b = 0; b < nb; b++) {
@@ -81,11 +82,8 @@ ts_status ts_mla_quantize_kv_cache(ts_mla_kv_layout layout, const ts_tensor *kv,
 ts_status ts_mla_dequantize_kv_cache(ts_mla_kv_layout layout, const ts_tensor *kv_fp8,
                                      ts_tensor *kv) {
     static const char fn[] = "ts_mla_dequantize_kv_cache";
-    if (layout != TS_MLA_KV_V32 && layout != TS_MLA_KV_MODEL1)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: unknown layout %d", fn, (int)layout);
-    TS__RETURN_IF_ERROR(ts__mla_check_fp8_cache(fn, kv_fp8, "kv_fp8", layout));
-    const int64_t nb = kv_fp8->shape[0], P = kv_fp8->shape[1], d = ts_mla_kv_head_dim(layout);
-    TS__RETURN_IF_ERROR(check_bf16_cache(fn, kv, "kv", nb, P, d));
+    TS__RETURN_IF_ERROR(check_kv_pair(fn, layout, kv, kv_fp8));
+    const int64_t nb = kv_fp8->shape[0], P = kv_fp8->shape[1];
     const int tile = layout == TS_MLA_KV_V32 ? 128 : 64, ntiles = layout == TS_MLA_KV_V32 ? 4 : 7;
     const int dn = tile * ntiles;
     for (int64_t b = 0; b < nb; b++) {

@@ -112,30 +112,16 @@ ts_status ts_fp8_fp4_mqa_logits(const ts_tensor *q, const ts_tensor *q_sf, const
                             (long long)i, (long long)ke[i] - ks[i], (int)max_seqlen_k);
     }
     if (s == 0) return TS_OK;
-    ts__mqa_job job = {0};
-    job.fp4 = fp4;
-    job.mx = mx;
-    job.h = h;
-    job.hp = ts__align(h, TS__MQA_HB);
-    job.d = d;
+    ts__mqa_job job =
+        ts__mqa_job_base(fp4, mx, h, d, q, q_sf, weights, logits, cols, clean_logits);
     job.nq = s;
     job.qblk = QBLK_PREFILL;
-    job.q = (const uint8_t *)q->data;
-    job.q_sf = mx ? (const int32_t *)q_sf->data : NULL;
-    job.w = weights->data;
-    job.w_bf16 = weights->dtype == TS_BF16;
-    job.w_ld = weights->strides[0];
     job.ks = ks;
     job.ke = ke;
     job.compressed = max_seqlen_k > 0;
     job.kv = (const uint8_t *)kv->data;
     job.kv_sf = kv_sf->data;
     job.seq_kv = skv;
-    job.out = logits->data;
-    job.out_bf16 = logits->dtype == TS_BF16;
-    job.out_ld = logits->strides[0];
-    job.out_cols = cols;
-    job.clean = clean_logits;
     return ts__mqa_logits_run(&job);
 }
 

@@ -75,6 +75,31 @@ typedef struct ts__mqa_job {
     int clean;
 } ts__mqa_job;
 
+/* The fields both API flavours fill alike (formats, heads, q, weights, logits); the caller
+ * adds the query blocking and the key ranges. */
+static inline ts__mqa_job ts__mqa_job_base(int fp4, int mx, int64_t h, int64_t d,
+                                           const ts_tensor *q, const ts_tensor *q_sf,
+                                           const ts_tensor *weights, ts_tensor *logits,
+                                           int64_t out_cols, bool clean) {
+    ts__mqa_job job = {0};
+    job.fp4 = fp4;
+    job.mx = mx;
+    job.h = h;
+    job.hp = ts__align(h, TS__MQA_HB);
+    job.d = d;
+    job.q = (const uint8_t *)q->data;
+    job.q_sf = mx ? (const int32_t *)q_sf->data : NULL;
+    job.w = weights->data;
+    job.w_bf16 = weights->dtype == TS_BF16;
+    job.w_ld = weights->strides[0];
+    job.out = logits->data;
+    job.out_bf16 = logits->dtype == TS_BF16;
+    job.out_ld = logits->strides[0];
+    job.out_cols = out_cols;
+    job.clean = clean;
+    return job;
+}
+
 /* Computes every in-range logit, then (clean) writes -inf to the other columns. Returns
  * TS_ERR_OUT_OF_MEMORY before writing anything if scratch cannot be had. */
 ts_status ts__mqa_logits_run(const ts__mqa_job *job);

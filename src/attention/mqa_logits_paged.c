@@ -132,20 +132,11 @@ ts_status ts_fp8_fp4_paged_mqa_logits(const ts_tensor *q, const ts_tensor *q_sf,
                                 "(made for other context_lens?)", (long long)k, (int)got[k], (int)want[k]);
     }
     if (b == 0) return TS_OK;
-    ts__mqa_job job = {0};
-    job.fp4 = fp4;
-    job.mx = mx;
-    job.h = h;
-    job.hp = ts__align(h, TS__MQA_HB);
-    job.d = d;
-    job.nq = b * next_n;
     if (next_n > 64) return ts__fail(TS_ERR_UNSUPPORTED, "q: next_n = %lld > 64", (long long)next_n);
+    ts__mqa_job job =
+        ts__mqa_job_base(fp4, mx, h, d, q, q_sf, weights, logits, max_context_len, clean_logits);
+    job.nq = b * next_n;
     job.qblk = next_n;
-    job.q = (const uint8_t *)q->data;
-    job.q_sf = mx ? (const int32_t *)q_sf->data : NULL;
-    job.w = weights->data;
-    job.w_bf16 = weights->dtype == TS_BF16;
-    job.w_ld = weights->strides[0];
     job.paged = 1;
     job.ctx_lens = cl;
     job.cache = (const uint8_t *)kv_cache->data;
@@ -153,11 +144,6 @@ ts_status ts_fp8_fp4_paged_mqa_logits(const ts_tensor *q, const ts_tensor *q_sf,
     job.block_bytes = kv_cache->strides[0];
     job.block_table = bt;
     job.bt_ld = bt_ld;
-    job.out = logits->data;
-    job.out_bf16 = logits->dtype == TS_BF16;
-    job.out_ld = logits->strides[0];
-    job.out_cols = max_context_len;
-    job.clean = clean_logits;
     return ts__mqa_logits_run(&job);
 }
 
