@@ -29,27 +29,14 @@ typedef struct dec_job {
 
 static size_t align_floats(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* ts__gemm_f32_to_bf16 of a 32-column row without branches (RNE; NaN -> 0x7FC0 with its
- * sign), so that gcc vectorises it, as the dense epilogue's store_bf16x16 (a panel of 48 rows
- * stores 1536 values per K = 2048 pass). */
-static void store_bf16x32(uint16_t *dst, const float *src) {
-    for (int q = 0; q < W; q++) {
-        uint32_t u;
-        memcpy(&u, &src[q], 4);
-        const int32_t mag = (int32_t)(u & 0x7FFFFFFFu);
-        const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-        const uint32_t qnan = ((u >> 16) & 0x8000u) | 0x7FC0u;
-        dst[q] = (uint16_t)(mag > 0x7F800000 ? qnan : rne);
-    }
-}
-
 static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float *acc,
                         int64_t n0, int64_t cols) {
     const bool f32 = j->d_dtype == TS_F32;
     for (int64_t i = 0; i < p->m; i++) {
         const float *ai = acc + i * W;
         if (!p->c && !f32 && cols == W) {
-            store_bf16x32((uint16_t *)p->d + i * p->ld_d + n0, ai);
+            /* branch-free: a panel of 48 rows stores 1536 values per K = 2048 pass */
+            ts__gemm_store_bf16_row((uint16_t *)p->d + i * p->ld_d + n0, ai, W);
             continue;
         }
         float v[W];

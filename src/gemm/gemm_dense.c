@@ -214,19 +214,6 @@ static void copy_item(const gemm_job *j, const ts__gemm_problem *p, int64_t m0, 
     }
 }
 
-/* ts__gemm_f32_to_bf16 of 16 values without branches (RNE; NaN -> 0x7FC0 with its sign), so
- * that gcc vectorises it. */
-static void store_bf16x16(uint16_t *dst, const float *src) {
-    for (int q = 0; q < NR; q++) {
-        uint32_t u;
-        memcpy(&u, &src[q], 4);
-        const int32_t mag = (int32_t)(u & 0x7FFFFFFFu);
-        const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-        const uint32_t qnan = ((u >> 16) & 0x8000u) | 0x7FC0u;
-        dst[q] = (uint16_t)(mag > 0x7F800000 ? qnan : rne);
-    }
-}
-
 static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, float *sbp,
                      float *apack, float *sap) {
     const ts__gemm_problem *p = find_problem(j, item);
@@ -293,7 +280,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
             for (int64_t i = 0; i < ri; i++) {
                 const float *ti = t + i * NR;
                 if (!p->c && !f32 && cj == NR) { /* the common case, in a loop gcc vectorises */
-                    store_bf16x16((uint16_t *)p->d + (mrow + i) * p->ld_d + ncol, ti);
+                    ts__gemm_store_bf16_row((uint16_t *)p->d + (mrow + i) * p->ld_d + ncol, ti, NR);
                     continue;
                 }
                 float v[NR];

@@ -158,4 +158,17 @@ static inline uint16_t ts__gemm_f32_to_bf16(float x) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
 }
 
+/* ts__gemm_f32_to_bf16 of n values without branches, so that gcc vectorises it (the epilogues
+ * pass n as a constant: 16 for a dense tile row, 32 for a decode panel row). */
+static inline void ts__gemm_store_bf16_row(uint16_t *dst, const float *src, int n) {
+    for (int q = 0; q < n; q++) {
+        uint32_t u;
+        memcpy(&u, &src[q], 4);
+        const int32_t mag = (int32_t)(u & 0x7FFFFFFFu);
+        const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t qnan = ((u >> 16) & 0x8000u) | 0x7FC0u;
+        dst[q] = (uint16_t)(mag > 0x7F800000 ? qnan : rne);
+    }
+}
+
 #endif
