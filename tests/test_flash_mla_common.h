@@ -93,7 +93,80 @@ static inline double fm_cmp_cos(const fm_cmp *c) {
                      fm_cmp_cos(&(c)));                                                      \
     } while (0)
 
-/* run fn under every (isa, threads) pair and compare the output bytes with the first run */
-#define FM_ISA_COUNT 2
+/* The outputs of ts_flash_mla_with_kvcache for b requests of s_q queries x h_q heads, twice:
+ * what a call writes and a first run's copy to compare with. */
+typedef struct fm_outs {
+    int64_t no, nl;              /* values in out, in lse */
+    uint16_t *out, *out0;        /* bf16 [b, s_q, h_q, 512] */
+    float *lse, *lse0;           /* f32 [b, h_q, s_q] */
+    ts_tensor to, tl, to0, tl0;  /* over out, lse, out0, lse0 */
+} fm_outs;
+
+static inline void fm_outs_make(fm_outs *o, int64_t b, int64_t sq, int64_t hq) {
+    o->no = b * sq * hq * 512;
+    o->nl = b * hq * sq;
+    o->out = (uint16_t *)malloc((size_t)o->no * 2);
+    o->out0 = (uint16_t *)malloc((size_t)o->no * 2);
+    o->lse = (float *)malloc((size_t)o->nl * 4);
+    o->lse0 = (float *)malloc((size_t)o->nl * 4);
+    o->to = ts_tensor_make(o->out, TS_BF16, 4, (int64_t[]){b, sq, hq, 512});
+    o->tl = ts_tensor_3d(o->lse, TS_F32, b, hq, sq);
+    o->to0 = ts_tensor_make(o->out0, TS_BF16, 4, (int64_t[]){b, sq, hq, 512});
+    o->tl0 = ts_tensor_3d(o->lse0, TS_F32, b, hq, sq);
+}
+
+static inline void fm_outs_free(fm_outs *o) {
+    free(o->out);
+    free(o->out0);
+    free(o->lse);
+    free(o->lse0);
+}
+
+/* One output buffer of a determinism check: live is what the call writes, first receives the
+ * first run's bytes (callers compare later results against it). */
+typedef struct fm_buf {
+    void *live, *first;
+    size_t bytes;
+    const char *name;
+} fm_buf;
+
+/* ts_flash_mla_with_kvcache with fixed arguments, as a run for fm_check_isa_threads */
+typedef struct fm_kvcache_run {
+    ts_flash_mla_kvcache_args a;
+    ts_tensor *out, *lse;
+} fm_kvcache_run;
+
+static inline ts_status fm_kvcache_run_fn(void *ctx) {
+    fm_kvcache_run *r = (fm_kvcache_run *)ctx;
+    return ts_flash_mla_with_kvcache(&r->a, r->out, r->lse);
+}
+
+/* Runs run(ctx) under each ISA this build can select (generic, then AVX2) at 1, 2 and 3
+ * threads, clearing the live buffers before every run so that an unwritten output shows; every
+ * run after the first must reproduce its bytes exactly. Restores the thread count and ISA. */
+static inline void fm_check_isa_threads(ts_test_ctx *ts_t_, ts_status (*run)(void *ctx),
+                                        void *ctx, const fm_buf *bufs, int nbuf) {
+    int saved_t = ts_get_num_threads();
+    ts_isa saved_isa = ts_get_isa();
+    int first = 1;
+    for (int isa = 0; isa < 2; isa++) {
+        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+        for (int t = 1; t <= 3; t++) {
+            ts_set_num_threads(t);
+            for (int i = 0; i < nbuf; i++) memset(bufs[i].live, 0, bufs[i].bytes);
+            TS_CHECK_STATUS(run(ctx), TS_OK);
+            for (int i = 0; i < nbuf; i++) {
+                if (first)
+                    memcpy(bufs[i].first, bufs[i].live, bufs[i].bytes);
+                else
+                    TS_CHECK_MSG(memcmp(bufs[i].first, bufs[i].live, bufs[i].bytes) == 0,
+                                 "%s differs (isa %d, %d threads)", bufs[i].name, isa, t);
+            }
+            first = 0;
+        }
+    }
+    ts_set_num_threads(saved_t);
+    ts_set_isa(saved_isa);
+}
 
 #endif

@@ -161,24 +161,21 @@ TS_TEST(flash_mla_dense_split) {
     dn_data s;
     dn_build(&s, &c, 210);
     dn_check_ref(ts_t_, &s, "split");
-    int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
-    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
-    float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
-    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
-    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c.b, c.hq, c.sq);
+    fm_outs o;
+    fm_outs_make(&o, c.b, c.sq, c.hq);
     int saved = ts_get_num_threads();
     for (int t = 1; t <= 3; t++) {
         ts_set_num_threads(t);
         ts_mla_metadata *meta;
         ts_get_mla_metadata(&meta);
         ts_flash_mla_kvcache_args a = dn_args(&s, meta);
-        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_OK);
         if (t == 1) {
-            memcpy(out0, out, (size_t)no * 2);
-            memcpy(lse0, lse, (size_t)nl * 4);
+            memcpy(o.out0, o.out, (size_t)o.no * 2);
+            memcpy(o.lse0, o.lse, (size_t)o.nl * 4);
         } else {
-            TS_CHECK_MSG(memcmp(out0, out, (size_t)no * 2) == 0, "out differs at %d threads", t);
-            TS_CHECK_MSG(memcmp(lse0, lse, (size_t)nl * 4) == 0, "lse differs at %d threads", t);
+            TS_CHECK_MSG(memcmp(o.out0, o.out, (size_t)o.no * 2) == 0, "out differs at %d threads", t);
+            TS_CHECK_MSG(memcmp(o.lse0, o.lse, (size_t)o.nl * 4) == 0, "lse differs at %d threads", t);
         }
         ts_mla_metadata_free(meta);
     }
@@ -197,21 +194,18 @@ TS_TEST(flash_mla_dense_split) {
     a.q = &q1;
     a.block_table = &b1;
     a.cache_seqlens = &l1;
-    ts_tensor to1 = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){1, c.sq, c.hq, 512});
-    ts_tensor tl1 = ts_tensor_3d(lse, TS_F32, 1, c.hq, c.sq);
+    ts_tensor to1 = ts_tensor_make(o.out, TS_BF16, 4, (int64_t[]){1, c.sq, c.hq, 512});
+    ts_tensor tl1 = ts_tensor_3d(o.lse, TS_F32, 1, c.hq, c.sq);
     TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to1, &tl1), TS_OK);
-    TS_CHECK(memcmp(out, out0 + c.sq * c.hq * 512, (size_t)(c.sq * c.hq * 512) * 2) == 0);
-    TS_CHECK(memcmp(lse, lse0 + c.hq * c.sq, (size_t)(c.hq * c.sq) * 4) == 0);
+    TS_CHECK(memcmp(o.out, o.out0 + c.sq * c.hq * 512, (size_t)(c.sq * c.hq * 512) * 2) == 0);
+    TS_CHECK(memcmp(o.lse, o.lse0 + c.hq * c.sq, (size_t)(c.hq * c.sq) * 4) == 0);
     /* same config, other cache_seqlens values: the handle refuses */
     s.sl[1] = 4000;
     TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to1, &tl1), TS_ERR_INVALID_ARGUMENT);
     s.sl[1] = 4097;
     TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to1, &tl1), TS_OK);
     ts_mla_metadata_free(meta);
-    free(out0);
-    free(out);
-    free(lse0);
-    free(lse);
+    fm_outs_free(&o);
     dn_free(&s);
 }
 
@@ -220,39 +214,16 @@ TS_TEST(flash_mla_dense_generic_avx2) {
     dn_case c = {3, 2, 20, 2, 576, 53, 3, 1, sl};
     dn_data s;
     dn_build(&s, &c, 220);
-    int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
-    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
-    float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
-    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
-    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c.b, c.hq, c.sq);
-    int saved = ts_get_num_threads();
-    ts_isa saved_isa = ts_get_isa();
+    fm_outs o;
+    fm_outs_make(&o, c.b, c.sq, c.hq);
     ts_mla_metadata *meta;
     ts_get_mla_metadata(&meta);
-    ts_flash_mla_kvcache_args a = dn_args(&s, meta);
-    int first = 1;
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
-        for (int t = 1; t <= 3; t++) {
-            ts_set_num_threads(t);
-            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
-            if (first) {
-                memcpy(out0, out, (size_t)no * 2);
-                memcpy(lse0, lse, (size_t)nl * 4);
-                first = 0;
-            } else {
-                TS_CHECK_MSG(memcmp(out0, out, (size_t)no * 2) == 0, "out differs (isa %d, %d threads)", isa, t);
-                TS_CHECK_MSG(memcmp(lse0, lse, (size_t)nl * 4) == 0, "lse differs (isa %d, %d threads)", isa, t);
-            }
-        }
-    }
-    ts_set_num_threads(saved);
-    ts_set_isa(saved_isa);
+    fm_kvcache_run run = {dn_args(&s, meta), &o.to, &o.tl};
+    const fm_buf bufs[] = {{o.out, o.out0, (size_t)o.no * 2, "out"},
+                           {o.lse, o.lse0, (size_t)o.nl * 4, "lse"}};
+    fm_check_isa_threads(ts_t_, fm_kvcache_run_fn, &run, bufs, 2);
     ts_mla_metadata_free(meta);
-    free(out0);
-    free(out);
-    free(lse0);
-    free(lse);
+    fm_outs_free(&o);
     dn_free(&s);
 }
 
@@ -339,17 +310,12 @@ TS_TEST(flash_mla_dense_never_reads_unused) {
         const dn_case *c = &cases[ci];
         dn_data s;
         dn_build(&s, c, 230 + ci);
-        const int64_t no = c->b * c->sq * c->hq * 512, nl = c->b * c->hq * c->sq;
-        uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
-        float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
-        ts_tensor to0 = ts_tensor_make(out0, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
-        ts_tensor tl0 = ts_tensor_3d(lse0, TS_F32, c->b, c->hq, c->sq);
-        ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
-        ts_tensor tl = ts_tensor_3d(lse, TS_F32, c->b, c->hq, c->sq);
+        fm_outs o;
+        fm_outs_make(&o, c->b, c->sq, c->hq);
         ts_mla_metadata *meta;
         ts_get_mla_metadata(&meta);
         ts_flash_mla_kvcache_args a = dn_args(&s, meta);
-        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to0, &tl0), TS_OK);
+        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to0, &o.tl0), TS_OK);
         ts_mla_metadata_free(meta);
 
         const int64_t pg = (int64_t)ts_guard_page(), row = c->hkv * c->d;
@@ -376,18 +342,15 @@ TS_TEST(flash_mla_dense_never_reads_unused) {
             ts_set_num_threads(th);
             ts_get_mla_metadata(&meta);
             a.tile_scheduler_metadata = meta;
-            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_OK);
             ts_mla_metadata_free(meta);
-            TS_CHECK_MSG(memcmp(out, out0, (size_t)no * 2) == 0, "case %d: out differs (%d threads)", ci, th);
-            TS_CHECK_MSG(memcmp(lse, lse0, (size_t)nl * 4) == 0, "case %d: lse differs (%d threads)", ci, th);
+            TS_CHECK_MSG(memcmp(o.out, o.out0, (size_t)o.no * 2) == 0, "case %d: out differs (%d threads)", ci, th);
+            TS_CHECK_MSG(memcmp(o.lse, o.lse0, (size_t)o.nl * 4) == 0, "case %d: lse differs (%d threads)", ci, th);
         }
         ts_set_num_threads(saved_t);
         ts_guard_free(&gk);
         ts_guard_free(&gb);
-        free(out0);
-        free(out);
-        free(lse0);
-        free(lse);
+        fm_outs_free(&o);
         dn_free(&s);
     }
 }

@@ -89,6 +89,8 @@ static ts_status pf_run(pf_data *s, int sink, int len) {
                                    len ? &s->tlen : NULL, &s->tout, &s->tmax, &s->tlse);
 }
 
+static ts_status pf_run_sink_len(void *s) { return pf_run((pf_data *)s, 1, 1); }
+
 static void pf_check(ts_test_ctx *ts_t_, pf_data *s, int sink, int len, const char *what) {
     TS_CHECK_STATUS(pf_run(s, sink, len), TS_OK);
     float *kf = (float *)malloc((size_t)(s->topk * s->d) * 4), *qf = (float *)malloc((size_t)s->d * 4);
@@ -141,31 +143,8 @@ TS_TEST(flash_mla_prefill_deterministic) {
     const size_t no = (size_t)(s.sq * s.os0) * 2, nl = (size_t)(s.sq * s.ls0) * 4;
     uint16_t *out0 = (uint16_t *)malloc(no);
     float *lse0 = (float *)malloc(nl), *max0 = (float *)malloc(nl);
-    int saved = ts_get_num_threads();
-    ts_isa saved_isa = ts_get_isa();
-    int first = 1;
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
-        for (int t = 1; t <= 3; t++) {
-            ts_set_num_threads(t);
-            memset(s.out, 0, no);
-            memset(s.lse, 0, nl);
-            memset(s.maxl, 0, nl);
-            TS_CHECK_STATUS(pf_run(&s, 1, 1), TS_OK);
-            if (first) {
-                memcpy(out0, s.out, no);
-                memcpy(lse0, s.lse, nl);
-                memcpy(max0, s.maxl, nl);
-                first = 0;
-            } else {
-                TS_CHECK_MSG(memcmp(out0, s.out, no) == 0 && memcmp(lse0, s.lse, nl) == 0 &&
-                                 memcmp(max0, s.maxl, nl) == 0,
-                             "results differ (isa %d, %d threads)", isa, t);
-            }
-        }
-    }
-    ts_set_num_threads(saved);
-    ts_set_isa(saved_isa);
+    const fm_buf bufs[] = {{s.out, out0, no, "out"}, {s.lse, lse0, nl, "lse"}, {s.maxl, max0, nl, "max_logits"}};
+    fm_check_isa_threads(ts_t_, pf_run_sink_len, &s, bufs, 3);
     /* query token 3 alone: the same bits */
     ts_tensor q1 = s.tq, i1 = s.tind, l1 = s.tlen;
     q1.data = s.q + 3 * s.qs0;

@@ -247,35 +247,14 @@ TS_TEST(flash_mla_sparse_deterministic) {
     sp_case c = {TS_MLA_KV_MODEL1, 3, 2, 10, 1000, 64, 20, 100, 64, 2, 1, 1, NULL, NULL};
     sp_data s;
     sp_build(&s, &c, 105);
-    int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
-    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
-    float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
-    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
-    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c.b, c.hq, c.sq);
+    fm_outs o;
+    fm_outs_make(&o, c.b, c.sq, c.hq);
     ts_mla_metadata *meta;
     ts_get_mla_metadata(&meta);
-    ts_flash_mla_kvcache_args a = sp_args(&s, meta);
-    int saved_t = ts_get_num_threads();
-    ts_isa saved_isa = ts_get_isa();
-    int first = 1;
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
-        for (int t = 1; t <= 3; t++) {
-            ts_set_num_threads(t);
-            memset(out, 0, (size_t)no * 2);
-            TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
-            if (first) {
-                memcpy(out0, out, (size_t)no * 2);
-                memcpy(lse0, lse, (size_t)nl * 4);
-                first = 0;
-            } else {
-                TS_CHECK_MSG(memcmp(out0, out, (size_t)no * 2) == 0, "out differs (isa %d, %d threads)", isa, t);
-                TS_CHECK_MSG(memcmp(lse0, lse, (size_t)nl * 4) == 0, "lse differs (isa %d, %d threads)", isa, t);
-            }
-        }
-    }
-    ts_set_num_threads(saved_t);
-    ts_set_isa(saved_isa);
+    fm_kvcache_run run = {sp_args(&s, meta), &o.to, &o.tl};
+    const fm_buf bufs[] = {{o.out, o.out0, (size_t)o.no * 2, "out"},
+                           {o.lse, o.lse0, (size_t)o.nl * 4, "lse"}};
+    fm_check_isa_threads(ts_t_, fm_kvcache_run_fn, &run, bufs, 2);
     ts_mla_metadata_free(meta);
     /* request 2 alone */
     ts_tensor q1 = s.tq, i1 = s.tind, l1 = s.tlen, ei1 = s.teind, el1 = s.telen;
@@ -296,19 +275,16 @@ TS_TEST(flash_mla_sparse_deterministic) {
     a1.topk_length = &l1;
     a1.extra_indices_in_kvcache = &ei1;
     a1.extra_topk_length = &el1;
-    ts_tensor to1 = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){1, c.sq, c.hq, 512});
-    ts_tensor tl1 = ts_tensor_3d(lse, TS_F32, 1, c.hq, c.sq);
+    ts_tensor to1 = ts_tensor_make(o.out, TS_BF16, 4, (int64_t[]){1, c.sq, c.hq, 512});
+    ts_tensor tl1 = ts_tensor_3d(o.lse, TS_F32, 1, c.hq, c.sq);
     TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a1, &to1, &tl1), TS_OK);
-    TS_CHECK(memcmp(out, out0 + 2 * c.sq * c.hq * 512, (size_t)(c.sq * c.hq * 512) * 2) == 0);
-    TS_CHECK(memcmp(lse, lse0 + 2 * c.hq * c.sq, (size_t)(c.hq * c.sq) * 4) == 0);
+    TS_CHECK(memcmp(o.out, o.out0 + 2 * c.sq * c.hq * 512, (size_t)(c.sq * c.hq * 512) * 2) == 0);
+    TS_CHECK(memcmp(o.lse, o.lse0 + 2 * c.hq * c.sq, (size_t)(c.hq * c.sq) * 4) == 0);
     /* the handle was filled for b = 1: the full batch is another config */
-    a.tile_scheduler_metadata = meta;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    run.a.tile_scheduler_metadata = meta;
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&run.a, &o.to, &o.tl), TS_ERR_INVALID_ARGUMENT);
     ts_mla_metadata_free(meta);
-    free(out0);
-    free(out);
-    free(lse0);
-    free(lse);
+    fm_outs_free(&o);
     sp_free(&s);
 }
 
@@ -487,17 +463,12 @@ static ts_tensor sp_guard_indices(ts_guard *g, const int32_t *ind, const int32_t
 static void sp_guard_case(ts_test_ctx *ts_t_, const sp_case *c, uint64_t seed, const char *what) {
     sp_data s;
     sp_build(&s, c, seed);
-    const int64_t no = c->b * c->sq * c->hq * 512, nl = c->b * c->hq * c->sq;
-    uint16_t *out0 = (uint16_t *)malloc((size_t)no * 2), *out = (uint16_t *)malloc((size_t)no * 2);
-    float *lse0 = (float *)malloc((size_t)nl * 4), *lse = (float *)malloc((size_t)nl * 4);
-    ts_tensor to0 = ts_tensor_make(out0, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
-    ts_tensor tl0 = ts_tensor_3d(lse0, TS_F32, c->b, c->hq, c->sq);
-    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c->b, c->sq, c->hq, 512});
-    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c->b, c->hq, c->sq);
+    fm_outs o;
+    fm_outs_make(&o, c->b, c->sq, c->hq);
     ts_mla_metadata *meta;
     ts_get_mla_metadata(&meta);
     ts_flash_mla_kvcache_args a = sp_args(&s, meta);
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to0, &tl0), TS_OK);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to0, &o.tl0), TS_OK);
     ts_mla_metadata_free(meta);
 
     ts_guard gk, gi, gek = {0}, gei = {0};
@@ -519,21 +490,18 @@ static void sp_guard_case(ts_test_ctx *ts_t_, const sp_case *c, uint64_t seed, c
         ts_set_num_threads(t);
         ts_get_mla_metadata(&meta);
         a.tile_scheduler_metadata = meta;
-        memset(out, 0xAB, (size_t)no * 2);
-        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+        memset(o.out, 0xAB, (size_t)o.no * 2);
+        TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_OK);
         ts_mla_metadata_free(meta);
-        TS_CHECK_MSG(memcmp(out, out0, (size_t)no * 2) == 0, "%s: out differs (%d threads)", what, t);
-        TS_CHECK_MSG(memcmp(lse, lse0, (size_t)nl * 4) == 0, "%s: lse differs (%d threads)", what, t);
+        TS_CHECK_MSG(memcmp(o.out, o.out0, (size_t)o.no * 2) == 0, "%s: out differs (%d threads)", what, t);
+        TS_CHECK_MSG(memcmp(o.lse, o.lse0, (size_t)o.nl * 4) == 0, "%s: lse differs (%d threads)", what, t);
     }
     ts_set_num_threads(saved_t);
     ts_guard_free(&gk);
     ts_guard_free(&gi);
     ts_guard_free(&gek);
     ts_guard_free(&gei);
-    free(out0);
-    free(out);
-    free(lse0);
-    free(lse);
+    fm_outs_free(&o);
     sp_free(&s);
 }
 
