@@ -204,12 +204,8 @@ static void ll_check_combine(ts_test_ctx *ts_t_, const ll_world *w, const uint16
 static void ll_round_trip(ts_test_ctx *ts_t_, const ll_case *c, bool fp8, bool round, bool ue8m0, bool hook,
                           bool logfmt, bool zero_copy) {
     ll_world w;
-    ll_make_world(c, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, c, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     ll_out o;
     ll_alloc_out(&w, &o, fp8, ue8m0);
     ts_ep_ll_handle *h = NULL;
@@ -280,12 +276,8 @@ TS_TEST(ep_ll_rank_valued_upstream_check) {
     c.rank_valued = true;
     c.K = 6;
     ll_world w;
-    ll_make_world(&c, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &c, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     ll_out o;
     ll_alloc_out(&w, &o, false, false);
     ts_ep_ll_handle *h = NULL;
@@ -453,12 +445,8 @@ TS_TEST(ep_ll_abandoned_combine_hook) {
     /* a hooked combine whose hook is never run: its state goes with the buffer (LSan checks
      * the ASan build), and the outputs stay untouched */
     ll_world w;
-    ll_make_world(&k_ll, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_ll, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     ll_out o;
     ll_alloc_out(&w, &o, false, false);
     ts_ep_ll_handle *h = NULL;

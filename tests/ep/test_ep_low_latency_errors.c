@@ -67,12 +67,8 @@ static void still_works(ts_test_ctx *ts_t_, ts_ep_buffer *b, ll_world *w) {
 
 TS_TEST(ep_ll_error_too_many_tokens_one_rank) {
     ll_world w;
-    ll_make_world(&k_err, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_err, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     const int bad = g_ep_size - 1;
     /* the bad rank passes T + 1 tokens */
     uint16_t *bx = calloc((size_t)((w.T + 1) * w.H), 2);
@@ -100,12 +96,8 @@ TS_TEST(ep_ll_error_too_many_tokens_one_rank) {
 
 TS_TEST(ep_ll_error_bad_expert_id_one_rank) {
     ll_world w;
-    ll_make_world(&k_err, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_err, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     const int bad = 0; /* rank 0 always has tokens */
     int64_t *idx = w.idx + g_ep_rank * w.T * w.K;
     const int64_t saved = idx[0];
@@ -126,12 +118,8 @@ TS_TEST(ep_ll_error_bad_expert_id_one_rank) {
 
 TS_TEST(ep_ll_error_experts_not_divisible) {
     ll_world w;
-    ll_make_world(&k_err, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_err, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     ll_bufs o;
     bufs_make(&w, &o);
     ts_ep_ll_handle *h = NULL;
@@ -155,12 +143,8 @@ TS_TEST(ep_ll_error_experts_not_divisible) {
 TS_TEST(ep_ll_error_stalled_rank_times_out) {
     if (g_ep_size < 2) return;
     ll_world w;
-    ll_make_world(&k_err, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, 1.0);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_err, &w, 1.0);
+    if (!b) return;
     const int stalled = g_ep_size - 1;
     if (g_ep_rank != stalled) {
         ll_bufs o;
@@ -220,12 +204,8 @@ TS_TEST(ep_ll_error_expert_rows_beyond_T) {
     /* a rank whose tokens list one expert more than T times in all (duplicates in the top-k)
      * would overflow [E/R, R*T] at the receiver: rejected there, TS_ERR_PEER elsewhere */
     ll_world w;
-    ll_make_world(&k_err, &w);
-    ts_ep_buffer *b = ll_buffer(ts_t_, &w, TS_EP_TEST_TIMEOUT_S);
-    if (!b) {
-        ll_free_world(&w);
-        return;
-    }
+    ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_err, &w, TS_EP_TEST_TIMEOUT_S);
+    if (!b) return;
     const int bad = 0; /* rank 0 has T tokens */
     int64_t *idx = w.idx + g_ep_rank * w.T * w.K;
     int64_t *saved = malloc((size_t)(w.T * w.K) * 8);

@@ -101,6 +101,16 @@ static inline ts_ep_buffer *ll_buffer(ts_test_ctx *ts_t_, const ll_world *w, dou
     return b;
 }
 
+/* ll_make_world, then a buffer for it (deadline timeout_s). NULL, with the world freed again,
+ * when the buffer cannot be had. */
+static inline ts_ep_buffer *ll_world_buffer(ts_test_ctx *ts_t_, const ll_case *c, ll_world *w,
+                                            double timeout_s) {
+    ll_make_world(c, w);
+    ts_ep_buffer *b = ll_buffer(ts_t_, w, timeout_s);
+    if (!b) ll_free_world(w);
+    return b;
+}
+
 /* e4m3 of v by brute force over all codes: saturate to +-448, nearest, ties to the even code. */
 static inline uint8_t ll_ref_e4m3(float v) {
     if (v != v) return 0x7F;
