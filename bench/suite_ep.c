@@ -136,6 +136,23 @@ static ts_status time_op(ep_bench *b, ep_op op, ts_ep_reference_result *ref, boo
     return TS_OK;
 }
 
+/* Top-K routing of T tokens: K distinct experts of E each, drawn from rng, all weights 1/8. */
+static void random_routing(ts__bench_rng *rng, int64_t T, int64_t K, int64_t E, int64_t *idx,
+                           float *w) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t e;
+            bool dup;
+            do {
+                e = (int64_t)(ts__bench_rng_next(rng) % (uint64_t)E);
+                dup = false;
+                for (int64_t j = 0; j < k; j++) dup |= idx[t * K + j] == e;
+            } while (dup);
+            idx[t * K + k] = e;
+            w[t * K + k] = 0.125f;
+        }
+}
+
 /* One timed row and its MPI_Alltoallv baseline; deep = DeepEP's byte count, all ranks. */
 typedef struct ep_row_spec {
     const char *name, *dtype;
@@ -320,18 +337,7 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
     float *w = malloc((size_t)(N * K) * 4);
     ts__bench_rng rng = {0x51ED270B27ull ^ (uint64_t)(me + 1) * 0x2545F4914F6CDD1Dull};
     for (int64_t i = 0; i < N * H; i++) x[i] = (uint16_t)(0x3c00 + (ts__bench_rng_next(&rng) & 0x7ff)) | (uint16_t)((i & 1) << 15);
-    for (int64_t t = 0; t < N; t++)
-        for (int64_t k = 0; k < K; k++) {
-            int64_t e;
-            bool dup;
-            do {
-                e = (int64_t)(ts__bench_rng_next(&rng) % (uint64_t)l.E);
-                dup = false;
-                for (int64_t j = 0; j < k; j++) dup |= idx[t * K + j] == e;
-            } while (dup);
-            idx[t * K + k] = e;
-            w[t * K + k] = 0.125f;
-        }
+    random_routing(&rng, N, K, l.E, idx, w);
     l.x = ts_tensor_2d(x, TS_BF16, N, H);
     l.idx = ts_tensor_2d(idx, TS_I64, N, K);
     l.w = ts_tensor_2d(w, TS_F32, N, K);
@@ -514,18 +520,7 @@ int ts__suite_ep(const ts__bench_opts *opts) {
     ts__bench_rng rng = {0x9E3779B97F4A7C15ull ^ (uint64_t)(me + 1) * 0x2545F4914F6CDD1Dull};
     for (int64_t i = 0; i < T * H; i++) x[i] = (uint8_t)(ts__bench_rng_next(&rng) & 0x77);
     for (int64_t i = 0; i < T * S; i++) xs[i] = 1.0f / 64;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t k = 0; k < K; k++) {
-            int64_t e;
-            bool dup;
-            do {
-                e = (int64_t)(ts__bench_rng_next(&rng) % (uint64_t)E);
-                dup = false;
-                for (int64_t j = 0; j < k; j++) dup |= idx[t * K + j] == e;
-            } while (dup);
-            idx[t * K + k] = e;
-            w[t * K + k] = 0.125f;
-        }
+    random_routing(&rng, T, K, E, idx, w);
     b.x = ts_tensor_2d(x, TS_E4M3, T, H);
     b.xs = ts_tensor_2d(xs, TS_F32, T, S);
     b.idx = ts_tensor_2d(idx, TS_I64, T, K);
