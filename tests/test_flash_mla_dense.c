@@ -232,52 +232,49 @@ TS_TEST(flash_mla_dense_bad_input) {
     dn_case c = {2, 1, 4, 2, 576, 4, 3, 0, sl};
     dn_data s;
     dn_build(&s, &c, 230);
-    int64_t no = c.b * c.sq * c.hq * 512, nl = c.b * c.hq * c.sq;
-    uint16_t *out = (uint16_t *)malloc((size_t)no * 2);
-    float *lse = (float *)malloc((size_t)nl * 4);
-    memset(out, 0x33, (size_t)no * 2);
-    memset(lse, 0x33, (size_t)nl * 4);
-    ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){c.b, c.sq, c.hq, 512});
-    ts_tensor tl = ts_tensor_3d(lse, TS_F32, c.b, c.hq, c.sq);
+    fm_outs o;
+    fm_outs_make(&o, c.b, c.sq, c.hq);
+    memset(o.out, 0x33, (size_t)o.no * 2);
+    memset(o.lse, 0x33, (size_t)o.nl * 4);
     ts_mla_metadata *meta;
     ts_get_mla_metadata(&meta);
     ts_flash_mla_kvcache_args a = dn_args(&s, meta);
     int32_t keep = s.bt[1];
     s.bt[1] = (int32_t)s.nb; /* a used block past the cache */
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_INVALID_ARGUMENT);
     s.bt[1] = -1;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_INVALID_ARGUMENT);
     s.bt[1] = keep;
     s.sl[0] = 13; /* needs 4 blocks, the table has 3 */
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_INVALID_ARGUMENT);
     s.sl[0] = -1;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_INVALID_ARGUMENT);
     s.sl[0] = 10;
     ts_tensor bk = s.tk;
     bk.shape[2] = 3; /* h_q 4 is not a multiple */
     a.k_cache = &bk;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_SHAPE);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_SHAPE);
     bk = s.tk;
     bk.dtype = TS_F16;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_DTYPE);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_DTYPE);
     a.k_cache = &s.tk;
-    ts_tensor bl = tl;
+    ts_tensor bl = o.tl;
     bl.shape[1] = c.sq;
     bl.shape[2] = c.hq;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &bl), TS_ERR_SHAPE);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &bl), TS_ERR_SHAPE);
     float sink[4] = {0};
     ts_tensor ts_ = ts_tensor_1d(sink, TS_F32, 4);
     a.attn_sink = &ts_;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_UNSUPPORTED);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_UNSUPPORTED);
     a.attn_sink = NULL;
     a.is_fp8_kvcache = true;
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_ERR_UNSUPPORTED);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_ERR_UNSUPPORTED);
     a.is_fp8_kvcache = false;
     int untouched = 1;
-    for (int64_t i = 0; i < no; i++) untouched &= out[i] == 0x3333;
+    for (int64_t i = 0; i < o.no; i++) untouched &= o.out[i] == 0x3333;
     TS_CHECK(untouched);
     /* a good call fills the handle; the same handle with causal set is another config */
-    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &to, &tl), TS_OK);
+    TS_CHECK_STATUS(ts_flash_mla_with_kvcache(&a, &o.to, &o.tl), TS_OK);
     ts_tensor q2 = s.tq;
     int64_t sq2 = 2;
     uint16_t *qq = (uint16_t *)calloc((size_t)(c.b * sq2 * c.hq * c.d), 2);
@@ -293,8 +290,7 @@ TS_TEST(flash_mla_dense_bad_input) {
     free(o2);
     free(l2);
     ts_mla_metadata_free(meta);
-    free(out);
-    free(lse);
+    fm_outs_free(&o);
     dn_free(&s);
 }
 
