@@ -18,6 +18,13 @@ const ts__mla_kernels *ts__mla_pick_kernels(void) {
 
 static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 
+/* Most line addresses one token adds to PV's prefetch list: its lines (an unaligned span of
+ * `bytes` covers at most bytes / 64 + 2) and a MODEL1 scale line. */
+static int64_t pf_lines_per_token(int64_t dk) {
+    int64_t bytes = dk * 2 > 656 ? dk * 2 : 656;
+    return bytes / 64 + 3;
+}
+
 size_t ts__mla_span_ws_bytes(int64_t nrows, int64_t dk) {
     size_t rp = (size_t)ts__align(nrows, TS__MLA_RS);
     return al64(rp * (size_t)dk * 4)                    /* packed q */
@@ -25,7 +32,8 @@ size_t ts__mla_span_ws_bytes(int64_t nrows, int64_t dk) {
            + al64((size_t)TS__MLA_TILE * (size_t)ts__mla_tile_stride(dk) * 4) /* decoded tile */
            + al64((size_t)TS__MLA_TILE * rp * 4)        /* scores / probabilities */
            + 4 * al64(rp * 4)                           /* m, l, alpha, lim */
-           + al64(TS__MLA_TILE * 4);                    /* pos */
+           + al64(TS__MLA_TILE * 4)                     /* pos */
+           + al64((size_t)(TS__MLA_TILE * pf_lines_per_token(dk)) * sizeof(void *)); /* pf list */
 }
 
 static void decode_token(const ts__mla_kernels *kern, const ts__mla_toklist *tl, int64_t t,
@@ -46,26 +54,50 @@ static void decode_token(const ts__mla_kernels *kern, const ts__mla_toklist *tl,
 /* Sparse tokens are random gathers (L3 or DRAM) and dense pages are scattered blocks: the decode
  * loop prefetches PF_DIST tokens ahead (~80-150 cycles of decode each, so a DRAM miss is
  * covered), and the end of each tile prefetches the next tile's first PF_DIST (PV's streams
- * would evict a whole tile prefetched earlier). Hints only: no effect on results. */
+ * would evict a whole tile prefetched earlier). Sparse lists also hand the next tile's lines to
+ * PV, which requests them a slice per row block (see pv_avx2). Hints only: no effect on
+ * results. */
 #define PF_DIST 8
+
+/* token t's bytes (p, bytes) and MODEL1 scale bytes (*sp, else NULL) */
+static const uint8_t *token_bytes(const ts__mla_toklist *tl, int64_t t, int64_t dk,
+                                  int64_t *bytes, const uint8_t **sp) {
+    *bytes = dk * 2;
+    *sp = NULL;
+    if (tl->dense)
+        return tl->base + (int64_t)tl->btab[t / tl->page] * tl->block_stride +
+               (t % tl->page) * tl->row_stride;
+    if (tl->kinds[t] == TS__MLA_TOK_V32) *bytes = 656;
+    else if (tl->kinds[t] == TS__MLA_TOK_MODEL1) {
+        *bytes = 576;
+        *sp = tl->sptr[t];
+    }
+    return tl->ptr[t];
+}
+
 static void prefetch_tile(const ts__mla_toklist *tl, int64_t t0, int64_t t1, int64_t dk) {
     for (int64_t t = t0; t < t1; t++) {
-        const uint8_t *p;
-        int64_t bytes = dk * 2;
-        if (tl->dense) {
-            p = tl->base + (int64_t)tl->btab[t / tl->page] * tl->block_stride +
-                (t % tl->page) * tl->row_stride;
-        } else {
-            p = tl->ptr[t];
-            if (tl->kinds[t] == TS__MLA_TOK_V32) bytes = 656;
-            else if (tl->kinds[t] == TS__MLA_TOK_MODEL1) {
-                bytes = 576;
-                __builtin_prefetch(tl->sptr[t], 0, 2);
-            }
-        }
+        int64_t bytes;
+        const uint8_t *sp, *p = token_bytes(tl, t, dk, &bytes, &sp);
+        if (sp) __builtin_prefetch(sp, 0, 2);
         for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
         __builtin_prefetch(p + bytes - 1, 0, 2);
     }
+}
+
+/* the distinct lines of tokens [t0, t1) of a sparse list, in token order */
+static int64_t tile_lines(const ts__mla_toklist *tl, int64_t t0, int64_t t1, int64_t dk,
+                          const void **out) {
+    int64_t n = 0;
+    if (tl->dense) return 0;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t bytes;
+        const uint8_t *sp, *p = token_bytes(tl, t, dk, &bytes, &sp);
+        uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)(p + bytes - 1);
+        for (; a <= e; a += 64) out[n++] = (const void *)a;
+        if (sp) out[n++] = sp;
+    }
+    return n;
 }
 
 void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int64_t r0,
@@ -91,6 +123,8 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
     int32_t *lim = (int32_t *)w;
     w += al64((size_t)rp * 4);
     int32_t *pos = (int32_t *)w;
+    w += al64(TS__MLA_TILE * 4);
+    const void **pf = (const void **)w;
 
     for (int64_t i = 0; i < rp; i++) {
         float *dst = qs + (i / TS__MLA_RS) * dk * TS__MLA_RS + (i % TS__MLA_RS);
@@ -123,7 +157,8 @@ void ts__mla_run_span(const ts__mla_kernels *kern, const ts__mla_rows *rows, int
         }
         kern->qk(qs, rp, kt, dk, ks, ntp, rows->scale, sc);
         kern->softmax(sc, rp, ntp, pos, lim, m, l, alpha);
-        kern->pv(sc, rp, kt, ks, ntp, alpha, o);
+        int64_t npf = tile_lines(tl, ts + nt, ts__min64(t1, ts + nt + TS__MLA_TILE), dk, pf);
+        kern->pv(sc, rp, kt, ks, ntp, alpha, o, pf, npf);
         /* the next tile's first tokens; the decode loop prefetches the rest PF_DIST ahead */
         prefetch_tile(tl, ts + nt, ts__min64(t1, ts + nt + PF_DIST), dk);
     }

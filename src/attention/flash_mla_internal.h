@@ -37,9 +37,11 @@ typedef struct ts__mla_kernels {
     /* st in: scores, out: probabilities; m, l, alpha: per row (rp, multiple of 8). */
     void (*softmax)(float *st, int64_t rp, int64_t n, const int32_t *pos, const int32_t *lim,
                     float *m, float *l, float *alpha);
-    /* o [rp][512] = o*alpha + P^T V; v rows of vstride floats (the first 512 used). */
+    /* o [rp][512] = o*alpha + P^T V; v rows of vstride floats (the first 512 used). pf: npf
+     * cache-line addresses (the next tile's gathered tokens) to prefetch while PV runs; hints
+     * only, no effect on results. */
     void (*pv)(const float *st, int64_t rp, const float *v, int64_t vstride, int64_t n,
-               const float *alpha, float *o);
+               const float *alpha, float *o, const void *const *pf, int64_t npf);
     /* token decoders to f32 rows */
     void (*dec_v32)(const uint8_t *tok, float *dst);                         /* 576 */
     void (*dec_model1)(const uint8_t *data, const uint8_t *scales, float *dst); /* 512 */

@@ -63,7 +63,8 @@ static void softmax_generic(float *st, int64_t rp, int64_t n, const int32_t *pos
 }
 
 static void pv_generic(const float *st, int64_t rp, const float *v, int64_t vstride, int64_t n,
-                       const float *alpha, float *o) {
+                       const float *alpha, float *o, const void *const *pf, int64_t npf) {
+    (void)pf, (void)npf; /* prefetch hints: the reference path needs no speed */
     for (int64_t r = 0; r < rp; r++) {
         float *orow = o + r * TS__MLA_DV;
         for (int64_t c = 0; c < TS__MLA_DV; c++) {
