@@ -184,7 +184,10 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     }
 
     b->peer = calloc((size_t)b->num_ranks, sizeof *b->peer);
-    int err = !b->peer ? ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for %d peers", what, b->num_ranks) : TS_OK;
+    b->rank_book = calloc((size_t)b->num_ranks, TS__EP_RANK_BOOK_BYTES);
+    int err = !b->peer || !b->rank_book
+                  ? ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for %d peers", what, b->num_ranks)
+                  : TS_OK;
     char myname[TS__EP_NAME_LEN];
     static unsigned g_serial;
     snprintf(myname, sizeof myname, "/tilestack_ep.%ld.%u.%d", (long)getpid(), g_serial++, b->rank);
@@ -271,6 +274,7 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
         ts_status st = err ? (ts_status)err
                            : ts__fail(TS_ERR_PEER, "%s: rank %d failed to set up its shared segment", what, bad_rank);
         unmap_all(b);
+        free(b->rank_book);
         ts__ep_ll_free(b);
         MPI_Comm_free(&b->comm);
         free(b);
@@ -285,6 +289,7 @@ ts_status ts_ep_buffer_destroy(ts_ep_buffer *buf) {
     /* No synchronisation: a peer's mapping outlives ours, and the segments were unlinked at
      * create, so the memory goes when the last rank unmaps (or dies). */
     unmap_all(buf);
+    free(buf->rank_book);
     ts__ep_ll_free(buf);
     free(buf->expert_counts);
     MPI_Comm_free(&buf->comm);

@@ -213,11 +213,9 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
     TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
     TS__RETURN_IF_ERROR(ts__ep_check_peers(b, call, C));
 
-    comb_layout *lay = malloc((size_t)R * sizeof *lay);
-    if (!lay) {
-        b->broken = true;
-        return ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no memory for %d-rank bookkeeping", R);
-    }
+    _Static_assert(sizeof(comb_layout) <= TS__EP_RANK_BOOK_BYTES,
+                   "combine bookkeeping outgrew the buffer's per-rank block");
+    comb_layout *lay = (comb_layout *)(void *)b->rank_book;
     for (int r = 0; r < R; r++) lay[r] = comb_layout_of(ts__ep_meta_of(b, r, call)->num_recv, H, K);
     reduce_ctx rc = {b, h, lay, bias0, bias1, combined_x, combined_topk_weights, H, K, topk_weights != NULL, 1, 0,
                      ts__ep_acc_bf16__generic, ts__ep_store_bf16__generic};
@@ -230,7 +228,6 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
     int rnt = nt;
     if (rnt > N / 4) rnt = N / 4 > 0 ? (int)(N / 4) : 1;
     if (N > 0) ts__parallel_run(rnt, reduce_task, &rc);
-    free(lay);
     /* Nobody may restage a combine area while a peer still reads it. */
     TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
     if (atomic_load(&rc.oom))

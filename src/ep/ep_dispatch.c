@@ -287,18 +287,12 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
 
     /* Every rank derives every receiver's row count and layout from the same published
      * counts, so all reach the same verdict on capacity. */
-    recv_layout *lay = malloc((size_t)R * sizeof *lay);
-    int64_t *base = calloc((size_t)R, sizeof *base);
-    int64_t *recv_from = calloc((size_t)R, sizeof *recv_from); /* to me, per source */
-    if (!lay || !base || !recv_from) {
-        /* Peers go on writing into my area: the only safe exit is to stop everyone. */
-        free(lay);
-        free(base);
-        free(recv_from);
-        ts_ep_handle_destroy(li.h);
-        b->broken = true;
-        return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for %d-rank bookkeeping", R);
-    }
+    _Static_assert(sizeof(recv_layout) + 2 * sizeof(int64_t) <= TS__EP_RANK_BOOK_BYTES,
+                   "dispatch bookkeeping outgrew the buffer's per-rank block");
+    recv_layout *lay = (recv_layout *)(void *)b->rank_book;
+    int64_t *base = (int64_t *)(void *)(lay + R);
+    int64_t *recv_from = base + R; /* to me, per source */
+    memset(base, 0, 2 * (size_t)R * sizeof *base);
     const int64_t area = ts__ep_area_bytes(b);
     const int64_t scale_row = li.S * li.scale_es, idx_row = li.K * li.idx_es, w_row = li.K * 4;
     for (int d = 0; d < R && st == TS_OK; d++) {
@@ -321,9 +315,6 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
                           d, (long long)total, (long long)lay[d].total, (long long)area);
     }
     if (st != TS_OK) {
-        free(lay);
-        free(base);
-        free(recv_from);
         ts_ep_handle_destroy(li.h);
         return st;
     }
@@ -337,9 +328,6 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
 
     bs = ts__ep_barrier(b, D);
     if (bs != TS_OK) {
-        free(lay);
-        free(base);
-        free(recv_from);
         ts_ep_handle_destroy(li.h);
         return bs;
     }
@@ -368,9 +356,6 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
         }
     }
     if (want_counts && b->expert_counts_cap < El) {
-        free(lay);
-        free(base);
-        free(recv_from);
         ts_ep_handle_destroy(li.h);
         return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for %lld expert counts", (long long)El);
     }
@@ -407,8 +392,5 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
         li.h = NULL;
     }
     ts_ep_handle_destroy(li.h);
-    free(lay);
-    free(base);
-    free(recv_from);
     return TS_OK;
 }

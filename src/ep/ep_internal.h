@@ -38,6 +38,8 @@ typedef struct ts__ep_meta {
     /* followed by int64 send_count[R] (dispatch) and int32 expert_count[E] (dispatch, topk) */
 } ts__ep_meta;
 
+enum { TS__EP_RANK_BOOK_BYTES = 128 };
+
 struct ts_ep_buffer {
     MPI_Comm comm;
     int32_t rank, num_ranks, ranks_per_node;
@@ -47,6 +49,9 @@ struct ts_ep_buffer {
     uint64_t barriers;   /* barriers passed */
     double timeout_s;
     bool broken;         /* a wait timed out: only destroy is allowed */
+    /* Per-rank bookkeeping of one dispatch / combine call, [R * TS__EP_RANK_BOOK_BYTES]:
+     * allocated once at create (R is fixed), so the calls themselves never allocate it. */
+    uint8_t *rank_book;
     int32_t *expert_counts; /* output storage for num_recv_tokens_per_expert */
     int64_t expert_counts_cap;
     /* Low-latency mode (src/ep/ep_low_latency*.c): the LL area follows the nvl area. */
