@@ -329,12 +329,6 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
     ts_status st = validate(b, a, o, &h, &lay);
     if (st == TS_OK && a->return_recv_hook && !hook)
         st = ts__fail(TS_ERR_NULL_POINTER, LD ": hook is NULL with return_recv_hook");
-    int32_t *slot = NULL;
-    if (st == TS_OK) {
-        const int64_t NK = h->my_tokens * h->my_topk;
-        slot = malloc((size_t)(NK > 0 ? NK : 1) * sizeof *slot);
-        if (!slot) st = ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no memory for %lld slots", (long long)NK);
-    }
     if (st != TS_OK) {
         /* Peers must not wait for this rank: signal the failure instead of data. */
         publish(b, half, seq, st, (st == TS_ERR_NULL_POINTER || !a) ? NULL : a);
@@ -345,7 +339,7 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
     for (int64_t t = 0; t < N; t++)
         for (int64_t k = 0; k < K; k++) {
             const int64_t e = ts__ep_idx_at(a->topk_idx, t, k);
-            slot[t * K + k] = e < 0 ? -1 : h->my_expert_counts[e]++;
+            if (e >= 0) h->my_expert_counts[e]++;
         }
     /* Block (expert, source) holds T rows: a token listing an expert twice could overflow it. */
     for (int64_t e = 0; e < h->E && st == TS_OK; e++)
@@ -355,7 +349,6 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
                           "(an expert listed twice in a token's top-k)", (long long)e, h->my_expert_counts[e],
                           (long long)h->T);
     if (st != TS_OK) {
-        free(slot);
         publish(b, half, seq, st, a);
         ts_ep_ll_handle_destroy(h);
         return st;
@@ -369,7 +362,6 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
     if (nt > N / 4) nt = (int)(N / 4 > 0 ? N / 4 : 1);
     sc.nthreads = nt;
     if (N > 0) ts__parallel_run(nt, send_task, &sc);
-    free(slot);
     if (sc.oom) {
         /* Some rows may be missing: report it to the receivers rather than send garbage. */
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no scratch memory for the FP8 cast");

@@ -327,11 +327,9 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
     const int R = b->num_ranks, half = (int)(hk->seq & 1);
     int32_t *slot = hk->recv_x.data;
     hk->recv_x.data = NULL;
-    const uint8_t **regs = malloc((size_t)R * (sizeof *regs + sizeof(int32_t *) + sizeof(int64_t)));
-    if (!regs) {
-        free(slot);
-        return ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no memory");
-    }
+    _Static_assert(sizeof(uint8_t *) + sizeof(int32_t *) + sizeof(int64_t) <= TS__EP_RANK_BOOK_BYTES,
+                   "combine-hook bookkeeping outgrew the buffer's per-rank block");
+    const uint8_t **regs = (const uint8_t **)(void *)b->rank_book;
     const int32_t **begins = (const int32_t **)(void *)(regs + R);
     int64_t *wt = (int64_t *)(void *)(begins + R);
     memset(wt, 0, (size_t)R * sizeof *wt);
@@ -371,7 +369,6 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
         int64_t *ws = hk->wait_stats.data;
         for (int d = 0; d < R; d++) ws[d * hk->wait_stats.strides[0]] += wt[d];
     }
-    free(regs);
     free(slot);
     return st;
 }
