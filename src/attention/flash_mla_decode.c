@@ -7,7 +7,6 @@
  * token serves all of them; chunks come from the handle's plan (a function of the request's
  * own length), so results are batch- and thread-invariant. */
 #include "flash_mla_internal.h"
-#include "attn_parallel.h"
 #include "../core/internal.h"
 
 #include <math.h>
@@ -458,7 +457,7 @@ ts_status ts_flash_mla_with_kvcache(const ts_flash_mla_kvcache_args *a, ts_tenso
     const int64_t ltot = c.topk + c.extra_topk;
     c.task_bytes = (size_t)ltot * 17 + (size_t)c.rows * 12 + 128 +
                    ts__mla_span_ws_bytes(maxrows, c.dk);
-    ts__attn_parallel_items(nitems, 1, run_items, &c);
+    ts__parallel_items(nitems, 1, run_items, &c);
     if (nm && !c.oom)
         ts__parallel_for(nm * ts__ceil_div(c.rows, TS__MLA_RS), 1, merge_groups, &c);
     if (c.oom) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for task scratch", fn);

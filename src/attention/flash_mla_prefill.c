@@ -2,7 +2,6 @@
  * rows (invalid = < 0 or >= s_kv, or a slot at or past topk_length[i]). One group per query
  * token; its valid rows are compacted in slot order and decoded once per tile for all heads. */
 #include "flash_mla_internal.h"
-#include "attn_parallel.h"
 #include "../core/internal.h"
 
 #include <math.h>
@@ -126,7 +125,7 @@ ts_status ts_flash_mla_sparse_fwd(const ts_tensor *q, const ts_tensor *kv,
         maxrows = ts__max64(maxrows, r1 - r0);
     }
     c.task_bytes = (size_t)c.topk * 9 + (size_t)hq * 8 + 128 + ts__mla_span_ws_bytes(maxrows, dk);
-    ts__attn_parallel_items(sq * c.npanels, 1, run, &c);
+    ts__parallel_items(sq * c.npanels, 1, run, &c);
     if (c.oom) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for task scratch", fn);
     return TS_OK;
 }

@@ -1,10 +1,9 @@
 /* MQA logits driver: work items are (query block, chunk of TS__MQA_CHUNK keys); a task claims
- * ranges of contiguous items (attn_parallel.h), decodes each chunk's keys once (only rows some query of the block
+ * ranges of contiguous items (ts__parallel_items), decodes each chunk's keys once (only rows some query of the block
  * uses) and scores them against every query of the block with the kernel table of the ISA in
  * use. Each logit is one fixed chain of operations whatever the blocking, so the result does
  * not depend on the thread count, the chunking or the other queries. */
 #include "attention/mqa_logits_internal.h"
-#include "attention/attn_parallel.h"
 #include "tilestack/numerics.h"
 
 #include <math.h>
@@ -249,7 +248,7 @@ ts_status ts__mqa_logits_run(const ts__mqa_job *job) {
     /* ranges of items so a task reuses a block's prepared queries over neighbouring chunks */
     const int64_t nit = item_off[nblocks];
     if (nit > 0)
-        ts__attn_parallel_items(nit, ts__max64(1, nit / (8 * (int64_t)ts_get_num_threads())),
+        ts__parallel_items(nit, ts__max64(1, nit / (8 * (int64_t)ts_get_num_threads())),
                                 run_items, &c);
     /* a task fails before its first store; tasks on other threads may have stored (the one
      * case where an error leaves outputs partly written) */

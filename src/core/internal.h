@@ -54,6 +54,13 @@ void ts__parallel_for(int64_t n, int64_t grain, ts__range_fn fn, void *ctx);
 typedef void (*ts__task_fn)(void *ctx, int tid, int nthreads);
 void ts__parallel_run(int nthreads, ts__task_fn fn, void *ctx);
 
+/* Dynamic claiming: run fn on items [0, n) in ranges of `grab` consecutive items (the last may
+ * be shorter), the threads claiming ranges from a shared counter, so a thread slowed by another
+ * process leaves its remaining ranges to the others. Items must be independent (each writes its
+ * own outputs) so results do not depend on who runs what; grab > 1 keeps per-range reuse of
+ * neighbouring items. tid is the task index, for ts__scratch. */
+void ts__parallel_items(int64_t n, int64_t grab, ts__range_fn fn, void *ctx);
+
 /* Per-thread scratch (tid as given to a task; tid 0 for the caller). Grows on demand, is
  * 64-byte aligned, and is reused across calls: no allocation once warm. NULL if out of memory.
  * The arena belongs to the calling thread at its task nesting level (serial code, a task, a

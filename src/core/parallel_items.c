@@ -1,15 +1,14 @@
-/* Dynamic work claiming over the thread pool (see attn_parallel.h). The pool's own
+/* Dynamic work claiming over the thread pool (ts__parallel_items, internal.h). The pool's
  * ts__parallel_for splits statically, which on a shared machine makes every call wait for the
- * slowest thread's fixed share. */
-#include "attn_parallel.h"
-#include "../core/internal.h"
+ * slowest thread's fixed share; this one lets the threads claim ranges as they go. */
+#include "core/internal.h"
 
 #include <stdatomic.h>
 
 typedef struct items_ctx {
     _Atomic int64_t next;
     int64_t n, grab;
-    void (*fn)(void *, int64_t, int64_t, int);
+    ts__range_fn fn;
     void *ctx;
 } items_ctx;
 
@@ -23,9 +22,7 @@ static void items_task(void *v, int tid, int nthreads) {
     }
 }
 
-void ts__attn_parallel_items(int64_t n, int64_t grab,
-                             void (*fn)(void *ctx, int64_t begin, int64_t end, int tid),
-                             void *ctx) {
+void ts__parallel_items(int64_t n, int64_t grab, ts__range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grab < 1) grab = 1;
     /* through the pool even for one thread: its inline run gives the task its own scratch
