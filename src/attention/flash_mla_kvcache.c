@@ -50,13 +50,17 @@ static ts_status check_kv_pair(const char *fn, ts_mla_kv_layout layout, const ts
     return ts__mla_check(fn, kv, "kv", TS_BF16, 4, sh);
 }
 
+/* Quantisation tiles of the no-PE part: V32 4 x 128 values with f32 scales, MODEL1 7 x 64
+ * with ue8m0 scales. */
+static int kv_tile(ts_mla_kv_layout layout) { return layout == TS_MLA_KV_V32 ? 128 : 64; }
+static int kv_ntiles(ts_mla_kv_layout layout) { return layout == TS_MLA_KV_V32 ? 4 : 7; }
+
 ts_status ts_mla_quantize_kv_cache(ts_mla_kv_layout layout, const ts_tensor *kv,
                                    ts_tensor *kv_fp8) {
     static const char fn[] = "ts_mla_quantize_kv_cache";
     TS__RETURN_IF_ERROR(check_kv_pair(fn, layout, kv, kv_fp8));
     const int64_t nb = kv_fp8->shape[0], P = kv_fp8->shape[1];
-    const int tile = layout == TS_MLA_KV_V32 ? 128 : 64, ntiles = layout == TS_MLA_KV_V32 ? 4 : 7;
-    const int dn = tile * ntiles;
+    const int tile = kv_tile(layout), ntiles = kv_ntiles(layout), dn = tile * ntiles;
     for (int64_t b = 0; b < nb; b++) {
         for (int64_t r = 0; r < P; r++) {
             const uint16_t *x = (const uint16_t *)kv->data + b * kv->strides[0] + r * kv->strides[1];
@@ -84,8 +88,7 @@ ts_status ts_mla_dequantize_kv_cache(ts_mla_kv_layout layout, const ts_tensor *k
     static const char fn[] = "ts_mla_dequantize_kv_cache";
     TS__RETURN_IF_ERROR(check_kv_pair(fn, layout, kv, kv_fp8));
     const int64_t nb = kv_fp8->shape[0], P = kv_fp8->shape[1];
-    const int tile = layout == TS_MLA_KV_V32 ? 128 : 64, ntiles = layout == TS_MLA_KV_V32 ? 4 : 7;
-    const int dn = tile * ntiles;
+    const int tile = kv_tile(layout), ntiles = kv_ntiles(layout), dn = tile * ntiles;
     for (int64_t b = 0; b < nb; b++) {
         for (int64_t r = 0; r < P; r++) {
             uint16_t *y = (uint16_t *)kv->data + b * kv->strides[0] + r * kv->strides[1];
