@@ -1,0 +1,104 @@
+/* tilestack model: the DeepSeek-V4-style decoder defined in docs/model.md.
+ *
+ * Configs, deterministic weights (from a seed, or a safetensors-style file), per-sequence
+ * caches, and one decode step. This header is MPI-free: a model created here owns every expert
+ * (R = 1). Expert parallelism over MPI comes through model_ep.h.
+ *
+ * Two independent implementations share this config struct: the optimised path
+ * (ts_model_*) and the float64 reference (ts_model_reference_*), which shares nothing with the
+ * optimised path but the weight definition (docs/model.md §2). */
+#ifndef TILESTACK_MODEL_H
+#define TILESTACK_MODEL_H
+
+#include "tilestack/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_MODEL_MAX_LAYERS 128
+
+typedef enum ts_model_score_func {
+    TS_MODEL_SCORE_SQRTSOFTPLUS = 0,
+    TS_MODEL_SCORE_SIGMOID = 1,
+    TS_MODEL_SCORE_SOFTMAX = 2
+} ts_model_score_func;
+
+typedef enum ts_model_attention {
+    TS_MODEL_ATTN_V4 = 0,  /* window + compressed rows, CSA indexer, 584-byte cache */
+    TS_MODEL_ATTN_V32 = 1  /* MLA absorbed, 656-byte cache, top-2048 indexer (docs/model.md §8) */
+} ts_model_attention;
+
+/* Field names are the config keys of docs/model.md §1. */
+typedef struct ts_model_config {
+    char name[64];
+    int64_t vocab_size, dim, n_layers, n_hash_layers;
+    int32_t compress_ratios[TS_MODEL_MAX_LAYERS];
+    int64_t n_heads, head_dim, rope_head_dim, q_lora_rank, o_groups, o_lora_rank, window_size;
+    int64_t index_n_heads, index_head_dim, index_topk;
+    int64_t n_routed_experts, n_activated_experts, moe_inter_dim;
+    ts_model_score_func score_func;
+    double route_scale, swiglu_limit;
+    int64_t hc_mult, hc_sinkhorn_iters;
+    double hc_eps, norm_eps;
+    double rope_theta, compress_rope_theta, rope_factor;
+    int64_t original_seq_len, beta_fast, beta_slow;
+    int64_t max_seq_len;
+    ts_model_attention attention;
+    uint64_t seed;
+} ts_model_config;
+
+/* "dsv4-mini" (the default), "dsv4-flash-layer", "dsv4-tiny". TS_ERR_INVALID_ARGUMENT for
+ * other names (the message lists the valid ones). */
+TS_API ts_status ts_model_config_builtin(const char *name, ts_model_config *cfg);
+/* A JSON object with §1 keys; missing keys take dsv4-mini's values, unknown keys, bad types and
+ * values failing ts_model_config_validate are errors naming the key. */
+TS_API ts_status ts_model_config_parse_json(const char *text, ts_model_config *cfg);
+TS_API ts_status ts_model_config_to_json(const ts_model_config *cfg, char *buf, size_t cap);
+/* The §1 checks, for num_ranks expert-parallel ranks (1 here). */
+TS_API ts_status ts_model_config_validate(const ts_model_config *cfg, int64_t num_ranks);
+
+typedef struct ts_model ts_model;
+
+/* Weights generated from cfg->seed (docs/model.md §2), caches for max_batch sequences of up to
+ * cfg->max_seq_len tokens, every sequence empty (position 0). */
+TS_API ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_model **out);
+/* Weights from a file written by ts_model_save_weights (the config comes from its header). */
+TS_API ts_status ts_model_load(const char *path, int64_t max_batch, ts_model **out);
+TS_API ts_status ts_model_save_weights(const ts_model *m, const char *path);
+TS_API void ts_model_free(ts_model *m); /* NULL is a no-op */
+TS_API const ts_model_config *ts_model_get_config(const ts_model *m);
+
+/* Empty sequence `seq` (position 0, caches cleared). */
+TS_API ts_status ts_model_reset_sequence(ts_model *m, int64_t seq);
+/* Fill sequence `seq`'s caches as if `context_len` tokens had been decoded, with valid random
+ * rows and compressor states from `seed` (for benchmarks; docs/model.md §5). */
+TS_API ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t context_len,
+                                         uint64_t seed);
+TS_API int64_t ts_model_sequence_position(const ts_model *m, int64_t seq);
+
+/* One decode step: for i < n, sequence seqs[i] consumes token tokens[i] at its current
+ * position, which then advances by one. logits: f32 [n, vocab_size] row-major (may be NULL
+ * when only the caches should advance). Sequences must be distinct. A sequence at
+ * max_seq_len gives TS_ERR_INVALID_ARGUMENT, nothing advanced. */
+TS_API ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs,
+                                 const int32_t *tokens, float *logits);
+
+/* ---- the float64 reference (src/model_ref/; docs/model.md, "independent implementations") */
+
+typedef struct ts_model_reference ts_model_reference;
+
+/* Generates the same weights (docs/model.md §2) on its own and keeps them dequantised in
+ * float64; one sequence. Meant for small configs (dsv4-tiny). */
+TS_API ts_status ts_model_reference_create(const ts_model_config *cfg,
+                                           ts_model_reference **out);
+TS_API void ts_model_reference_free(ts_model_reference *r);
+/* One token at the sequence's next position; logits f64 [vocab_size]. */
+TS_API ts_status ts_model_reference_decode(ts_model_reference *r, int32_t token,
+                                           double *logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
