@@ -1,0 +1,329 @@
+/* V4 attention (docs/model.md §4 "Attention", steps 1-6) for a batch of sequences: q / kv
+ * projections, RoPE, the window ring, the compressors, the CSA indexer (FP4 MQA logits +
+ * top-k), sparse FlashMLA over window + compressed rows with the sink, inverse RoPE, and the
+ * grouped low-rank output projection. Every GEMM sees M = n rows. */
+#include "model_internal.h"
+
+#include "tilestack/mqa_logits.h"
+#include "tilestack/quant.h"
+#include "tilestack/select.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PROF_T0(m) ((m)->prof.on ? ts__model_now() : 0.0)
+
+/* softmax over the entries of two slot sets (previous block, then current) of one channel:
+ * scores s*, values v*, n* slots, `stride` floats between slots. */
+static float pool2(const float *s0, const float *v0, int64_t n0, const float *s1,
+                   const float *v1, int64_t n1, int64_t stride) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n0; j++) mx = s0[j * stride] > mx ? s0[j * stride] : mx;
+    for (int64_t j = 0; j < n1; j++) mx = s1[j * stride] > mx ? s1[j * stride] : mx;
+    float sum = 0;
+    for (int64_t j = 0; j < n0; j++) sum += expf(s0[j * stride] - mx);
+    for (int64_t j = 0; j < n1; j++) sum += expf(s1[j * stride] - mx);
+    float acc = 0;
+    for (int64_t j = 0; j < n0; j++) acc += expf(s0[j * stride] - mx) / sum * v0[j * stride];
+    for (int64_t j = 0; j < n1; j++) acc += expf(s1[j * stride] - mx) / sum * v1[j * stride];
+    return acc;
+}
+
+float ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot, int64_t stride,
+                             int64_t c) {
+    return pool2(score + c, kv + c, nslot, NULL, NULL, 0, stride);
+}
+
+/* H·x / sqrt(128), Sylvester order (H_ij = (-1)^popcount(i & j)), by the butterfly. */
+void ts__model_hadamard128(float *x) {
+    for (int h = 1; h < 128; h *= 2)
+        for (int i = 0; i < 128; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    const float s = (float)(1.0 / sqrt(128.0));
+    for (int i = 0; i < 128; i++) x[i] *= s;
+}
+
+static ts_status fp4_rows(const float *x, int64_t rows, uint8_t *q, int32_t *sf) {
+    ts_tensor xt = ts_tensor_2d((void *)x, TS_F32, rows, 128);
+    ts_tensor qt = ts_tensor_2d(q, TS_E2M1X2, rows, 64);
+    ts_tensor st = ts_tensor_2d(sf, TS_I32, rows, 1);
+    return ts_per_token_cast_to_fp4(&xt, true, 32, true, TS_FP4_ROUND_DEEPGEMM, &qt, &st);
+}
+
+/* Stores (k, g + ape) of position p in the state; when the block closes, writes the pooled,
+ * normalised, rotated row to out_bf16 [d] (rotated dims: the last 64) and returns true. */
+static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_state *st,
+                          const float *k, const float *g, int64_t p, uint16_t *out_bf16,
+                          float *out_f32) {
+    const int64_t r = cp->ratio, w = cp->coff * cp->d, blk = r * w, d = cp->d;
+    const int64_t j = p % r;
+    const float *ape = cp->ape + j * w;
+    for (int64_t c = 0; c < w; c++) {
+        st->kv[blk + j * w + c] = k[c];
+        st->score[blk + j * w + c] = g[c] + ape[c];
+    }
+    if ((p + 1) % r != 0) return false;
+    uint16_t row[512];
+    for (int64_t c = 0; c < d; c++) {
+        float v;
+        if (cp->coff == 2)
+            v = pool2(st->score + c, st->kv + c, r, st->score + blk + d + c, st->kv + blk + d + c,
+                      r, w);
+        else
+            v = pool2(st->score + blk + c, st->kv + blk + c, r, NULL, NULL, 0, w);
+        row[c] = ts_f32_to_bf16(v);
+    }
+    if (cp->coff == 2) {
+        memcpy(st->kv, st->kv + blk, (size_t)blk * sizeof(float));
+        memcpy(st->score, st->score + blk, (size_t)blk * sizeof(float));
+    }
+    ts__model_rmsnorm_bf16(row, d, cp->norm, (float)m->cfg.norm_eps, out_bf16);
+    const int64_t pr = p + 1 - r;
+    float t[64];
+    for (int i = 0; i < 64; i++) t[i] = ts_bf16_to_f32(out_bf16[d - 64 + i]);
+    ts__model_rope(m->rope_cos[1] + pr * 32, m->rope_sin[1] + pr * 32, t, false);
+    if (out_f32) {
+        for (int64_t c = 0; c < d - 64; c++) out_f32[c] = ts_bf16_to_f32(out_bf16[c]);
+        for (int i = 0; i < 64; i++) out_f32[d - 64 + i] = t[i];
+    }
+    for (int i = 0; i < 64; i++) out_bf16[d - 64 + i] = ts_f32_to_bf16(t[i]);
+    return true;
+}
+
+static ts_status flash(ts_model *m, int64_t L, int64_t n, const float *sink) {
+    ts__ws *ws = m->ws;
+    const ts_model_config *c = &m->cfg;
+    const int64_t H = c->n_heads, W = c->window_size, r = m->layers[L].ratio;
+    const ts__layer_cache *lc = &m->caches[L];
+    int64_t sq[4] = {n, 1, H, 512};
+    ts_tensor q = ts_tensor_make(ws->q, TS_BF16, 4, sq);
+    int64_t sk[4] = {m->max_batch, W, 1, 584};
+    ts_tensor kc = ts_tensor_make(lc->win, TS_U8, 4, sk);
+    int64_t si[3] = {n, 1, W};
+    ts_tensor idx = ts_tensor_make(ws->win_idx, TS_I32, 3, si);
+    ts_tensor len = ts_tensor_1d(ws->win_len, TS_I32, n);
+    ts_tensor snk = ts_tensor_1d((void *)sink, TS_F32, H);
+    ts_tensor ekc, eidx, elen;
+    ts_flash_mla_kvcache_args a;
+    memset(&a, 0, sizeof a);
+    a.q = &q;
+    a.k_cache = &kc;
+    a.head_dim_v = 512;
+    a.is_fp8_kvcache = true;
+    a.indices = &idx;
+    a.attn_sink = &snk;
+    a.topk_length = &len;
+    if (r > 0) {
+        const int64_t ext = r == 4 ? ts__min64(c->index_topk, c->max_seq_len / 4) : c->max_seq_len / r;
+        int64_t sek[4] = {m->max_batch * m->comp_blocks[L], TS__COMP_PAGE, 1, 584};
+        ekc = ts_tensor_make(lc->comp, TS_U8, 4, sek);
+        int64_t sei[3] = {n, 1, ext};
+        eidx = ts_tensor_make(ws->ext_idx, TS_I32, 3, sei);
+        elen = ts_tensor_1d(ws->ext_len, TS_I32, n);
+        a.extra_k_cache = &ekc;
+        a.extra_indices_in_kvcache = &eidx;
+        a.extra_topk_length = &elen;
+    }
+    int64_t so[4] = {n, 1, H, 512}, sl[3] = {n, H, 1};
+    ts_tensor out = ts_tensor_make(ws->o, TS_BF16, 4, so);
+    ts_tensor lse = ts_tensor_make(ws->lse, TS_F32, 3, sl);
+    ts_mla_metadata *meta = NULL;
+    TS__RETURN_IF_ERROR(ts_get_mla_metadata(&meta));
+    a.tile_scheduler_metadata = meta;
+    ts_status st = ts_flash_mla_with_kvcache(&a, &out, &lse);
+    ts_mla_metadata_free(meta);
+    return st;
+}
+
+ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
+                              const uint16_t *a, uint16_t *out) {
+    ts__ws *ws = m->ws;
+    const ts_model_config *c = &m->cfg;
+    const ts__layer *ly = &m->layers[L];
+    ts__layer_cache *lc = &m->caches[L];
+    const int64_t D = c->dim, H = c->n_heads, QL = c->q_lora_rank, W = c->window_size;
+    const int64_t r = ly->ratio, tab = r > 0 ? 1 : 0;
+    const float eps = (float)c->norm_eps;
+    ts__prof *pf = &m->prof;
+    double t0;
+
+    /* 1. q */
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wq_a, a, n, D, ws->qr0, QL));
+    t0 = PROF_T0(m);
+    for (int64_t b = 0; b < n; b++)
+        ts__model_rmsnorm_bf16(ws->qr0 + b * QL, QL, ly->q_norm, eps, ws->qr + b * QL);
+    ts__prof_add(pf, TS__P_NORM, t0, (double)n * QL * 4, 0);
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wq_b, ws->qr, n, QL, ws->q, H * 512));
+    t0 = PROF_T0(m);
+    for (int64_t b = 0; b < n; b++) {
+        const int64_t p = m->pos[seqs[b]];
+        for (int64_t h = 0; h < H; h++) {
+            uint16_t *qh = ws->q + (b * H + h) * 512;
+            float x[512];
+            for (int i = 0; i < 512; i++) x[i] = ts_bf16_to_f32(qh[i]);
+            const float rr = ts__model_rms(x, 512, eps);
+            for (int i = 0; i < 512; i++) x[i] *= rr;
+            ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x + 448, false);
+            for (int i = 0; i < 512; i++) qh[i] = ts_f32_to_bf16(x[i]);
+        }
+    }
+    ts__prof_add(pf, TS__P_ROPE, t0, (double)n * H * 512 * 4, 0);
+
+    /* 2. kv into the window ring */
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wkv, a, n, D, ws->kv0, 512));
+    t0 = PROF_T0(m);
+    for (int64_t b = 0; b < n; b++) {
+        const int64_t s = seqs[b], p = m->pos[s];
+        uint16_t *kv = ws->kv + b * 512;
+        ts__model_rmsnorm_bf16(ws->kv0 + b * 512, 512, ly->kv_norm, eps, kv);
+        float x[64];
+        for (int i = 0; i < 64; i++) x[i] = ts_bf16_to_f32(kv[448 + i]);
+        ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, false);
+        for (int i = 0; i < 64; i++) kv[448 + i] = ts_f32_to_bf16(x[i]);
+        TS__RETURN_IF_ERROR(ts__model_kv_store(lc->win, W, s * W + p % W, kv));
+        /* window rows max(0, p-W+1) .. p in position order */
+        const int64_t t0w = p - W + 1 > 0 ? p - W + 1 : 0;
+        int32_t *wi = ws->win_idx + b * W;
+        int64_t k = 0;
+        for (int64_t t = t0w; t <= p; t++) wi[k++] = (int32_t)(s * W + t % W);
+        ws->win_len[b] = (int32_t)k;
+        for (; k < W; k++) wi[k] = -1;
+    }
+    ts__prof_add(pf, TS__P_KVQ, t0, (double)n * 584, 0);
+
+    /* 3. compressor (f32) */
+    if (r > 0) {
+        const ts__compressor *cp = &ly->comp;
+        const int64_t w = cp->coff * 512;
+        t0 = PROF_T0(m);
+        float *af = ws->xf;
+        for (int64_t i = 0; i < n * D; i++) af[i] = ts_bf16_to_f32(a[i]);
+        ts__model_gemv_f32(af, n, D, cp->wkv, w, D, ws->ck, w);
+        ts__model_gemv_f32(af, n, D, cp->wgate, w, D, ws->cg, w);
+        if (r == 4) {
+            ts__model_gemv_f32(af, n, D, ly->icomp.wkv, 256, D, ws->ik, 256);
+            ts__model_gemv_f32(af, n, D, ly->icomp.wgate, 256, D, ws->ig, 256);
+        }
+        ts__prof_add(pf, TS__P_LIN32, t0, (double)(2 * w + (r == 4 ? 512 : 0)) * D * 4,
+                     2.0 * n * (2 * w + (r == 4 ? 512 : 0)) * D);
+        t0 = PROF_T0(m);
+        const int64_t base_blk = m->comp_blocks[L] * TS__COMP_PAGE;
+        for (int64_t b = 0; b < n; b++) {
+            const int64_t s = seqs[b], p = m->pos[s];
+            uint16_t row[512];
+            if (compress_step(m, cp, &lc->cs[s], ws->ck + b * w, ws->cg + b * w, p, row, NULL))
+                TS__RETURN_IF_ERROR(ts__model_kv_store(lc->comp, TS__COMP_PAGE,
+                                                       s * base_blk + p / r, row));
+            if (r == 4) {
+                float rf[128];
+                uint16_t irow[128];
+                if (compress_step(m, &ly->icomp, &lc->ics[s], ws->ik + b * 256, ws->ig + b * 256,
+                                  p, irow, rf)) {
+                    ts__model_hadamard128(rf);
+                    const int64_t rows = c->max_seq_len / 4;
+                    TS__RETURN_IF_ERROR(fp4_rows(rf, 1, lc->icache + (s * rows + p / 4) * 64,
+                                                 lc->icache_sf + s * rows + p / 4));
+                }
+            }
+        }
+        ts__prof_add(pf, TS__P_COMPRESS, t0, 0, 0);
+    }
+
+    /* 4. indexer, 5. extra rows */
+    if (r == 4) {
+        const int64_t IH = c->index_n_heads, rows = c->max_seq_len / 4;
+        const int64_t K = ts__min64(c->index_topk, rows);
+        TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->iwq_b, ws->qr, n, QL, ws->qi, IH * 128));
+        t0 = PROF_T0(m);
+        TS__RETURN_IF_ERROR(ts__model_linbf(ly->weights_proj, IH, D, a, n, ws->wi, IH));
+        const float c1 = (float)(1.0 / sqrt(128.0)), c2 = (float)(1.0 / sqrt((double)IH));
+        for (int64_t i = 0; i < n * IH; i++) ws->wi[i] = ws->wi[i] * c1 * c2;
+        for (int64_t b = 0; b < n; b++) {
+            const int64_t p = m->pos[seqs[b]];
+            for (int64_t h = 0; h < IH; h++) {
+                float x[128];
+                const uint16_t *qh = ws->qi + (b * IH + h) * 128;
+                for (int i = 0; i < 128; i++) x[i] = ts_bf16_to_f32(qh[i]);
+                ts__model_rope(m->rope_cos[1] + p * 32, m->rope_sin[1] + p * 32, x + 64, false);
+                ts__model_hadamard128(x);
+                TS__RETURN_IF_ERROR(fp4_rows(x, 1, ws->qi4 + (b * IH + h) * 64,
+                                             ws->qi4sf + b * IH + h));
+            }
+        }
+        ts__prof_add(pf, TS__P_INDEXER, t0, 0, 0);
+        for (int64_t b = 0; b < n; b++) {
+            const int64_t s = seqs[b], p = m->pos[s], nr = (p + 1) / 4;
+            int32_t *ei = ws->ext_idx + b * K;
+            for (int64_t k = 0; k < K; k++) ei[k] = -1;
+            ws->ext_len[b] = 0;
+            if (nr == 0) continue;
+            t0 = PROF_T0(m);
+            int64_t sq[3] = {1, IH, 64};
+            ts_tensor q = ts_tensor_make(ws->qi4 + b * IH * 64, TS_E2M1X2, 3, sq);
+            ts_tensor qsf = ts_tensor_2d(ws->qi4sf + b * IH, TS_I32, 1, IH);
+            ts_tensor kv = ts_tensor_2d(lc->icache + s * rows * 64, TS_E2M1X2, nr, 64);
+            ts_tensor kvsf = ts_tensor_1d(lc->icache_sf + s * rows, TS_I32, nr);
+            ts_tensor wt = ts_tensor_2d(ws->wi + b * IH, TS_F32, 1, IH);
+            int32_t ks = 0, ke = (int32_t)nr;
+            ts_tensor kst = ts_tensor_1d(&ks, TS_I32, 1), ket = ts_tensor_1d(&ke, TS_I32, 1);
+            ts_tensor lg = ts_tensor_2d(ws->ilogits, TS_F32, 1, nr);
+            TS__RETURN_IF_ERROR(ts_fp8_fp4_mqa_logits(&q, &qsf, &kv, &kvsf, &wt, &kst, &ket,
+                                                      false, 0, &lg));
+            ts__prof_add(pf, TS__P_INDEXER, t0, (double)nr * 68, 2.0 * nr * IH * 128);
+            t0 = PROF_T0(m);
+            ts_topk_options o = ts_topk_default_options();
+            o.idx_oob_fill_value = -1;
+            o.indices_type = TS_I32;
+            o.return_value = false;
+            ts_tensor ti = ts_tensor_2d(ws->itopk, TS_I32, 1, K);
+            TS__RETURN_IF_ERROR(ts_topk(&lg, K, &o, NULL, NULL, NULL, &ti));
+            const int64_t base = s * m->comp_blocks[L] * TS__COMP_PAGE;
+            const int64_t kk = ts__min64(K, nr);
+            for (int64_t k = 0; k < kk; k++) ei[k] = (int32_t)(base + ws->itopk[k]);
+            ws->ext_len[b] = (int32_t)kk;
+            ts__prof_add(pf, TS__P_TOPK, t0, 0, 0);
+        }
+    } else if (r > 0) {
+        const int64_t K = c->max_seq_len / r;
+        for (int64_t b = 0; b < n; b++) {
+            const int64_t s = seqs[b], p = m->pos[s], nr = (p + 1) / r;
+            const int64_t base = s * m->comp_blocks[L] * TS__COMP_PAGE;
+            int32_t *ei = ws->ext_idx + b * K;
+            for (int64_t k = 0; k < K; k++) ei[k] = k < nr ? (int32_t)(base + k) : -1;
+            ws->ext_len[b] = (int32_t)nr;
+        }
+    }
+
+    t0 = PROF_T0(m);
+    TS__RETURN_IF_ERROR(flash(m, L, n, ly->attn_sink));
+    {
+        double toks = 0;
+        for (int64_t b = 0; b < n; b++) toks += ws->win_len[b] + (r > 0 ? ws->ext_len[b] : 0);
+        ts__prof_add(pf, TS__P_ATTN, t0, toks * 584 + (double)n * H * 512 * 4,
+                     toks * H * 512 * 4.0);
+    }
+    /* inverse RoPE on the output */
+    t0 = PROF_T0(m);
+    for (int64_t b = 0; b < n; b++) {
+        const int64_t p = m->pos[seqs[b]];
+        for (int64_t h = 0; h < H; h++) {
+            uint16_t *oh = ws->o + (b * H + h) * 512 + 448;
+            float x[64];
+            for (int i = 0; i < 64; i++) x[i] = ts_bf16_to_f32(oh[i]);
+            ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, true);
+            for (int i = 0; i < 64; i++) oh[i] = ts_f32_to_bf16(x[i]);
+        }
+    }
+    ts__prof_add(pf, TS__P_ROPE, t0, 0, 0);
+
+    /* 6. grouped output projection */
+    const int64_t G = c->o_groups, hpg = H / G, OL = c->o_lora_rank;
+    for (int64_t g = 0; g < G; g++)
+        TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wo_a[g], ws->o + g * hpg * 512, n,
+                                           H * 512, ws->z + g * OL, G * OL));
+    return ts__model_lin8(ws, pf, &ly->wo_b, ws->z, n, G * OL, out, D);
+}

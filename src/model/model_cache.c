@@ -1,0 +1,186 @@
+/* Per-sequence caches (docs/model.md §5): the window ring and the compressed rows in the MODEL1
+ * FP8 layout (584 bytes), the indexer's FP4 rows, the compressor states, and the random
+ * prefill for benchmarks. */
+#include "model_internal.h"
+
+#include "tilestack/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* MODEL1 block of P tokens: P x 576 bytes (448 e4m3 + 64 bf16), then P x 8 scale bytes. */
+ts_status ts__model_kv_store(uint8_t *cache, int64_t page, int64_t slot, const uint16_t *row) {
+    uint8_t tmp[584];
+    int64_t shb[4] = {1, 1, 1, 512}, shq[4] = {1, 1, 1, 584};
+    ts_tensor kv = ts_tensor_make((void *)row, TS_BF16, 4, shb);
+    ts_tensor q = ts_tensor_make(tmp, TS_U8, 4, shq);
+    TS__RETURN_IF_ERROR(ts_mla_quantize_kv_cache(TS_MLA_KV_MODEL1, &kv, &q));
+    uint8_t *blk = cache + (slot / page) * page * 584;
+    const int64_t i = slot % page;
+    memcpy(blk + i * 576, tmp, 576);
+    memcpy(blk + page * 576 + i * 8, tmp + 576, 8);
+    return TS_OK;
+}
+
+static int64_t state_floats(const ts__compressor *c) {
+    return 2 * c->ratio * c->coff * c->d; /* [prev, cur][r][coff*d] */
+}
+
+ts_status ts__model_cache_alloc(ts_model *m) {
+    const ts_model_config *c = &m->cfg;
+    const int64_t B = m->max_batch;
+    m->pos = (int64_t *)calloc((size_t)B, sizeof *m->pos);
+    if (!m->pos) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (caches)");
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        ts__layer_cache *lc = &m->caches[L];
+        const ts__layer *ly = &m->layers[L];
+        const int64_t r = ly->ratio;
+        lc->win = (uint8_t *)calloc((size_t)(B * c->window_size), 584);
+        bool ok = lc->win != NULL;
+        if (r > 0) {
+            const int64_t rows = c->max_seq_len / r;
+            m->comp_blocks[L] = ts__ceil_div(rows, TS__COMP_PAGE);
+            lc->comp = (uint8_t *)calloc((size_t)(B * m->comp_blocks[L] * TS__COMP_PAGE), 584);
+            lc->cs = (ts__comp_state *)calloc((size_t)B, sizeof *lc->cs);
+            ok = ok && lc->comp && lc->cs;
+            for (int64_t b = 0; ok && b < B; b++) {
+                const int64_t nf = state_floats(&ly->comp);
+                lc->cs[b].kv = (float *)calloc((size_t)nf, sizeof(float));
+                lc->cs[b].score = (float *)calloc((size_t)nf, sizeof(float));
+                ok = lc->cs[b].kv && lc->cs[b].score;
+            }
+        }
+        if (r == 4) {
+            const int64_t rows = c->max_seq_len / 4;
+            lc->icache = (uint8_t *)calloc((size_t)(B * rows), 64);
+            lc->icache_sf = (int32_t *)calloc((size_t)(B * rows), sizeof(int32_t));
+            lc->ics = (ts__comp_state *)calloc((size_t)B, sizeof *lc->ics);
+            ok = ok && lc->icache && lc->icache_sf && lc->ics;
+            for (int64_t b = 0; ok && b < B; b++) {
+                const int64_t nf = state_floats(&ly->icomp);
+                lc->ics[b].kv = (float *)calloc((size_t)nf, sizeof(float));
+                lc->ics[b].score = (float *)calloc((size_t)nf, sizeof(float));
+                ok = lc->ics[b].kv && lc->ics[b].score;
+            }
+        }
+        if (!ok) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (caches)");
+    }
+    for (int64_t b = 0; b < B; b++) ts__model_cache_reset(m, b);
+    return TS_OK;
+}
+
+void ts__model_cache_free(ts_model *m) {
+    for (int64_t L = 0; L < TS_MODEL_MAX_LAYERS; L++) {
+        ts__layer_cache *lc = &m->caches[L];
+        free(lc->win);
+        free(lc->comp);
+        free(lc->icache);
+        free(lc->icache_sf);
+        for (int k = 0; k < 2; k++) {
+            ts__comp_state *cs = k ? lc->ics : lc->cs;
+            if (!cs) continue;
+            for (int64_t b = 0; b < m->max_batch; b++) {
+                free(cs[b].kv);
+                free(cs[b].score);
+            }
+            free(cs);
+        }
+        memset(lc, 0, sizeof *lc);
+    }
+    free(m->pos);
+    m->pos = NULL;
+}
+
+static void state_reset(const ts__compressor *c, ts__comp_state *s) {
+    const int64_t nf = state_floats(c);
+    for (int64_t i = 0; i < nf; i++) {
+        s->kv[i] = 0.0f;
+        /* the previous block's scores start at -inf: the first row pools the current block */
+        s->score[i] = -INFINITY;
+    }
+}
+
+void ts__model_cache_reset(ts_model *m, int64_t seq) {
+    m->pos[seq] = 0;
+    for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+        const ts__layer *ly = &m->layers[L];
+        if (ly->ratio > 0) state_reset(&ly->comp, &m->caches[L].cs[seq]);
+        if (ly->ratio == 4) state_reset(&ly->icomp, &m->caches[L].ics[seq]);
+    }
+}
+
+/* ---- random prefill (benchmarks) */
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rnd(uint64_t *s) {
+    *s += 0x9E3779B97F4A7C15ull;
+    return (float)((int64_t)(mix64(*s) >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
+}
+
+static ts_status random_row(uint64_t *s, uint8_t *cache, int64_t page, int64_t slot) {
+    uint16_t row[512];
+    for (int i = 0; i < 512; i++) row[i] = ts_f32_to_bf16(rnd(s));
+    return ts__model_kv_store(cache, page, slot, row);
+}
+
+ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t context_len, uint64_t seed) {
+    static const char fn[] = "ts_model_prefill_random";
+    if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
+    if (seq < 0 || seq >= m->max_batch)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: seq = %lld is outside [0, max_batch = %lld)",
+                        fn, (long long)seq, (long long)m->max_batch);
+    const ts_model_config *c = &m->cfg;
+    if (context_len < 0 || context_len >= c->max_seq_len)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                        "%s: context_len = %lld is outside [0, max_seq_len = %lld) (the cache "
+                        "must keep room for the next token)",
+                        fn, (long long)context_len, (long long)c->max_seq_len);
+    ts__model_cache_reset(m, seq);
+    uint64_t s = seed ^ ((uint64_t)seq * 0xD1B54A32D192ED03ull);
+    const int64_t W = c->window_size, Lc = context_len;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        ts__layer_cache *lc = &m->caches[L];
+        const ts__layer *ly = &m->layers[L];
+        for (int64_t p = Lc > W ? Lc - W : 0; p < Lc; p++)
+            TS__RETURN_IF_ERROR(random_row(&s, lc->win, W, seq * W + p % W));
+        const int64_t r = ly->ratio;
+        if (r == 0) continue;
+        const int64_t base = seq * m->comp_blocks[L] * TS__COMP_PAGE;
+        for (int64_t t = 0; t < Lc / r; t++)
+            TS__RETURN_IF_ERROR(random_row(&s, lc->comp, TS__COMP_PAGE, base + t));
+        for (int k = 0; k < (r == 4 ? 2 : 1); k++) {
+            const ts__compressor *cp = k ? &ly->icomp : &ly->comp;
+            ts__comp_state *st = k ? &lc->ics[seq] : &lc->cs[seq];
+            const int64_t w = cp->coff * cp->d, blk = r * w;
+            /* a previous block exists once a row was made; the current one holds Lc mod r slots */
+            if (Lc >= r && cp->coff == 2)
+                for (int64_t i = 0; i < blk; i++) {
+                    st->kv[i] = rnd(&s);
+                    st->score[i] = rnd(&s);
+                }
+            for (int64_t i = 0; i < (Lc % r) * w; i++) {
+                st->kv[blk + i] = rnd(&s);
+                st->score[blk + i] = rnd(&s);
+            }
+        }
+        if (r == 4) {
+            const int64_t rows = c->max_seq_len / 4;
+            float tmp[128];
+            for (int64_t t = 0; t < Lc / 4; t++) {
+                for (int i = 0; i < 128; i++) tmp[i] = rnd(&s);
+                ts_tensor x = ts_tensor_2d(tmp, TS_F32, 1, 128);
+                ts_tensor q = ts_tensor_2d(lc->icache + (seq * rows + t) * 64, TS_E2M1X2, 1, 64);
+                ts_tensor sf = ts_tensor_2d(lc->icache_sf + seq * rows + t, TS_I32, 1, 1);
+                TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp4(&x, true, 32, true,
+                                                              TS_FP4_ROUND_DEEPGEMM, &q, &sf));
+            }
+        }
+    }
+    m->pos[seq] = context_len;
+    return TS_OK;
+}

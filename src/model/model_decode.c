@@ -1,0 +1,156 @@
+/* One decode step (docs/model.md §4) for a batch of sequences: embedding, the blocks (mHC
+ * around attention and MoE), the head. All n sequences go through each layer together so every
+ * GEMM sees M = n rows; the kernels are batch-invariant, so a sequence's logits do not depend
+ * on the other sequences of the batch. */
+#include "model_internal.h"
+
+#include <string.h>
+
+#define WS_FIELDS(F_)                                                                \
+    F_(X, uint16_t, B * hc * D) F_(X2, uint16_t, B * hc * D) F_(xf, float, B * hc * D)  \
+    F_(mix, float, B * nmix) F_(post, float, B * hc) F_(comb, float, B * hc * hc)       \
+    F_(y, uint16_t, B * D) F_(a, uint16_t, B * D) F_(f, uint16_t, B * D)                \
+    F_(a8, uint8_t, B * kmax) F_(a8sf, float, B * (kmax / 32))                         \
+    F_(act_f32, float, E * B + B * kmax) F_(qr0, uint16_t, B * QL) F_(qr, uint16_t, B * QL) \
+    F_(q, uint16_t, B * H * 512) F_(kv0, uint16_t, B * 512) F_(kv, uint16_t, B * 512)   \
+    F_(o, uint16_t, B * H * 512) F_(lse, float, B * H) F_(z, uint16_t, B * OG)          \
+    F_(ck, float, B * 1024) F_(cg, float, B * 1024) F_(ik, float, B * 256)              \
+    F_(ig, float, B * 256) F_(qi, uint16_t, B * IH * 128) F_(wi, float, B * IH)         \
+    F_(qi4, uint8_t, B * IH * 64) F_(qi4sf, int32_t, B * IH)                           \
+    F_(ilogits, float, c->max_seq_len / 4 + 1) F_(itopk, int32_t, c->index_topk)       \
+    F_(win_idx, int32_t, B * c->window_size) F_(win_len, int32_t, B)                   \
+    F_(ext_idx, int32_t, B * ext) F_(ext_len, int32_t, B) F_(gs, float, B * E)          \
+    F_(sel, int32_t, B * K) F_(selw, float, B * K) F_(x8, uint8_t, B * D)               \
+    F_(x8sf, float, B * (D / 32)) F_(ga, uint8_t, E * B * D)                           \
+    F_(gasf, float, E * B * (D / 32)) F_(masked_m, int32_t, E) F_(slot, int32_t, B * K) \
+    F_(gate, uint16_t, E * B * I) F_(up, uint16_t, E * B * I) F_(h8, uint8_t, E * B * I) \
+    F_(h8sf, float, E * B * (I / 32)) F_(ye, uint16_t, E * B * D)                      \
+    F_(sg, uint16_t, B * I) F_(su, uint16_t, B * I) F_(sh, uint16_t, B * I)             \
+    F_(so, uint16_t, B * D)
+
+ts_status ts__model_ws_alloc(ts_model *m) {
+    const ts_model_config *c = &m->cfg;
+    const int64_t B = m->max_batch, hc = c->hc_mult, D = c->dim, nmix = (2 + hc) * hc;
+    const int64_t H = c->n_heads, QL = c->q_lora_rank, OG = c->o_groups * c->o_lora_rank;
+    const int64_t IH = c->index_n_heads, E = c->n_routed_experts, K = c->n_activated_experts;
+    const int64_t I = c->moe_inter_dim;
+    int64_t kmax = D;
+    const int64_t ks[4] = {QL, H * 512, OG, I};
+    for (int i = 0; i < 4; i++) kmax = ks[i] > kmax ? ks[i] : kmax;
+    int64_t ext = 1;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        const int64_t r = c->compress_ratios[L];
+        const int64_t e = r == 4 ? ts__min64(c->index_topk, c->max_seq_len / 4)
+                                 : r > 0 ? c->max_seq_len / r : 1;
+        ext = e > ext ? e : ext;
+    }
+    ts__ws *ws = (ts__ws *)calloc(1, sizeof *ws);
+    if (!ws) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory");
+    m->ws = ws;
+    ws->ext_max = ext;
+    bool ok = true;
+#define ALLOC(name, type, count)                                                   \
+    ws->name = (type *)ts__aligned_alloc((size_t)((count) > 0 ? (count) : 1) * sizeof(type)); \
+    if (ws->name) memset(ws->name, 0, (size_t)((count) > 0 ? (count) : 1) * sizeof(type)); \
+    ok = ok && ws->name;
+    WS_FIELDS(ALLOC)
+#undef ALLOC
+    if (!ok) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (workspace)");
+    /* the grouped GEMMs check every scale of the [E, n, ...] views, rows past masked_m too:
+     * unused rows keep a valid scale */
+    for (int64_t i = 0; i < E * B * (D / 32); i++) ws->gasf[i] = 1.0f;
+    for (int64_t i = 0; i < E * B * (I / 32); i++) ws->h8sf[i] = 1.0f;
+    return TS_OK;
+}
+
+void ts__model_ws_free(ts__ws *ws) {
+    if (!ws) return;
+#define FREE(name, type, count) ts__aligned_free(ws->name);
+    WS_FIELDS(FREE)
+#undef FREE
+    free(ws);
+}
+
+static ts_status check_step(const ts_model *m, int64_t n, const int64_t *seqs,
+                            const int32_t *tokens) {
+    static const char fn[] = "ts_model_decode";
+    if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
+    if (n < 0 || n > m->max_batch)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: n = %lld is outside [0, max_batch = %lld]",
+                        fn, (long long)n, (long long)m->max_batch);
+    if (n == 0) return TS_OK;
+    if (!seqs) return ts__fail(TS_ERR_NULL_POINTER, "%s: seqs is NULL", fn);
+    if (!tokens) return ts__fail(TS_ERR_NULL_POINTER, "%s: tokens is NULL", fn);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = seqs[i];
+        if (s < 0 || s >= m->max_batch)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            "%s: seqs[%lld] = %lld is outside [0, max_batch = %lld)", fn,
+                            (long long)i, (long long)s, (long long)m->max_batch);
+        for (int64_t j = 0; j < i; j++)
+            if (seqs[j] == s)
+                return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: seqs[%lld] = seqs[%lld] = %lld "
+                                "(sequences must be distinct)", fn, (long long)j, (long long)i,
+                                (long long)s);
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            "%s: tokens[%lld] = %d is outside [0, vocab_size = %lld)", fn,
+                            (long long)i, tokens[i], (long long)m->cfg.vocab_size);
+        if (m->pos[s] >= m->cfg.max_seq_len)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            "%s: sequence %lld is at position %lld = max_seq_len (cache full)", fn,
+                            (long long)s, (long long)m->pos[s]);
+    }
+    return TS_OK;
+}
+
+ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
+                          float *logits) {
+    TS__RETURN_IF_ERROR(check_step(m, n, seqs, tokens));
+    if (n == 0) return TS_OK;
+    const ts_model_config *c = &m->cfg;
+    ts__ws *ws = m->ws;
+    ts__prof *pf = &m->prof;
+    const int64_t hc = c->hc_mult, D = c->dim;
+    const float eps = (float)c->norm_eps;
+    double t0 = pf->on ? ts__model_now() : 0;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t s = 0; s < hc; s++)
+            memcpy(ws->X + (b * hc + s) * D, m->embed + (int64_t)tokens[b] * D,
+                   (size_t)D * sizeof(uint16_t));
+    ts__prof_add(pf, TS__P_OTHER, t0, (double)n * D * 2, 0);
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        const ts__layer *ly = &m->layers[L];
+        for (int sub = 0; sub < 2; sub++) {
+            t0 = pf->on ? ts__model_now() : 0;
+            ts__model_hc_pre(m, ws->X, n, sub ? ly->hc_ffn_fn : ly->hc_attn_fn,
+                             sub ? ly->hc_ffn_base : ly->hc_attn_base,
+                             sub ? ly->hc_ffn_scale : ly->hc_attn_scale, ws->xf, ws->mix, ws->y,
+                             ws->post, ws->comb);
+            for (int64_t b = 0; b < n; b++)
+                ts__model_rmsnorm_bf16(ws->y + b * D, D, sub ? ly->ffn_norm : ly->attn_norm, eps,
+                                       ws->a + b * D);
+            ts__prof_add(pf, TS__P_HC, t0, (double)(2 + hc) * hc * hc * D * 4,
+                         2.0 * n * (2 + hc) * hc * hc * D);
+            if (sub == 0) TS__RETURN_IF_ERROR(ts__model_attention(m, L, n, seqs, ws->a, ws->f));
+            else TS__RETURN_IF_ERROR(ts__model_moe(m, L, n, tokens, ws->a, ws->f));
+            t0 = pf->on ? ts__model_now() : 0;
+            ts__model_hc_post(m, ws->f, ws->X, n, ws->post, ws->comb, ws->X2);
+            uint16_t *t = ws->X;
+            ws->X = ws->X2;
+            ws->X2 = t;
+            ts__prof_add(pf, TS__P_HC, t0, 0, 0);
+        }
+    }
+    for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;
+    if (!logits) return TS_OK;
+    t0 = pf->on ? ts__model_now() : 0;
+    ts__model_hc_head(m, ws->X, n, ws->xf, ws->mix, ws->y);
+    for (int64_t b = 0; b < n; b++)
+        ts__model_rmsnorm_bf16(ws->y + b * D, D, m->norm, eps, ws->a + b * D);
+    TS__RETURN_IF_ERROR(ts__model_linbf(m->head, c->vocab_size, D, ws->a, n, logits,
+                                        c->vocab_size));
+    ts__prof_add(pf, TS__P_HEAD, t0, (double)c->vocab_size * D * 2,
+                 2.0 * n * c->vocab_size * D);
+    return TS_OK;
+}

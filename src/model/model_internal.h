@@ -1,0 +1,271 @@
+/* Internal structures of the optimised model path (src/model/, docs/model.md). */
+#ifndef TILESTACK_MODEL_INTERNAL_H
+#define TILESTACK_MODEL_INTERNAL_H
+
+#include "tilestack/model.h"
+#include "tilestack/gemm.h"
+#include "tilestack/flash_mla.h"
+#include "tilestack/numerics.h"
+
+#include "../core/internal.h"
+
+#include <stdbool.h>
+
+/* ---- strict JSON reader (model_json.c), shared by the config parser and the weight file */
+typedef enum ts__json_kind {
+    TS__JSON_NULL, TS__JSON_BOOL, TS__JSON_NUM, TS__JSON_STR, TS__JSON_ARR, TS__JSON_OBJ
+} ts__json_kind;
+
+typedef struct ts__json {
+    ts__json_kind kind;
+    bool b;
+    char *str;   /* STR: decoded UTF-8 (NUL-terminated); NUM: the literal text */
+    double num;  /* NUM */
+    int64_t n;   /* ARR / OBJ: element count */
+    struct ts__json *items; /* ARR / OBJ values */
+    char **keys;            /* OBJ keys */
+} ts__json;
+
+/* Parses the whole text (one value, whitespace around it). On error *out is untouched and the
+ * message names what and where (`what` prefixes it, e.g. "config"). */
+ts_status ts__json_parse(const char *text, size_t len, const char *what, ts__json **out);
+void ts__json_free(ts__json *j);
+const ts__json *ts__json_get(const ts__json *obj, const char *key);
+/* The NUM literal as an exact integer (no fraction / exponent); false if it is not one. */
+bool ts__json_int(const ts__json *j, int64_t *v);
+bool ts__json_u64(const ts__json *j, uint64_t *v);
+
+/* ---- weight tensors (model_weights.c) */
+typedef enum ts__wkind {
+    TS__W_FP8,     /* e4m3 + [.scale] f32 128x128 */
+    TS__W_FP4,     /* e2m1x2 (U8) + [.scale] f32 1x32 */
+    TS__W_F32LIN,  /* f32, u / sqrt(in) */
+    TS__W_BF16LIN, /* bf16, u / sqrt(in) */
+    TS__W_EMBED,   /* bf16(u) */
+    TS__W_NORM,    /* 1 + u/8 */
+    TS__W_HC_FN,   /* u / sqrt(hc*dim) */
+    TS__W_HC_BASE, /* u / 4 */
+    TS__W_HC_SCALE,/* 1/2 + u/4 */
+    TS__W_SINK,    /* u */
+    TS__W_APE,     /* u / 4 */
+    TS__W_BIAS,    /* u / 16 */
+    TS__W_TID2EID  /* i32 */
+} ts__wkind;
+
+/* One stored tensor as in the file (an FP8 / FP4 weight is two records: values and .scale). */
+typedef struct ts__mtensor {
+    char name[112];
+    ts_dtype dtype; /* TS_F32, TS_BF16, TS_E4M3, TS_U8, TS_I32 */
+    int32_t ndim;
+    int64_t shape[2];
+    void *data;
+    size_t nbytes;
+} ts__mtensor;
+
+/* One logical weight of docs/model.md §2 (its generation rule and shape). */
+typedef struct ts__wspec {
+    char name[96];
+    ts__wkind kind;
+    int32_t ndim;
+    int64_t shape[2]; /* logical [out, in] (or [n]) */
+} ts__wspec;
+
+/* The §2 list in file order. *specs malloc'd. */
+ts_status ts__model_weight_specs(const ts_model_config *cfg, ts__wspec **specs, int64_t *count);
+/* The stored records of one spec: 1, or 2 for FP8 / FP4 (values, scale). */
+int ts__model_spec_records(const ts__wspec *s, ts__mtensor rec[2]);
+/* Generates spec s into records already shaped by ts__model_spec_records (data allocated). */
+ts_status ts__model_generate_weight(const ts_model_config *cfg, const ts__wspec *s,
+                                    ts__mtensor rec[2]);
+uint64_t ts__model_fnv1a64(const void *data, size_t n);
+uint64_t ts__model_tensor_seed(const char *name, uint64_t seed);
+
+/* ---- layer weights in the kernels' layouts */
+typedef struct ts__lin8 { ts_packed_weight *pw; int64_t n, k; } ts__lin8;
+
+typedef struct ts__compressor {
+    const float *wkv, *wgate, *ape, *norm; /* [coff*d, dim], [coff*d, dim], [r, coff*d], [d] */
+    int64_t ratio, coff, d;
+} ts__compressor;
+
+typedef struct ts__layer {
+    int64_t ratio;
+    bool hash;
+    const float *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
+    const float *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+    const float *attn_norm, *ffn_norm;
+    ts__lin8 wq_a, wq_b, wkv, wo_b;
+    ts__lin8 *wo_a; /* [o_groups] */
+    const float *q_norm, *kv_norm, *attn_sink;
+    ts__compressor comp, icomp;
+    ts__lin8 iwq_b;
+    ts_packed_weight *weights_proj; /* bf16 [index_heads, dim] */
+    const float *gate_w, *gate_bias;
+    const int32_t *tid2eid;
+    ts_packed_weight *w1, *w3, *w2; /* FP4 [E, inter, dim], [E, dim, inter] */
+    ts__lin8 sw1, sw3, sw2;
+} ts__layer;
+
+/* ---- per-sequence caches (model_cache.c) */
+typedef struct ts__comp_state {
+    float *kv, *score; /* [2 blocks (prev, cur)][r][coff*d]: overlap keeps the previous block */
+} ts__comp_state;
+
+typedef struct ts__layer_cache {
+    uint8_t *win;      /* [max_batch] blocks of window rows (MODEL1, page = window) */
+    uint8_t *comp;     /* [max_batch * comp_blocks] blocks of 64 rows (MODEL1) */
+    uint8_t *icache;   /* [max_batch][max_seq/4][64] FP4 rows */
+    int32_t *icache_sf;/* [max_batch][max_seq/4] packed ue8m0 */
+    ts__comp_state *cs, *ics; /* [max_batch] */
+} ts__layer_cache;
+
+#define TS__COMP_PAGE 64
+
+/* ---- the workspace of one step (sized for max_batch B at create; no allocation per step) */
+typedef struct ts__ws {
+    uint16_t *X, *X2;          /* [B][hc][dim] residual streams */
+    float *xf;                 /* [B][hc*dim] */
+    float *mix;                /* [B][(2+hc)*hc] */
+    float *post, *comb;        /* [B][hc], [B][hc*hc] */
+    uint16_t *y, *a, *f;       /* [B][dim] */
+    uint8_t *a8; float *a8sf;  /* lin8 activations [B][kmax], [B][kmax/32] */
+    float *act_f32;            /* [B][kmax] */
+    uint16_t *qr0, *qr;        /* [B][q_lora] */
+    uint16_t *q;               /* [B][H*512] */
+    uint16_t *kv0, *kv;        /* [B][512] */
+    uint16_t *o;               /* [B][H*512] (attention out) */
+    float *lse;                /* [B][H] */
+    uint16_t *z;               /* [B][o_groups*o_lora] */
+    float *ck, *cg;            /* [B][1024] compressor k, g */
+    float *ik, *ig;            /* [B][256] indexer compressor */
+    uint16_t *qi;              /* [B][IH*128] */
+    float *wi;                 /* [B][IH] */
+    uint8_t *qi4; int32_t *qi4sf; /* [B][IH*64], [B][IH] */
+    float *ilogits;            /* [max_seq/4] */
+    int32_t *itopk;            /* [index_topk] */
+    int32_t *win_idx, *win_len;   /* [B][window], [B] */
+    int32_t *ext_idx, *ext_len;   /* [B][ext_max], [B] */
+    int64_t ext_max;
+    /* MoE */
+    float *gs;                 /* [B][E] gate logits */
+    int32_t *sel; float *selw; /* [B][topk] */
+    uint8_t *x8; float *x8sf;  /* [B][dim], [B][dim/32] */
+    uint8_t *ga; float *gasf;  /* grouped A [E][B][dim], [E][B][dim/32] */
+    int32_t *masked_m;         /* [E] */
+    int32_t *slot;             /* [B][topk]: row of (token, j) in its expert's group */
+    uint16_t *gate, *up;       /* [E][B][inter] */
+    uint8_t *h8; float *h8sf;  /* [E][B][inter], [E][B][inter/32] */
+    uint16_t *ye;              /* [E][B][dim] */
+    uint16_t *sg, *su, *sh, *so; /* shared expert [B][inter] x3, [B][dim] */
+} ts__ws;
+
+/* ---- per-kernel step breakdown (model_profile.c) */
+typedef enum ts__prof_id {
+    TS__P_HC, TS__P_NORM, TS__P_LIN8, TS__P_LIN32, TS__P_LINBF, TS__P_ROPE, TS__P_KVQ,
+    TS__P_COMPRESS, TS__P_INDEXER, TS__P_TOPK, TS__P_ATTN, TS__P_GATE, TS__P_EXPERTS,
+    TS__P_SWIGLU, TS__P_HEAD, TS__P_OTHER, TS__P_COUNT
+} ts__prof_id;
+
+typedef struct ts__prof {
+    bool on;
+    double sec[TS__P_COUNT];
+    double bytes[TS__P_COUNT];
+    double flops[TS__P_COUNT];
+    int64_t calls[TS__P_COUNT];
+} ts__prof;
+
+double ts__model_now(void);
+void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double flops);
+const char *ts__prof_name(ts__prof_id id);
+
+struct ts_model {
+    ts_model_config cfg;
+    int64_t max_batch;
+    ts__mtensor *recs; /* every stored tensor, file order */
+    int64_t nrecs;
+    /* global */
+    const uint16_t *embed;
+    const float *norm, *hc_head_fn, *hc_head_base, *hc_head_scale;
+    ts_packed_weight *head;
+    ts__layer layers[TS_MODEL_MAX_LAYERS];
+    /* RoPE tables [max_seq_len][32] cos / sin: window layers and compressed (YaRN) layers */
+    float *rope_cos[2], *rope_sin[2];
+    /* caches */
+    int64_t *pos; /* [max_batch] */
+    ts__layer_cache caches[TS_MODEL_MAX_LAYERS];
+    int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
+    ts__ws *ws;
+    ts__prof prof;
+};
+
+/* model_weights.c: records -> layer structs, packing (after generate or load). */
+ts_status ts__model_bind_weights(ts_model *m);
+const ts__mtensor *ts__model_find(const ts_model *m, const char *name);
+void ts__model_free_weights(ts_model *m);
+/* model_create.c */
+ts_status ts__model_alloc(const ts_model_config *cfg, int64_t max_batch, ts_model **out);
+/* model_cache.c */
+ts_status ts__model_cache_alloc(ts_model *m);
+void ts__model_cache_free(ts_model *m);
+void ts__model_cache_reset(ts_model *m, int64_t seq);
+/* Writes a bf16 [512] row into a MODEL1 block cache at global slot `slot` (page P). */
+ts_status ts__model_kv_store(uint8_t *cache, int64_t page, int64_t slot, const uint16_t *row);
+
+/* model_rope.c */
+ts_status ts__model_rope_tables(ts_model *m);
+/* Rotates x[0..63] (pairs 2i, 2i+1) by the table row; inverse uses -theta. */
+void ts__model_rope(const float *cos_row, const float *sin_row, float *x, bool inverse);
+void ts__model_yarn_freqs(const ts_model_config *cfg, bool compressed, double freq[32]);
+
+/* model_linear.c */
+ts_status ts__model_lin8(ts__ws *ws, ts__prof *prof, const ts__lin8 *w, const uint16_t *x,
+                         int64_t m, int64_t ldx, uint16_t *y, int64_t ldy);
+/* y[m][n] = sum_k x[m][k] w[n][k] (f32, fixed order, batch-invariant). */
+void ts__model_gemv_f32(const float *x, int64_t m, int64_t ldx, const float *w, int64_t n,
+                        int64_t k, float *y, int64_t ldy);
+ts_status ts__model_linbf(ts_packed_weight *w, int64_t n, int64_t k, const uint16_t *x,
+                          int64_t m, float *y, int64_t ldy);
+
+/* model_mhc.c */
+void ts__model_sinkhorn(float *M, int64_t hc, int64_t iters, float eps);
+void ts__model_hc_pre(const ts_model *m, const uint16_t *X, int64_t n, const float *fn,
+                      const float *base, const float *scale, float *xf, float *mix,
+                      uint16_t *y, float *post, float *comb);
+void ts__model_hc_post(const ts_model *m, const uint16_t *f, const uint16_t *X, int64_t n,
+                       const float *post, const float *comb, uint16_t *Xout);
+void ts__model_hc_head(const ts_model *m, const uint16_t *X, int64_t n, float *xf, float *mix,
+                       uint16_t *y);
+float ts__model_rms(const float *x, int64_t n, float eps);
+/* out = bf16(x * rms(x) * w) */
+void ts__model_rmsnorm_bf16(const uint16_t *x, int64_t n, const float *w, float eps,
+                            uint16_t *out);
+
+/* model_attention.c */
+ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
+                              const uint16_t *a, uint16_t *out);
+/* The compressor's block softmax-pool for one channel set (exposed for tests): rows
+ * [nslot][stride] of scores and values, channel c; returns sum_j softmax_j(s) v_j. */
+float ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot,
+                             int64_t stride, int64_t c);
+void ts__model_hadamard128(float *x);
+
+/* model_moe.c */
+ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens,
+                        const uint16_t *a, uint16_t *out);
+/* gate/up bf16 [m][inter] (row strides ld), weights [m] (NULL = 1): clamp, silu(gate)*up*w
+ * in f32, e4m3 with ue8m0 scales per 32 (out [m][inter], sf f32 [m][inter/32]). */
+ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, int64_t ld,
+                                     const float *weights, int64_t m, int64_t inter,
+                                     float limit, float *tmp, uint8_t *out, float *sf);
+void ts__model_route(const ts_model_config *cfg, const float *s, const float *bias,
+                     const int32_t *hash_row, int64_t E, int64_t topk, int32_t *idx,
+                     float *w);
+
+/* model_decode.c */
+ts_status ts__model_ws_alloc(ts_model *m);
+void ts__model_ws_free(ts__ws *ws);
+
+/* Breakdown of the last profiled steps (model_profile.c). */
+void ts__model_step_breakdown(ts_model *m, bool enable, FILE *out);
+
+#endif

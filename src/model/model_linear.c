@@ -1,0 +1,62 @@
+/* The three linear layers of docs/model.md §3 on M = batch rows. The GEMMs are batch-invariant
+ * (a row's bits never depend on M, gemm.h); the f32 GEMV sums each row in one fixed order. */
+#include "model_internal.h"
+
+#include "tilestack/quant.h"
+
+ts_status ts__model_lin8(ts__ws *ws, ts__prof *prof, const ts__lin8 *w, const uint16_t *x,
+                         int64_t m, int64_t ldx, uint16_t *y, int64_t ldy) {
+    double t0 = prof && prof->on ? ts__model_now() : 0;
+    const int64_t K = w->k;
+    ts_tensor xt = ts_tensor_2d((void *)x, TS_BF16, m, K);
+    xt.strides[0] = ldx;
+    ts_tensor a = ts_tensor_2d(ws->a8, TS_E4M3, m, K);
+    ts_tensor sfa = ts_tensor_2d(ws->a8sf, TS_F32, m, K / 128);
+    TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&xt, true, 128, false, &a, &sfa));
+    ts_tensor d = ts_tensor_2d(y, TS_BF16, m, w->n);
+    d.strides[0] = ldy;
+    TS__RETURN_IF_ERROR(
+        ts_fp8_fp4_gemm_nt_packed(&a, &sfa, w->pw, &d, NULL, NULL, NULL, NULL, NULL, false));
+    if (prof && prof->on)
+        ts__prof_add(prof, TS__P_LIN8, t0, (double)w->n * (double)K + (double)m * (K + 2 * w->n),
+                     2.0 * (double)m * (double)w->n * (double)K);
+    return TS_OK;
+}
+
+typedef struct gemv_ctx {
+    const float *x, *w;
+    float *y;
+    int64_t m, ldx, k, ldy;
+} gemv_ctx;
+
+static inline float dot_f32(const float *x, const float *w, int64_t k) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[i + l] * w[i + l];
+    for (int l = 0; i < k; i++, l++) acc[l] += x[i] * w[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static void gemv_rows(void *vctx, int64_t n0, int64_t n1, int tid) {
+    (void)tid;
+    const gemv_ctx *g = (const gemv_ctx *)vctx;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *wr = g->w + n * g->k;
+        for (int64_t r = 0; r < g->m; r++) g->y[r * g->ldy + n] = dot_f32(g->x + r * g->ldx, wr, g->k);
+    }
+}
+
+void ts__model_gemv_f32(const float *x, int64_t m, int64_t ldx, const float *w, int64_t n,
+                        int64_t k, float *y, int64_t ldy) {
+    gemv_ctx g = {x, w, y, m, ldx, k, ldy};
+    ts__parallel_for(n, 8, gemv_rows, &g);
+}
+
+ts_status ts__model_linbf(ts_packed_weight *w, int64_t n, int64_t k, const uint16_t *x,
+                          int64_t m, float *y, int64_t ldy) {
+    ts_tensor a = ts_tensor_2d((void *)x, TS_BF16, m, k);
+    ts_tensor d = ts_tensor_2d(y, TS_F32, m, n);
+    d.strides[0] = ldy;
+    return ts_bf16_gemm_nt_packed(&a, w, &d, NULL, NULL);
+}

@@ -1,0 +1,194 @@
+/* MoE (docs/model.md §4 "MoE"): gate scores, routing (bias for selection only, hash layers),
+ * the routed experts through the M-grouped masked FP8 x FP4 GEMM (recipe (1, 1, 32)) with the
+ * SwiGLU / routing weight / FP8 requantisation between them, and the FP8 shared expert. */
+#include "model_internal.h"
+
+#include "tilestack/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PROF_T0(m) ((m)->prof.on ? ts__model_now() : 0.0)
+
+ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, int64_t ld,
+                                     const float *weights, int64_t m, int64_t inter,
+                                     float limit, float *tmp, uint8_t *out, float *sf) {
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t i = 0; i < inter; i++) {
+            float g = ts_bf16_to_f32(gate[r * ld + i]), u = ts_bf16_to_f32(up[r * ld + i]);
+            if (limit > 0) {
+                g = g < limit ? g : limit;
+                u = u < limit ? (u > -limit ? u : -limit) : limit;
+            }
+            float v = g / (1.0f + expf(-g)) * u;
+            if (weights) v = v * weights[r];
+            tmp[r * inter + i] = v;
+        }
+    }
+    if (m == 0) return TS_OK;
+    ts_tensor x = ts_tensor_2d(tmp, TS_F32, m, inter);
+    ts_tensor q = ts_tensor_2d(out, TS_E4M3, m, inter);
+    ts_tensor s = ts_tensor_2d(sf, TS_F32, m, inter / 32);
+    return ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s);
+}
+
+static float score_of(ts_model_score_func f, float s) {
+    if (f == TS_MODEL_SCORE_SIGMOID) return 1.0f / (1.0f + expf(-s));
+    /* log1p(exp(s)) == s in f32 once s > 17 (exp(-s) < 2^-24 s): avoids exp's overflow */
+    const float sp = s > 30.0f ? s : log1pf(expf(s));
+    return sqrtf(sp);
+}
+
+void ts__model_route(const ts_model_config *cfg, const float *s, const float *bias,
+                     const int32_t *hash_row, int64_t E, int64_t topk, int32_t *idx, float *w) {
+    float buf[1024];
+    float *sc = E <= 1024 ? buf : (float *)malloc((size_t)E * sizeof(float));
+    TS__ASSERT(sc);
+    if (cfg->score_func == TS_MODEL_SCORE_SOFTMAX) {
+        float mx = s[0];
+        for (int64_t e = 1; e < E; e++) mx = s[e] > mx ? s[e] : mx;
+        float sum = 0;
+        for (int64_t e = 0; e < E; e++) {
+            sc[e] = expf(s[e] - mx);
+            sum += sc[e];
+        }
+        for (int64_t e = 0; e < E; e++) sc[e] = sc[e] / sum;
+    } else {
+        for (int64_t e = 0; e < E; e++) sc[e] = score_of(cfg->score_func, s[e]);
+    }
+    if (hash_row) {
+        for (int64_t j = 0; j < topk; j++) idx[j] = hash_row[j];
+    } else {
+        /* descending sc + bias, ties: lower expert id */
+        for (int64_t j = 0; j < topk; j++) {
+            int64_t best = -1;
+            float bv = 0;
+            for (int64_t e = 0; e < E; e++) {
+                bool used = false;
+                for (int64_t k = 0; k < j; k++) used |= idx[k] == e;
+                if (used) continue;
+                const float v = sc[e] + (bias ? bias[e] : 0.0f);
+                if (best < 0 || v > bv) {
+                    best = e;
+                    bv = v;
+                }
+            }
+            idx[j] = (int32_t)best;
+        }
+    }
+    const float rs = (float)cfg->route_scale;
+    if (cfg->score_func == TS_MODEL_SCORE_SOFTMAX) {
+        for (int64_t j = 0; j < topk; j++) w[j] = sc[idx[j]] * rs;
+    } else {
+        float sum = 0;
+        for (int64_t j = 0; j < topk; j++) sum += sc[idx[j]];
+        for (int64_t j = 0; j < topk; j++) w[j] = sc[idx[j]] / sum * rs;
+    }
+    if (sc != buf) free(sc);
+}
+
+ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens,
+                        const uint16_t *a, uint16_t *out) {
+    ts__ws *ws = m->ws;
+    const ts_model_config *c = &m->cfg;
+    const ts__layer *ly = &m->layers[L];
+    const int64_t D = c->dim, E = c->n_routed_experts, K = c->n_activated_experts;
+    const int64_t I = c->moe_inter_dim;
+    const float limit = (float)c->swiglu_limit;
+    ts__prof *pf = &m->prof;
+
+    /* 1. gate */
+    double t0 = PROF_T0(m);
+    float *af = ws->xf;
+    for (int64_t i = 0; i < n * D; i++) af[i] = ts_bf16_to_f32(a[i]);
+    ts__model_gemv_f32(af, n, D, ly->gate_w, E, D, ws->gs, E);
+    for (int64_t b = 0; b < n; b++)
+        ts__model_route(c, ws->gs + b * E, ly->gate_bias,
+                        ly->hash ? ly->tid2eid + (int64_t)tokens[b] * K : NULL, E, K,
+                        ws->sel + b * K, ws->selw + b * K);
+    ts__prof_add(pf, TS__P_GATE, t0, (double)E * D * 4, 2.0 * n * E * D);
+
+    /* 2. routed experts: rows grouped by expert, M_max = n */
+    t0 = PROF_T0(m);
+    {
+        ts_tensor x = ts_tensor_2d((void *)a, TS_BF16, n, D);
+        ts_tensor q = ts_tensor_2d(ws->x8, TS_E4M3, n, D);
+        ts_tensor s = ts_tensor_2d(ws->x8sf, TS_F32, n, D / 32);
+        TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s));
+    }
+    memset(ws->masked_m, 0, (size_t)E * sizeof(int32_t));
+    float *roww = ws->act_f32; /* [E][n] routing weight per grouped row */
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t j = 0; j < K; j++) {
+            const int64_t e = ws->sel[b * K + j];
+            const int64_t sl = ws->masked_m[e]++;
+            ws->slot[b * K + j] = (int32_t)sl;
+            memcpy(ws->ga + (e * n + sl) * D, ws->x8 + b * D, (size_t)D);
+            memcpy(ws->gasf + (e * n + sl) * (D / 32), ws->x8sf + b * (D / 32),
+                   (size_t)(D / 32) * sizeof(float));
+            roww[e * n + sl] = ws->selw[b * K + j];
+        }
+    const int64_t rec[3] = {1, 1, 32};
+    ts_tensor mm = ts_tensor_1d(ws->masked_m, TS_I32, E);
+    {
+        ts_tensor ga = ts_tensor_3d(ws->ga, TS_E4M3, E, n, D);
+        ts_tensor gs = ts_tensor_3d(ws->gasf, TS_F32, E, n, D / 32);
+        ts_tensor dg = ts_tensor_3d(ws->gate, TS_BF16, E, n, I);
+        ts_tensor du = ts_tensor_3d(ws->up, TS_BF16, E, n, I);
+        TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
+            &ga, &gs, ly->w1, &dg, &mm, n, rec, NULL, NULL, NULL, false));
+        TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
+            &ga, &gs, ly->w3, &du, &mm, n, rec, NULL, NULL, NULL, false));
+    }
+    ts__prof_add(pf, TS__P_EXPERTS, t0, 0, 0);
+    t0 = PROF_T0(m);
+    float *tmp = ws->act_f32 + E * n;
+    for (int64_t e = 0; e < E; e++) {
+        if (ws->masked_m[e] == 0) continue;
+        TS__RETURN_IF_ERROR(ts__moe_swiglu_weight_cast(
+            ws->gate + e * n * I, ws->up + e * n * I, I, roww + e * n, ws->masked_m[e], I, limit,
+            tmp, ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32)));
+    }
+    ts__prof_add(pf, TS__P_SWIGLU, t0, 0, 0);
+    t0 = PROF_T0(m);
+    {
+        ts_tensor ha = ts_tensor_3d(ws->h8, TS_E4M3, E, n, I);
+        ts_tensor hs = ts_tensor_3d(ws->h8sf, TS_F32, E, n, I / 32);
+        ts_tensor dy = ts_tensor_3d(ws->ye, TS_BF16, E, n, D);
+        TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
+            &ha, &hs, ly->w2, &dy, &mm, n, rec, NULL, NULL, NULL, false));
+    }
+    {
+        int64_t used = 0;
+        for (int64_t e = 0; e < E; e++) used += ws->masked_m[e] > 0;
+        ts__prof_add(pf, TS__P_EXPERTS, t0, (double)used * 3 * I * D * (0.5 + 1.0 / 32 * 4),
+                     2.0 * 3 * n * K * I * D);
+    }
+
+    /* 3. shared expert */
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw1, a, n, D, ws->sg, I));
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw3, a, n, D, ws->su, I));
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < I; i++) {
+            float g = ts_bf16_to_f32(ws->sg[b * I + i]), u = ts_bf16_to_f32(ws->su[b * I + i]);
+            if (limit > 0) {
+                g = g < limit ? g : limit;
+                u = u < limit ? (u > -limit ? u : -limit) : limit;
+            }
+            ws->sh[b * I + i] = ts_f32_to_bf16(g / (1.0f + expf(-g)) * u);
+        }
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
+
+    /* 4. routed (top-k order) + shared */
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t d = 0; d < D; d++) {
+            float acc = 0;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t e = ws->sel[b * K + j], sl = ws->slot[b * K + j];
+                acc += ts_bf16_to_f32(ws->ye[(e * n + sl) * D + d]);
+            }
+            const float routed = ts_bf16_to_f32(ts_f32_to_bf16(acc));
+            out[b * D + d] = ts_f32_to_bf16(routed + ts_bf16_to_f32(ws->so[b * D + d]));
+        }
+    return TS_OK;
+}
