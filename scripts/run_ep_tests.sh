@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the multi-rank EP tests of each given build directory under mpirun at 1, 2, 4 and 8
-# ranks (sanitizer builds: 1 and 2), then the fault drill (a rank is SIGKILLed after creating
-# its buffer; no shared-memory segment may be left in /dev/shm). Ends with one combined
+# ranks (sanitizer builds: 1 and 2), again with the internode path forced
+# (TS_EP_RANKS_PER_NODE), then the fault drill on one node and with every rank its own node
+# (a rank is SIGKILLed after creating its buffer; no shared-memory segment may be left in
+# /dev/shm). Ends with one combined
 # "N passed, N failed" line; exit status non-zero on any failure. Directories without
 # tilestack_ep_tests (built without MPI) are skipped.
 set -uo pipefail
@@ -33,31 +35,44 @@ for dir in "$@"; do
     run_counted "$bin at $np ranks" env TS_ISA="$isa" ASAN_OPTIONS="$asan_opts" \
       timeout 300 mpirun --oversubscribe -np "$np" "$bin"
   done
-  echo "=== ep fault drill: $dir (rank 2 of 3 killed) ==="
-  before=$(shm_entries)
-  # Survivors must report TS_ERR_TIMEOUT naming the dead rank (not hang), then exit.
-  drill=$(ASAN_OPTIONS=$asan_opts:detect_leaks=0 timeout 120 mpirun --oversubscribe \
-    --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" --kill-test 2>&1)
-  after=$(shm_entries)
-  timeouts=$(echo "$drill" | grep -c 'TS_ERR_TIMEOUT.*for rank 2')
-  if [ "$timeouts" -ne 2 ]; then
-    echo "FAIL ep_kill_survivors_time_out: $timeouts of 2 survivors reported the timeout"
-    echo "$drill" | tail -n 20
-    total_fail=$((total_fail + 1))
-    status=1
-  else
-    echo "ok   ep_kill_survivors_time_out"
-    total_pass=$((total_pass + 1))
-  fi
-  leftover=$(comm -13 <(echo "$before") <(echo "$after") | grep . || true)
-  if [ -n "$leftover" ]; then
-    echo "FAIL ep_kill_leaves_no_segment: left in /dev/shm: $leftover"
-    total_fail=$((total_fail + 1))
-    status=1
-  else
-    echo "ok   ep_kill_leaves_no_segment"
-    total_pass=$((total_pass + 1))
-  fi
+  # The internode path forced on this machine: nodes of k consecutive ranks (k = 1: every
+  # rank its own node) reach each other through MPI. Only the ep_ tests (the normal-mode ones
+  # take the internode path; LL keeps one node).
+  internode="1:2 1:4 2:4 1:8 2:8"
+  [ "$ranks" = "1 2" ] && internode="1:2"
+  for kn in $internode; do
+    k=${kn%%:*} np=${kn##*:}
+    echo "=== ep tests: $dir, $np ranks, TS_EP_RANKS_PER_NODE=$k ==="
+    run_counted "$bin at $np ranks, $k per node" env TS_EP_RANKS_PER_NODE="$k" ASAN_OPTIONS="$asan_opts" \
+      timeout 300 mpirun --oversubscribe -np "$np" "$bin" ep_
+  done
+  for k in 3 1; do
+    echo "=== ep fault drill: $dir (rank 2 of 3 killed, TS_EP_RANKS_PER_NODE=$k) ==="
+    before=$(shm_entries)
+    # Survivors must report TS_ERR_TIMEOUT naming the dead rank (not hang), then exit.
+    drill=$(TS_EP_RANKS_PER_NODE=$k ASAN_OPTIONS=$asan_opts:detect_leaks=0 timeout 120 mpirun --oversubscribe \
+      --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" --kill-test 2>&1)
+    after=$(shm_entries)
+    timeouts=$(echo "$drill" | grep -c 'TS_ERR_TIMEOUT.*for rank 2')
+    if [ "$timeouts" -ne 2 ]; then
+      echo "FAIL ep_kill_survivors_time_out ($k per node): $timeouts of 2 survivors reported the timeout"
+      echo "$drill" | tail -n 20
+      total_fail=$((total_fail + 1))
+      status=1
+    else
+      echo "ok   ep_kill_survivors_time_out ($k per node)"
+      total_pass=$((total_pass + 1))
+    fi
+    leftover=$(comm -13 <(echo "$before") <(echo "$after") | grep . || true)
+    if [ -n "$leftover" ]; then
+      echo "FAIL ep_kill_leaves_no_segment ($k per node): left in /dev/shm: $leftover"
+      total_fail=$((total_fail + 1))
+      status=1
+    else
+      echo "ok   ep_kill_leaves_no_segment ($k per node)"
+      total_pass=$((total_pass + 1))
+    fi
+  done
 done
 echo "${total_pass} passed, ${total_fail} failed"
 exit $status

@@ -50,6 +50,11 @@ TS_API ts_status ts_ep_get_combine_config(int32_t num_ranks, ts_ep_config *out);
 typedef struct ts_ep_buffer_options {
     int32_t num_qps_per_rank; /* accepted for parity; unused (default 24) */
     double timeout_s;         /* deadline of every wait; 0 = env TS_EP_TIMEOUT_S or 100 s */
+    /* Ranks per node: consecutive runs of this many ranks share memory, other ranks are
+     * reached through MPI (the internode path). 0 = env TS_EP_RANKS_PER_NODE, else the
+     * machines' own split (MPI_COMM_TYPE_SHARED). Must divide the rank count; each node must
+     * lie on one machine. 1 forces every rank onto the internode path (tests, bench). */
+    int32_t ranks_per_node;
 } ts_ep_buffer_options;
 
 TS_API ts_ep_buffer_options ts_ep_default_buffer_options(void);
@@ -75,6 +80,8 @@ TS_API ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64
 /* Collective; NULL is a no-op. */
 TS_API ts_status ts_ep_buffer_destroy(ts_ep_buffer *buf);
 TS_API ts_status ts_ep_buffer_get_rank(const ts_ep_buffer *buf, int32_t *rank, int32_t *num_ranks);
+/* Ranks per node of the buffer (the length of num_tokens_per_rdma_rank is num_ranks / this). */
+TS_API ts_status ts_ep_buffer_get_ranks_per_node(const ts_ep_buffer *buf, int32_t *ranks_per_node);
 /* Seconds every later wait may take before TS_ERR_TIMEOUT (> 0). Local. */
 TS_API ts_status ts_ep_buffer_set_timeout(ts_ep_buffer *buf, double timeout_s);
 
@@ -153,6 +160,41 @@ TS_API ts_status ts_ep_combine(ts_ep_buffer *buf, const ts_ep_handle *handle, co
  * next combine on buf. Local. */
 TS_API ts_status ts_ep_get_combine_buffer(ts_ep_buffer *buf, const ts_ep_handle *handle, int64_t hidden,
                                           ts_tensor *x);
+
+/* ---- Async normal mode (upstream async_finish / previous_event) ----
+ * ts_ep_dispatch_start / ts_ep_combine_start queue the call on a worker thread owned by the
+ * buffer and return at once (TS_OK = queued; argument errors of the call itself come from the
+ * wait). The caller may compute meanwhile; the call's outputs (result, *handle_out, combined_*)
+ * are written by the worker and may be read only after ts_ep_event_wait, which returns the
+ * call's status and message. The arguments are copied (tensor descriptors and config), their
+ * data must stay valid and unchanged until the wait. One async call per buffer at a time: any
+ * other call on the buffer before the wait returns TS_ERR_INVALID_ARGUMENT. Every rank still
+ * makes the same collective calls in the same order (start counts as the call). Results are
+ * those of ts_ep_dispatch / ts_ep_combine, bit for bit. With ranks on several nodes the worker
+ * calls MPI: that needs MPI_THREAD_SERIALIZED (MPI_Init_thread) and no MPI call by the caller
+ * until the wait; at a lower thread level the call runs inside start. */
+typedef struct ts_ep_event ts_ep_event;
+TS_API ts_status ts_ep_dispatch_start(ts_ep_buffer *buf, const ts_ep_dispatch_args *args,
+                                      ts_ep_dispatch_result *result, ts_ep_handle **handle_out,
+                                      ts_ep_event **event);
+TS_API ts_status ts_ep_combine_start(ts_ep_buffer *buf, const ts_ep_handle *handle, const ts_tensor *x,
+                                     const ts_tensor *topk_weights, const ts_tensor *bias0,
+                                     const ts_tensor *bias1, const ts_ep_config *config,
+                                     ts_tensor *combined_x, ts_tensor *combined_topk_weights,
+                                     ts_ep_event **event);
+/* Waits for the call and returns its status; the event is then spent (owned by the buffer). */
+TS_API ts_status ts_ep_event_wait(ts_ep_event *event);
+
+/* Bytes of num_rdma_bytes a normal-mode buffer whose ranks sit on several nodes needs (the
+ * staging of the messages between nodes, sends and receives), when every rank may send up to
+ * num_max_tokens_per_rank tokens to every node (the worst case): the larger of dispatch
+ * (hidden e4m3 or bf16 bytes, num_scales 4-byte scales, num_topk ids and weights per token
+ * and node) and combine (bf16 rows and weights per copy); rounded up to 2 MiB. 0 with one
+ * node. num_rdma_bytes = 0 at create gives the staging num_nvl_bytes. */
+TS_API ts_status ts_ep_get_internode_buffer_size_hint(int32_t num_ranks, int32_t ranks_per_node,
+                                                      int64_t num_max_tokens_per_rank, int64_t hidden,
+                                                      int32_t num_topk, int64_t num_scales,
+                                                      bool use_fp8_dispatch, int64_t *num_rdma_bytes);
 
 TS_API ts_status ts_ep_handle_destroy(ts_ep_handle *h);
 /* Rows received (num_recv_tokens) and the source-rank blocks: rows of source s are

@@ -13,37 +13,13 @@
 #define TS__EP_NAME_LEN 64
 #define TS__EP_DEFAULT_TIMEOUT_S 100.0
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-ts_status ts__ep_barrier(ts_ep_buffer *b, const char *what) {
-    const uint64_t target = ++b->barriers;
-    atomic_store_explicit(&ts__ep_ctrl_of(b, b->rank)->arrive, target, memory_order_release);
-    const double deadline = now_s() + b->timeout_s;
-    for (int i = 1; i < b->num_ranks; i++) {
-        const int r = (b->rank + i) % b->num_ranks;
-        _Atomic uint64_t *w = &ts__ep_ctrl_of(b, r)->arrive;
-        ts__ep_backoff wait = TS__EP_BACKOFF_INIT;
-        while (atomic_load_explicit(w, memory_order_acquire) < target) {
-            if (ts__ep_backoff_step(&wait) && now_s() > deadline) {
-                b->broken = true;
-                return ts__fail(TS_ERR_TIMEOUT,
-                                "%s: rank %d waited %.1f s for rank %d, which did not arrive "
-                                "(barrier %llu); the buffer can only be destroyed now",
-                                what, b->rank, b->timeout_s, r, (unsigned long long)target);
-            }
-        }
-    }
-    return TS_OK;
-}
-
 ts_status ts__ep_check_usable(const ts_ep_buffer *b, const char *what) {
     if (!b) return ts__fail(TS_ERR_NULL_POINTER, "%s: buf is NULL", what);
     if (b->broken)
         return ts__fail(TS_ERR_PEER, "%s: buf: an earlier call timed out; only destroy is allowed", what);
+    if (ts__ep_async_busy(b))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: an async call is in flight on buf; wait for its event first",
+                        what);
     return TS_OK;
 }
 
@@ -105,6 +81,33 @@ ts_status ts_ep_get_buffer_size_hint(int32_t num_ranks, int64_t num_max_tokens_p
     return TS_OK;
 }
 
+ts_status ts_ep_get_internode_buffer_size_hint(int32_t num_ranks, int32_t ranks_per_node, int64_t num_max_tokens_per_rank,
+                                               int64_t hidden, int32_t num_topk, int64_t num_scales, bool use_fp8_dispatch,
+                                               int64_t *num_rdma_bytes) {
+    static const char *what = "ts_ep_get_internode_buffer_size_hint";
+    if (!num_rdma_bytes) return ts__fail(TS_ERR_NULL_POINTER, "%s: num_rdma_bytes is NULL", what);
+    if (num_ranks < 1 || ranks_per_node < 1 || num_ranks % ranks_per_node != 0 || num_max_tokens_per_rank < 0 ||
+        hidden < 1 || num_topk < 0 || num_topk > 1024 || num_scales < 0 ||
+        num_max_tokens_per_rank > (INT64_C(1) << 31) || hidden > (INT64_C(1) << 24) || num_scales > (1 << 24))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                        "%s: num_ranks %d, ranks_per_node %d (must divide it), num_max_tokens_per_rank %lld, hidden "
+                        "%lld, num_topk %d, num_scales %lld out of range",
+                        what, num_ranks, ranks_per_node, (long long)num_max_tokens_per_rank, (long long)hidden,
+                        num_topk, (long long)num_scales);
+    const int64_t others = num_ranks / ranks_per_node - 1, T = num_max_tokens_per_rank, k = ranks_per_node;
+    if (others == 0) {
+        *num_rdma_bytes = 0;
+        return TS_OK;
+    }
+    /* as ep_dispatch.c's record and ep_combine.c's copy */
+    const int64_t xb = use_fp8_dispatch ? hidden : 2 * hidden;
+    const int64_t rec = ts__align(ts__align(xb + 4 * num_scales, 8) + 12 * (int64_t)num_topk + 4 + 4 * k, 16);
+    const int64_t cr = ts__align(2 * hidden + 4 * (int64_t)num_topk, 16);
+    const int64_t half = ts__align(ts__max64(others * T * rec, others * T * k * cr), 64);
+    *num_rdma_bytes = ts__align(2 * half, INT64_C(2) << 20);
+    return TS_OK;
+}
+
 static double env_timeout(void) {
     const char *s = getenv("TS_EP_TIMEOUT_S");
     if (s && *s) {
@@ -123,6 +126,96 @@ static void unmap_all(ts_ep_buffer *b) {
     }
 }
 
+/* Ranks per node: opts->ranks_per_node, else TS_EP_RANKS_PER_NODE, else the machines' own
+ * split (MPI_COMM_TYPE_SHARED; nodes must then hold equal runs of consecutive ranks). Every
+ * node of k consecutive ranks must share one machine (it shares memory). *node receives the
+ * communicator of this rank's node. All ranks return alike. */
+static ts_status split_nodes(ts_ep_buffer *b, const ts_ep_buffer_options *o, MPI_Comm *node, const char *what) {
+    const int R = b->num_ranks;
+    int want = o->ranks_per_node;
+    if (want <= 0) {
+        const char *env = getenv("TS_EP_RANKS_PER_NODE");
+        if (env && *env) want = atoi(env);
+        if (want < 0) want = 0;
+        if (want > R) want = R; /* the switch applies to any communicator, small ones too */
+    }
+    if (want <= 0) {
+        MPI_Comm shared;
+        MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &shared);
+        int sz = 0;
+        MPI_Comm_size(shared, &sz);
+        MPI_Comm_free(&shared);
+        int mm[2] = {sz, -sz}, agg[2];
+        MPI_Allreduce(mm, agg, 2, MPI_INT, MPI_MIN, b->comm);
+        want = agg[0] == -agg[1] ? sz : -1; /* equal sizes or nothing */
+        if (want < 0)
+            return ts__fail(TS_ERR_UNSUPPORTED, "%s: nodes hold different numbers of ranks (%d to %d)", what, agg[0],
+                            -agg[1]);
+    }
+    int mm[2] = {want, -want}, agg[2];
+    MPI_Allreduce(mm, agg, 2, MPI_INT, MPI_MIN, b->comm);
+    if (agg[0] != -agg[1])
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: ranks_per_node differs across ranks (%d to %d)", what, agg[0],
+                        -agg[1]);
+    if (want > R || R % want != 0)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: ranks_per_node %d does not divide the %d ranks", what, want, R);
+    b->ranks_per_node = want;
+    b->num_nodes = R / want;
+    b->node = b->rank / want;
+    b->local_rank = b->rank % want;
+    b->node_first = b->node * want;
+    MPI_Comm_split(b->comm, b->node, b->rank, node);
+    MPI_Comm shared;
+    MPI_Comm_split_type(*node, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &shared);
+    int sz = 0;
+    MPI_Comm_size(shared, &sz);
+    MPI_Comm_free(&shared);
+    int ok = sz == want, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, b->comm);
+    if (!all_ok) {
+        MPI_Comm_free(node);
+        return ts__fail(TS_ERR_UNSUPPORTED,
+                        "%s: the nodes of %d consecutive ranks do not each lie on one machine (set "
+                        "TS_EP_RANKS_PER_NODE or opts->ranks_per_node to the ranks per machine)", what, want);
+    }
+    return TS_OK;
+}
+
+/* Internode state: metadata slots for remote ranks, the request table and the staging area of
+ * normal mode (the same size on every rank, checked). Returns 0 or a code (message set). */
+static int alloc_internode(ts_ep_buffer *b, int64_t stage_bytes, const char *what) {
+    const int R = b->num_ranks;
+    int64_t mm[2] = {stage_bytes, -stage_bytes}, agg[2];
+    MPI_Allreduce(mm, agg, 2, MPI_INT64_T, MPI_MIN, b->comm);
+    if (agg[0] != -agg[1])
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_rdma_bytes differs across ranks (%lld to %lld)", what,
+                        (long long)agg[0], (long long)-agg[1]);
+    b->remote_meta = calloc(2 * (size_t)R, sizeof *b->remote_meta);
+    b->reqs = calloc(4 * (size_t)R + 4, sizeof *b->reqs);
+    b->req_rank = calloc(4 * (size_t)R + 4, sizeof *b->req_rank);
+    if (!b->remote_meta || !b->reqs || !b->req_rank)
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for the internode state", what);
+    for (int r = 0; r < 2 * R; r++)
+        if (!ts__ep_is_local(b, r % R) && !(b->remote_meta[r] = calloc(1, TS__EP_META_SLOT_BYTES)))
+            return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for the internode state", what);
+    b->rdma_half = (stage_bytes / 2) & ~(int64_t)63;
+    b->rdma = ts__aligned_alloc((size_t)(2 * b->rdma_half > 0 ? 2 * b->rdma_half : 64));
+    if (!b->rdma)
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for %lld staging bytes", what, (long long)stage_bytes);
+    return 0;
+}
+
+static void free_internode(ts_ep_buffer *b) {
+    /* A broken buffer may have requests MPI still serves: its staging stays (a bounded leak). */
+    if (b->broken && b->num_nodes > 1) return;
+    if (b->remote_meta)
+        for (int r = 0; r < 2 * b->num_ranks; r++) free(b->remote_meta[r]);
+    free(b->remote_meta);
+    free(b->reqs);
+    free(b->req_rank);
+    ts__aligned_free(b->rdma);
+}
+
 ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_rdma_bytes, bool low_latency_mode,
                               const ts_ep_buffer_options *opts, ts_ep_buffer **out) {
     static const char *what = "ts_ep_buffer_create";
@@ -137,10 +230,11 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_nvl_bytes %lld must be a positive multiple of 128",
                         what, (long long)num_nvl_bytes);
     /* The rdma area is the low-latency area here (upstream: LL traffic goes through it). */
-    if (num_rdma_bytes != 0 && !low_latency_mode)
-        return ts__fail(TS_ERR_UNSUPPORTED,
-                        "%s: num_rdma_bytes %lld needs low_latency_mode (intranode normal mode uses num_nvl_bytes "
-                        "only)", what, (long long)num_rdma_bytes);
+    /* Normal mode: num_rdma_bytes is the internode staging (unused with one node; 0 = as
+     * large as num_nvl_bytes). */
+    if (num_rdma_bytes < 0 || num_rdma_bytes % 128 != 0 || num_rdma_bytes > (INT64_C(1) << 46))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_rdma_bytes %lld must be a non-negative multiple of 128",
+                        what, (long long)num_rdma_bytes);
     if (low_latency_mode && (num_rdma_bytes <= 0 || num_rdma_bytes % 128 != 0 || num_rdma_bytes > (INT64_C(1) << 46)))
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
                         "%s: low_latency_mode needs num_rdma_bytes (%lld) a positive multiple of 128; see "
@@ -157,27 +251,29 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     }
     MPI_Comm_rank(b->comm, &b->rank);
     MPI_Comm_size(b->comm, &b->num_ranks);
-    MPI_Comm node;
-    MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &node);
-    int node_size = 0;
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-    /* Every rank sees the same node sizes when the comm spans nodes, so all return alike. */
-    int min_node = node_size;
-    MPI_Allreduce(&node_size, &min_node, 1, MPI_INT, MPI_MIN, b->comm);
-    if (min_node != b->num_ranks) {
+    MPI_Comm_set_errhandler(b->comm, MPI_ERRORS_RETURN);
+    MPI_Comm node = MPI_COMM_NULL;
+    ts_status nst = split_nodes(b, &o, &node, what);
+    if (nst != TS_OK) {
         MPI_Comm_free(&b->comm);
-        int R = b->num_ranks;
         free(b);
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: comm spans several nodes (%d of %d ranks share this node); "
-                        "the internode path is not implemented yet", what, min_node, R);
+        return nst;
     }
-    b->ranks_per_node = b->num_ranks;
+    if (low_latency_mode && b->num_nodes > 1) {
+        MPI_Comm_free(&node);
+        MPI_Comm_free(&b->comm);
+        const int k = b->ranks_per_node, R = b->num_ranks;
+        free(b);
+        return ts__fail(TS_ERR_UNSUPPORTED,
+                        "%s: low-latency mode across nodes (%d ranks per node of %d) is not implemented; normal "
+                        "mode is", what, k, R);
+    }
     b->data_off = ts__align(TS__EP_CTRL_BYTES + 2 * TS__EP_META_SLOT_BYTES, 4096);
-    b->num_rdma_bytes = num_rdma_bytes;
+    b->num_rdma_bytes = low_latency_mode ? num_rdma_bytes : 0; /* the LL area in the segment */
     b->ll_off = ts__align(b->data_off + num_nvl_bytes, 4096);
-    b->seg_bytes = b->ll_off + num_rdma_bytes;
+    b->seg_bytes = b->ll_off + b->num_rdma_bytes;
     if (low_latency_mode && ts__ep_ll_init(b) != TS_OK) {
+        MPI_Comm_free(&node);
         MPI_Comm_free(&b->comm);
         free(b);
         return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for the low-latency state", what);
@@ -188,6 +284,10 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     int err = !b->peer || !b->rank_book
                   ? ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for %d peers", what, b->num_ranks)
                   : TS_OK;
+    if (b->num_nodes > 1) { /* collective inside: every rank calls it */
+        const int e = alloc_internode(b, num_rdma_bytes > 0 ? num_rdma_bytes : num_nvl_bytes, what);
+        if (!err) err = e;
+    }
     char myname[TS__EP_NAME_LEN];
     static unsigned g_serial;
     snprintf(myname, sizeof myname, "/tilestack_ep.%ld.%u.%d", (long)getpid(), g_serial++, b->rank);
@@ -226,23 +326,27 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
         memcpy(mine.name, myname, sizeof myname);
     }
     all = calloc((size_t)b->num_ranks, sizeof *all);
+    /* Segments are shared inside a node only: round 1 runs on the node communicator (local
+     * index i = global rank node_first + i). */
     MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all ? (void *)all : (void *)&mine,
-                  all ? (int)sizeof mine : 0, MPI_BYTE, b->comm);
+                  all ? (int)sizeof mine : 0, MPI_BYTE, node);
+    MPI_Comm_free(&node);
     if (!all && !err) err = TS_ERR_OUT_OF_MEMORY;
     int bad_rank = -1;
-    for (int r = 0; all && r < b->num_ranks && bad_rank < 0; r++)
-        if (!all[r].name[0]) bad_rank = r;
-    /* Round 2: map every peer's segment. */
+    for (int i = 0; all && i < b->ranks_per_node && bad_rank < 0; i++)
+        if (!all[i].name[0]) bad_rank = b->node_first + i;
+    /* Round 2: map every node-local peer's segment. */
     if (!err && bad_rank < 0) {
-        for (int r = 0; r < b->num_ranks && !err; r++) {
+        for (int i = 0; i < b->ranks_per_node && !err; i++) {
+            const int r = b->node_first + i;
             if (r == b->rank) continue;
-            int pfd = shm_open(all[r].name, O_RDWR, 0);
+            int pfd = shm_open(all[i].name, O_RDWR, 0);
             if (pfd < 0) {
                 err = TS_ERR_IO;
-                ts__fail(TS_ERR_IO, "%s: cannot open rank %d's segment %s: %s", what, r, all[r].name, strerror(errno));
+                ts__fail(TS_ERR_IO, "%s: cannot open rank %d's segment %s: %s", what, r, all[i].name, strerror(errno));
                 break;
             }
-            void *p = mmap(NULL, (size_t)all[r].size, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+            void *p = mmap(NULL, (size_t)all[i].size, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
             close(pfd);
             if (p == MAP_FAILED) {
                 err = TS_ERR_OUT_OF_MEMORY;
@@ -250,13 +354,13 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
             } else {
                 b->peer[r] = p;
             }
-            if (all[r].size != b->seg_bytes) {
+            if (all[i].size != b->seg_bytes) {
                 /* Mapped with the peer's size; unmap_all uses ours, so reject mismatches. */
-                munmap(p, (size_t)all[r].size);
+                munmap(p, (size_t)all[i].size);
                 b->peer[r] = NULL;
                 err = TS_ERR_INVALID_ARGUMENT;
                 ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_nvl_bytes differs: rank %d has %lld, rank %d has %lld",
-                         what, r, (long long)(all[r].size - b->data_off), b->rank, (long long)num_nvl_bytes);
+                         what, r, (long long)(all[i].size - b->data_off), b->rank, (long long)num_nvl_bytes);
             }
         }
     }
@@ -274,6 +378,7 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
         ts_status st = err ? (ts_status)err
                            : ts__fail(TS_ERR_PEER, "%s: rank %d failed to set up its shared segment", what, bad_rank);
         unmap_all(b);
+        free_internode(b);
         free(b->rank_book);
         ts__ep_ll_free(b);
         MPI_Comm_free(&b->comm);
@@ -288,7 +393,9 @@ ts_status ts_ep_buffer_destroy(ts_ep_buffer *buf) {
     if (!buf) return TS_OK;
     /* No synchronisation: a peer's mapping outlives ours, and the segments were unlinked at
      * create, so the memory goes when the last rank unmaps (or dies). */
+    ts__ep_async_stop(buf);
     unmap_all(buf);
+    free_internode(buf);
     free(buf->rank_book);
     ts__ep_ll_free(buf);
     free(buf->expert_counts);
@@ -301,6 +408,13 @@ ts_status ts_ep_buffer_get_rank(const ts_ep_buffer *buf, int32_t *rank, int32_t 
     if (!buf) return ts__fail(TS_ERR_NULL_POINTER, "ts_ep_buffer_get_rank: buf is NULL");
     if (rank) *rank = buf->rank;
     if (num_ranks) *num_ranks = buf->num_ranks;
+    return TS_OK;
+}
+
+ts_status ts_ep_buffer_get_ranks_per_node(const ts_ep_buffer *buf, int32_t *ranks_per_node) {
+    if (!buf || !ranks_per_node)
+        return ts__fail(TS_ERR_NULL_POINTER, "ts_ep_buffer_get_ranks_per_node: %s is NULL", buf ? "ranks_per_node" : "buf");
+    *ranks_per_node = buf->ranks_per_node;
     return TS_OK;
 }
 

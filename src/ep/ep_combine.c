@@ -77,7 +77,25 @@ typedef struct reduce_ctx {
     _Atomic int oom;
     ts__ep_acc_bf16_fn acc;
     ts__ep_store_bf16_fn store;
+    /* internode: copies from other nodes' ranks arrived in rstage + roff[node] (cr bytes each) */
+    const uint8_t *rstage;
+    const int64_t *roff;
+    int64_t cr;
 } reduce_ctx;
+
+/* The copy of token t that rank r returns (its bf16 row; its weights follow at w). */
+static inline const uint16_t *copy_row(const reduce_ctx *c, int64_t t, int r, int32_t row, const float **w) {
+    const ts_ep_buffer *b = c->b;
+    if (b->peer[r]) {
+        const uint8_t *area = ts__ep_combine_area(b, r);
+        if (w) *w = (const float *)(const void *)(area + c->lay[r].w_off) + (int64_t)row * c->K;
+        return (const uint16_t *)(const void *)(area + c->lay[r].x_off) + (int64_t)row * c->hidden;
+    }
+    const uint8_t *p = c->rstage + c->roff[r / b->ranks_per_node] +
+                       (int64_t)c->h->copy_idx[t * b->num_ranks + r] * c->cr;
+    if (w) *w = (const float *)(const void *)(p + 2 * c->hidden);
+    return (const uint16_t *)(const void *)p;
+}
 
 /* Column chunk of the accumulator: stays in L1 while every copy of the token is added. */
 #define TS__EP_COMBINE_CHUNK 1024
@@ -101,9 +119,7 @@ static void reduce_task(void *vc, int tid, int nthreads) {
         const uint16_t *const *rows = src;
         for (int r = 0; r < R && r < TS__EP_MAX_RANKS_FAST; r++) {
             const int32_t row = c->h->send_pos[t * R + r];
-            if (row >= 0)
-                src[ncopies++] = (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) +
-                                 (int64_t)row * H;
+            if (row >= 0) src[ncopies++] = copy_row(c, t, r, row, NULL);
         }
         uint16_t *o = (uint16_t *)c->out->data + t * c->out->strides[0];
         for (int64_t j0 = 0; j0 < H; j0 += TS__EP_COMBINE_CHUNK) {
@@ -122,10 +138,7 @@ static void reduce_task(void *vc, int tid, int nthreads) {
             for (int r = TS__EP_MAX_RANKS_FAST; r < R; r++) {
                 const int32_t row = c->h->send_pos[t * R + r];
                 if (row < 0) continue;
-                c->acc(acc,
-                       (const uint16_t *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].x_off) +
-                           (int64_t)row * H + j0,
-                       n, first);
+                c->acc(acc, copy_row(c, t, r, row, NULL) + j0, n, first);
                 first = 0;
             }
             if (first) memset(o + j0, 0, (size_t)n * sizeof *o); /* nothing to add: +0 */
@@ -138,12 +151,104 @@ static void reduce_task(void *vc, int tid, int nthreads) {
                 for (int r = 0; r < R; r++) {
                     const int32_t row = c->h->send_pos[t * R + r];
                     if (row < 0) continue;
-                    s += ((const float *)(const void *)(ts__ep_combine_area(b, r) + c->lay[r].w_off))[(int64_t)row * c->K + k];
+                    const float *w;
+                    copy_row(c, t, r, row, &w);
+                    s += w[k];
                 }
                 ow[t * c->out_w->strides[0] + k * c->out_w->strides[1]] = s;
             }
         }
     }
+}
+
+/* Proxy side: the copies this node's ranks hold of the tokens forwarded for sources on other
+ * nodes, packed in the sources' token order (then rank order) into the send staging. */
+typedef struct fwd_ctx {
+    const ts_ep_buffer *b;
+    const ts_ep_handle *h;
+    const comb_layout *lay;
+    int64_t hidden, K, cr;
+    bool has_w;
+} fwd_ctx;
+
+static void fwd_task(void *vc, int tid, int nthreads) {
+    const fwd_ctx *c = vc;
+    const ts_ep_buffer *b = c->b;
+    const int k = b->ranks_per_node;
+    const int64_t nrec = c->h->fwd_rec[b->num_ranks];
+    const int64_t i0 = nrec * tid / nthreads, i1 = nrec * (tid + 1) / nthreads;
+    for (int64_t i = i0; i < i1; i++) {
+        uint8_t *p = b->rdma + c->h->fwd_copy[i] * c->cr;
+        for (int j = 0; j < k; j++) {
+            const int32_t row = c->h->fwd_rows[i * k + j];
+            if (row < 0) continue;
+            const int d = b->node_first + j;
+            const uint8_t *area = ts__ep_combine_area(b, d);
+            ts__ep_copy_row(p, area + c->lay[d].x_off + (int64_t)row * c->hidden * 2, c->hidden * 2);
+            if (c->has_w)
+                memcpy(p + 2 * c->hidden, area + c->lay[d].w_off + (int64_t)row * c->K * 4, (size_t)c->K * 4);
+            p += c->cr;
+        }
+    }
+    ts__ep_copy_fence();
+}
+
+/* Copies rank s's tokens have on node n (rows s sent to n's ranks). */
+static int64_t node_copies(const ts_ep_buffer *b, const ts_ep_handle *h, int s, int n) {
+    int64_t c = 0;
+    for (int j = 0; j < b->ranks_per_node; j++) c += h->counts[(int64_t)s * b->num_ranks + n * b->ranks_per_node + j];
+    return c;
+}
+
+/* Internode combine traffic: post the receives of this rank's remote copies, pack and send the
+ * copies this rank forwards as a proxy, and wait until the receives are in. */
+static ts_status internode_combine(ts_ep_buffer *b, const ts_ep_handle *h, const comb_layout *lay, int64_t H,
+                                   int64_t K, bool has_w, int64_t cr, int64_t *roff, int nt) {
+    const int R = b->num_ranks, k = b->ranks_per_node, nodes = b->num_nodes;
+    for (int q = 0; q < R; q++) {
+        const int nq = q / k, lq = q % k;
+        int64_t send = 0, recv = 0, biggest = 0;
+        for (int n = 0; n < nodes; n++) {
+            if (n == nq) continue;
+            const int64_t so = node_copies(b, h, n * k + lq, nq) * cr, ri = node_copies(b, h, q, n) * cr;
+            send += so;
+            recv += ri;
+            biggest = ts__max64(biggest, ts__max64(so, ri));
+        }
+        if (send > b->rdma_half || recv > b->rdma_half || biggest > INT32_MAX)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            C ": rank %d would stage %lld bytes to forward and %lld to receive from other nodes, "
+                            "more than half of num_rdma_bytes (%lld) holds (or one message > 2 GiB); see "
+                            "ts_ep_get_internode_buffer_size_hint",
+                            q, (long long)send, (long long)recv, (long long)b->rdma_half);
+    }
+    b->nreqs = 0;
+    int64_t off = 0;
+    for (int n = 0; n < nodes; n++) {
+        roff[n] = off;
+        const int64_t cnt = n == b->node ? 0 : node_copies(b, h, b->rank, n);
+        if (cnt > 0) {
+            MPI_Request q;
+            const int p = n * k + b->local_rank;
+            MPI_Irecv(b->rdma + b->rdma_half + off, (int)(cnt * cr), MPI_BYTE, p, TS__EP_TAG_COMBINE, b->comm, &q);
+            ts__ep_req_push(b, q, p);
+        }
+        off += cnt * cr;
+    }
+    const int64_t nrec = h->fwd_rec[R];
+    fwd_ctx fc = {b, h, lay, H, K, cr, has_w};
+    int fnt = nt;
+    if (fnt > nrec / 8) fnt = nrec / 8 > 0 ? (int)(nrec / 8) : 1;
+    if (nrec > 0) ts__parallel_run(fnt, fwd_task, &fc);
+    for (int s = 0; s < R; s++) {
+        const int64_t c0 = h->fwd_copy[h->fwd_rec[s]], c1 = h->fwd_copy[h->fwd_rec[s + 1]];
+        if (c1 > c0) {
+            MPI_Request q;
+            MPI_Isend(b->rdma + c0 * cr, (int)((c1 - c0) * cr), MPI_BYTE, s, TS__EP_TAG_COMBINE, b->comm, &q);
+            ts__ep_req_push(b, q, s);
+        }
+    }
+    return ts__ep_wait_reqs(b, C);
 }
 
 ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor *x, const ts_tensor *topk_weights,
@@ -210,15 +315,18 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
         m->x_dtype = TS_BF16;
     }
     m->status = st;
-    TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
+    TS__RETURN_IF_ERROR(ts__ep_exchange_meta(b, call, (int64_t)sizeof *m, C));
     TS__RETURN_IF_ERROR(ts__ep_check_peers(b, call, C));
 
-    _Static_assert(sizeof(comb_layout) <= TS__EP_RANK_BOOK_BYTES,
+    _Static_assert(sizeof(comb_layout) + sizeof(int64_t) <= TS__EP_RANK_BOOK_BYTES,
                    "combine bookkeeping outgrew the buffer's per-rank block");
     comb_layout *lay = (comb_layout *)(void *)b->rank_book;
     for (int r = 0; r < R; r++) lay[r] = comb_layout_of(ts__ep_meta_of(b, r, call)->num_recv, H, K);
+    const int64_t cr = ts__align(2 * H + (topk_weights ? 4 * K : 0), 16);
+    int64_t *roff = (int64_t *)(void *)(lay + R);
+    if (b->num_nodes > 1) TS__RETURN_IF_ERROR(internode_combine(b, h, lay, H, K, topk_weights != NULL, cr, roff, nt));
     reduce_ctx rc = {b, h, lay, bias0, bias1, combined_x, combined_topk_weights, H, K, topk_weights != NULL, 1, 0,
-                     ts__ep_acc_bf16__generic, ts__ep_store_bf16__generic};
+                     ts__ep_acc_bf16__generic, ts__ep_store_bf16__generic, b->rdma + b->rdma_half, roff, cr};
 #ifdef TS_HAVE_AVX2_KERNELS
     if (ts__active_isa() == TS_ISA_AVX2) {
         rc.acc = ts__ep_acc_bf16__avx2;
@@ -228,8 +336,9 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
     int rnt = nt;
     if (rnt > N / 4) rnt = N / 4 > 0 ? (int)(N / 4) : 1;
     if (N > 0) ts__parallel_run(rnt, reduce_task, &rc);
-    /* Nobody may restage a combine area while a peer still reads it. */
-    TS__RETURN_IF_ERROR(ts__ep_barrier(b, C));
+    /* Nobody may restage a combine area while a peer still reads it (only ranks of its own
+     * node read it: other nodes got their copies through the proxy). */
+    TS__RETURN_IF_ERROR(ts__ep_node_barrier(b, C));
     if (atomic_load(&rc.oom))
         return ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no scratch for a %lld-float accumulator", (long long)H);
     return TS_OK;

@@ -23,12 +23,43 @@ static recv_layout layout_of(int64_t rows, int64_t row_bytes, int64_t scale_row_
 
 static int64_t *meta_counts(ts__ep_meta *m) { return (int64_t *)(void *)(m + 1); }
 static int32_t *meta_experts(ts__ep_meta *m, int R) { return (int32_t *)(void *)(meta_counts(m) + R); }
+/* Tokens going to each node (internode), after the E expert counts. */
+static int64_t *meta_nodes(ts__ep_meta *m, int R, int64_t E) {
+    return (int64_t *)(void *)((uint8_t *)meta_experts(m, R) + ts__align(4 * E, 8));
+}
+static int64_t meta_bytes(int R, int64_t E, int nodes) {
+    return (int64_t)sizeof(ts__ep_meta) + 8 * (int64_t)R + ts__align(4 * E, 8) + 8 * (int64_t)nodes;
+}
+
+/* One token of a dispatch message to another node (internode): its row, scales, global top-k
+ * ids (i64) and weights, source index, and its final row in each rank of that node (-1: not
+ * there). The receiving proxy writes it into each of those ranks' dispatch areas. */
+typedef struct rec_layout {
+    int64_t s, i, w, src, rows, bytes;
+} rec_layout;
+
+static rec_layout rec_layout_of(int64_t row_bytes, int64_t scale_row, int64_t K, int k) {
+    rec_layout r;
+    r.s = row_bytes;
+    r.i = ts__align(r.s + scale_row, 8);
+    r.w = r.i + 8 * K;
+    r.src = r.w + 4 * K;
+    r.rows = r.src + 4;
+    r.bytes = ts__align(r.rows + 4 * (int64_t)k, 16); /* keeps every record's row 16-byte aligned */
+    return r;
+}
 
 ts_status ts_ep_handle_destroy(ts_ep_handle *h) {
     if (!h) return TS_OK;
     free(h->send_pos);
     free(h->send_count);
     free(h->recv_offsets);
+    free(h->counts);
+    free(h->node_pos);
+    free(h->copy_idx);
+    free(h->fwd_rows);
+    free(h->fwd_rec);
+    free(h->fwd_copy);
     free(h);
     return TS_OK;
 }
@@ -59,6 +90,34 @@ typedef struct local_info {
 } local_info;
 
 #define D "ts_ep_dispatch"
+
+/* Internode routing of a new handle from its send_pos: the record of each token in the
+ * message to each node (token order), and the index of each remote copy in the combine
+ * message that comes back from that node (token order, then rank order). */
+static ts_status internode_routing(const ts_ep_buffer *b, ts_ep_handle *h) {
+    const int R = b->num_ranks, nodes = b->num_nodes, k = b->ranks_per_node;
+    const int64_t N = h->num_tokens;
+    h->node_pos = malloc((size_t)(N * nodes > 0 ? N * nodes : 1) * sizeof *h->node_pos);
+    h->copy_idx = malloc((size_t)(N * R > 0 ? N * R : 1) * sizeof *h->copy_idx);
+    int64_t *cur = calloc(2 * (size_t)nodes, sizeof *cur); /* records, copies per node */
+    if (!h->node_pos || !h->copy_idx || !cur) {
+        free(cur);
+        return TS_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t t = 0; t < N; t++)
+        for (int n = 0; n < nodes; n++) {
+            bool any = false;
+            for (int j = 0; j < k; j++) {
+                const int64_t i = t * R + n * k + j;
+                const bool sent = h->send_pos[i] >= 0;
+                any |= sent;
+                h->copy_idx[i] = sent && n != b->node ? (int32_t)cur[nodes + n]++ : -1;
+            }
+            h->node_pos[t * nodes + n] = any ? (int32_t)cur[n]++ : -1;
+        }
+    free(cur);
+    return TS_OK;
+}
 
 static ts_status validate(const ts_ep_buffer *b, const ts_ep_dispatch_args *a, local_info *li, ts__ep_meta *m) {
     const int R = b->num_ranks;
@@ -179,7 +238,16 @@ static ts_status validate(const ts_ep_buffer *b, const ts_ep_dispatch_args *a, l
             }
         li->h = h;
         li->use = h;
+        if (b->num_nodes > 1 && internode_routing(b, h) != TS_OK) {
+            li->h = NULL;
+            ts_ep_handle_destroy(h);
+            return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for the internode routing (%lld tokens)",
+                            (long long)li->N);
+        }
     }
+    if (meta_bytes(R, li->E, b->num_nodes) > TS__EP_META_SLOT_BYTES)
+        return ts__fail(TS_ERR_UNSUPPORTED, D ": %lld experts over %d ranks exceed the metadata slot",
+                        (long long)li->E, R);
     /* Publish. */
     m->hidden = li->hidden;
     m->x_dtype = a->x->dtype;
@@ -200,6 +268,25 @@ static ts_status validate(const ts_ep_buffer *b, const ts_ep_dispatch_args *a, l
         const ts_tensor *t = a->num_tokens_per_expert;
         for (int64_t e = 0; e < li->E; e++) ec[e] = ((const int32_t *)t->data)[e * t->strides[0]];
     }
+    if (b->num_nodes > 1) {
+        const int nodes = b->num_nodes;
+        int64_t *nc = meta_nodes(m, R, li->E);
+        for (int n = 0; n < nodes; n++) nc[n] = 0;
+        for (int64_t t = 0; t < li->N; t++)
+            for (int n = 0; n < nodes; n++) nc[n] += li->use->node_pos[t * nodes + n] >= 0;
+        const ts_tensor *tn = a->num_tokens_per_rdma_rank;
+        if (tn && !li->cached) {
+            TS__RETURN_IF_ERROR(ts_tensor_check(tn, D ": num_tokens_per_rdma_rank"));
+            TS__RETURN_IF_ERROR(ts_tensor_check_dtype(tn, D ": num_tokens_per_rdma_rank", TS_I32));
+            const int64_t shn[1] = {nodes};
+            TS__RETURN_IF_ERROR(ts_tensor_check_shape(tn, D ": num_tokens_per_rdma_rank", 1, shn));
+            for (int n = 0; n < nodes; n++)
+                if (((const int32_t *)tn->data)[n * tn->strides[0]] != nc[n])
+                    return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                                    D ": num_tokens_per_rdma_rank[%d] = %d but is_token_in_rank has %lld tokens for "
+                                    "node %d", n, ((const int32_t *)tn->data)[n * tn->strides[0]], (long long)nc[n], n);
+        }
+    }
     return TS_OK;
 }
 
@@ -210,7 +297,46 @@ typedef struct copy_ctx {
     const recv_layout *lay; /* [R] */
     const int64_t *base;    /* [R]: my first row in each destination (non-cached) */
     int nthreads;
+    /* internode: records for other nodes go to stage + soff[n] (rows of remote ranks there) */
+    uint8_t *stage;
+    const int64_t *soff;
+    rec_layout rec;
 } copy_ctx;
+
+/* Packs token t into its record of the message to node n. */
+static void pack_record(const copy_ctx *c, int64_t t, int n) {
+    const ts_ep_buffer *b = c->b;
+    const local_info *li = c->li;
+    const ts_ep_dispatch_args *a = c->a;
+    const int R = b->num_ranks, k = b->ranks_per_node;
+    const rec_layout *rl = &c->rec;
+    uint8_t *p = c->stage + c->soff[n] + (int64_t)li->use->node_pos[t * b->num_nodes + n] * rl->bytes;
+    ts__ep_copy_row(p, (const uint8_t *)a->x->data + t * a->x->strides[0] * (int64_t)ts_dtype_size(a->x->dtype),
+                    li->row_bytes);
+    if (li->fp8 && li->S > 0) {
+        const ts_tensor *s = a->x_scales;
+        const uint8_t *sp = s->data;
+        const size_t es = (size_t)li->scale_es;
+        for (int64_t j = 0; j < li->S; j++)
+            memcpy(p + rl->s + j * li->scale_es, sp + (t * s->strides[0] + j * s->strides[1]) * (int64_t)es, es);
+    }
+    for (int64_t kk = 0; kk < li->K; kk++) {
+        const int64_t e = ts__ep_idx_at(a->topk_idx, t, kk);
+        memcpy(p + rl->i + 8 * kk, &e, 8);
+        const float w = ((const float *)a->topk_weights->data)[t * a->topk_weights->strides[0] +
+                                                                kk * a->topk_weights->strides[1]];
+        memcpy(p + rl->w + 4 * kk, &w, 4);
+    }
+    const int32_t src = (int32_t)t;
+    memcpy(p + rl->src, &src, 4);
+    for (int j = 0; j < k; j++) {
+        const int d = n * k + j;
+        int64_t row = li->use->send_pos[t * R + d];
+        if (row >= 0 && !li->cached) row += c->base[d];
+        const int32_t r32 = (int32_t)row;
+        memcpy(p + rl->rows + 4 * j, &r32, 4);
+    }
+}
 
 static void copy_task(void *vctx, int tid, int nthreads) {
     const copy_ctx *c = vctx;
@@ -225,9 +351,12 @@ static void copy_task(void *vctx, int tid, int nthreads) {
     const int64_t xs = a->x->strides[0] * (int64_t)ts_dtype_size(a->x->dtype);
     const int32_t *pos = li->use->send_pos;
     for (int64_t t = t0; t < t1; t++) {
+        if (b->num_nodes > 1)
+            for (int n = 0; n < b->num_nodes; n++)
+                if (n != b->node && li->use->node_pos[t * b->num_nodes + n] >= 0) pack_record(c, t, n);
         for (int d = 0; d < R; d++) {
             int64_t row = pos[t * R + d];
-            if (row < 0) continue;
+            if (row < 0 || !b->peer[d]) continue; /* other nodes: through their proxy */
             if (!li->cached) row += c->base[d];
             uint8_t *area = ts__ep_dispatch_area(b, d);
             const recv_layout *l = &c->lay[d];
@@ -261,6 +390,174 @@ static void copy_task(void *vctx, int tid, int nthreads) {
     ts__ep_copy_fence();
 }
 
+/* Proxy side: records of one message from a source on another node, written into the final
+ * rows of this node's ranks (the same bytes the source writes for its own node's ranks). */
+typedef struct unpack_ctx {
+    const ts_ep_buffer *b;
+    const local_info *li;
+    const recv_layout *lay; /* [R] */
+    const uint8_t *msg;
+    int64_t nrec;
+    rec_layout rec;
+    int32_t *fwd_rows; /* NULL (cached) or [nrec, k]: kept for combine */
+} unpack_ctx;
+
+static void unpack_task(void *vc, int tid, int nthreads) {
+    const unpack_ctx *c = vc;
+    const ts_ep_buffer *b = c->b;
+    const local_info *li = c->li;
+    const int k = b->ranks_per_node;
+    const int64_t El = li->E / b->num_ranks;
+    const int64_t i0 = c->nrec * tid / nthreads, i1 = c->nrec * (tid + 1) / nthreads;
+    for (int64_t i = i0; i < i1; i++) {
+        const uint8_t *p = c->msg + i * c->rec.bytes;
+        int32_t src;
+        memcpy(&src, p + c->rec.src, 4);
+        for (int j = 0; j < k; j++) {
+            int32_t row;
+            memcpy(&row, p + c->rec.rows + 4 * j, 4);
+            if (c->fwd_rows) c->fwd_rows[i * k + j] = row;
+            if (row < 0) continue;
+            const int d = b->node_first + j;
+            uint8_t *area = ts__ep_dispatch_area(b, d);
+            const recv_layout *l = &c->lay[d];
+            ts__ep_copy_row(area + l->x_off + row * li->row_bytes, p, li->row_bytes);
+            ((int32_t *)(void *)(area + l->src_off))[row] = src;
+            if (li->fp8 && li->S > 0) memcpy(area + l->s_off + row * li->S * li->scale_es, p + c->rec.s,
+                                             (size_t)(li->S * li->scale_es));
+            const int64_t lo = d * El, hi = lo + El;
+            float *dw = (float *)(void *)(area + l->w_off) + row * li->K;
+            for (int64_t kk = 0; kk < li->K; kk++) {
+                int64_t e;
+                float w;
+                memcpy(&e, p + c->rec.i + 8 * kk, 8);
+                memcpy(&w, p + c->rec.w + 4 * kk, 4);
+                const bool mine = e >= lo && e < hi;
+                const int64_t local = mine ? e - lo : -1;
+                if (li->idx_es == 8)
+                    ((int64_t *)(void *)(area + l->i_off))[row * li->K + kk] = local;
+                else
+                    ((int32_t *)(void *)(area + l->i_off))[row * li->K + kk] = (int32_t)local;
+                dw[kk] = mine ? w : 0.0f;
+            }
+        }
+    }
+    ts__ep_copy_fence();
+}
+
+static int64_t node_count(ts_ep_buffer *b, uint64_t call, int s, int64_t E, int n) {
+    return meta_nodes(ts__ep_meta_of(b, s, call), b->num_ranks, E)[n];
+}
+
+/* Internode capacity: every rank checks every rank's staging (sends to other nodes, and
+ * receives as their proxy), so all reach the same verdict. */
+static ts_status check_staging(ts_ep_buffer *b, uint64_t call, int64_t E, int64_t rec_bytes) {
+    const int k = b->ranks_per_node, nodes = b->num_nodes;
+    for (int q = 0; q < b->num_ranks; q++) {
+        const int nq = q / k, lq = q % k;
+        int64_t send = 0, recv = 0, biggest = 0;
+        for (int n = 0; n < nodes; n++) {
+            if (n == nq) continue;
+            const int64_t so = node_count(b, call, q, E, n) * rec_bytes;
+            const int64_t ri = node_count(b, call, n * k + lq, E, nq) * rec_bytes;
+            send += so;
+            recv += ri;
+            biggest = ts__max64(biggest, ts__max64(so, ri));
+        }
+        if (send > b->rdma_half || recv > b->rdma_half || biggest > INT32_MAX)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            D ": rank %d would stage %lld bytes to send and %lld to forward for other nodes, more "
+                            "than half of num_rdma_bytes (%lld) holds (or one message > 2 GiB); see "
+                            "ts_ep_get_internode_buffer_size_hint",
+                            q, (long long)send, (long long)recv, (long long)b->rdma_half);
+    }
+    return TS_OK;
+}
+
+/* The internode part of the data phase: receive the records this rank forwards, send its own
+ * records for other nodes, and unpack each message as it arrives. */
+static ts_status internode_exchange(ts_ep_buffer *b, uint64_t call, const local_info *li, copy_ctx *cc,
+                                    const recv_layout *lay, int64_t *roff, int nt) {
+    const int R = b->num_ranks, k = b->ranks_per_node, nodes = b->num_nodes;
+    uint8_t *rstage = b->rdma + b->rdma_half;
+    ts_ep_handle *h = li->h;
+    /* Served sources: the rank of each other node with my local index. */
+    if (h) {
+        h->counts = malloc((size_t)R * R * sizeof *h->counts);
+        h->fwd_rec = calloc((size_t)R + 1, sizeof *h->fwd_rec);
+        if (!h->counts || !h->fwd_rec)
+            return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for the internode handle");
+        for (int s = 0; s < R; s++) {
+            memcpy(h->counts + (int64_t)s * R, meta_counts(ts__ep_meta_of(b, s, call)), (size_t)R * sizeof(int64_t));
+            const bool served = s / k != b->node && s % k == b->local_rank;
+            h->fwd_rec[s + 1] = h->fwd_rec[s] + (served ? node_count(b, call, s, li->E, b->node) : 0);
+        }
+        h->fwd_rows = malloc((size_t)(h->fwd_rec[R] * k > 0 ? h->fwd_rec[R] * k : 1) * sizeof *h->fwd_rows);
+        h->fwd_copy = malloc((size_t)(h->fwd_rec[R] + 1) * sizeof *h->fwd_copy);
+        if (!h->fwd_rows || !h->fwd_copy) return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for the internode handle");
+    }
+    const int64_t rb = cc->rec.bytes;
+    b->nreqs = 0;
+    int64_t off = 0;
+    for (int n = 0; n < nodes; n++) {
+        const int s = n * k + b->local_rank;
+        const int64_t cnt = n == b->node ? 0 : node_count(b, call, s, li->E, b->node);
+        roff[n] = off;
+        if (cnt > 0) {
+            MPI_Request q;
+            MPI_Irecv(rstage + off, (int)(cnt * rb), MPI_BYTE, s, TS__EP_TAG_DISPATCH, b->comm, &q);
+            ts__ep_req_push(b, q, s);
+        }
+        off += cnt * rb;
+    }
+    const int nrecv = b->nreqs;
+    if (li->N > 0) ts__parallel_run(cc->nthreads, copy_task, cc);
+    for (int n = 0; n < nodes; n++) {
+        const int64_t cnt = n == b->node ? 0 : node_count(b, call, b->rank, li->E, n);
+        if (cnt > 0) {
+            MPI_Request q;
+            const int p = n * k + b->local_rank;
+            MPI_Isend(cc->stage + cc->soff[n], (int)(cnt * rb), MPI_BYTE, p, TS__EP_TAG_DISPATCH, b->comm, &q);
+            ts__ep_req_push(b, q, p);
+        }
+    }
+    /* Unpack messages in arrival order (each is independent); the deadline covers the wait. */
+    const double deadline = ts__ep_now_s() + b->timeout_s;
+    ts__ep_backoff w = TS__EP_BACKOFF_INIT;
+    for (int left = nrecv; left > 0;) {
+        int idx = MPI_UNDEFINED, flag = 0;
+        MPI_Testany(nrecv, b->reqs, &idx, &flag, MPI_STATUS_IGNORE);
+        if (flag && idx != MPI_UNDEFINED) {
+            left--;
+            const int s = b->req_rank[idx], n = s / k;
+            unpack_ctx uc = {b, li, lay, rstage + roff[n], node_count(b, call, s, li->E, b->node), cc->rec,
+                             h ? h->fwd_rows + h->fwd_rec[s] * k : NULL};
+            int unt = nt;
+            if (unt > uc.nrec / 8) unt = uc.nrec / 8 > 0 ? (int)(uc.nrec / 8) : 1;
+            ts__parallel_run(unt, unpack_task, &uc);
+            w = (ts__ep_backoff)TS__EP_BACKOFF_INIT;
+            continue;
+        }
+        if (w.sleep_ns > 20000) w.sleep_ns = 20000;
+        if (ts__ep_backoff_step(&w) && ts__ep_now_s() > deadline) break; /* ts__ep_wait_reqs names the rank */
+        /* keep the sends moving too */
+        if (b->nreqs > nrecv) {
+            int dummy;
+            MPI_Testall(b->nreqs - nrecv, b->reqs + nrecv, &dummy, MPI_STATUSES_IGNORE);
+        }
+    }
+    TS__RETURN_IF_ERROR(ts__ep_wait_reqs(b, D));
+    if (h) {
+        h->fwd_copy[0] = 0;
+        for (int64_t i = 0; i < h->fwd_rec[R]; i++) {
+            int64_t c = 0;
+            for (int j = 0; j < k; j++) c += h->fwd_rows[i * k + j] >= 0;
+            h->fwd_copy[i + 1] = h->fwd_copy[i] + c;
+        }
+    }
+    return TS_OK;
+}
+
 ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_dispatch_result *result,
                          ts_ep_handle **handle_out) {
     TS__RETURN_IF_ERROR(ts__ep_check_usable(b, D));
@@ -274,7 +571,7 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
     ts_status st = result ? TS_OK : ts__fail(TS_ERR_NULL_POINTER, D ": result is NULL");
     if (st == TS_OK) st = validate(b, a, &li, m);
     m->status = st;
-    ts_status bs = ts__ep_barrier(b, D);
+    ts_status bs = ts__ep_exchange_meta(b, call, meta_bytes(R, li.E, b->num_nodes), D);
     if (bs != TS_OK) {
         ts_ep_handle_destroy(li.h);
         return bs;
@@ -287,7 +584,7 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
 
     /* Every rank derives every receiver's row count and layout from the same published
      * counts, so all reach the same verdict on capacity. */
-    _Static_assert(sizeof(recv_layout) + 2 * sizeof(int64_t) <= TS__EP_RANK_BOOK_BYTES,
+    _Static_assert(sizeof(recv_layout) + 4 * sizeof(int64_t) <= TS__EP_RANK_BOOK_BYTES,
                    "dispatch bookkeeping outgrew the buffer's per-rank block");
     recv_layout *lay = (recv_layout *)(void *)b->rank_book;
     int64_t *base = (int64_t *)(void *)(lay + R);
@@ -314,19 +611,41 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
                           "holds; see ts_ep_get_buffer_size_hint",
                           d, (long long)total, (long long)lay[d].total, (long long)area);
     }
+    const rec_layout rec = rec_layout_of(li.row_bytes, scale_row, li.K, b->ranks_per_node);
+    if (st == TS_OK && b->num_nodes > 1) st = check_staging(b, call, li.E, rec.bytes);
     if (st != TS_OK) {
         ts_ep_handle_destroy(li.h);
         return st;
     }
 
-    copy_ctx cc = {b, a, &li, lay, base, 1};
+    /* internode: my records' offsets per destination node in the send half of the staging */
+    int64_t *soff = recv_from + R, *roff = soff + b->num_nodes;
+    if (b->num_nodes > 1) {
+        int64_t off = 0;
+        for (int n = 0; n < b->num_nodes; n++) {
+            soff[n] = off;
+            if (n != b->node) off += node_count(b, call, me, li.E, n) * rec.bytes;
+        }
+    }
+    copy_ctx cc = {b, a, &li, lay, base, 1, b->rdma, soff, rec};
     int nt = ts__ep_threads(a->config);
     const int64_t max_t = li.N / 8 > 0 ? li.N / 8 : 1; /* >= 8 tokens per thread */
+    const int nt_all = nt;
     if (nt > max_t) nt = (int)max_t;
     cc.nthreads = nt;
-    if (li.N > 0) ts__parallel_run(nt, copy_task, &cc);
+    if (b->num_nodes > 1) {
+        st = internode_exchange(b, call, &li, &cc, lay, roff, nt_all);
+        if (st != TS_OK) {
+            ts_ep_handle_destroy(li.h);
+            return st;
+        }
+    } else if (li.N > 0) {
+        ts__parallel_run(nt, copy_task, &cc);
+    }
 
-    bs = ts__ep_barrier(b, D);
+    /* Every row written into this node's areas comes from a rank of this node (directly or
+     * as a proxy), so the node-local barrier publishes them. */
+    bs = ts__ep_node_barrier(b, D);
     if (bs != TS_OK) {
         ts_ep_handle_destroy(li.h);
         return bs;

@@ -57,7 +57,24 @@ struct ts_ep_buffer {
     /* Low-latency mode (src/ep/ep_low_latency*.c): the LL area follows the nvl area. */
     int64_t num_rdma_bytes, ll_off;
     struct ts__ep_ll_state *ll; /* NULL unless low_latency_mode */
+    /* Nodes (src/ep/ep_internode.c): ranks [node * ranks_per_node, +ranks_per_node) share
+     * segments; peer[r] is NULL for ranks on other nodes, which are reached through MPI. */
+    int32_t num_nodes, node, local_rank, node_first;
+    uint8_t *rdma;          /* internode normal-mode staging: [0, rdma_half) sends, then receives */
+    int64_t rdma_half;
+    uint8_t **remote_meta;  /* [2 * R]: metadata records received from ranks on other nodes */
+    MPI_Request *reqs;      /* [4 * R + 4]: requests of one internode phase */
+    int32_t *req_rank;      /* the rank each request waits on (named on timeout) */
+    int nreqs;
+    struct ts__ep_async *async; /* worker of ts_ep_*_start (ep_async.c); NULL until first used */
 };
+
+/* MPI tags of the internode traffic (on the buffer's duplicated communicator). */
+enum { TS__EP_TAG_META = 101, TS__EP_TAG_BARRIER = 102, TS__EP_TAG_DISPATCH = 103, TS__EP_TAG_COMBINE = 104 };
+
+static inline bool ts__ep_is_local(const ts_ep_buffer *b, int r) {
+    return r >= b->node_first && r < b->node_first + b->ranks_per_node;
+}
 
 /* LL state of a buffer (ep_low_latency.c). */
 ts_status ts__ep_ll_init(ts_ep_buffer *b);
@@ -70,12 +87,23 @@ struct ts_ep_handle {
     int32_t *send_pos;     /* [N, R]: row of my token t in rank r's recv_x, -1 if not sent */
     int64_t *send_count;   /* [R] */
     int64_t *recv_offsets; /* [R+1] */
+    /* Internode only (NULL with one node), see ep_dispatch.c / ep_combine.c: */
+    int64_t *counts;       /* [R, R]: rows rank s sent rank d (every rank's, from the metadata) */
+    int32_t *node_pos;     /* [N, nodes]: record of my token t in my dispatch message to node n, -1 */
+    int32_t *copy_idx;     /* [N, R]: for r on another node, the copy's index in the combine
+                              message from r's node (my token order, then rank order), else -1 */
+    int32_t *fwd_rows;     /* proxy: [records, ranks_per_node] row of each forwarded token in each
+                              node-local rank (-1 none), records of the served sources in order */
+    int64_t *fwd_rec;      /* [R + 1]: record offsets per source (non-empty for served sources only) */
+    int64_t *fwd_copy;     /* [records + 1]: first copy of each record in the combine message */
 };
 
 static inline ts__ep_ctrl *ts__ep_ctrl_of(const ts_ep_buffer *b, int r) {
     return (ts__ep_ctrl *)(void *)b->peer[r];
 }
 static inline ts__ep_meta *ts__ep_meta_of(const ts_ep_buffer *b, int r, uint64_t call) {
+    if (!b->peer[r]) /* another node: the copy its MPI message delivered */
+        return (ts__ep_meta *)(void *)b->remote_meta[(call & 1) * (uint64_t)b->num_ranks + (uint64_t)r];
     return (ts__ep_meta *)(void *)(b->peer[r] + TS__EP_CTRL_BYTES +
                                     (call & 1) * TS__EP_META_SLOT_BYTES);
 }
@@ -88,6 +116,29 @@ static inline uint8_t *ts__ep_combine_area(const ts_ep_buffer *b, int r) {
 /* Every node-local rank arrives, then waits for all others, with the buffer's deadline.
  * `what` names the calling op in the timeout message. Marks the buffer broken on timeout. */
 ts_status ts__ep_barrier(ts_ep_buffer *b, const char *what);
+
+/* Internode (ep_internode.c; with one node these are the shared-memory barrier alone). */
+/* Sends this rank's metadata record of `call` (meta_bytes of it) to every rank on another
+ * node, receives theirs into remote_meta, and passes the node-local barrier: afterwards
+ * ts__ep_meta_of(b, r, call) is valid for every r. Deadline and errors as ts__ep_barrier. */
+ts_status ts__ep_exchange_meta(ts_ep_buffer *b, uint64_t call, int64_t meta_bytes, const char *what);
+/* Node-local ranks only (shared memory); ts__ep_barrier adds the ranks of other nodes. */
+ts_status ts__ep_node_barrier(ts_ep_buffer *b, const char *what);
+/* Requests in b->reqs[0, b->nreqs): waits for all of them with the buffer's deadline.
+ * On expiry: TS_ERR_TIMEOUT naming the lowest rank whose request is pending, the requests
+ * are cancelled / released and the buffer is marked broken. */
+ts_status ts__ep_wait_reqs(ts_ep_buffer *b, const char *what);
+/* Appends a request on b->reqs (waiting on `rank`). */
+static inline void ts__ep_req_push(ts_ep_buffer *b, MPI_Request r, int rank) {
+    b->req_rank[b->nreqs] = rank;
+    b->reqs[b->nreqs++] = r;
+}
+double ts__ep_now_s(void);
+
+/* Stops the worker of the async calls (waits for an operation in flight). */
+void ts__ep_async_stop(ts_ep_buffer *b);
+/* An async call is in flight on b and the caller is not its worker. */
+bool ts__ep_async_busy(const ts_ep_buffer *b);
 
 /* Common entry check of collective calls. */
 ts_status ts__ep_check_usable(const ts_ep_buffer *b, const char *what);

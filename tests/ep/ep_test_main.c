@@ -55,7 +55,9 @@ static int kill_test(void) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    /* SERIALIZED: the async calls run MPI on the buffer's worker thread (internode) */
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_ep_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_ep_size);
     if (argc > 1 && !strcmp(argv[1], "--kill-test")) {

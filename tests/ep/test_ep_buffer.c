@@ -47,7 +47,13 @@ TS_TEST(ep_buffer_bad_args) {
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 1000, 0, false, NULL, &b), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(b == (ts_ep_buffer *)(uintptr_t)1);
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 0, 0, false, NULL, &b), TS_ERR_INVALID_ARGUMENT);
-    TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 4096, 4096, false, NULL, &b), TS_ERR_UNSUPPORTED);
+    /* normal mode: num_rdma_bytes is the internode staging, a non-negative multiple of 128 */
+    TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 4096, -128, false, NULL, &b), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 4096, 100, false, NULL, &b), TS_ERR_INVALID_ARGUMENT);
+    ts_ep_buffer_options o = ts_ep_default_buffer_options();
+    o.ranks_per_node = g_ep_size + 1; /* must divide the ranks */
+    TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 4096, 0, false, &o, &b), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(b == (ts_ep_buffer *)(uintptr_t)1);
     /* low-latency mode needs its area (num_rdma_bytes); test_ep_low_latency*.c covers the rest */
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 4096, 0, true, NULL, &b), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 4096, 0, false, NULL, NULL), TS_ERR_NULL_POINTER);

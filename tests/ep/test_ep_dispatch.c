@@ -291,3 +291,36 @@ TS_TEST(ep_dispatch_threads_larger) {
     run_case(ts_t_, b, &c, 1, true, 2);
     ts_ep_buffer_destroy(b);
 }
+
+/* The internode path forced by the create option (every rank its own node, then nodes of two
+ * ranks), whatever TS_EP_RANKS_PER_NODE says: the same checks against the MPI_Alltoallv
+ * reference (dispatch, combine, zero copy, cached, num_worst_tokens), so bit-identical to it
+ * and hence to the intranode path. */
+TS_TEST(ep_dispatch_internode_forced) {
+    for (int k = 1; k <= 2; k++) {
+        if (g_ep_size % k != 0 || (k == 2 && g_ep_size < 4)) continue;
+        int64_t nvl = 0, rdma = 0;
+        TS_CHECK_STATUS(ts_ep_get_buffer_size_hint(g_ep_size, 64, 256, 8, 8, false, &nvl), TS_OK);
+        TS_CHECK_STATUS(ts_ep_get_internode_buffer_size_hint(g_ep_size, k, 64, 256, 8, 8, false, &rdma), TS_OK);
+        TS_CHECK(g_ep_size == k || rdma > 0);
+        ts_ep_buffer_options o = ts_ep_default_buffer_options();
+        o.timeout_s = TS_EP_TEST_TIMEOUT_S;
+        o.ranks_per_node = k;
+        ts_ep_buffer *b = NULL;
+        TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, nvl, rdma, false, &o, &b), TS_OK);
+        if (!b) return;
+        int32_t got = 0;
+        TS_CHECK_STATUS(ts_ep_buffer_get_ranks_per_node(b, &got), TS_OK);
+        TS_CHECK_EQ_INT(got, k);
+        ep_case c = {.seed = 21 + (uint64_t)k, .hidden = 256, .max_tokens = 40, .K = 8, .experts_per_rank = 3,
+                     .fp8 = true, .num_scales = 3, .scale_dtype = TS_F32, .scales_colmajor = true,
+                     .idx_dtype = TS_I64, .neg_frac = 0.15};
+        run_case(ts_t_, b, &c, 2, true, 0);
+        ep_case s = {.seed = 31 + (uint64_t)k, .hidden = 136, .max_tokens = 48, .K = 6, .experts_per_rank = 2,
+                     .idx_dtype = TS_I32, .routing = EP_ROUTE_SKEWED};
+        run_case(ts_t_, b, &s, 1, false, 1);
+        s.routing = EP_ROUTE_ZERO_ODD;
+        run_case(ts_t_, b, &s, 1, true, 2);
+        ts_ep_buffer_destroy(b);
+    }
+}

@@ -5,20 +5,25 @@ TS_TEST(ep_layout_brute_force) {
     ts_ep_buffer *b = ep_test_buffer(ts_t_, 1 << 20, TS_EP_TEST_TIMEOUT_S);
     if (!b) return;
     const int R = g_ep_size;
+    int32_t k_node = 0;
+    TS_CHECK_STATUS(ts_ep_buffer_get_ranks_per_node(b, &k_node), TS_OK);
+    if (k_node < 1 || R % k_node) k_node = R;
+    const int nodes = R / k_node;
     for (int variant = 0; variant < 3; variant++) {
         ep_case c = {.seed = 100 + variant, .hidden = 16, .max_tokens = 70, .K = 5, .experts_per_rank = 3,
                      .idx_dtype = variant == 1 ? TS_I32 : TS_I64, .routing = variant == 2 ? EP_ROUTE_SKEWED : 0,
                      .neg_frac = 0.25};
         ep_inputs in;
         ep_make_inputs(&c, &in);
-        int32_t rdma = -5;
-        ts_tensor trdma = ts_tensor_1d(&rdma, TS_I32, 1);
+        int32_t rdma[64];
+        for (int n = 0; n < 64; n++) rdma[n] = -5;
+        ts_tensor trdma = ts_tensor_1d(rdma, TS_I32, nodes);
         TS_CHECK_STATUS(ts_ep_get_dispatch_layout(b, &in.tidx, in.E, &in.ttpr, &trdma, &in.ttpe, &in.tin), TS_OK);
         int64_t *per_exp = calloc((size_t)in.E, 8);
         int64_t *per_rank = calloc((size_t)R, 8);
-        int64_t any = 0;
+        int64_t per_node[64] = {0};
         for (int64_t t = 0; t < in.N; t++) {
-            bool hit_any = false;
+            bool node_hit[64] = {false};
             for (int r = 0; r < R; r++) {
                 bool hit = false;
                 for (int k = 0; k < c.K; k++) {
@@ -27,9 +32,9 @@ TS_TEST(ep_layout_brute_force) {
                 }
                 TS_CHECK(in.in_rank[t * R + r] == hit);
                 per_rank[r] += hit;
-                hit_any |= hit;
+                node_hit[r / k_node] |= hit;
             }
-            any += hit_any;
+            for (int n = 0; n < nodes; n++) per_node[n] += node_hit[n];
             for (int k = 0; k < c.K; k++) {
                 const int64_t e = ep_idx_get(&in, t, k, c.K);
                 if (e >= 0) per_exp[e]++;
@@ -37,7 +42,8 @@ TS_TEST(ep_layout_brute_force) {
         }
         for (int r = 0; r < R; r++) TS_CHECK_EQ_INT(in.tpr[r], per_rank[r]);
         for (int64_t e = 0; e < in.E; e++) TS_CHECK_EQ_INT(in.tpe[e], per_exp[e]);
-        TS_CHECK_EQ_INT(rdma, any); /* one node: a token counts once if it goes anywhere */
+        /* a token counts once per node it goes to (one node: once if it goes anywhere) */
+        for (int n = 0; n < nodes; n++) TS_CHECK_EQ_INT(rdma[n], per_node[n]);
         free(per_exp);
         free(per_rank);
         ep_free_inputs(&in);
