@@ -2,12 +2,14 @@
  *
  * Per kernel: an argument struct, one range function per launch (blocks of the grid, run by
  * ts__parallel_for; tiles live in the per-thread scratch arena at offsets fixed here), and a
- * validating wrapper returning ts_status. Loops are plain C loops (vectorisation is phase 2).
+ * validating wrapper returning ts_status. Innermost parallel loops and fold loops become 8-lane
+ * vector code where they can (see "SIMD lowering"), plain C loops otherwise.
  * The file must be compiled with -ffp-contract=off: float expressions are emitted exactly as
  * written, one IEEE operation each. */
 #include "tile/tile_internal.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,21 @@ typedef struct em {
     int nchecks;
     ts__tile_buf checks; /* C string literals of check messages, comma separated */
     bool fail;
+    /* SIMD lowering (see "SIMD lowering" below) */
+    bool simd;                 /* off: plain scalar loops (the reference emission) */
+    bool invec;                /* emitting inside a vectorised loop */
+    bool vfail;                /* the loop being vectorised has something unsupported */
+    const ts__tile_sym *vj;    /* the vector loop variable */
+    char vjname[300];          /* C name of its first lane */
+    struct {
+        const ts__tile_sym *s;
+        int kind;   /* VS_VEC: a vector C variable w<uid>_<name>; VS_AFF: base + j */
+        char *base; /* VS_AFF: C text of base */
+    } vt[256];
+    int nvt;
+    int vtmp;                  /* counter for unique temporaries */
+    const ts__tile_node *thenv[64]; /* ifs known true in the vector range */
+    int nthen;
 } em;
 
 /* ---------------- types ---------------- */
@@ -527,6 +544,8 @@ static void ind(em *e, int lv) {
 }
 
 static void st(em *e, const ts__tile_node *n, int lv);
+static bool vec_parallel(em *e, const ts__tile_node *n, int lv);
+static bool vec_reduce(em *e, const ts__tile_node *n, int lv);
 
 static void body(em *e, const ts__tile_node *blk, int lv) {
     for (int32_t i = 0; blk && i < blk->nlist; i++) st(e, blk->list[i], lv);
@@ -611,6 +630,7 @@ static void st(em *e, const ts__tile_node *n, int lv) {
     case TN_FOR: {
         const ts__tile_node *it = n->a;
         const char *f = it->name;
+        if (!strcmp(f, "parallel") ? vec_parallel(e, n, lv) : vec_reduce(e, n, lv)) break;
         ind(e, lv), ts__tile_buf_puts(o, "{\n");
         if (!strcmp(f, "parallel")) {
             for (int32_t i = 0; i < n->nlist2; i++) {
@@ -704,6 +724,911 @@ static void st(em *e, const ts__tile_node *n, int lv) {
         ts__tile_error(e->d, n->loc, "internal error: statement kind %d in the C emitter", n->kind);
         e->fail = true;
     }
+}
+
+/* ---------------- SIMD lowering ----------------
+ *
+ * An innermost `parallel` loop becomes, per iteration of its other variables, a loop over
+ * its last variable j in steps of 8 lanes (ts__tv_* vectors of tile_rt.h) plus scalar loops
+ * for the rest. Every value that depends on j is a vector; everything else stays the scalar
+ * C of the plain emission (computed once per 8 lanes). Each vector operation is the scalar
+ * operation lane by lane (same IEEE operation, same conversion code), so the bits cannot
+ * differ from the scalar emission, whatever the ISA the C is compiled for.
+ *
+ * Accepted: element accesses whose last index is j + (something independent of j) and whose
+ * other indices do not depend on j (contiguous: one vector load/store); lets, vars, element
+ * assignments, serial loops and ifs whose bounds / conditions do not depend on j; and ifs
+ * whose condition is a conjunction of range tests of such an index (the bounds test of a
+ * copy): those are hoisted out of the element loop as a range [lo, hi) of j where the
+ * condition holds - the vector loop runs there with the `then` branch only, the scalar loops
+ * do the rest (out-of-bounds parts and tails). Anything else (gathers, in-loop checks,
+ * atomics, j-dependent control flow) leaves the loop scalar.
+ *
+ * Separately, a serial loop that folds elements into one `var` with an associative and
+ * commutative operation (integer + & | ^, min/max with the language's NaN / signed-zero
+ * rules), or the eight-accumulator lanes8 sum loop of reduce<sum>, becomes a vector
+ * accumulation whose lanes are the same partial results the scalar code computes. */
+
+enum { VS_VEC = 1, VS_AFF = 2 };
+
+static int vfind(const em *e, const ts__tile_sym *s) {
+    for (int i = 0; i < e->nvt; i++)
+        if (e->vt[i].s == s) return i;
+    return -1;
+}
+static void vreg(em *e, const ts__tile_sym *s, int kind, char *base) {
+    int i = vfind(e, s);
+    if (i >= 0) {
+        free(e->vt[i].base);
+        e->vt[i].kind = kind, e->vt[i].base = base;
+        return;
+    }
+    if (e->nvt >= (int)(sizeof e->vt / sizeof e->vt[0])) {
+        free(base);
+        e->vfail = true;
+        return;
+    }
+    e->vt[e->nvt].s = s, e->vt[e->nvt].kind = kind, e->vt[e->nvt].base = base;
+    e->nvt++;
+}
+static void vreset(em *e) {
+    for (int i = 0; i < e->nvt; i++) free(e->vt[i].base);
+    e->nvt = 0;
+    e->vj = NULL;
+    e->vfail = false;
+    e->nthen = 0;
+}
+
+static char *sdup(const char *s) {
+    ts__tile_buf b = {0};
+    ts__tile_buf_puts(&b, s);
+    if (!b.data) ts__tile_buf_puts(&b, "");
+    return b.data;
+}
+static char *sfmt(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+static char *sfmt(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (s) vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return s ? s : sdup("");
+}
+
+/* does the expression depend on the vector variable (directly or through vector lets)? */
+static bool dep(const em *e, const ts__tile_node *n) {
+    if (!n) return false;
+    switch (n->kind) {
+    case TN_NAME: return n->sym && (n->sym == e->vj || vfind(e, n->sym) >= 0);
+    case TN_INDEX:
+        for (int32_t i = 0; i < n->nlist; i++)
+            if (dep(e, n->list[i])) return true;
+        return false;
+    case TN_UNARY: return dep(e, n->a);
+    case TN_BINARY: return dep(e, n->a) || dep(e, n->b);
+    case TN_CALL:
+        for (int32_t i = 0; i < n->nlist; i++)
+            if (dep(e, n->list[i])) return true;
+        return false;
+    default: return false;
+    }
+}
+/* does the expression mention symbol s? */
+static bool refs(const ts__tile_node *n, const void *s) {
+    if (!n) return false;
+    if ((n->kind == TN_NAME || n->kind == TN_INDEX) && n->sym == s) return true;
+    if (refs(n->a, s) || refs(n->b, s) || refs(n->c, s)) return true;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (refs(n->list[i], s)) return true;
+    for (int32_t i = 0; i < n->nlist2; i++)
+        if (refs(n->list2[i], s)) return true;
+    return false;
+}
+
+/* If n is an i64 value `base + j` with base independent of j: the C text of base. */
+static char *affine(em *e, const ts__tile_node *n) {
+    if (n->kind == TN_NAME) {
+        if (n->sym == e->vj) return sdup("INT64_C(0)");
+        int i = vfind(e, n->sym);
+        return i >= 0 && e->vt[i].kind == VS_AFF ? sdup(e->vt[i].base) : NULL;
+    }
+    if (n->kind != TN_BINARY || natural(n->ty) != TT_I64) return NULL;
+    if (n->op != TO_ADD && n->op != TO_SUB) return NULL;
+    const ts__tile_node *v = n->a, *u = n->b;
+    if (n->op == TO_ADD && !dep(e, v)) v = n->b, u = n->a;
+    if (dep(e, u) || !dep(e, v)) return NULL;
+    char *b = affine(e, v);
+    if (!b) return NULL;
+    char *us = ex_str(e, u, TT_I64);
+    char *r = sfmt("((int64_t)((uint64_t)(%s) %c (uint64_t)(%s)))", b, n->op == TO_ADD ? '+' : '-', us);
+    free(b), free(us);
+    return r;
+}
+
+/* vector type suffix of a value type (narrow floats: their storage; bool: an int32 mask) */
+static const char *vs(int t) {
+    t = natural(ts__tile_dt_packed_raw(t));
+    if (t == TT_BOOL) return "i32";
+    const char *c = ctype(t);
+    if (!strcmp(c, "float")) return "f32";
+    if (!strcmp(c, "double")) return "f64";
+    if (!strcmp(c, "int8_t")) return "i8";
+    if (!strcmp(c, "uint8_t")) return "u8";
+    if (!strcmp(c, "int16_t")) return "i16";
+    if (!strcmp(c, "uint16_t")) return "u16";
+    if (!strcmp(c, "int32_t")) return "i32";
+    if (!strcmp(c, "uint32_t")) return "u32";
+    if (!strcmp(c, "int64_t")) return "i64";
+    return "u64";
+}
+/* the unsigned vector of the same lane width (wrapping integer arithmetic) */
+static const char *vus(int t) {
+    const char *s = vs(t);
+    if (s[0] == 'i') {
+        if (!strcmp(s, "i8")) return "u8";
+        if (!strcmp(s, "i16")) return "u16";
+        if (!strcmp(s, "i32")) return "u32";
+        return "u64";
+    }
+    return s;
+}
+
+/* Lane-wise map of a scalar expression: ({ vector ins; out r; for l: r[l] = f(ins[l]); r; }).
+ * `scalar` builds the lane text from the lane element texts of the inputs. */
+typedef char *(*lane_fn)(void *ctx, char **args);
+static char *lanemap(em *e, int nin, char **vin, const int *tin, int tout, lane_fn f, void *ctx) {
+    int id = ++e->vtmp;
+    ts__tile_buf b = {0};
+    char *args[3];
+    ts__tile_buf_puts(&b, "({ ");
+    for (int i = 0; i < nin; i++) {
+        ts__tile_buf_printf(&b, "const ts__tv_%s x%d_%d = %s; ", vs(tin[i]), i, id, vin[i]);
+        args[i] = tin[i] == TT_BOOL ? sfmt("(x%d_%d[l_%d] != 0)", i, id, id) : sfmt("x%d_%d[l_%d]", i, id, id);
+    }
+    char *s = f(ctx, args);
+    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = ", vs(tout), id, id, id,
+                        id, id, id);
+    if (tout == TT_BOOL) ts__tile_buf_printf(&b, "(%s) ? -1 : 0; r_%d; })", s, id);
+    else ts__tile_buf_printf(&b, "%s; r_%d; })", s, id);
+    free(s);
+    for (int i = 0; i < nin; i++) free(args[i]);
+    if (!b.data) ts__tile_buf_puts(&b, "");
+    return b.data;
+}
+typedef struct conv_ctx {
+    int from, to;
+} conv_ctx;
+static char *lane_conv(void *ctx, char **args) {
+    conv_ctx *c = ctx;
+    return conv(args[0], c->from, c->to);
+}
+static char *lane_fmt(void *ctx, char **args) { return sfmt((const char *)ctx, args[0], args[1], args[2]); }
+static char *lanemap_fmt(em *e, int nin, char **vin, int tin, int tout, const char *fmt) {
+    int ts[3] = {tin, tin, tin};
+    char *a[3] = {vin[0], nin > 1 ? vin[1] : NULL, nin > 2 ? vin[2] : NULL};
+    return lanemap(e, nin, a, ts, tout, lane_fmt, (void *)fmt);
+}
+
+/* vector text of type `from` converted to `to` (conv's rules, lane by lane) */
+static char *vconv(em *e, char *s, int from, int to) {
+    from = natural(from);
+    to = natural(to);
+    if (from == to) return s;
+    char *r;
+    if (ts__tile_dt_is_narrow(from)) {
+        if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
+        else if (from == TT_E4M3) r = sfmt("ts__tv_e4m3_to_f32(%s)", s);
+        else {
+            conv_ctx c = {from, TT_F32};
+            r = lanemap(e, 1, &s, &from, TT_F32, lane_conv, &c);
+        }
+        free(s);
+        return vconv(e, r, TT_F32, to);
+    }
+    if (ts__tile_dt_is_narrow(to)) {
+        if (from != TT_F32) s = vconv(e, s, from, TT_F32);
+        if (to == TT_BF16) r = sfmt("ts__tv_f32_to_bf16(%s)", s);
+        else if (to == TT_E4M3) r = sfmt("ts__tv_f32_to_e4m3(%s)", s);
+        else {
+            conv_ctx c = {TT_F32, to};
+            int f32 = TT_F32;
+            r = lanemap(e, 1, &s, &f32, to, lane_conv, &c);
+        }
+    } else if (to == TT_BOOL) {
+        r = sfmt("TS__TV_MASK((%s) != 0)", s);
+    } else if (from == TT_BOOL) {
+        r = sfmt("TS__TV_CVT((%s) & 1, ts__tv_%s)", s, vs(to));
+    } else if (to == TT_F32 || to == TT_F64 || !(from == TT_F32 || from == TT_F64)) {
+        r = sfmt("TS__TV_CVT(%s, ts__tv_%s)", s, vs(to));
+    } else {
+        conv_ctx c = {from, to}; /* float -> integer saturates: the scalar helper per lane */
+        r = lanemap(e, 1, &s, &from, to, lane_conv, &c);
+    }
+    free(s);
+    return r;
+}
+
+static char *vex(em *e, const ts__tile_node *n, int want);
+
+/* C text of the element of tile/tensor s at the given index texts */
+static char *elem_at(const ts__tile_sym *s, char **ix, int n) {
+    ts__tile_buf b = {0};
+    if (s->kind == SYM_TENSOR) {
+        ts__tile_buf_printf(&b, "a->p_%s[", s->name);
+        for (int i = 0; i < n; i++) ts__tile_buf_printf(&b, "%s(%s) * a->st_%s_%d", i ? " + " : "", ix[i], s->name, i);
+    } else {
+        ts__tile_buf_printf(&b, "t%d_%s[", s->uid, s->name);
+        for (int i = 0; i + 1 < n; i++) ts__tile_buf_puts(&b, "(");
+        for (int i = 0; i < n; i++) {
+            if (i) ts__tile_buf_printf(&b, " + (%s))", ix[i]);
+            else ts__tile_buf_printf(&b, "(%s)", ix[i]);
+            if (i + 1 < n) ts__tile_buf_printf(&b, " * %lld", (long long)s->cdims[i + 1]);
+        }
+    }
+    ts__tile_buf_puts(&b, "]");
+    return b.data ? b.data : sdup("");
+}
+
+/* &element of lanes 0..7 when the access is contiguous in j, else NULL (and no vector) */
+static char *contig_addr(em *e, const ts__tile_node *n) {
+    const ts__tile_sym *s = n->a->sym;
+    int r = n->nlist;
+    if (s->kind == SYM_TENSOR && s->strided && (s->stridesym[r - 1] || s->cstrides[r - 1] != 1)) return NULL;
+    for (int i = 0; i + 1 < r; i++)
+        if (dep(e, n->list[i])) return NULL;
+    char *base = affine(e, n->list[r - 1]);
+    if (!base) return NULL;
+    char *ix[TS__TILE_MAX_RANK];
+    for (int i = 0; i + 1 < r; i++) ix[i] = ex_str(e, n->list[i], TT_I64);
+    ix[r - 1] = sfmt("(int64_t)((uint64_t)(%s) + (uint64_t)%s)", base, e->vjname);
+    char *el = elem_at(s, ix, r);
+    for (int i = 0; i < r; i++) free(ix[i]);
+    free(base);
+    char *res = sfmt("&%s", el);
+    free(el);
+    return res;
+}
+
+static char *vcall(em *e, const ts__tile_node *n) {
+    const char *f = n->name;
+    int t = natural(n->ty);
+    if (!strcmp(f, "cast")) {
+        int from = natural(n->list[0]->ty);
+        return vconv(e, vex(e, n->list[0], from), from, n->ty);
+    }
+    if (!strcmp(f, "bitcast")) {
+        int from = n->list[0]->ty, to = n->ty;
+        char *x = vex(e, n->list[0], from), *r;
+        if (from == TT_F32) r = sfmt("TS__TV_CVT((ts__tv_u32)(%s), ts__tv_%s)", x, vs(to));
+        else if (from == TT_F64) r = sfmt("TS__TV_CVT((ts__tv_u64)(%s), ts__tv_%s)", x, vs(to));
+        else if (to == TT_F32) r = sfmt("((ts__tv_f32)TS__TV_CVT(%s, ts__tv_u32))", x);
+        else if (to == TT_F64) r = sfmt("((ts__tv_f64)TS__TV_CVT(%s, ts__tv_u64))", x);
+        else r = sfmt("TS__TV_CVT(%s, ts__tv_%s)", x, vs(to));
+        free(x);
+        return r;
+    }
+    if (!strcmp(f, "select")) {
+        char *c = vex(e, n->list[0], TT_BOOL), *x = vex(e, n->list[1], t), *y = vex(e, n->list[2], t);
+        char *r = sfmt("ts__tv_sel_%s(%s, %s, %s)", vs(t), c, x, y);
+        free(c), free(x), free(y);
+        return r;
+    }
+    if (!strcmp(f, "isfinite") || !strcmp(f, "isnan")) {
+        int at = natural(arith(n->list[0]->ty));
+        if (at != TT_F64) at = TT_F32;
+        char *x = vex(e, n->list[0], at);
+        char *r = lanemap_fmt(e, 1, &x, at, TT_BOOL, f[2] == 'n' ? "isnan(%s)" : "isfinite(%s)");
+        free(x);
+        return r;
+    }
+    int nargs = n->nlist;
+    char *x[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < nargs && i < 3; i++) x[i] = vex(e, n->list[i], t);
+    char *r = NULL;
+    bool f32 = t == TT_F32;
+    char fmt[160];
+    if (!strcmp(f, "abs")) {
+        if (t == TT_F32 || t == TT_F64) r = sfmt("ts__tv_abs_%s(%s)", vs(t), x[0]);
+        else if (!ts__tile_dt_is_signed(t)) r = sdup(x[0]);
+        else {
+            snprintf(fmt, sizeof fmt, "((%s)ts__tile_abs_%s(%%s))", ctype(t), helper_suffix(t));
+            r = lanemap_fmt(e, 1, x, t, t, fmt);
+        }
+    } else if (f32 && (!strcmp(f, "min") || !strcmp(f, "max"))) {
+        r = sfmt("ts__tv_%s_f32(%s, %s)", f, x[0], x[1]);
+    } else if (f32 && !strcmp(f, "clamp")) {
+        r = sfmt("ts__tv_min_f32(ts__tv_max_f32(%s, %s), %s)", x[0], x[1], x[2]);
+    } else if (f32 && !strcmp(f, "fma")) {
+        r = sfmt("ts__tv_fma_f32(%s, %s, %s)", x[0], x[1], x[2]);
+    } else if (f32 && !strcmp(f, "sqrt")) {
+        r = sfmt("ts__tv_sqrt_f32(%s)", x[0]);
+    } else if (f32 && !strcmp(f, "rsqrt")) {
+        r = sfmt("(ts__tv_splat_f32(1.0f) / ts__tv_sqrt_f32(%s))", x[0]);
+    } else if (f32 && (!strcmp(f, "floor") || !strcmp(f, "ceil") || !strcmp(f, "trunc") || !strcmp(f, "round"))) {
+        r = sfmt("ts__tv_round_f32(%s, %d)", x[0], f[0] == 'f' ? 1 : f[0] == 'c' ? 2 : f[0] == 't' ? 3 : 0);
+    } else {
+        /* everything else: the scalar code of the builtin, lane by lane */
+        const char *fn = NULL;
+        if (!strcmp(f, "fma")) fn = t == TT_F64 ? "fma(%s, %s, %s)" : "fmaf(%s, %s, %s)";
+        else if (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "clamp") || !strcmp(f, "ceildiv")) {
+            bool fl = t == TT_F64;
+            const char *sx = ts__tile_dt_is_signed(t) ? "i" : "u";
+            if (!strcmp(f, "ceildiv"))
+                snprintf(fmt, sizeof fmt, "((%s)ts__tile_ceildiv_%s(%%s, %%s))", ctype(t), helper_suffix(t));
+            else if (!strcmp(f, "clamp"))
+                snprintf(fmt, sizeof fmt, fl ? "ts__tile_min64f(ts__tile_max64f(%%s, %%s), %%s)"
+                                             : "((%s)ts__tile_min%s(ts__tile_max%s(%%s, %%s), %%s))",
+                         ctype(t), sx, sx);
+            else if (fl) snprintf(fmt, sizeof fmt, "ts__tile_%s64f(%%s, %%s)", f);
+            else snprintf(fmt, sizeof fmt, "((%s)ts__tile_%s%s(%%s, %%s))", ctype(t), f, sx);
+            fn = fmt;
+        } else {
+            snprintf(fmt, sizeof fmt, "%s(%%s)", unary_fn(f, t));
+            fn = fmt;
+        }
+        r = lanemap_fmt(e, nargs, x, t, t, fn);
+    }
+    for (int i = 0; i < 3; i++) free(x[i]);
+    return r;
+}
+
+/* vector of n's natural type */
+static char *vex_natural(em *e, const ts__tile_node *n) {
+    switch (n->kind) {
+    case TN_NAME: {
+        const ts__tile_sym *s = n->sym;
+        if (s == e->vj) return sfmt("ts__tv_iota_i64(%s)", e->vjname);
+        int i = vfind(e, s);
+        if (i >= 0 && e->vt[i].kind == VS_AFF)
+            return sfmt("ts__tv_iota_i64((int64_t)((uint64_t)(%s) + (uint64_t)%s))", e->vt[i].base, e->vjname);
+        return sfmt("w%d_%s", s->uid, s->name);
+    }
+    case TN_INDEX: {
+        const ts__tile_sym *s = n->a->sym;
+        char *p = contig_addr(e, n);
+        if (!p) {
+            e->vfail = true;
+            return sdup("0");
+        }
+        char *r = sfmt("ts__tv_ld_%s(%s)", vs(s->dt), p);
+        free(p);
+        if (s->dt == TT_BOOL) {
+            char *m = sfmt("TS__TV_MASK(%s != 0)", r);
+            free(r);
+            return m;
+        }
+        return r;
+    }
+    case TN_UNARY: {
+        int t = natural(n->ty);
+        char *x = vex(e, n->a, n->op == TO_NOT ? TT_BOOL : t), *r;
+        if (n->op == TO_NOT || n->op == TO_BNOT) r = sfmt("(~%s)", x);
+        else if (t == TT_F32 || t == TT_F64) r = sfmt("(-%s)", x);
+        else r = sfmt("((ts__tv_%s)(-(ts__tv_%s)%s))", vs(t), vus(t), x);
+        free(x);
+        return r;
+    }
+    case TN_BINARY: {
+        int op = n->op;
+        int t = (op == TO_LAND || op == TO_LOR) ? TT_BOOL : join(n->a->ty, n->b->ty);
+        if ((op == TO_EQ || op == TO_NE || op == TO_BAND || op == TO_BOR || op == TO_BXOR) &&
+            n->a->ty == TT_BOOL && n->b->ty == TT_BOOL)
+            t = TT_BOOL;
+        char *x = vex(e, n->a, t), *y = vex(e, n->b, t), *r;
+        const char *os = ts__tile_op_str(op);
+        bool fl = t == TT_F32 || t == TT_F64;
+        if (op == TO_LAND) r = sfmt("(%s & %s)", x, y);
+        else if (op == TO_LOR) r = sfmt("(%s | %s)", x, y);
+        else if (op >= TO_EQ && op <= TO_GE) r = sfmt("TS__TV_MASK(%s %s %s)", x, os, y);
+        else if (t == TT_BOOL || fl || op == TO_BAND || op == TO_BOR || op == TO_BXOR) r = sfmt("(%s %s %s)", x, os, y);
+        else if (op == TO_ADD || op == TO_SUB || op == TO_MUL)
+            r = sfmt("((ts__tv_%s)((ts__tv_%s)%s %s (ts__tv_%s)%s))", vs(t), vus(t), x, os, vus(t), y);
+        else {
+            static const char *const nm[] = {[TO_DIV] = "div", [TO_MOD] = "mod", [TO_SHL] = "shl", [TO_SHR] = "shr"};
+            char fmt[96];
+            snprintf(fmt, sizeof fmt, "((%s)ts__tile_%s_%s(%%s, %%s))", ctype(t), nm[op], helper_suffix(t));
+            char *xy[2] = {x, y};
+            r = lanemap_fmt(e, 2, xy, t, t, fmt);
+        }
+        free(x), free(y);
+        return r;
+    }
+    case TN_CALL: return vcall(e, n);
+    default: e->vfail = true; return sdup("0");
+    }
+}
+
+static char *vex(em *e, const ts__tile_node *n, int want) {
+    if (want == TT_NONE) want = natural(n->ty);
+    want = natural(want);
+    if (!dep(e, n)) {
+        char *s = ex_str(e, n, want), *r;
+        if (want == TT_BOOL) r = sfmt("ts__tv_splat_i32((%s) ? -1 : 0)", s);
+        else r = sfmt("ts__tv_splat_%s(%s)", vs(want), s);
+        free(s);
+        return r;
+    }
+    return vconv(e, vex_natural(e, n), natural(n->ty), want);
+}
+
+static void vst(em *e, const ts__tile_node *n, int lv);
+static void vbody(em *e, const ts__tile_node *blk, int lv) {
+    for (int32_t i = 0; blk && i < blk->nlist && !e->vfail; i++) vst(e, blk->list[i], lv);
+}
+static bool then_only(const em *e, const ts__tile_node *n) {
+    for (int i = 0; i < e->nthen; i++)
+        if (e->thenv[i] == n) return true;
+    return false;
+}
+
+static void vst(em *e, const ts__tile_node *n, int lv) {
+    ts__tile_buf *o = e->o;
+    switch (n->kind) {
+    case TN_BLOCK:
+        ind(e, lv), ts__tile_buf_puts(o, "{\n");
+        vbody(e, n, lv + 1);
+        ind(e, lv), ts__tile_buf_puts(o, "}\n");
+        return;
+    case TN_LET: {
+        const ts__tile_sym *s = n->sym;
+        if (!dep(e, n->a)) {
+            st(e, n, lv);
+            return;
+        }
+        char *b = natural(s->dt) == TT_I64 ? affine(e, n->a) : NULL;
+        if (b) {
+            vreg(e, s, VS_AFF, b);
+            return;
+        }
+        char *v = vex(e, n->a, s->dt);
+        vreg(e, s, VS_VEC, NULL);
+        ind(e, lv);
+        ts__tile_buf_printf(o, "const ts__tv_%s w%d_%s = %s; (void)w%d_%s;\n", vs(s->dt), s->uid, s->name, v, s->uid, s->name);
+        free(v);
+        return;
+    }
+    case TN_VAR: {
+        const ts__tile_sym *s = n->sym;
+        char *v = n->a ? vex(e, n->a, s->dt) : sfmt("ts__tv_splat_%s(0)", vs(s->dt));
+        vreg(e, s, VS_VEC, NULL);
+        ind(e, lv);
+        ts__tile_buf_printf(o, "ts__tv_%s w%d_%s = %s; (void)w%d_%s;\n", vs(s->dt), s->uid, s->name, v, s->uid, s->name);
+        free(v);
+        return;
+    }
+    case TN_ASSIGN: {
+        const ts__tile_node *l = n->a;
+        int dt = l->kind == TN_NAME ? ((const ts__tile_sym *)l->sym)->dt : ((const ts__tile_sym *)l->a->sym)->dt;
+        int vt = ts__tile_dt_packed_raw(dt);
+        char *val;
+        if (n->op == TO_SET) val = vex(e, n->b, vt);
+        else {
+            ts__tile_node tmp = *n->b, bn;
+            memset(&bn, 0, sizeof bn);
+            bn.kind = TN_BINARY;
+            bn.op = n->op;
+            bn.a = (ts__tile_node *)l;
+            bn.b = &tmp;
+            bn.ty = join(l->ty ? l->ty : vt, n->b->ty);
+            val = vex(e, &bn, vt);
+        }
+        if (l->kind == TN_NAME) {
+            int i = vfind(e, l->sym);
+            if (i < 0 || e->vt[i].kind != VS_VEC) e->vfail = true;
+            else {
+                const ts__tile_sym *s = l->sym;
+                ind(e, lv), ts__tile_buf_printf(o, "w%d_%s = %s;\n", s->uid, s->name, val);
+            }
+        } else {
+            char *p = contig_addr(e, l);
+            if (!p) e->vfail = true;
+            else {
+                const ts__tile_sym *s = l->a->sym;
+                ind(e, lv);
+                if (dt == TT_BOOL) ts__tile_buf_printf(o, "ts__tv_st_u8(%s, TS__TV_CVT((%s) & 1, ts__tv_u8));\n", p, val);
+                else ts__tile_buf_printf(o, "ts__tv_st_%s(%s, %s);\n", vs(s->dt), p, val);
+            }
+            free(p);
+        }
+        free(val);
+        return;
+    }
+    case TN_IF: {
+        if (then_only(e, n)) {
+            ind(e, lv), ts__tile_buf_puts(o, "{\n");
+            vbody(e, n->b, lv + 1);
+            ind(e, lv), ts__tile_buf_puts(o, "}\n");
+            return;
+        }
+        if (dep(e, n->a)) {
+            e->vfail = true;
+            return;
+        }
+        char *c = ex_str(e, n->a, TT_BOOL);
+        ind(e, lv), ts__tile_buf_printf(o, "if (%s) {\n", c);
+        free(c);
+        vbody(e, n->b, lv + 1);
+        ind(e, lv), ts__tile_buf_puts(o, "}");
+        if (n->c) {
+            ts__tile_buf_puts(o, " else {\n");
+            if (n->c->kind == TN_IF) vst(e, n->c, lv + 1);
+            else vbody(e, n->c, lv + 1);
+            ind(e, lv), ts__tile_buf_puts(o, "}");
+        }
+        ts__tile_buf_puts(o, "\n");
+        return;
+    }
+    case TN_FOR: {
+        const ts__tile_node *it = n->a;
+        if (!strcmp(it->name, "parallel")) {
+            e->vfail = true;
+            return;
+        }
+        for (int32_t i = 0; i < it->nlist; i++)
+            if (dep(e, it->list[i])) e->vfail = true;
+        if (e->vfail) return;
+        const ts__tile_sym *ls = n->list2[0]->sym;
+        char v[300];
+        snprintf(v, sizeof v, "%d_%s", ls->uid, ls->name);
+        char *lo = it->nlist > 1 ? ex_str(e, it->list[0], TT_I64) : NULL;
+        char *hi = ex_str(e, it->list[it->nlist > 1 ? 1 : 0], TT_I64);
+        int64_t step = 1;
+        if (it->nlist == 3) lit_int(it->list[2], &step);
+        ind(e, lv), ts__tile_buf_puts(o, "{\n");
+        ind(e, lv + 1), ts__tile_buf_printf(o, "const int64_t e%s = %s;\n", v, hi);
+        ind(e, lv + 1);
+        ts__tile_buf_printf(o, "for (int64_t v%s = %s; v%s %s e%s; v%s += INT64_C(%lld)) {\n", v, lo ? lo : "0", v,
+                            step > 0 ? "<" : ">", v, v, (long long)step);
+        vbody(e, n->b, lv + 2);
+        ind(e, lv + 1), ts__tile_buf_puts(o, "}\n");
+        ind(e, lv), ts__tile_buf_puts(o, "}\n");
+        free(lo), free(hi);
+        return;
+    }
+    case TN_WHILE: {
+        if (dep(e, n->a)) {
+            e->vfail = true;
+            return;
+        }
+        char *c = ex_str(e, n->a, TT_BOOL);
+        ind(e, lv), ts__tile_buf_printf(o, "while (%s) {\n", c);
+        free(c);
+        vbody(e, n->b, lv + 1);
+        ind(e, lv), ts__tile_buf_puts(o, "}\n");
+        return;
+    }
+    case TN_BREAK: case TN_CONTINUE: st(e, n, lv); return;
+    case TN_CALLSTMT:
+        if (!strcmp(n->a->name, "assume")) return; /* not checked inside blocks */
+        e->vfail = true;
+        return;
+    default: e->vfail = true; return;
+    }
+}
+
+static bool innermost(const ts__tile_node *n) {
+    if (!n) return true;
+    if (n->kind == TN_FOR && !strcmp(n->a->name, "parallel")) return false;
+    if (n->kind == TN_CALLSTMT && (!strcmp(n->a->name, "check") || !strcmp(n->a->name, "atomic_add"))) return false;
+    if (!innermost(n->b) || !innermost(n->c)) return false;
+    if (n->kind == TN_BLOCK || n->kind == TN_LAUNCH)
+        for (int32_t i = 0; i < n->nlist; i++)
+            if (!innermost(n->list[i])) return false;
+    return true;
+}
+/* symbols declared (let / var) anywhere in n */
+static void decls(const ts__tile_node *n, const void **out, int *k, int cap) {
+    if (!n) return;
+    if ((n->kind == TN_LET || n->kind == TN_VAR) && *k < cap) out[(*k)++] = n->sym;
+    if (n->kind == TN_BLOCK)
+        for (int32_t i = 0; i < n->nlist; i++) decls(n->list[i], out, k, cap);
+    if (n->kind == TN_FOR || n->kind == TN_WHILE || n->kind == TN_IF) decls(n->b, out, k, cap), decls(n->c, out, k, cap);
+}
+
+/* One conjunct of a j-dependent if: emit the range narrowing; false if not a range test. */
+static bool vrange_term(em *e, const ts__tile_node *c, int lv, int id, const void **late, int nlate) {
+    for (int i = 0; i < nlate; i++)
+        if (refs(c, late[i])) return false;
+    if (!dep(e, c)) {
+        char *x = ex_str(e, c, TT_BOOL);
+        ind(e, lv), ts__tile_buf_printf(e->o, "ok_%d = ok_%d && (%s);\n", id, id, x);
+        free(x);
+        return true;
+    }
+    if (c->kind != TN_BINARY) return false;
+    if (c->op == TO_LAND) return vrange_term(e, c->a, lv, id, late, nlate) && vrange_term(e, c->b, lv, id, late, nlate);
+    int op;
+    switch (c->op) {
+    case TO_GE: op = 0; break;
+    case TO_GT: op = 1; break;
+    case TO_LT: op = 2; break;
+    case TO_LE: op = 3; break;
+    default: return false;
+    }
+    const ts__tile_node *av = c->a, *u = c->b;
+    if (!dep(e, av)) {
+        av = c->b, u = c->a;
+        op = op == 0 ? 3 : op == 1 ? 2 : op == 2 ? 1 : 0; /* u >= v  is  v <= u */
+    }
+    if (dep(e, u) || natural(join(c->a->ty, c->b->ty)) != TT_I64) return false;
+    char *b = affine(e, av);
+    if (!b) return false;
+    char *us = ex_str(e, u, TT_I64);
+    ind(e, lv), ts__tile_buf_printf(e->o, "ts__tile_vrange(&lo_%d, &hi_%d, %s, %d, %s);\n", id, id, b, op, us);
+    free(b), free(us);
+    return true;
+}
+
+static void scalar_loop(em *e, const ts__tile_node *bd, const bool *hoisted, const char *j, const char *from,
+                        const char *to, int lv) {
+    ind(e, lv), ts__tile_buf_printf(e->o, "for (int64_t v%s = %s; v%s < %s; v%s++) {\n", j, from, j, to, j);
+    for (int32_t q = 0; q < bd->nlist; q++)
+        if (!hoisted[q]) st(e, bd->list[q], lv + 1);
+    ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+}
+
+static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
+    const ts__tile_node *it = n->a, *bd = n->b;
+    int nv = n->nlist2;
+    int64_t ext;
+    if (!e->simd || e->invec || !bd || !innermost(bd)) return false;
+    if (lit_int(it->list[nv - 1], &ext) && ext < 8) return false;
+    bool *hoisted = calloc((size_t)bd->nlist + 1, sizeof *hoisted);
+    const void **late = malloc(256 * sizeof *late);
+    if (!hoisted || !late) {
+        free(hoisted), free(late);
+        return false;
+    }
+    ts__tile_buf *save = e->o, tmp = {0};
+    e->o = &tmp;
+    vreset(e);
+    e->invec = true;
+    const ts__tile_sym *js = n->list2[nv - 1]->sym;
+    e->vj = js;
+    snprintf(e->vjname, sizeof e->vjname, "vb%d_%s", js->uid, js->name);
+    char J[300];
+    snprintf(J, sizeof J, "%d_%s", js->uid, js->name);
+    int id = ++e->vtmp;
+    ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
+    for (int32_t i = 0; i < nv; i++) {
+        char *x = ex_str(e, it->list[i], TT_I64);
+        const ts__tile_sym *ls = n->list2[i]->sym;
+        ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t e%d_%s = %s;\n", ls->uid, ls->name, x);
+        free(x);
+    }
+    for (int32_t i = 0; i + 1 < nv; i++) {
+        const ts__tile_sym *ls = n->list2[i]->sym;
+        ind(e, lv + 1 + i);
+        ts__tile_buf_printf(e->o, "for (int64_t v%d_%s = 0; v%d_%s < e%d_%s; v%d_%s++) {\n", ls->uid, ls->name, ls->uid,
+                            ls->name, ls->uid, ls->name, ls->uid, ls->name);
+    }
+    int L = lv + nv;
+    ind(e, L), ts__tile_buf_printf(e->o, "if (e%s > 0) {\n", J);
+    /* leading lets: those independent of j run once per row; index lets j + base are folded
+     * into the accesses */
+    int32_t p = 0;
+    for (; p < bd->nlist; p++) {
+        const ts__tile_node *s = bd->list[p];
+        if (s->kind != TN_LET) break;
+        if (!dep(e, s->a)) {
+            st(e, s, L + 1);
+            hoisted[p] = true;
+            continue;
+        }
+        char *b = natural(((const ts__tile_sym *)s->sym)->dt) == TT_I64 ? affine(e, s->a) : NULL;
+        if (!b) break;
+        vreg(e, s->sym, VS_AFF, b);
+    }
+    int nlate = 0;
+    for (int32_t q = p; q < bd->nlist; q++) decls(bd->list[q], late, &nlate, 256);
+    if (nlate >= 256) e->vfail = true;
+    /* bounds tests hoisted: the range of j where every j-dependent if holds */
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t lo_%d = 0, hi_%d = e%s;\n", id, id, J);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "bool ok_%d = true;\n", id);
+    for (int32_t q = p; q < bd->nlist && !e->vfail; q++) {
+        const ts__tile_node *s = bd->list[q];
+        if (s->kind != TN_IF || !dep(e, s->a)) continue;
+        if (e->nthen >= (int)(sizeof e->thenv / sizeof e->thenv[0]) || !vrange_term(e, s->a, L + 1, id, late, nlate)) {
+            e->vfail = true;
+            break;
+        }
+        e->thenv[e->nthen++] = s;
+    }
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "if (lo_%d < 0) lo_%d = 0;\n", id, id);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "if (lo_%d > e%s) lo_%d = e%s;\n", id, J, id, J);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "if (hi_%d > e%s) hi_%d = e%s;\n", id, J, id, J);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "if (hi_%d < lo_%d || !ok_%d) hi_%d = lo_%d;\n", id, id, id, id, id);
+    char lo[32], hi[310];
+    snprintf(lo, sizeof lo, "lo_%d", id);
+    snprintf(hi, sizeof hi, "e%s", J);
+    scalar_loop(e, bd, hoisted, J, "0", lo, L + 1);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+    for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
+        if (!hoisted[q]) vst(e, bd->list[q], L + 2);
+    ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
+    scalar_loop(e, bd, hoisted, J, e->vjname, hi, L + 1);
+    ind(e, L), ts__tile_buf_puts(e->o, "}\n");
+    for (int32_t i = nv - 2; i >= 0; i--) ind(e, lv + 1 + i), ts__tile_buf_puts(e->o, "}\n");
+    ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+    e->o = save;
+    e->invec = false;
+    bool ok = !e->vfail && !tmp.oom;
+    if (ok) ts__tile_buf_puts(save, tmp.data ? tmp.data : "");
+    ts__tile_buf_free(&tmp);
+    vreset(e);
+    free(hoisted), free(late);
+    return ok;
+}
+
+/* b is a with the loop variable k replaced by k + l */
+static bool eq_shift(const ts__tile_node *a, const ts__tile_node *b, const void *k, int64_t l) {
+    if (!a || !b) return a == b;
+    if (a->kind == TN_NAME && a->sym == k) {
+        if (l == 0) return b->kind == TN_NAME && b->sym == k;
+        return b->kind == TN_BINARY && b->op == TO_ADD && b->a->kind == TN_NAME && b->a->sym == k &&
+               b->b->kind == TN_INT && b->b->ival == l;
+    }
+    if (a->kind != b->kind || a->op != b->op || a->ival != b->ival || a->fval != b->fval || a->sym != b->sym ||
+        a->nlist != b->nlist || a->ty != b->ty || a->dt != b->dt)
+        return false;
+    if ((a->name == NULL) != (b->name == NULL) || (a->name && strcmp(a->name, b->name))) return false;
+    if (!eq_shift(a->a, b->a, k, l) || !eq_shift(a->b, b->b, k, l) || !eq_shift(a->c, b->c, k, l)) return false;
+    for (int32_t i = 0; i < a->nlist; i++)
+        if (!eq_shift(a->list[i], b->list[i], k, l)) return false;
+    return true;
+}
+
+/* acc = acc OP x: the operation ("+", "&", "|", "^", "max", "min") and x, or NULL */
+static const ts__tile_node *fold_of(const ts__tile_node *s, const ts__tile_sym **acc, const char **op) {
+    if (s->kind != TN_ASSIGN || s->op != TO_SET || s->a->kind != TN_NAME) return NULL;
+    const ts__tile_sym *A = s->a->sym;
+    const ts__tile_node *r = s->b, *x = NULL;
+    if (!A || A->kind != SYM_VAR) return NULL;
+    if (r->kind == TN_BINARY && r->a->kind == TN_NAME && r->a->sym == A) {
+        x = r->b;
+        *op = r->op == TO_ADD ? "+" : r->op == TO_BAND ? "&" : r->op == TO_BOR ? "|" : r->op == TO_BXOR ? "^" : NULL;
+        if (!*op || natural(join(r->a->ty, r->b->ty)) != A->dt) return NULL;
+    } else if (r->kind == TN_CALL && r->nlist == 2 && (!strcmp(r->name, "max") || !strcmp(r->name, "min")) &&
+               r->list[0]->kind == TN_NAME && r->list[0]->sym == A) {
+        x = r->list[1];
+        *op = r->name;
+        if (natural(r->ty) != A->dt) return NULL;
+    } else return NULL;
+    if (refs(x, A)) return NULL;
+    *acc = A;
+    return x;
+}
+
+static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
+    const ts__tile_node *it = n->a, *bd = n->b;
+    if (!e->simd || e->invec || !bd || n->nlist2 != 1) return false;
+    int64_t step = 1;
+    if (it->nlist == 3 && !lit_int(it->list[2], &step)) return false;
+    const ts__tile_sym *ks = n->list2[0]->sym;
+    ts__tile_buf *save = e->o, tmp = {0};
+    vreset(e);
+    e->vj = ks;
+    snprintf(e->vjname, sizeof e->vjname, "vb%d_%s", ks->uid, ks->name);
+    e->invec = true;
+    e->o = &tmp;
+    int id = ++e->vtmp;
+    char *lo = it->nlist > 1 ? ex_str(e, it->list[0], TT_I64) : sdup("INT64_C(0)");
+    char *hi = ex_str(e, it->list[it->nlist > 1 ? 1 : 0], TT_I64);
+    bool matched = false;
+    if (step == 8 && bd->nlist == 8) {
+        /* lanes8: a_l = a_l + y(k + l), l = 0..7: lane l of one vector accumulator is a_l */
+        const ts__tile_sym *A[8];
+        const ts__tile_node *y0 = NULL;
+        bool ok = true;
+        for (int l = 0; l < 8 && ok; l++) {
+            const char *op = NULL;
+            const ts__tile_node *y = fold_of(bd->list[l], &A[l], &op);
+            ok = y && !strcmp(op, "+") && (A[l]->dt == TT_F32 || A[l]->dt == TT_F64) && A[l]->dt == A[0]->dt;
+            if (ok && l == 0) y0 = y;
+            ok = ok && eq_shift(y0, y, ks, l) && dep(e, y);
+        }
+        if (ok) {
+            matched = true;
+            int t = A[0]->dt;
+            char *y = vex(e, y0, t);
+            ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tv_%s acc_%d = {", vs(t), id);
+            for (int l = 0; l < 8; l++) {
+                ts__tile_buf_puts(e->o, l ? ", " : "");
+                sym_ref(e, e->o, A[l]);
+            }
+            ts__tile_buf_puts(e->o, "};\n");
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t e_%d = %s;\n", id, hi);
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "for (int64_t %s = %s; %s < e_%d; %s += 8) {\n", e->vjname, lo,
+                                                e->vjname, id, e->vjname);
+            ind(e, lv + 2), ts__tile_buf_printf(e->o, "acc_%d = acc_%d + %s;\n", id, id, y);
+            ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+            for (int l = 0; l < 8; l++) {
+                ind(e, lv + 1);
+                sym_ref(e, e->o, A[l]);
+                ts__tile_buf_printf(e->o, " = acc_%d[%d];\n", id, l);
+            }
+            ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+            free(y);
+        }
+    } else if (step == 1 && bd->nlist == 1) {
+        const ts__tile_sym *A = NULL;
+        const char *op = NULL;
+        const ts__tile_node *x = fold_of(bd->list[0], &A, &op);
+        int t = A ? A->dt : TT_NONE;
+        bool flt = t == TT_F32;
+        bool intok = t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64;
+        if (x && dep(e, x) && (flt ? (op[0] == 'm') : intok)) {
+            matched = true;
+            char *xv = vex(e, x, t);
+            char av[320];
+            {
+                ts__tile_buf ab = {0};
+                sym_ref(e, &ab, A);
+                snprintf(av, sizeof av, "%s", ab.data ? ab.data : "");
+                ts__tile_buf_free(&ab);
+            }
+            bool mm = op[0] == 'm';
+            const char *S = vs(t), *U = vus(t);
+            ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t lo_%d = %s, e_%d = %s;\n", id, lo, id, hi);
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "if (e_%d > lo_%d && (uint64_t)e_%d - (uint64_t)lo_%d >= 8) {\n", id, id, id, id);
+            /* min / max start every lane from acc (idempotent); the others from the identity */
+            const char *init = mm ? av : !strcmp(op, "&") ? "~0" : "0";
+            ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_%s acc_%d = ts__tv_splat_%s((%s)(%s));\n", S, id, S, ctype(t), init);
+            ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+            ind(e, lv + 3), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", S, id, xv);
+            ind(e, lv + 3);
+            if (flt) ts__tile_buf_printf(e->o, "acc_%d = ts__tv_%s_f32(acc_%d, x_%d);\n", id, op, id, id);
+            else if (mm)
+                ts__tile_buf_printf(e->o, "acc_%d = ts__tv_sel_%s(TS__TV_MASK(acc_%d %s x_%d), acc_%d, x_%d);\n", id, S, id,
+                                    op[1] == 'a' ? ">" : "<", id, id, id);
+            else if (op[0] == '+')
+                ts__tile_buf_printf(e->o, "acc_%d = (ts__tv_%s)((ts__tv_%s)acc_%d + (ts__tv_%s)x_%d);\n", id, S, U, id, U, id);
+            else ts__tile_buf_printf(e->o, "acc_%d = acc_%d %s x_%d;\n", id, id, op, id);
+            ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
+            if (mm) ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
+            for (int l = mm ? 1 : 0; l < 8; l++) {
+                ind(e, lv + 2);
+                if (flt) ts__tile_buf_printf(e->o, "%s = ts__tile_%sf(%s, acc_%d[%d]);\n", av, op, av, id, l);
+                else if (mm)
+                    ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, acc_%d[%d]);\n", av, ctype(t), op,
+                                        ts__tile_dt_is_signed(t) ? "i" : "u", av, id, l);
+                else if (op[0] == '+')
+                    ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)acc_%d[%d]);\n", av, ctype(t), utype(t), av, utype(t), id, l);
+                else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s acc_%d[%d]);\n", av, ctype(t), av, op, id, l);
+            }
+            ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+            const ts__tile_sym *ls = ks;
+            e->invec = false;
+            ind(e, lv + 1);
+            ts__tile_buf_printf(e->o, "for (int64_t v%d_%s = %s; v%d_%s < e_%d; v%d_%s++) {\n", ls->uid, ls->name, e->vjname,
+                                ls->uid, ls->name, id, ls->uid, ls->name);
+            e->invec = true;
+            body(e, bd, lv + 2);
+            ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+            ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+            free(xv);
+        }
+    }
+    free(lo), free(hi);
+    e->o = save;
+    e->invec = false;
+    bool ok = matched && !e->vfail && !tmp.oom;
+    if (ok) ts__tile_buf_puts(save, tmp.data ? tmp.data : "");
+    ts__tile_buf_free(&tmp);
+    vreset(e);
+    return ok;
 }
 
 /* ---------------- kernels ---------------- */
@@ -895,7 +1820,7 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
 
 bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program *prog,
                      const ts__tile_emit_opts *opts) {
-    em e = {.o = out, .d = d};
+    em e = {.o = out, .d = d, .simd = !(opts && opts->scalar)};
     const char *prefix = opts && opts->prefix ? opts->prefix : "ts_";
     ts__tile_buf_printf(out, "/* Generated by tilestack tilec from %s. Do not edit.\n"
                              " * Compile with -std=c11 -ffp-contract=off (exact floating point). */\n"
@@ -904,6 +1829,10 @@ bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program
                              "#if defined(__GNUC__)\n"
                              "#pragma GCC diagnostic ignored \"-Wtautological-compare\"\n"
                              "#pragma GCC diagnostic ignored \"-Wtype-limits\"\n"
+                             "#endif\n"
+                             "/* GCC cannot always bound the scalar tail loops of SIMD code by the vector range */\n"
+                             "#if defined(__GNUC__) && !defined(__clang__)\n"
+                             "#pragma GCC diagnostic ignored \"-Waggressive-loop-optimizations\"\n"
                              "#endif\n",
                         d->file ? d->file : "<input>");
     for (int i = 0; i < prog->nkernels && !e.fail; i++) emit_kernel(&e, &prog->kernels[i], prefix);

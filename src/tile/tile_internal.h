@@ -202,6 +202,7 @@ bool ts__tile_lower(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog)
 
 typedef struct ts__tile_emit_opts {
     const char *prefix; /* public wrapper prefix, default "ts_" */
+    bool scalar;        /* no SIMD lowering: plain C loops (the reference the SIMD code matches) */
 } ts__tile_emit_opts;
 bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program *prog,
                      const ts__tile_emit_opts *opts);

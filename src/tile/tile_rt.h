@@ -287,4 +287,204 @@ static inline void ts__tile_fail(int *flag, int id) {
 /* ---- conversions of storage formats (bits <-> f32) ---- */
 static inline float ts__tile_e2m1_to_f32(uint8_t c) { return ts_e2m1_to_f32((uint8_t)(c & 15)); }
 
+
+/* ---- 8-lane vectors for the SIMD lowering of `parallel` loops ----
+ * GCC/Clang vector extensions: 8 lanes of every element type (32 bytes for 32-bit lanes).
+ * Compiled with -mavx2 -mfma they become AVX2; without, the compiler splits them into SSE2
+ * or scalar code, so the same generated C is the generic path. Every helper below does, lane
+ * by lane, exactly the operations of its scalar counterpart (same roundings, same NaN and
+ * signed-zero rules), so vector and scalar emission give the same bits. Masks (vector
+ * booleans) are int32 lanes, -1 true / 0 false. */
+#if defined(__GNUC__)
+/* Always inlined: no out-of-line copy passes wide vectors, whose ABI differs with -mavx
+ * (GCC's -Wpsabi notes). */
+#define TS__TV_INL static inline __attribute__((always_inline))
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#if defined(__AVX__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+#define TS__TV_DEF(NAME, T, BYTES) typedef T NAME __attribute__((vector_size(BYTES)))
+TS__TV_DEF(ts__tv_f32, float, 32);
+TS__TV_DEF(ts__tv_f64, double, 64);
+TS__TV_DEF(ts__tv_i8, int8_t, 8);
+TS__TV_DEF(ts__tv_u8, uint8_t, 8);
+TS__TV_DEF(ts__tv_i16, int16_t, 16);
+TS__TV_DEF(ts__tv_u16, uint16_t, 16);
+TS__TV_DEF(ts__tv_i32, int32_t, 32);
+TS__TV_DEF(ts__tv_u32, uint32_t, 32);
+TS__TV_DEF(ts__tv_i64, int64_t, 64);
+TS__TV_DEF(ts__tv_u64, uint64_t, 64);
+#undef TS__TV_DEF
+#define TS__TV_CVT(x, T) __builtin_convertvector((x), T)
+
+/* splat, unaligned load and store (memcpy: no alignment or aliasing assumptions), select */
+#define TS__TV_MEM(N, T)                                                                    \
+    TS__TV_INL ts__tv_##N ts__tv_splat_##N(T x) { return (ts__tv_##N){x, x, x, x, x, x, x, x}; } \
+    TS__TV_INL ts__tv_##N ts__tv_ld_##N(const T *p) {                                    \
+        ts__tv_##N v;                                                                       \
+        memcpy(&v, p, sizeof v);                                                            \
+        return v;                                                                           \
+    }                                                                                       \
+    TS__TV_INL void ts__tv_st_##N(T *p, ts__tv_##N v) { memcpy(p, &v, sizeof v); }        \
+    TS__TV_INL ts__tv_##N ts__tv_sel_##N(ts__tv_i32 m, ts__tv_##N a, ts__tv_##N b) {       \
+        for (int l = 0; l < 8; l++) b[l] = m[l] ? a[l] : b[l];                               \
+        return b;                                                                           \
+    }
+TS__TV_MEM(f64, double)
+TS__TV_MEM(i8, int8_t)
+TS__TV_MEM(u8, uint8_t)
+TS__TV_MEM(i16, int16_t)
+TS__TV_MEM(u16, uint16_t)
+TS__TV_MEM(i64, int64_t)
+TS__TV_MEM(u64, uint64_t)
+#undef TS__TV_MEM
+/* 32-bit lanes: select by bit operations (the mask is all-ones or zero per lane) */
+#define TS__TV_MEM32(N, T)                                                                  \
+    TS__TV_INL ts__tv_##N ts__tv_splat_##N(T x) { return (ts__tv_##N){x, x, x, x, x, x, x, x}; } \
+    TS__TV_INL ts__tv_##N ts__tv_ld_##N(const T *p) {                                    \
+        ts__tv_##N v;                                                                       \
+        memcpy(&v, p, sizeof v);                                                            \
+        return v;                                                                           \
+    }                                                                                       \
+    TS__TV_INL void ts__tv_st_##N(T *p, ts__tv_##N v) { memcpy(p, &v, sizeof v); }        \
+    TS__TV_INL ts__tv_##N ts__tv_sel_##N(ts__tv_i32 m, ts__tv_##N a, ts__tv_##N b) {       \
+        return (ts__tv_##N)(((ts__tv_i32)a & m) | ((ts__tv_i32)b & ~m));                    \
+    }
+TS__TV_MEM32(f32, float)
+TS__TV_MEM32(i32, int32_t)
+TS__TV_MEM32(u32, uint32_t)
+#undef TS__TV_MEM32
+/* b, b+1, ..., b+7 (wrapping like the scalar index arithmetic) */
+TS__TV_INL ts__tv_i64 ts__tv_iota_i64(int64_t b) {
+    return (ts__tv_i64)((ts__tv_u64){0, 1, 2, 3, 4, 5, 6, 7} + (uint64_t)b);
+}
+/* any comparison result (lanes of any width, -1 / 0) as an int32 mask */
+#define TS__TV_MASK(c) TS__TV_CVT((c), ts__tv_i32)
+
+TS__TV_INL ts__tv_f32 ts__tv_abs_f32(ts__tv_f32 x) { return (ts__tv_f32)((ts__tv_u32)x & 0x7FFFFFFFu); }
+TS__TV_INL ts__tv_f64 ts__tv_abs_f64(ts__tv_f64 x) {
+    return (ts__tv_f64)((ts__tv_u64)x & UINT64_C(0x7FFFFFFFFFFFFFFF));
+}
+/* ts__tile_maxf / ts__tile_minf lane-wise: a NaN operand is ignored, max(-0, +0) = +0 */
+TS__TV_INL ts__tv_f32 ts__tv_max_f32(ts__tv_f32 a, ts__tv_f32 b) {
+    ts__tv_i32 ua = (ts__tv_i32)a, ub = (ts__tv_i32)b, gt = a > b, eq = a == b, na = a != a, nb = b != b;
+    ts__tv_i32 r = (gt & ua) | (~gt & ub);
+    r = (eq & (ua & ub)) | (~eq & r);
+    r = (nb & ua) | (~nb & r);
+    r = (na & ub) | (~na & r);
+    return (ts__tv_f32)r;
+}
+TS__TV_INL ts__tv_f32 ts__tv_min_f32(ts__tv_f32 a, ts__tv_f32 b) {
+    ts__tv_i32 ua = (ts__tv_i32)a, ub = (ts__tv_i32)b, lt = a < b, eq = a == b, na = a != a, nb = b != b;
+    ts__tv_i32 r = (lt & ua) | (~lt & ub);
+    r = (eq & (ua | ub)) | (~eq & r);
+    r = (nb & ua) | (~nb & r);
+    r = (na & ub) | (~na & r);
+    return (ts__tv_f32)r;
+}
+TS__TV_INL ts__tv_f32 ts__tv_fma_f32(ts__tv_f32 a, ts__tv_f32 b, ts__tv_f32 c) {
+#if defined(__FMA__) && defined(__AVX__)
+    return (ts__tv_f32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    for (int l = 0; l < 8; l++) c[l] = fmaf(a[l], b[l], c[l]);
+    return c;
+#endif
+}
+TS__TV_INL ts__tv_f32 ts__tv_sqrt_f32(ts__tv_f32 x) {
+#if defined(__AVX__)
+    return (ts__tv_f32)_mm256_sqrt_ps((__m256)x);
+#else
+    for (int l = 0; l < 8; l++) x[l] = sqrtf(x[l]);
+    return x;
+#endif
+}
+/* floor / ceil / trunc / rint (ties to even) lane-wise: mode 1, 2, 3, 0 */
+TS__TV_INL ts__tv_f32 ts__tv_round_f32(ts__tv_f32 x, int mode) {
+#if defined(__AVX__)
+    switch (mode) {
+    case 1: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    case 2: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    case 3: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    default: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+#else
+    for (int l = 0; l < 8; l++)
+        x[l] = mode == 1 ? floorf(x[l]) : mode == 2 ? ceilf(x[l]) : mode == 3 ? truncf(x[l]) : rintf(x[l]);
+    return x;
+#endif
+}
+
+/* ---- narrow float formats: lane-wise twins of the scalar conversions of numerics ---- */
+TS__TV_INL ts__tv_f32 ts__tv_bf16_to_f32(ts__tv_u16 h) { return (ts__tv_f32)(TS__TV_CVT(h, ts__tv_u32) << 16); }
+TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x;
+    ts__tv_i32 nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+    ts__tv_u32 q = ((u >> 16) & 0x8000u) | 0x7FC0u;
+    ts__tv_u32 r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    r = (ts__tv_u32)(((ts__tv_i32)q & nan) | ((ts__tv_i32)r & ~nan));
+    return TS__TV_CVT(r, ts__tv_u16);
+}
+/* rne_mag of convert_scalar.c: RNE magnitude code of a finite |x| (bits a) with mbits mantissa
+ * bits and exponent bias `bias`, no upper bound. The scalar code returns 0 for shifts past
+ * 25; clamping the shift at 25 also gives 0 (mant < 2^24 = half), so no branch is needed. */
+TS__TV_INL ts__tv_u32 ts__tv_rne_mag(ts__tv_u32 a, int mbits, int bias) {
+    ts__tv_i32 e = (ts__tv_i32)(a >> 23);
+    ts__tv_u32 mant = a & 0x7FFFFFu;
+    ts__tv_i32 sub = e == 0;
+    e = e - sub; /* e == 0 counts as 1 */
+    mant |= (ts__tv_u32)(~sub & 0x800000);
+    ts__tv_i32 te = e - 127 + bias;
+    ts__tv_i32 tsub = te < 1;
+    ts__tv_i32 sh = (23 - mbits) + (tsub & (1 - te));
+    ts__tv_i32 big = sh > 25;
+    sh = (big & 25) | (~big & sh);
+    ts__tv_u32 ush = (ts__tv_u32)sh;
+    ts__tv_u32 q = mant >> ush;
+    ts__tv_u32 rem = mant & ((1u << ush) - 1u), half = 1u << (ush - 1u);
+    ts__tv_i32 up = (rem > half) | ((rem == half) & ((q & 1u) != 0));
+    q -= (ts__tv_u32)up;
+    ts__tv_u32 nrm = ((ts__tv_u32)(te - 1) << (uint32_t)mbits) + q;
+    return (ts__tv_u32)(((ts__tv_i32)q & tsub) | ((ts__tv_i32)nrm & ~tsub));
+}
+TS__TV_INL ts__tv_u8 ts__tv_f32_to_e4m3(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 24) & 0x80u;
+    ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x7F800000u;
+    ts__tv_u32 ac = (ts__tv_u32)((big & 0x7F000000) | ((ts__tv_i32)a & ~big));
+    ts__tv_u32 c = ts__tv_rne_mag(ac, 3, 7);
+    ts__tv_i32 ovf = (c > 0x7Eu) | nan;
+    c = (ts__tv_u32)((ovf & 0x7F) | ((ts__tv_i32)c & ~ovf));
+    return TS__TV_CVT(s | c, ts__tv_u8);
+}
+TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
+    ts__tv_u32 v = TS__TV_CVT(v8, ts__tv_u32);
+    ts__tv_u32 s = (v & 0x80u) << 24, m = v & 0x7Fu;
+    ts__tv_u32 nrm = (m << 20) + (120u << 23);
+    ts__tv_u32 sub = (ts__tv_u32)(TS__TV_CVT((ts__tv_i32)m, ts__tv_f32) * 0x1p-9f);
+    ts__tv_i32 isn = m >= 8u, isnan = m == 0x7Fu;
+    ts__tv_i32 r = ((ts__tv_i32)nrm & isn) | ((ts__tv_i32)sub & ~isn);
+    r = (isnan & 0x7FC00000) | (r & ~isnan);
+    return (ts__tv_f32)(s | (ts__tv_u32)r);
+}
+#endif /* __GNUC__ */
+
+/* Overflow-safe narrowing of a SIMD loop's fast range [lo, hi) of j to the j where
+ * (b + j) OP u holds, OP = 0: >=, 1: >, 2: <, 3: <= (a copy's bounds test, hoisted out of the
+ * element loop). Also keeps b + j inside int64, where the scalar code's wrapping sum and
+ * the exact one agree. */
+static inline void ts__tile_vrange(int64_t *lo, int64_t *hi, int64_t b, int op, int64_t u) {
+    __int128 d = (__int128)u - b, l = *lo, h = *hi;
+    __int128 ml = (__int128)INT64_MIN - b, mh = (__int128)INT64_MAX - b + 1;
+    if (op == 0 && d > l) l = d;
+    if (op == 1 && d + 1 > l) l = d + 1;
+    if (op == 2 && d < h) h = d;
+    if (op == 3 && d + 1 < h) h = d + 1;
+    if (ml > l) l = ml;
+    if (mh < h) h = mh;
+    if (h < l) h = l;
+    *lo = (int64_t)l;
+    *hi = (int64_t)h;
+}
+
 #endif
