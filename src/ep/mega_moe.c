@@ -7,8 +7,9 @@
  *      dispatch's one copy), L1 GEMM, SwiGLU + FP8 cast, L2 GEMM written straight into this
  *      rank's out rows, and the row's position into pos[source]. Sources that are ready
  *      within a short grace period are processed together (one weight pass per expert); if a
- *      peer is late, the tokens at hand are computed first and the late ones in a second pass,
- *      so local work overlaps the wait.
+ *      peer is late, the tokens at hand are computed expert by expert while it is awaited; an
+ *      arrival stops that round between experts, and the next round takes every source's
+ *      tokens for the experts not yet reached (and the late tokens of those already done).
  *   3. `done` = call number; wait for every rank's `done`.
  *   4. combine: each token sums, in top-k order, the rows its experts' ranks wrote.
  * Bits never depend on arrival, phases or threads: each output row is a GEMM row of its own
@@ -43,9 +44,21 @@ typedef struct mm_call {
     const ts_mega_moe_weights *w;
     float clamp;
     int parity;
-    ts_status st; /* first GEMM failure (a bug or out of memory) */
-    _Atomic int failed;
+    uint64_t seq;
+    const bool *got;       /* [R] sources whose inputs are in this round */
+    bool partial;          /* some source is missing: stop when one arrives */
+    _Atomic int64_t next_row; /* out rows handed out so far this call */
+    _Atomic int stop;      /* a failure, or (partial rounds) a new arrival */
+    ts_status st;          /* first GEMM failure (a bug or out of memory) */
 } mm_call;
+
+/* A source outside the round has published its inputs. */
+static bool new_arrival(const mm_call *c) {
+    for (int r = 0; r < c->b->R; r++)
+        if (!c->got[r] && atomic_load_explicit(&ts__mm_hdr_of(c->b, r)->ready, memory_order_acquire) >= c->seq)
+            return true;
+    return false;
+}
 
 /* The whole pipeline of one local expert over the current phase's entries. */
 static ts_status expert_run(mm_call *c, int64_t e, int tid) {
@@ -98,7 +111,7 @@ static ts_status expert_run(mm_call *c, int64_t e, int tid) {
     ts__mega_moe_swiglu_cast(h, 2 * I, m, I, wt, c->clamp, bf, a2, I, sfa2, sfw2);
     /* L2 straight into this rank's out rows */
     uint16_t *out = (uint16_t *)(void *)(ts__mm_base(b, b->rank) + b->off_out[c->parity]);
-    const int64_t orow = b->orow[e];
+    const int64_t orow = atomic_fetch_add(&c->next_row, m);
     ts_tensor ta2 = ts_tensor_2d(a2, bf ? TS_BF16 : TS_E4M3, m, I);
     ts_tensor to = ts_tensor_2d(out + orow * H, TS_BF16, m, H);
     if (bf) {
@@ -112,6 +125,9 @@ static ts_status expert_run(mm_call *c, int64_t e, int tid) {
     int32_t *pos = (int32_t *)(void *)(ts__mm_base(b, b->rank) + b->off_pos[c->parity]);
     for (int64_t i = 0; i < m; i++)
         pos[((int64_t)ent[i].src * b->T + ent[i].tok) * K + ent[i].slot] = (int32_t)(orow + i);
+    b->recv_total[e] += m;
+    for (int r = 0; r < b->R; r++)
+        if (c->got[r]) b->pdone[e * b->R + r] = 1;
     return TS_OK;
 }
 
@@ -123,20 +139,25 @@ typedef struct phase_ctx {
 static void phase_task(void *v, int64_t begin, int64_t end, int tid) {
     phase_ctx *p = (phase_ctx *)v;
     for (int64_t i = begin; i < end; i++) {
-        if (atomic_load_explicit(&p->c->failed, memory_order_relaxed)) return;
+        if (atomic_load_explicit(&p->c->stop, memory_order_relaxed)) return;
+        if (p->c->partial && new_arrival(p->c)) {
+            atomic_store(&p->c->stop, 1);
+            return;
+        }
         ts_status st = expert_run(p->c, p->list[i], tid);
-        if (st != TS_OK && !atomic_exchange(&p->c->failed, 1)) p->c->st = st;
+        if (st != TS_OK && !atomic_exchange(&p->c->stop, 2)) p->c->st = st;
+        if (st != TS_OK) p->c->st = p->c->st != TS_OK ? p->c->st : st;
     }
 }
 
-/* Entries of the sources in `take` (by source, token, slot), bucketed by local expert into
- * b->ent; first out row of each expert in b->orow[e] (rows continue after *next_row).
- * Returns the list of experts with entries in `list`, their count in *nlist. */
-static void build_phase(ts_mega_moe_buffer *b, const bool *take, int64_t *next_row, int32_t *list, int64_t *nlist) {
-    const int64_t El = b->El, K = b->K, lo = (int64_t)b->rank * El;
+/* Entries of the sources in `take` that are not yet computed for their expert (pdone), by
+ * (source, token, slot), bucketed by local expert into b->ent (b->first, b->cnt). Experts
+ * with entries go to `list`, their count to *nlist. */
+static void build_round(ts_mega_moe_buffer *b, const bool *take, int32_t *list, int64_t *nlist) {
+    const int64_t El = b->El, K = b->K, R = b->R, lo = (int64_t)b->rank * El;
     int64_t n_ent = 0;
     memset(b->cnt, 0, (size_t)El * sizeof *b->cnt);
-    for (int r = 0; r < b->R; r++) {
+    for (int r = 0; r < R; r++) {
         if (!take[r]) continue;
         const uint8_t *base = ts__mm_base(b, r);
         const int64_t n = ts__mm_hdr_of(b, r)->num_tokens;
@@ -145,7 +166,7 @@ static void build_phase(ts_mega_moe_buffer *b, const bool *take, int64_t *next_r
         for (int64_t t = 0; t < n; t++)
             for (int64_t k = 0; k < K; k++) {
                 const int64_t e = idx[t * K + k] - lo;
-                if (e < 0 || e >= El) continue;
+                if (e < 0 || e >= El || b->pdone[e * R + r]) continue;
                 ts__mm_entry x = {r, (int32_t)t, (int32_t)k, (int32_t)e, w[t * K + k]};
                 b->ent_tmp[n_ent++] = x;
                 b->cnt[e]++;
@@ -155,28 +176,23 @@ static void build_phase(ts_mega_moe_buffer *b, const bool *take, int64_t *next_r
     int64_t acc = 0, nl = 0;
     for (int64_t e = 0; e < El; e++) {
         b->first[e] = acc;
-        if (b->cnt[e] > 0) {
-            list[nl++] = (int32_t)e;
-            b->orow[e] = *next_row + acc;
-        }
+        if (b->cnt[e] > 0) list[nl++] = (int32_t)e;
         acc += b->cnt[e];
     }
     b->first[El] = acc;
-    {
-        /* first[] serves as the cursors, then is shifted back */
-        for (int64_t i = 0; i < n_ent; i++) {
-            const ts__mm_entry x = b->ent_tmp[i];
-            b->ent[b->first[x.expert]++] = x;
-        }
-        for (int64_t e = El; e > 0; e--) b->first[e] = b->first[e - 1];
-        b->first[0] = 0;
+    /* first[] serves as the cursors, then is shifted back */
+    for (int64_t i = 0; i < n_ent; i++) {
+        const ts__mm_entry x = b->ent_tmp[i];
+        b->ent[b->first[x.expert]++] = x;
     }
-    for (int64_t e = 0; e < El; e++) b->recv_total[e] += b->cnt[e];
-    *next_row += acc;
+    for (int64_t e = El; e > 0; e--) b->first[e] = b->first[e - 1];
+    b->first[0] = 0;
     *nlist = nl;
 }
 
-static ts_status run_phase(mm_call *c, const int32_t *list, int64_t nlist) {
+/* Runs the experts of `list`; a partial round stops (between experts) when a missing source
+ * arrives: the experts not reached keep their entries for the next round. */
+static ts_status run_round(mm_call *c, const int32_t *list, int64_t nlist) {
     if (nlist == 0) return TS_OK;
     const int threads = ts_get_num_threads();
     ts_mega_moe_buffer *b = c->b;
@@ -190,7 +206,7 @@ static ts_status run_phase(mm_call *c, const int32_t *list, int64_t nlist) {
         for (int i = b->nthr; i < threads; i++) b->tscr[i] = NULL, b->tscr_bytes[i] = 0;
         b->nthr = threads;
     }
-    atomic_store(&c->failed, 0);
+    atomic_store(&c->stop, 0);
     c->st = TS_OK;
     if (threads > 1 && nlist >= 2 * threads) {
         /* experts claimed dynamically, each run whole by one thread (its GEMMs inline) */
@@ -198,7 +214,10 @@ static ts_status run_phase(mm_call *c, const int32_t *list, int64_t nlist) {
         ts__parallel_items(nlist, 1, phase_task, &p);
     } else {
         /* few experts: one at a time, each GEMM spread over the pool */
-        for (int64_t i = 0; i < nlist && c->st == TS_OK; i++) c->st = expert_run(c, list[i], 0);
+        for (int64_t i = 0; i < nlist && c->st == TS_OK; i++) {
+            if (c->partial && new_arrival(c)) break;
+            c->st = expert_run(c, list[i], 0);
+        }
     }
     return c->st;
 }
@@ -295,60 +314,62 @@ static ts_status mega_moe(ts_tensor *y, const ts_mega_moe_weights *w, ts_mega_mo
     atomic_store_explicit(&mine->ready, seq, memory_order_release);
 
     ts_status verdict = st;
-    bool got[TS__EP_RANK_BOOK_BYTES], fresh[TS__EP_RANK_BOOK_BYTES];
-    bool *gotp = got, *freshp = fresh;
-    bool *heap = NULL;
+    bool got_buf[TS__EP_RANK_BOOK_BYTES], fresh_buf[TS__EP_RANK_BOOK_BYTES];
+    bool *got = got_buf, *fresh = fresh_buf, *heap = NULL;
     if (b->R > TS__EP_RANK_BOOK_BYTES) {
         heap = calloc((size_t)b->R * 2, 1);
         if (!heap) verdict = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
-        gotp = heap, freshp = heap + b->R;
+        got = heap, fresh = heap + b->R;
     }
-    memset(gotp, 0, (size_t)b->R);
-    memset(b->recv_total, 0, (size_t)b->El * sizeof *b->recv_total);
+    if (verdict == TS_OK) {
+        memset(got, 0, (size_t)b->R);
+        memset(b->recv_total, 0, (size_t)b->El * sizeof *b->recv_total);
+        memset(b->pdone, 0, (size_t)(b->El * b->R));
+    }
     int ngot = 0;
-    int64_t next_row = 0;
     mm_call c;
-    c.b = b, c.w = w, c.clamp = clamp, c.parity = parity, c.st = TS_OK;
-    atomic_init(&c.failed, 0);
+    c.b = b, c.w = w, c.clamp = clamp, c.parity = parity, c.seq = seq, c.got = got, c.partial = false;
+    c.st = TS_OK;
+    atomic_init(&c.next_row, 0);
+    atomic_init(&c.stop, 0);
     if (verdict == TS_OK) {
         const double deadline = now_s() + b->ep->timeout_s;
         const double grace_end = now_s() + grace_s();
         ts__ep_backoff wait = TS__EP_BACKOFF_INIT;
-        bool *pending = NULL; /* sources seen but not yet computed */
-        bool pend_buf[TS__EP_RANK_BOOK_BYTES];
-        pending = b->R > TS__EP_RANK_BOOK_BYTES ? calloc((size_t)b->R, 1) : pend_buf;
-        if (!pending) verdict = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
-        else memset(pending, 0, (size_t)b->R);
-        while (verdict == TS_OK) {
-            poll_ready(b, seq, gotp, freshp, &ngot, &verdict, what);
+        bool idle = false; /* every source at hand is computed: only waiting is left */
+        for (;;) {
+            const int before = ngot;
+            poll_ready(b, seq, got, fresh, &ngot, &verdict, what);
             if (verdict != TS_OK) break;
-            bool any = false;
-            for (int r = 0; r < b->R; r++)
-                if (freshp[r]) pending[r] = true;
-            for (int r = 0; r < b->R; r++) any |= pending[r];
             const bool all = ngot == b->R;
-            /* compute what is at hand when everyone is here, or when the grace period is over */
-            if (any && (all || now_s() > grace_end)) {
+            if (ngot != before) idle = false;
+            /* compute when everyone is here, or once the grace period is over */
+            if (!idle && (all || now_s() > grace_end)) {
                 int64_t nlist = 0;
-                build_phase(b, pending, &next_row, b->list, &nlist);
-                memset(pending, 0, (size_t)b->R);
-                verdict = run_phase(&c, b->list, nlist);
+                build_round(b, got, b->list, &nlist);
+                c.partial = !all;
+                verdict = run_round(&c, b->list, nlist);
                 if (verdict != TS_OK) break;
+                if (all) {
+                    if (!atomic_load(&c.stop)) break; /* a full round that finished: all done */
+                    continue;
+                }
+                /* partial: stopped for an arrival (poll again at once) or ran out of work */
+                idle = !new_arrival(&c);
                 wait.iter = 0, wait.sleep_ns = 2000;
                 continue;
             }
-            if (all) break;
             if (ts__ep_backoff_step(&wait) && now_s() > deadline) {
                 for (int r = 0; r < b->R; r++)
-                    if (!gotp[r]) {
+                    if (!got[r]) {
                         b->ep->broken = true;
                         verdict = ts__fail(TS_ERR_TIMEOUT, "%s: rank %d waited %.1f s for rank %d, which did not arrive",
                                            what, b->rank, b->ep->timeout_s, r);
                         break;
                     }
+                if (verdict != TS_OK) break;
             }
         }
-        if (pending != pend_buf) free(pending);
     }
     free(heap);
     if (b->ep->broken) return verdict;

@@ -99,12 +99,13 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
         b->cnt = calloc((size_t)El, sizeof *b->cnt);
         b->first = calloc((size_t)El + 1, sizeof *b->first);
         b->recv_total = calloc((size_t)El, sizeof *b->recv_total);
+        b->pdone = calloc((size_t)(El * R), 1);
         b->orow = calloc((size_t)El, sizeof *b->orow);
         b->list = calloc((size_t)El, sizeof *b->list);
         b->u_tpr = calloc((size_t)R, sizeof *b->u_tpr);
         b->u_tpe = calloc((size_t)num_experts, sizeof *b->u_tpe);
         b->u_in_rank = calloc((size_t)(T * R), 1);
-        if (!b->ent || !b->ent_tmp || !b->cnt || !b->first || !b->recv_total || !b->orow || !b->list || !b->u_tpr ||
+        if (!b->ent || !b->ent_tmp || !b->cnt || !b->first || !b->recv_total || !b->pdone || !b->orow || !b->list || !b->u_tpr ||
             !b->u_tpe || !b->u_in_rank)
             st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", CREATE);
     }
@@ -135,7 +136,7 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
         if (b) {
             if (b->ep) ts_ep_buffer_destroy(b->ep);
             b->ep = NULL;
-            free(b->ent), free(b->ent_tmp), free(b->cnt), free(b->first), free(b->recv_total), free(b->orow), free(b->list);
+            free(b->ent), free(b->ent_tmp), free(b->cnt), free(b->first), free(b->recv_total), free(b->pdone), free(b->orow), free(b->list);
             free(b->u_tpr), free(b->u_tpe), free(b->u_in_rank);
             free(b);
         }
@@ -151,7 +152,7 @@ ts_status ts_mega_moe_buffer_destroy(ts_mega_moe_buffer *b) {
     ts_status st2 = ts_ep_buffer_destroy(b->ep);
     for (int i = 0; i < b->nthr; i++) free(b->tscr[i]);
     free(b->tscr), free(b->tscr_bytes);
-    free(b->ent), free(b->ent_tmp), free(b->cnt), free(b->first), free(b->recv_total), free(b->orow), free(b->list);
+    free(b->ent), free(b->ent_tmp), free(b->cnt), free(b->first), free(b->recv_total), free(b->pdone), free(b->orow), free(b->list);
     free(b->u_tpr), free(b->u_tpe), free(b->u_in_rank), free(b->u_scr);
     free(b);
     return st != TS_OK ? st : st2;

@@ -48,7 +48,8 @@ struct ts_mega_moe_buffer {
     ts__mm_entry *ent_tmp;    /* [R * T * K] */
     int64_t *cnt, *first;     /* [El], [El + 1] */
     int64_t *recv_total;      /* [El] entries received this call */
-    int64_t *orow;            /* [El] first out row of each expert in the current phase */
+    uint8_t *pdone;           /* [El, R]: source r's tokens for expert e computed this call */
+    int64_t *orow;            /* [El] unfused: first expanded row of each expert */
     int32_t *list;            /* [El] experts with entries in the current phase */
     /* per-thread scratch of the expert pipeline (grown on demand, kept) */
     int nthr;
