@@ -11,6 +11,9 @@
  * read once from DRAM, against the machine's DRAM read bandwidth shared by the ranks (the thr
  * column counts all ranks' threads), with the GEMM flops as the compute bound. The baseline
  * column is the unfused path; "bits" says whether both gave identical y on every rank.
+ * Rows `fused_late_rank` (R >= 2): the last rank starts each call half the aligned unfused
+ * time late (as when attention takes longer on one rank); time from the common start to the
+ * last rank's return, both paths, so the fused path's overlap of local work with the wait shows.
  * TS_BENCH_FILTER=substring keeps only matching rows (e.g. "E=32"). */
 #include "bench.h"
 
@@ -22,6 +25,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SUITE "mega_moe"
 
@@ -30,9 +34,20 @@ typedef struct mm_bench {
     ts_mega_moe_weights *w;
     ts_tensor y;
     bool fused;
+    double skew_s; /* the last rank starts this much later (a rank arriving late from attention) */
 } mm_bench;
 
 static ts_status mm_call(mm_bench *b) {
+    int me = 0, R = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &R);
+    if (b->skew_s > 0 && me == R - 1) {
+        const double t0 = ts__now_s();
+        while (ts__now_s() - t0 < b->skew_s) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
     return b->fused ? ts_fp8_fp4_mega_moe(&b->y, b->w, b->buf, NULL, NULL, NULL, 10.0f, true)
                     : ts_mega_moe_unfused(&b->y, b->w, b->buf, NULL, 10.0f, true);
 }
@@ -91,7 +106,7 @@ static ts_mega_moe_weights *random_weights(ts__bench_rng *rng, int64_t El, int64
     return w;
 }
 
-static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int cores, const ts__machine *m,
+static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int cores,
                      int64_t E, int64_t B) {
     const int64_t H = 4096, I = 2048, K = 6, El = E / R;
     char shape[96];
@@ -111,7 +126,8 @@ static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int
     ts_mega_moe_weights *w = random_weights(&rng, El, H, I);
     float *xf = malloc((size_t)(B * H) * 4);
     uint16_t *yf = malloc((size_t)(B * H) * 2), *yu = malloc((size_t)(B * H) * 2);
-    int bad = !w || !xf || !yf || !yu, anybad = 0;
+    int bad = !w || !xf || !yf || !yu, anybad = 0, allsame = 0;
+    double skew_base = 0.0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (anybad) {
         if (me == 0) printf("mega_moe %s: out of memory\n", shape);
@@ -153,39 +169,47 @@ static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int
     double tot[2] = {(double)touched, (double)rows}, sum[2];
     MPI_Allreduce(tot, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 
-    mm_bench fb = {buf, w, ts_tensor_2d(yf, TS_BF16, B, H), true};
-    mm_bench ub = {buf, w, ts_tensor_2d(yu, TS_BF16, B, H), false};
-    ts__timing tf, tu;
-    st = mm_time(&ub, opts->quick, &tu);
-    if (st == TS_OK) st = mm_time(&fb, opts->quick, &tf);
-    if (st != TS_OK) {
-        if (me == 0) printf("mega_moe %s: %s\n", shape, ts_last_error());
-        rc = 1;
-        goto done;
-    }
-    int same = memcmp(yf, yu, (size_t)(B * H) * 2) == 0, allsame = 0;
-    MPI_Allreduce(&same, &allsame, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (me == 0) {
-        ts__bench_row row;
-        memset(&row, 0, sizeof row);
-        row.suite = SUITE;
-        row.name = "fused";
-        row.shape = shape;
-        row.dtype = "fp8xfp4";
-        row.threads = R * threads < cores ? R * threads : cores;
-        row.t = tf;
-        /* weights of the touched experts (all ranks) + their scales: FP4 0.5 B + 1/32 B per value */
-        row.bytes = sum[0] * (double)(3 * H * I) * (0.5 + 1.0 / 32.0);
-        row.flops = sum[1] * 2.0 * (double)(3 * H * I);
-        row.roof = TS__ROOF_DRAM;
-        row.baseline = "unfused";
-        row.baseline_seconds = tu.median_s;
-        ts__bench_report(opts, &row);
-        printf("    %s: %.1f tokens/expert, %.0f experts touched of %lld, unfused %.3f ms, fused %.3f ms, %.2fx, "
-               "bits %s\n",
-               shape, sum[1] / (double)E, sum[0], (long long)E, tu.median_s * 1e3, tf.median_s * 1e3,
-               tu.median_s / tf.median_s, allsame ? "identical" : "DIFFER");
-        (void)m;
+    /* aligned starts, then the last rank late by half the unfused time */
+    for (int skewed = 0; skewed < 2; skewed++) {
+        mm_bench fb = {buf, w, ts_tensor_2d(yf, TS_BF16, B, H), true, 0.0};
+        mm_bench ub = {buf, w, ts_tensor_2d(yu, TS_BF16, B, H), false, 0.0};
+        ts__timing tf, tu;
+        if (skewed) {
+            if (R < 2 || !ts__bench_wanted(getenv("TS_BENCH_FILTER"), "fused_late_rank", shape)) break;
+            fb.skew_s = ub.skew_s = 0.5 * skew_base;
+        }
+        st = mm_time(&ub, opts->quick, &tu);
+        if (st == TS_OK) st = mm_time(&fb, opts->quick, &tf);
+        if (st != TS_OK) {
+            if (me == 0) printf("mega_moe %s: %s\n", shape, ts_last_error());
+            rc = 1;
+            goto done;
+        }
+        if (!skewed) skew_base = tu.median_s;
+        int same = memcmp(yf, yu, (size_t)(B * H) * 2) == 0;
+        MPI_Allreduce(&same, &allsame, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (me == 0) {
+            ts__bench_row row;
+            memset(&row, 0, sizeof row);
+            row.suite = SUITE;
+            row.name = skewed ? "fused_late_rank" : "fused";
+            row.shape = shape;
+            row.dtype = "fp8xfp4";
+            row.threads = R * threads < cores ? R * threads : cores;
+            row.t = tf;
+            /* weights of the touched experts (all ranks) + their scales: FP4 0.5 B + 1/32 B per value */
+            row.bytes = sum[0] * (double)(3 * H * I) * (0.5 + 1.0 / 32.0);
+            row.flops = sum[1] * 2.0 * (double)(3 * H * I);
+            row.roof = TS__ROOF_DRAM;
+            row.baseline = "unfused";
+            row.baseline_seconds = tu.median_s;
+            ts__bench_report(opts, &row);
+            printf("    %s%s: %.1f tokens/expert, %.0f experts touched of %lld, unfused %.3f ms, fused %.3f ms, "
+                   "%.2fx, bits %s\n",
+                   shape, skewed ? " (last rank late)" : "", sum[1] / (double)E, sum[0], (long long)E,
+                   tu.median_s * 1e3, tf.median_s * 1e3, tu.median_s / tf.median_s, allsame ? "identical" : "DIFFER");
+        }
+        if (!allsame) break;
     }
     if (!allsame) rc = 1;
 done:
@@ -223,7 +247,7 @@ int ts__suite_mega_moe(const ts__bench_opts *opts) {
         const int64_t E = shapes[i][0];
         const int64_t B = ts__max64(1, shapes[i][1] * 2 / R);
         if (E % R != 0) continue;
-        rc |= run_shape(opts, R, me, threads, cores, m, E, B);
+        rc |= run_shape(opts, R, me, threads, cores, E, B);
         MPI_Barrier(MPI_COMM_WORLD);
     }
     if (we_init) MPI_Finalize();
