@@ -15,40 +15,48 @@
 
 /* softmax over the entries of two slot sets (previous block, then current) of one channel:
  * scores s*, values v*, n* slots, `stride` floats between slots. */
-static float pool2(const float *s0, const float *v0, int64_t n0, const float *s1,
-                   const float *v1, int64_t n1, int64_t stride) {
-    float mx = -INFINITY;
+static double pool2(const float *s0, const float *v0, int64_t n0, const float *s1,
+                    const float *v1, int64_t n1, int64_t stride) {
+    double mx = -INFINITY;
     for (int64_t j = 0; j < n0; j++) mx = s0[j * stride] > mx ? s0[j * stride] : mx;
     for (int64_t j = 0; j < n1; j++) mx = s1[j * stride] > mx ? s1[j * stride] : mx;
-    float sum = 0;
-    for (int64_t j = 0; j < n0; j++) sum += expf(s0[j * stride] - mx);
-    for (int64_t j = 0; j < n1; j++) sum += expf(s1[j * stride] - mx);
-    float acc = 0;
-    for (int64_t j = 0; j < n0; j++) acc += expf(s0[j * stride] - mx) / sum * v0[j * stride];
-    for (int64_t j = 0; j < n1; j++) acc += expf(s1[j * stride] - mx) / sum * v1[j * stride];
-    return acc;
+    double den = 0, num = 0;
+    for (int64_t j = 0; j < n0; j++) {
+        const double e = exp(s0[j * stride] - mx);
+        den += e;
+        num += e * v0[j * stride];
+    }
+    for (int64_t j = 0; j < n1; j++) {
+        const double e = exp(s1[j * stride] - mx);
+        den += e;
+        num += e * v1[j * stride];
+    }
+    return num / den;
 }
 
-float ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot, int64_t stride,
-                             int64_t c) {
+double ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot, int64_t stride,
+                              int64_t c) {
     return pool2(score + c, kv + c, nslot, NULL, NULL, 0, stride);
 }
 
 /* H·x / sqrt(128), Sylvester order (H_ij = (-1)^popcount(i & j)), by the butterfly. */
-void ts__model_hadamard128(float *x) {
+void ts__model_hadamard128(double *x) {
     for (int h = 1; h < 128; h *= 2)
         for (int i = 0; i < 128; i += 2 * h)
             for (int j = i; j < i + h; j++) {
-                const float a = x[j], b = x[j + h];
+                const double a = x[j], b = x[j + h];
                 x[j] = a + b;
                 x[j + h] = a - b;
             }
-    const float s = (float)(1.0 / sqrt(128.0));
-    for (int i = 0; i < 128; i++) x[i] *= s;
+    const double s = sqrt(128.0);
+    for (int i = 0; i < 128; i++) x[i] /= s;
 }
 
-static ts_status fp4_rows(const float *x, int64_t rows, uint8_t *q, int32_t *sf) {
-    ts_tensor xt = ts_tensor_2d((void *)x, TS_F32, rows, 128);
+static ts_status fp4_row(const double *xd, uint8_t *q, int32_t *sf) {
+    float x[128];
+    for (int i = 0; i < 128; i++) x[i] = (float)xd[i];
+    const int64_t rows = 1;
+    ts_tensor xt = ts_tensor_2d(x, TS_F32, rows, 128);
     ts_tensor qt = ts_tensor_2d(q, TS_E2M1X2, rows, 64);
     ts_tensor st = ts_tensor_2d(sf, TS_I32, rows, 1);
     return ts_per_token_cast_to_fp4(&xt, true, 32, true, TS_FP4_ROUND_DEEPGEMM, &qt, &st);
@@ -58,7 +66,7 @@ static ts_status fp4_rows(const float *x, int64_t rows, uint8_t *q, int32_t *sf)
  * normalised, rotated row to out_bf16 [d] (rotated dims: the last 64) and returns true. */
 static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_state *st,
                           const float *k, const float *g, int64_t p, uint16_t *out_bf16,
-                          float *out_f32) {
+                          double *out_f64) {
     const int64_t r = cp->ratio, w = cp->coff * cp->d, blk = r * w, d = cp->d;
     const int64_t j = p % r;
     const float *ape = cp->ape + j * w;
@@ -69,13 +77,13 @@ static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_
     if ((p + 1) % r != 0) return false;
     uint16_t row[512];
     for (int64_t c = 0; c < d; c++) {
-        float v;
+        double v;
         if (cp->coff == 2)
             v = pool2(st->score + c, st->kv + c, r, st->score + blk + d + c, st->kv + blk + d + c,
                       r, w);
         else
             v = pool2(st->score + blk + c, st->kv + blk + c, r, NULL, NULL, 0, w);
-        row[c] = ts_f32_to_bf16(v);
+        row[c] = ts_f32_to_bf16((float)v);
     }
     if (cp->coff == 2) {
         memcpy(st->kv, st->kv + blk, (size_t)blk * sizeof(float));
@@ -83,14 +91,14 @@ static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_
     }
     ts__model_rmsnorm_bf16(row, d, cp->norm, (float)m->cfg.norm_eps, out_bf16);
     const int64_t pr = p + 1 - r;
-    float t[64];
+    double t[64];
     for (int i = 0; i < 64; i++) t[i] = ts_bf16_to_f32(out_bf16[d - 64 + i]);
     ts__model_rope(m->rope_cos[1] + pr * 32, m->rope_sin[1] + pr * 32, t, false);
-    if (out_f32) {
-        for (int64_t c = 0; c < d - 64; c++) out_f32[c] = ts_bf16_to_f32(out_bf16[c]);
-        for (int i = 0; i < 64; i++) out_f32[d - 64 + i] = t[i];
+    if (out_f64) {
+        for (int64_t c = 0; c < d - 64; c++) out_f64[c] = ts_bf16_to_f32(out_bf16[c]);
+        for (int i = 0; i < 64; i++) out_f64[d - 64 + i] = t[i];
     }
-    for (int i = 0; i < 64; i++) out_bf16[d - 64 + i] = ts_f32_to_bf16(t[i]);
+    for (int i = 0; i < 64; i++) out_bf16[d - 64 + i] = ts_f32_to_bf16((float)t[i]);
     return true;
 }
 
@@ -163,12 +171,13 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         const int64_t p = m->pos[seqs[b]];
         for (int64_t h = 0; h < H; h++) {
             uint16_t *qh = ws->q + (b * H + h) * 512;
-            float x[512];
-            for (int i = 0; i < 512; i++) x[i] = ts_bf16_to_f32(qh[i]);
-            const float rr = ts__model_rms(x, 512, eps);
-            for (int i = 0; i < 512; i++) x[i] *= rr;
+            float xf[512];
+            double x[512];
+            for (int i = 0; i < 512; i++) xf[i] = ts_bf16_to_f32(qh[i]);
+            const double rr = ts__model_rms(xf, 512, eps);
+            for (int i = 0; i < 512; i++) x[i] = xf[i] * rr;
             ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x + 448, false);
-            for (int i = 0; i < 512; i++) qh[i] = ts_f32_to_bf16(x[i]);
+            for (int i = 0; i < 512; i++) qh[i] = ts_f32_to_bf16((float)x[i]);
         }
     }
     ts__prof_add(pf, TS__P_ROPE, t0, (double)n * H * 512 * 4, 0);
@@ -180,10 +189,10 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         const int64_t s = seqs[b], p = m->pos[s];
         uint16_t *kv = ws->kv + b * 512;
         ts__model_rmsnorm_bf16(ws->kv0 + b * 512, 512, ly->kv_norm, eps, kv);
-        float x[64];
+        double x[64];
         for (int i = 0; i < 64; i++) x[i] = ts_bf16_to_f32(kv[448 + i]);
         ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, false);
-        for (int i = 0; i < 64; i++) kv[448 + i] = ts_f32_to_bf16(x[i]);
+        for (int i = 0; i < 64; i++) kv[448 + i] = ts_f32_to_bf16((float)x[i]);
         TS__RETURN_IF_ERROR(ts__model_kv_store(lc->win, W, s * W + p % W, kv));
         /* window rows max(0, p-W+1) .. p in position order */
         const int64_t t0w = p - W + 1 > 0 ? p - W + 1 : 0;
@@ -219,13 +228,13 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
                 TS__RETURN_IF_ERROR(ts__model_kv_store(lc->comp, TS__COMP_PAGE,
                                                        s * base_blk + p / r, row));
             if (r == 4) {
-                float rf[128];
+                double rf[128];
                 uint16_t irow[128];
                 if (compress_step(m, &ly->icomp, &lc->ics[s], ws->ik + b * 256, ws->ig + b * 256,
                                   p, irow, rf)) {
                     ts__model_hadamard128(rf);
                     const int64_t rows = c->max_seq_len / 4;
-                    TS__RETURN_IF_ERROR(fp4_rows(rf, 1, lc->icache + (s * rows + p / 4) * 64,
+                    TS__RETURN_IF_ERROR(fp4_row(rf, lc->icache + (s * rows + p / 4) * 64,
                                                  lc->icache_sf + s * rows + p / 4));
                 }
             }
@@ -240,17 +249,17 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->iwq_b, ws->qr, n, QL, ws->qi, IH * 128));
         t0 = PROF_T0(m);
         TS__RETURN_IF_ERROR(ts__model_linbf(ly->weights_proj, IH, D, a, n, ws->wi, IH));
-        const float c1 = (float)(1.0 / sqrt(128.0)), c2 = (float)(1.0 / sqrt((double)IH));
-        for (int64_t i = 0; i < n * IH; i++) ws->wi[i] = ws->wi[i] * c1 * c2;
+        const double cw = (1.0 / sqrt(128.0)) * (1.0 / sqrt((double)IH));
+        for (int64_t i = 0; i < n * IH; i++) ws->wi[i] = (float)(ws->wi[i] * cw);
         for (int64_t b = 0; b < n; b++) {
             const int64_t p = m->pos[seqs[b]];
             for (int64_t h = 0; h < IH; h++) {
-                float x[128];
+                double x[128];
                 const uint16_t *qh = ws->qi + (b * IH + h) * 128;
                 for (int i = 0; i < 128; i++) x[i] = ts_bf16_to_f32(qh[i]);
                 ts__model_rope(m->rope_cos[1] + p * 32, m->rope_sin[1] + p * 32, x + 64, false);
                 ts__model_hadamard128(x);
-                TS__RETURN_IF_ERROR(fp4_rows(x, 1, ws->qi4 + (b * IH + h) * 64,
+                TS__RETURN_IF_ERROR(fp4_row(x, ws->qi4 + (b * IH + h) * 64,
                                              ws->qi4sf + b * IH + h));
             }
         }
@@ -312,10 +321,10 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         const int64_t p = m->pos[seqs[b]];
         for (int64_t h = 0; h < H; h++) {
             uint16_t *oh = ws->o + (b * H + h) * 512 + 448;
-            float x[64];
+            double x[64];
             for (int i = 0; i < 64; i++) x[i] = ts_bf16_to_f32(oh[i]);
             ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, true);
-            for (int i = 0; i < 64; i++) oh[i] = ts_f32_to_bf16(x[i]);
+            for (int i = 0; i < 64; i++) oh[i] = ts_f32_to_bf16((float)x[i]);
         }
     }
     ts__prof_add(pf, TS__P_ROPE, t0, 0, 0);

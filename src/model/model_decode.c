@@ -8,7 +8,7 @@
 
 #define WS_FIELDS(F_)                                                                \
     F_(X, uint16_t, B * hc * D) F_(X2, uint16_t, B * hc * D) F_(xf, float, B * hc * D)  \
-    F_(mix, float, B * nmix) F_(post, float, B * hc) F_(comb, float, B * hc * hc)       \
+    F_(mixf, float, B * nmix) F_(mix, double, B * nmix) F_(post, double, B * hc) F_(comb, double, B * hc * hc)       \
     F_(y, uint16_t, B * D) F_(a, uint16_t, B * D) F_(f, uint16_t, B * D)                \
     F_(a8, uint8_t, B * kmax) F_(a8sf, float, B * (kmax / 32))                         \
     F_(act_f32, float, E * B + B * kmax) F_(qr0, uint16_t, B * QL) F_(qr, uint16_t, B * QL) \
@@ -125,7 +125,7 @@ ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs, const int
             t0 = pf->on ? ts__model_now() : 0;
             ts__model_hc_pre(m, ws->X, n, sub ? ly->hc_ffn_fn : ly->hc_attn_fn,
                              sub ? ly->hc_ffn_base : ly->hc_attn_base,
-                             sub ? ly->hc_ffn_scale : ly->hc_attn_scale, ws->xf, ws->mix, ws->y,
+                             sub ? ly->hc_ffn_scale : ly->hc_attn_scale, ws->xf, ws->mixf, ws->mix, ws->y,
                              ws->post, ws->comb);
             for (int64_t b = 0; b < n; b++)
                 ts__model_rmsnorm_bf16(ws->y + b * D, D, sub ? ly->ffn_norm : ly->attn_norm, eps,
@@ -145,7 +145,7 @@ ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs, const int
     for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;
     if (!logits) return TS_OK;
     t0 = pf->on ? ts__model_now() : 0;
-    ts__model_hc_head(m, ws->X, n, ws->xf, ws->mix, ws->y);
+    ts__model_hc_head(m, ws->X, n, ws->xf, ws->mixf, ws->mix, ws->y);
     for (int64_t b = 0; b < n; b++)
         ts__model_rmsnorm_bf16(ws->y + b * D, D, m->norm, eps, ws->a + b * D);
     TS__RETURN_IF_ERROR(ts__model_linbf(m->head, c->vocab_size, D, ws->a, n, logits,

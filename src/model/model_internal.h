@@ -125,8 +125,8 @@ typedef struct ts__layer_cache {
 typedef struct ts__ws {
     uint16_t *X, *X2;          /* [B][hc][dim] residual streams */
     float *xf;                 /* [B][hc*dim] */
-    float *mix;                /* [B][(2+hc)*hc] */
-    float *post, *comb;        /* [B][hc], [B][hc*hc] */
+    float *mixf; double *mix;  /* [B][(2+hc)*hc] */
+    double *post, *comb;       /* [B][hc], [B][hc*hc] */
     uint16_t *y, *a, *f;       /* [B][dim] */
     uint8_t *a8; float *a8sf;  /* lin8 activations [B][kmax], [B][kmax/32] */
     float *act_f32;            /* [B][kmax] */
@@ -214,7 +214,7 @@ ts_status ts__model_kv_store(uint8_t *cache, int64_t page, int64_t slot, const u
 /* model_rope.c */
 ts_status ts__model_rope_tables(ts_model *m);
 /* Rotates x[0..63] (pairs 2i, 2i+1) by the table row; inverse uses -theta. */
-void ts__model_rope(const float *cos_row, const float *sin_row, float *x, bool inverse);
+void ts__model_rope(const float *cos_row, const float *sin_row, double *x, bool inverse);
 void ts__model_yarn_freqs(const ts_model_config *cfg, bool compressed, double freq[32]);
 
 /* model_linear.c */
@@ -227,15 +227,17 @@ ts_status ts__model_linbf(ts_packed_weight *w, int64_t n, int64_t k, const uint1
                           int64_t m, float *y, int64_t ldy);
 
 /* model_mhc.c */
-void ts__model_sinkhorn(float *M, int64_t hc, int64_t iters, float eps);
+/* Between rounding points the model's own elementwise code runs in double (closer to the float64
+ * reference than f32, and still one fixed order per row: batch- and thread-invariant). */
+void ts__model_sinkhorn(double *M, int64_t hc, int64_t iters, double eps);
 void ts__model_hc_pre(const ts_model *m, const uint16_t *X, int64_t n, const float *fn,
-                      const float *base, const float *scale, float *xf, float *mix,
-                      uint16_t *y, float *post, float *comb);
+                      const float *base, const float *scale, float *xf, float *mixf, double *mix,
+                      uint16_t *y, double *post, double *comb);
 void ts__model_hc_post(const ts_model *m, const uint16_t *f, const uint16_t *X, int64_t n,
-                       const float *post, const float *comb, uint16_t *Xout);
-void ts__model_hc_head(const ts_model *m, const uint16_t *X, int64_t n, float *xf, float *mix,
-                       uint16_t *y);
-float ts__model_rms(const float *x, int64_t n, float eps);
+                       const double *post, const double *comb, uint16_t *Xout);
+void ts__model_hc_head(const ts_model *m, const uint16_t *X, int64_t n, float *xf, float *mixf,
+                       double *mix, uint16_t *y);
+double ts__model_rms(const float *x, int64_t n, float eps);
 /* out = bf16(x * rms(x) * w) */
 void ts__model_rmsnorm_bf16(const uint16_t *x, int64_t n, const float *w, float eps,
                             uint16_t *out);
@@ -245,9 +247,9 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
                               const uint16_t *a, uint16_t *out);
 /* The compressor's block softmax-pool for one channel set (exposed for tests): rows
  * [nslot][stride] of scores and values, channel c; returns sum_j softmax_j(s) v_j. */
-float ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot,
-                             int64_t stride, int64_t c);
-void ts__model_hadamard128(float *x);
+double ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot,
+                              int64_t stride, int64_t c);
+void ts__model_hadamard128(double *x);
 
 /* model_moe.c */
 ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens,

@@ -30,12 +30,12 @@ typedef struct gemv_ctx {
 } gemv_ctx;
 
 static inline float dot_f32(const float *x, const float *w, int64_t k) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double acc[4] = {0, 0, 0, 0};
     int64_t i = 0;
-    for (; i + 8 <= k; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[i + l] * w[i + l];
-    for (int l = 0; i < k; i++, l++) acc[l] += x[i] * w[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i + 4 <= k; i += 4)
+        for (int l = 0; l < 4; l++) acc[l] += (double)x[i + l] * (double)w[i + l];
+    for (int l = 0; i < k; i++, l++) acc[l] += (double)x[i] * (double)w[i];
+    return (float)((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
 static void gemv_rows(void *vctx, int64_t n0, int64_t n1, int tid) {

@@ -15,14 +15,14 @@ ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, i
                                      float limit, float *tmp, uint8_t *out, float *sf) {
     for (int64_t r = 0; r < m; r++) {
         for (int64_t i = 0; i < inter; i++) {
-            float g = ts_bf16_to_f32(gate[r * ld + i]), u = ts_bf16_to_f32(up[r * ld + i]);
+            double g = ts_bf16_to_f32(gate[r * ld + i]), u = ts_bf16_to_f32(up[r * ld + i]);
             if (limit > 0) {
                 g = g < limit ? g : limit;
                 u = u < limit ? (u > -limit ? u : -limit) : limit;
             }
-            float v = g / (1.0f + expf(-g)) * u;
+            double v = g / (1.0 + exp(-g)) * u;
             if (weights) v = v * weights[r];
-            tmp[r * inter + i] = v;
+            tmp[r * inter + i] = (float)v;
         }
     }
     if (m == 0) return TS_OK;
@@ -32,24 +32,24 @@ ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, i
     return ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s);
 }
 
-static float score_of(ts_model_score_func f, float s) {
-    if (f == TS_MODEL_SCORE_SIGMOID) return 1.0f / (1.0f + expf(-s));
-    /* log1p(exp(s)) == s in f32 once s > 17 (exp(-s) < 2^-24 s): avoids exp's overflow */
-    const float sp = s > 30.0f ? s : log1pf(expf(s));
-    return sqrtf(sp);
+static double score_of(ts_model_score_func f, double s) {
+    if (f == TS_MODEL_SCORE_SIGMOID) return 1.0 / (1.0 + exp(-s));
+    /* log1p(exp(s)) == s in double once s > 37: avoids exp's overflow */
+    const double sp = s > 40.0 ? s : log1p(exp(s));
+    return sqrt(sp);
 }
 
 void ts__model_route(const ts_model_config *cfg, const float *s, const float *bias,
                      const int32_t *hash_row, int64_t E, int64_t topk, int32_t *idx, float *w) {
-    float buf[1024];
-    float *sc = E <= 1024 ? buf : (float *)malloc((size_t)E * sizeof(float));
+    double buf[1024];
+    double *sc = E <= 1024 ? buf : (double *)malloc((size_t)E * sizeof(double));
     TS__ASSERT(sc);
     if (cfg->score_func == TS_MODEL_SCORE_SOFTMAX) {
-        float mx = s[0];
+        double mx = s[0];
         for (int64_t e = 1; e < E; e++) mx = s[e] > mx ? s[e] : mx;
-        float sum = 0;
+        double sum = 0;
         for (int64_t e = 0; e < E; e++) {
-            sc[e] = expf(s[e] - mx);
+            sc[e] = exp(s[e] - mx);
             sum += sc[e];
         }
         for (int64_t e = 0; e < E; e++) sc[e] = sc[e] / sum;
@@ -62,12 +62,12 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
         /* descending sc + bias, ties: lower expert id */
         for (int64_t j = 0; j < topk; j++) {
             int64_t best = -1;
-            float bv = 0;
+            double bv = 0;
             for (int64_t e = 0; e < E; e++) {
                 bool used = false;
                 for (int64_t k = 0; k < j; k++) used |= idx[k] == e;
                 if (used) continue;
-                const float v = sc[e] + (bias ? bias[e] : 0.0f);
+                const double v = sc[e] + (bias ? (double)bias[e] : 0.0);
                 if (best < 0 || v > bv) {
                     best = e;
                     bv = v;
@@ -76,11 +76,11 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
             idx[j] = (int32_t)best;
         }
     }
-    const float rs = (float)cfg->route_scale;
+    const double rs = cfg->route_scale;
     if (cfg->score_func == TS_MODEL_SCORE_SOFTMAX) {
         for (int64_t j = 0; j < topk; j++) w[j] = sc[idx[j]] * rs;
     } else {
-        float sum = 0;
+        double sum = 0;
         for (int64_t j = 0; j < topk; j++) sum += sc[idx[j]];
         for (int64_t j = 0; j < topk; j++) w[j] = sc[idx[j]] / sum * rs;
     }
@@ -170,24 +170,24 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw3, a, n, D, ws->su, I));
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = 0; i < I; i++) {
-            float g = ts_bf16_to_f32(ws->sg[b * I + i]), u = ts_bf16_to_f32(ws->su[b * I + i]);
+            double g = ts_bf16_to_f32(ws->sg[b * I + i]), u = ts_bf16_to_f32(ws->su[b * I + i]);
             if (limit > 0) {
                 g = g < limit ? g : limit;
                 u = u < limit ? (u > -limit ? u : -limit) : limit;
             }
-            ws->sh[b * I + i] = ts_f32_to_bf16(g / (1.0f + expf(-g)) * u);
+            ws->sh[b * I + i] = ts_f32_to_bf16((float)(g / (1.0 + exp(-g)) * u));
         }
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
 
     /* 4. routed (top-k order) + shared */
     for (int64_t b = 0; b < n; b++)
         for (int64_t d = 0; d < D; d++) {
-            float acc = 0;
+            double acc = 0;
             for (int64_t j = 0; j < K; j++) {
                 const int64_t e = ws->sel[b * K + j], sl = ws->slot[b * K + j];
                 acc += ts_bf16_to_f32(ws->ye[(e * n + sl) * D + d]);
             }
-            const float routed = ts_bf16_to_f32(ts_f32_to_bf16(acc));
+            const float routed = ts_bf16_to_f32(ts_f32_to_bf16((float)acc));
             out[b * D + d] = ts_f32_to_bf16(routed + ts_bf16_to_f32(ws->so[b * D + d]));
         }
     return TS_OK;

@@ -43,12 +43,11 @@ ts_status ts__model_rope_tables(ts_model *m) {
     return TS_OK;
 }
 
-void ts__model_rope(const float *cs, const float *sn, float *x, bool inverse) {
+void ts__model_rope(const float *cs, const float *sn, double *x, bool inverse) {
     for (int i = 0; i < 32; i++) {
-        const float c = cs[i], s = inverse ? -sn[i] : sn[i];
-        const float a = x[2 * i], b = x[2 * i + 1];
-        const float ac = a * c, bs = b * s, as = a * s, bc = b * c;
-        x[2 * i] = ac - bs;
-        x[2 * i + 1] = as + bc;
+        const double c = cs[i], s = inverse ? -(double)sn[i] : (double)sn[i];
+        const double a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = a * s + b * c;
     }
 }
