@@ -206,14 +206,13 @@ static int alloc_internode(ts_ep_buffer *b, int64_t stage_bytes, const char *wha
 }
 
 static void free_internode(ts_ep_buffer *b) {
-    /* A broken buffer may have requests MPI still serves: its staging stays (a bounded leak). */
-    if (b->broken && b->num_nodes > 1) return;
     if (b->remote_meta)
         for (int r = 0; r < 2 * b->num_ranks; r++) free(b->remote_meta[r]);
     free(b->remote_meta);
     free(b->reqs);
     free(b->req_rank);
-    ts__aligned_free(b->rdma);
+    /* a transfer abandoned at a timeout may still read it (see ep_internode.c) */
+    if (!b->stage_pinned) ts__aligned_free(b->rdma);
 }
 
 ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_rdma_bytes, bool low_latency_mode,

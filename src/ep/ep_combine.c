@@ -224,6 +224,7 @@ static ts_status internode_combine(ts_ep_buffer *b, const ts_ep_handle *h, const
     }
     b->nreqs = 0;
     int64_t off = 0;
+    b->data_phase = true;
     for (int n = 0; n < nodes; n++) {
         roff[n] = off;
         const int64_t cnt = n == b->node ? 0 : node_copies(b, h, b->rank, n);

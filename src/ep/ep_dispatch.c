@@ -498,6 +498,7 @@ static ts_status internode_exchange(ts_ep_buffer *b, uint64_t call, const local_
     }
     const int64_t rb = cc->rec.bytes;
     b->nreqs = 0;
+    b->data_phase = true;
     int64_t off = 0;
     for (int n = 0; n < nodes; n++) {
         const int s = n * k + b->local_rank;
@@ -546,7 +547,7 @@ static ts_status internode_exchange(ts_ep_buffer *b, uint64_t call, const local_
             MPI_Testall(b->nreqs - nrecv, b->reqs + nrecv, &dummy, MPI_STATUSES_IGNORE);
         }
     }
-    TS__RETURN_IF_ERROR(ts__ep_wait_reqs(b, D));
+    TS__RETURN_IF_ERROR(ts__ep_wait_reqs_until(b, deadline, D));
     if (h) {
         h->fwd_copy[0] = 0;
         for (int64_t i = 0; i < h->fwd_rec[R]; i++) {

@@ -66,6 +66,8 @@ struct ts_ep_buffer {
     MPI_Request *reqs;      /* [4 * R + 4]: requests of one internode phase */
     int32_t *req_rank;      /* the rank each request waits on (named on timeout) */
     int nreqs;
+    bool data_phase;   /* the requests include staging transfers */
+    bool stage_pinned; /* a timeout left such a transfer to MPI: the staging is never freed */
     struct ts__ep_async *async; /* worker of ts_ep_*_start (ep_async.c); NULL until first used */
 };
 
@@ -128,6 +130,8 @@ ts_status ts__ep_node_barrier(ts_ep_buffer *b, const char *what);
  * On expiry: TS_ERR_TIMEOUT naming the lowest rank whose request is pending, the requests
  * are cancelled / released and the buffer is marked broken. */
 ts_status ts__ep_wait_reqs(ts_ep_buffer *b, const char *what);
+/* The same with a given deadline (ts__ep_now_s() clock). */
+ts_status ts__ep_wait_reqs_until(ts_ep_buffer *b, double deadline, const char *what);
 /* Appends a request on b->reqs (waiting on `rank`). */
 static inline void ts__ep_req_push(ts_ep_buffer *b, MPI_Request r, int rank) {
     b->req_rank[b->nreqs] = rank;

@@ -32,11 +32,13 @@ static int lowest_missing(ts_ep_buffer *b, uint64_t target) {
     return missing;
 }
 
-/* Gives up on the pending requests: receives are cancelled, sends released (MPI may still
- * touch their memory, so a broken buffer keeps its staging until the process ends). */
+/* Gives up on the pending requests: receives are cancelled, sends released. MPI may still
+ * read a released send's memory: metadata records are small (sent eagerly), but a staging
+ * transfer may not be, so then the staging is kept until the process ends. */
 static void abandon_reqs(ts_ep_buffer *b) {
     for (int i = 0; i < b->nreqs; i++) {
         if (b->reqs[i] == MPI_REQUEST_NULL) continue;
+        if (b->data_phase) b->stage_pinned = true;
         MPI_Cancel(&b->reqs[i]);
         MPI_Request_free(&b->reqs[i]);
     }
@@ -58,8 +60,7 @@ static ts_status timeout(ts_ep_buffer *b, uint64_t target, const char *what) {
 #define TS__EP_MPI_MAX_SLEEP_NS 20000
 
 /* Waits until every node-local rank reached `target` (0: skip) and b->reqs are complete. */
-static ts_status wait_all(ts_ep_buffer *b, uint64_t target, const char *what) {
-    const double deadline = ts__ep_now_s() + b->timeout_s;
+static ts_status wait_all(ts_ep_buffer *b, uint64_t target, double deadline, const char *what) {
     ts__ep_backoff w = TS__EP_BACKOFF_INIT;
     int next_local = 1; /* node-local ranks are checked in ring order from this rank */
     for (;;) {
@@ -72,6 +73,7 @@ static ts_status wait_all(ts_ep_buffer *b, uint64_t target, const char *what) {
         if (b->nreqs) MPI_Testall(b->nreqs, b->reqs, &done, MPI_STATUSES_IGNORE);
         if (done && (!target || next_local >= b->ranks_per_node)) {
             b->nreqs = 0;
+            b->data_phase = false;
             return TS_OK;
         }
         if (b->nreqs && w.sleep_ns > TS__EP_MPI_MAX_SLEEP_NS) w.sleep_ns = TS__EP_MPI_MAX_SLEEP_NS;
@@ -79,12 +81,18 @@ static ts_status wait_all(ts_ep_buffer *b, uint64_t target, const char *what) {
     }
 }
 
-ts_status ts__ep_wait_reqs(ts_ep_buffer *b, const char *what) { return wait_all(b, 0, what); }
+ts_status ts__ep_wait_reqs(ts_ep_buffer *b, const char *what) {
+    return wait_all(b, 0, ts__ep_now_s() + b->timeout_s, what);
+}
+
+ts_status ts__ep_wait_reqs_until(ts_ep_buffer *b, double deadline, const char *what) {
+    return wait_all(b, 0, deadline, what);
+}
 
 ts_status ts__ep_node_barrier(ts_ep_buffer *b, const char *what) {
     const uint64_t target = ++b->barriers;
     atomic_store_explicit(&ts__ep_ctrl_of(b, b->rank)->arrive, target, memory_order_release);
-    return wait_all(b, target, what);
+    return wait_all(b, target, ts__ep_now_s() + b->timeout_s, what);
 }
 
 /* Remote ranks in ascending order, each once: post one message pair per remote rank. */
