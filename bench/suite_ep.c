@@ -605,6 +605,57 @@ int ts__suite_ep(const ts__bench_opts *opts) {
                        tb.median_s / row.t.median_s);
             }
         }
+        /* The internode path forced on this machine: every rank its own node, so every token
+         * goes through MPI to its destination's node proxy (itself here) and back. Same
+         * routing, same bytes, same baseline. Staging from the internode size hint. */
+        ep_row_spec irows[] = {
+            {"internode_dispatch", "e4m3", OP_DISPATCH, OP_REF_DISPATCH, deep_disp},
+            {"internode_combine", "bf16", OP_COMBINE, OP_REF_COMBINE, deep_comb},
+        };
+        char ishape[112];
+        snprintf(ishape, sizeof ishape, "%s nodes=%d", shape, R);
+        const bool want_inter = R > 1 && (row_wanted(irows[0].name, ishape) || row_wanted(irows[1].name, ishape));
+        ts_ep_buffer *intra = b.buf, *ib = NULL;
+        if (want_inter) {
+            int64_t rdma = 0;
+            ts_ep_buffer_options io = ts_ep_default_buffer_options();
+            io.ranks_per_node = 1;
+            ts_status ist = ts_ep_get_internode_buffer_size_hint(R, 1, T, H, (int32_t)K, S, true, &rdma);
+            if (ist == TS_OK) ist = ts_ep_buffer_create(MPI_COMM_WORLD, nvl, rdma, false, &io, &ib);
+            if (ist == TS_OK) {
+                b.buf = ib;
+                ist = run_op(&b, OP_DISPATCH, NULL);
+            }
+            if (ist != TS_OK) {
+                if (me == 0) fprintf(stderr, "tilestack bench ep: internode setup failed: %s\n", ts_last_error());
+                rc = 1;
+            } else if (me == 0) {
+                printf("internode (1 rank per node): staging %.1f MiB/rank\n", (double)rdma / (1 << 20));
+            }
+            for (size_t i = 0; i < sizeof irows / sizeof irows[0] && ist == TS_OK; i++) {
+                if (!row_wanted(irows[i].name, ishape)) continue;
+                ts__bench_row row = ep_row(&irows[i], ishape, R, threads, cores);
+                ts__timing tb;
+                ts_status s1 = time_op(&b, irows[i].op, &ref, opts->quick, &row.t);
+                ts_status s2 = s1 == TS_OK ? time_op(&b, irows[i].base, &ref, opts->quick, &tb) : s1;
+                if (s1 != TS_OK || s2 != TS_OK) {
+                    if (me == 0) ts__bench_report_error(opts, &row, ts_last_error());
+                    rc = 1;
+                    continue;
+                }
+                row.baseline_seconds = tb.median_s;
+                if (me == 0) {
+                    ts__bench_report(opts, &row);
+                    printf("    DeepEP accounting: %.2f GB/s per rank (ours), %.2f GB/s (Alltoallv), %.2fx\n",
+                           irows[i].deep / R / row.t.median_s * 1e-9, irows[i].deep / R / tb.median_s * 1e-9,
+                           tb.median_s / row.t.median_s);
+                }
+            }
+            ts_ep_handle_destroy(b.h); /* its routing belongs to ib */
+            b.h = NULL;
+            b.buf = intra;
+            ts_ep_buffer_destroy(ib);
+        }
         ts_ep_reference_free(&ref);
     }
 done:
