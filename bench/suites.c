@@ -9,6 +9,8 @@
 /* bench/suite_mega_moe.c (declared here to keep bench.h untouched) */
 int ts__suite_mega_moe(const ts__bench_opts *opts);
 
+int ts__suite_kernels(const ts__bench_opts *opts); /* bench/suite_kernels.c */
+
 typedef struct suite_entry {
     const char *name;
     const char *what;
@@ -25,6 +27,8 @@ static const suite_entry g_suites[] = {
     {"attention", "FlashMLA decode/prefill and MQA logits (lightning indexer) vs FMA peak / DRAM BW",
      ts__suite_attention},
     {"ep", "DeepEP dispatch (FP8) / combine (BF16) over shm vs MPI_Alltoallv, vs memcpy BW (mpirun)", ts__suite_ep},
+    {"kernels", "tile-language kernels: JIT compile/load time, AOT per_token_cast vs hand-written",
+     ts__suite_kernels},
     {"mega_moe", "fused Mega MoE (FP8xFP4) vs the unfused EP pipeline at decode sizes (mpirun)", ts__suite_mega_moe},
 };
 #define N_SUITES (sizeof g_suites / sizeof g_suites[0])

@@ -10,6 +10,8 @@ for dir in "$@"; do
   echo "=== tests: $dir ==="
   run_counted "$dir/tilestack_tests" "$dir/tilestack_tests"
 done
+# Bounded fuzzing of the tile compiler's front end (libFuzzer or the built-in driver).
+run_counted "fuzz" "$(dirname "$0")/run_fuzz.sh" "$@"
 # Multi-rank EP tests (mpirun), folded into the same totals.
 if command -v mpirun >/dev/null 2>&1; then
   log=$(mktemp)

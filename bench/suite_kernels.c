@@ -1,0 +1,266 @@
+/* `tilestack bench kernels`: the tile-language kernels.
+ *
+ *  - JIT: cold compile (a module never seen, fresh cache directory: front end + cc + load)
+ *    and cache-hit load (front end + key + entry check + dlopen), targets < 2 s and < 20 ms.
+ *  - per_token_cast_e4m3 compiled into the library (AOT) and the same source through the JIT
+ *    (which compiles for the active ISA) against the hand-written ts_per_token_cast_to_fp8
+ *    (gran 128, f32 scales; same bits): GB/s, share of memcpy bandwidth, hand-written time /
+ *    tile time (>= 0.9 wanted).
+ * TS_BENCH_FILTER selects rows by "name shape" substring. */
+#include "bench.h"
+#include "core/internal.h"
+#include "tilestack/kernels.h"
+#include "tilestack/tile.h"
+
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The AOT kernel's source (src/kernels/per_token_cast.tile, comments dropped): the CLI may run
+ * far from the source tree. */
+static const char k_ptc_src[] =
+    "const G = 128;\n"
+    "const BT = 4;\n"
+    "kernel per_token_cast_e4m3(x: tensor<bf16, [T, H]>, out: tensor<e4m3, [T, H]>,\n"
+    "                           sf: tensor<f32, [T, NG]>, use_ue8m0: bool) {\n"
+    "    check(NG == ceildiv(H, G), \"sf must have ceil(H / 128) columns\");\n"
+    "    launch (ceildiv(T, BT), NG) as (bt, g) {\n"
+    "        tile xt: f32[BT, G];\n"
+    "        tile ab: u32[BT, G];\n"
+    "        tile amax: u32[BT];\n"
+    "        tile s: f32[BT];\n"
+    "        tile inv: f32[BT];\n"
+    "        tile q: e4m3[BT, G];\n"
+    "        copy(x[bt * BT, g * G], xt);\n"
+    "        for i, j in parallel(BT, G) {\n"
+    "            ab[i, j] = bitcast<u32>(xt[i, j]) & 0x7fffffff;\n"
+    "        }\n"
+    "        reduce<max>(ab, amax, axis=1);\n"
+    "        for i in parallel(BT) {\n"
+    "            let a = amax[i];\n"
+    "            let scaled = max(bitcast<f32>(a), 1e-4) * (1.0 / 448.0);\n"
+    "            let sc = select(a > 0x7f800000, bitcast<f32>(cast<u32>(0x7fffffff)), scaled);\n"
+    "            let b = bitcast<u32>(sc) & 0x7fffffff;\n"
+    "            let e = (b >> 23) + select((b & 0x7fffff) != 0, cast<u32>(1), cast<u32>(0));\n"
+    "            let p2 = bitcast<f32>(clamp(e, cast<u32>(1), cast<u32>(254)) << 23);\n"
+    "            s[i] = select(use_ue8m0, p2, sc);\n"
+    "            inv[i] = 1.0 / s[i];\n"
+    "        }\n"
+    "        for i, j in parallel(BT, G) {\n"
+    "            let p = xt[i, j] * inv[i];\n"
+    "            q[i, j] = select(isnan(p), bitcast<f32>(cast<u32>(0x7fc00000)), p);\n"
+    "        }\n"
+    "        copy(q, out[bt * BT, g * G]);\n"
+    "        copy(s, sf[bt * BT:bt * BT + BT, g]);\n"
+    "    }\n"
+    "}\n";
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static ts__timing timing_of(double *s, int n) {
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    ts__timing t = {s[n / 2], s[0], n, 1};
+    return t;
+}
+
+/* Cold compiles: each in a fresh cache dir with a source no cache has seen. Then hits. */
+static int jit_rows(const ts__bench_opts *opts, const char *filter, ts_tile_kernel **keep, char *keep_dir) {
+    const int ncold = opts->quick ? 3 : 5, nhit = opts->quick ? 10 : 30;
+    double cold[5], hit[30];
+    int failures = 0;
+    const size_t n = sizeof k_ptc_src + 64;
+    char *src = malloc(n);
+    if (!src) return 1;
+    ts__bench_row row = {.suite = "kernels", .shape = "per_token_cast", .dtype = "-", .threads = 1};
+    for (int i = 0; i < ncold; i++) {
+        char dir[64];
+        snprintf(dir, sizeof dir, "/tmp/ts_bench_jit_XXXXXX");
+        if (!mkdtemp(dir)) {
+            failures++;
+            break;
+        }
+        snprintf(src, n, "// cold %d %ld %d\n%s", (int)getpid(), (long)(ts__now_s() * 1e6), i, k_ptc_src);
+        ts_tile_options o = {.cache_dir = dir};
+        ts_tile_kernel *k = NULL;
+        double t0 = ts__now_s();
+        ts_status st = ts_tile_compile(src, &o, &k);
+        cold[i] = ts__now_s() - t0;
+        if (st != TS_OK) {
+            row.name = "jit compile (cold)";
+            ts__bench_report_error(opts, &row, ts_last_error());
+            failures++;
+            nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+            free(src);
+            return failures;
+        }
+        if (i + 1 < ncold) {
+            ts_tile_kernel_release(k);
+            nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+            continue;
+        }
+        /* the last one stays: its entry is what the hits load */
+        ts_tile_kernel_release(k);
+        ts_tile_options oh = {.cache_dir = dir};
+        for (int j = 0; j < nhit; j++) {
+            k = NULL;
+            t0 = ts__now_s();
+            st = ts_tile_compile(src, &oh, &k);
+            hit[j] = ts__now_s() - t0;
+            ts_tile_kernel_info info;
+            if (st != TS_OK || ts_tile_kernel_info_get(k, &info) != TS_OK || !info.cache_hit) {
+                row.name = "jit load (cache hit)";
+                ts__bench_report_error(opts, &row, st != TS_OK ? ts_last_error() : "not a cache hit");
+                failures++;
+                ts_tile_kernel_release(k);
+                k = NULL;
+                break;
+            }
+            if (j + 1 < nhit) ts_tile_kernel_release(k);
+        }
+        *keep = k;
+        snprintf(keep_dir, 64, "%s", dir);
+    }
+    free(src);
+    if (ts__bench_wanted(filter, "jit compile (cold)", row.shape)) {
+        row.name = "jit compile (cold)";
+        row.t = timing_of(cold, ncold);
+        ts__bench_report(opts, &row);
+    }
+    if (!failures && ts__bench_wanted(filter, "jit load (cache hit)", row.shape)) {
+        row.name = "jit load (cache hit)";
+        row.t = timing_of(hit, nhit);
+        ts__bench_report(opts, &row);
+    }
+    printf("  targets: cold compile < 2 s, cache hit < 20 ms\n");
+    return failures;
+}
+
+/* ---- per_token_cast: tile (AOT, JIT) vs hand-written ---- */
+
+typedef struct ptc_ctx {
+    ts_tensor x, q, sf;
+    const ts_tile_kernel *jit;
+    int which; /* 0 hand-written, 1 AOT, 2 JIT, 3 memcpy */
+    char *mdst;
+    const char *msrc;
+    int64_t mbytes;
+} ptc_ctx;
+
+static void memcpy_range(void *p, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    ptc_ctx *c = p;
+    memcpy(c->mdst + begin, c->msrc + begin, (size_t)(end - begin));
+}
+
+static ts_status run_ptc(void *p) {
+    ptc_ctx *c = p;
+    switch (c->which) {
+    case 0: return ts_per_token_cast_to_fp8(&c->x, false, 128, false, &c->q, &c->sf);
+    case 1: return ts_per_token_cast_e4m3(&c->x, &c->q, &c->sf, false);
+    case 2: {
+        ts_tile_arg a[4] = {ts_tile_arg_tensor(&c->x), ts_tile_arg_tensor(&c->q), ts_tile_arg_tensor(&c->sf),
+                            ts_tile_arg_bool(false)};
+        return ts_tile_launch(c->jit, "per_token_cast_e4m3", a, 4);
+    }
+    default:
+        ts__parallel_for(c->mbytes, (int64_t)1 << 16, memcpy_range, c);
+        return TS_OK;
+    }
+}
+
+static int ptc_rows(const ts__bench_opts *opts, const char *filter, const ts_tile_kernel *jit,
+                    const int *threads, int nthreads) {
+    static const int64_t shapes[][2] = {{4001, 4096}, {4001, 7168}, {8001, 4096}, {8001, 7168}};
+    const int nshapes = opts->quick ? 2 : 4;
+    int failures = 0;
+    const int64_t maxe = 8001 * 7168;
+    uint16_t *x = ts__aligned_alloc((size_t)maxe * 2);
+    uint8_t *q = ts__aligned_alloc((size_t)maxe);
+    float *sf = ts__aligned_alloc((size_t)8001 * 56 * 4);
+    char *mbuf = ts__aligned_alloc((size_t)maxe * 3);
+    if (!x || !q || !sf || !mbuf) {
+        fprintf(stderr, "tilestack bench: out of memory\n");
+        ts__aligned_free(x), ts__aligned_free(q), ts__aligned_free(sf), ts__aligned_free(mbuf);
+        return 1;
+    }
+    ts__bench_rng r = {0x9E3779B97F4A7C15ull};
+    for (int64_t i = 0; i < maxe; i++) {
+        /* |x| ~ 2^-8 .. 2^8: realistic activations */
+        uint64_t v = ts__bench_rng_next(&r);
+        x[i] = (uint16_t)(((v >> 16) & 0x8000) | ((119 + (v % 16)) << 7) | (v >> 40 & 0x7F));
+    }
+    memset(q, 0, (size_t)maxe);
+    memset(mbuf, 1, (size_t)maxe * 3);
+    for (int si = 0; si < nshapes; si++) {
+        const int64_t t = shapes[si][0], h = shapes[si][1], ng = h / 128;
+        char shape[32];
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)t, (long long)h);
+        ptc_ctx c = {.x = ts_tensor_2d(x, TS_BF16, t, h), .q = ts_tensor_2d(q, TS_E4M3, t, h),
+                     .sf = ts_tensor_2d(sf, TS_F32, t, ng), .jit = jit};
+        /* read bf16, write e4m3 + scales */
+        const double bytes = 2.0 * (double)(t * h) + (double)(t * h) + 4.0 * (double)(t * ng);
+        c.mbytes = (int64_t)(bytes / 2);
+        c.msrc = mbuf;
+        c.mdst = mbuf + c.mbytes;
+        for (int ti = 0; ti < nthreads; ti++) {
+            (void)ts_set_num_threads(threads[ti]);
+            ts__timing tt[4];
+            ts_status st = TS_OK;
+            for (int w = 0; w < 4 && st == TS_OK; w++) {
+                if (w == 2 && !jit) continue;
+                c.which = w;
+                st = ts__bench_time(run_ptc, &c, opts->quick, &tt[w]);
+            }
+            ts__bench_row row = {.suite = "kernels", .shape = shape, .dtype = "bf16->e4m3", .threads = threads[ti],
+                                 .bytes = bytes, .roof = TS__ROOF_MEMCPY};
+            if (st != TS_OK) {
+                row.name = "per_token_cast_e4m3";
+                ts__bench_report_error(opts, &row, ts_last_error());
+                failures++;
+                continue;
+            }
+            static const char *const names[3] = {"per_token_cast hand-written", "per_token_cast tile AOT",
+                                                 "per_token_cast tile JIT"};
+            for (int w = 0; w < 3; w++) {
+                if (w == 2 && !jit) continue;
+                if (!ts__bench_wanted(filter, names[w], shape)) continue;
+                row.name = names[w];
+                row.t = tt[w];
+                row.baseline = w == 0 ? "memcpy" : "hand";
+                row.baseline_seconds = w == 0 ? tt[3].median_s : tt[0].median_s;
+                ts__bench_report(opts, &row);
+            }
+        }
+    }
+    ts__aligned_free(x), ts__aligned_free(q), ts__aligned_free(sf), ts__aligned_free(mbuf);
+    return failures;
+}
+
+int ts__suite_kernels(const ts__bench_opts *opts);
+int ts__suite_kernels(const ts__bench_opts *opts) {
+    int threads[2];
+    const int nthreads = ts__bench_thread_list(opts, threads);
+    for (int t = 0; t < nthreads; t++) ts__bench_print_machine(stdout, ts__probe_machine(threads[t], opts->quick));
+    const char *filter = getenv("TS_BENCH_FILTER");
+    printf("\nsuite kernels (ISA %s); frac = share of the roofline; ratio = baseline time / time "
+           "(hand = hand-written ts_per_token_cast_to_fp8)\n", opts->isa_name ? opts->isa_name : "?");
+    ts__bench_table_header(stdout);
+    const int saved = ts_get_num_threads();
+    ts_tile_kernel *jit = NULL;
+    char dir[64] = "";
+    int failures = jit_rows(opts, filter, &jit, dir);
+    failures += ptc_rows(opts, filter, jit, threads, nthreads);
+    (void)ts_set_num_threads(saved);
+    ts_tile_kernel_release(jit);
+    if (dir[0]) nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Fuzzes the tile compiler's front end (parse, check, lower, emit C; tests/fuzz/fuzz_tile.c)
+# for a bounded time under ASan+UBSan, seeded with src/kernels/*.tile and tests/fuzz/corpus/.
+# Uses libFuzzer when clang supports -fsanitize=fuzzer (built here, into <asan dir>/fuzz),
+# else the build's own deterministic mutation driver (tilestack_fuzz_tile). Each input has a
+# time limit (a hang fails the run); leaks fail it at exit. Ends with the runner's summary
+# line. Arguments: the build dirs given to run_tests.sh; the run happens in the sanitizer one
+# (TS_SANITIZE=ON in its CMakeCache.txt), else the last. TS_FUZZ_SECONDS (default 20).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+secs=${TS_FUZZ_SECONDS:-20}
+dir=""
+for d in "$@"; do
+  grep -q '^TS_SANITIZE:BOOL=ON' "$d/CMakeCache.txt" 2>/dev/null && dir=$d
+done
+[ -n "$dir" ] || dir=${!#}
+work="$dir/fuzz"
+mkdir -p "$work"
+seeds=("$root/src/kernels" "$root/tests/fuzz/corpus")
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+have_libfuzzer() {
+  command -v clang >/dev/null 2>&1 || return 1
+  printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' \
+    > "$work/probe.c"
+  clang -fsanitize=fuzzer "$work/probe.c" -o "$work/probe" >/dev/null 2>&1
+}
+
+rc=0
+if have_libfuzzer; then
+  bin="$work/fuzz_tile_libfuzzer"
+  srcs=("$root/tests/fuzz/fuzz_tile.c" "$root/src/core/status.c")
+  for f in "$root"/src/tile/tile_*.c; do
+    case "$(basename "$f")" in tile_jit*|tile_cache*|tile_sha256*) ;; *) srcs+=("$f") ;; esac
+  done
+  stale=0
+  [ -x "$bin" ] || stale=1
+  for f in "${srcs[@]}" "$root"/src/tile/*.h "$root"/src/core/internal.h "$root"/include/tilestack/*.h; do
+    [ "$f" -nt "$bin" ] && stale=1
+  done
+  if [ "$stale" = 1 ]; then
+    echo "fuzz: building the libFuzzer harness with clang"
+    clang -std=c11 -O1 -g -D_GNU_SOURCE -ffp-contract=off -fno-math-errno \
+      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+      -I "$root/include" -I "$root/src" "${srcs[@]}" -lm -o "$bin" || { echo "fuzz: build failed"; rc=1; }
+  fi
+  if [ "$rc" = 0 ]; then
+    out="$work/corpus"
+    rm -rf "$out"
+    mkdir -p "$out"
+    echo "fuzz: libFuzzer for ${secs}s"
+    "$bin" -seed=1 -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+      -print_final_stats=1 -artifact_prefix="$work/" "$out" "${seeds[@]}" 2>&1 | grep -v "Uses: [0-9]" | tail -n 25
+    rc=${PIPESTATUS[0]}
+  fi
+else
+  echo "fuzz: clang with libFuzzer not found; the built-in mutation driver for ${secs}s"
+  "$dir/tilestack_fuzz_tile" -seed=1 -max_total_time="$secs" -timeout=10 -artifact_prefix="$work/" "${seeds[@]}" \
+    | grep -v '^1 passed, 0 failed$'
+  rc=${PIPESTATUS[0]}
+fi
+if [ "$rc" = 0 ]; then
+  echo "1 passed, 0 failed"
+else
+  echo "fuzz: FAILED (exit $rc); inputs that failed are saved in $work/" >&2
+  echo "0 passed, 1 failed"
+fi
+exit "$rc"

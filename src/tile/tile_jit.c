@@ -1,0 +1,544 @@
+/* The tile JIT: ts_tile_compile / ts_tile_launch / ts_tile_kernel_release.
+ *
+ * source -> the tilec pipeline (wrappers prefixed tsjitk_) -> one C file: a prelude renaming
+ * every library entry point the code may call (tile_jit_rt.h), the generated C, and an
+ * epilogue with the thunks, the module's init function and one trampoline per kernel that
+ * unpacks an argument array into the wrapper's C signature -> the system compiler -> a
+ * shared object in the disk cache (tile_cache.c) -> dlopen, init with the runtime table. */
+#include "tilestack/tile.h"
+#include "core/internal.h"
+#include "tilestack/numerics.h"
+#include "tile/tile_internal.h"
+#include "tile/tile_jit_internal.h"
+#include "tile/tile_jit_rt.h"
+#include "tile/tile_sha256.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_PARAMS 64
+#define WRAP_PREFIX "tsjitk_"
+
+/* ---- the runtime table (library side; the module gets the same layout as text) ---- */
+typedef struct ts__tile_jit_rt {
+    unsigned abi, size;
+    ts_status (*vfail)(ts_status code, const char *fmt, va_list ap);
+#define TS__RT_X(R, N, P, A) R(*f_##N) P;
+#define TS__RT_V(N, P, A) void(*f_##N) P;
+    TS__TILE_JIT_RT_LIST(TS__RT_X, TS__RT_V)
+#undef TS__RT_X
+#undef TS__RT_V
+} ts__tile_jit_rt;
+
+static ts_status rt_vfail(ts_status code, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return ts__fail(code, "%s", msg);
+}
+
+static const ts__tile_jit_rt g_rt = {
+    TS__TILE_JIT_ABI, sizeof(ts__tile_jit_rt), rt_vfail,
+#define TS__RT_X(R, N, P, A) N,
+#define TS__RT_V(N, P, A) N,
+    TS__TILE_JIT_RT_LIST(TS__RT_X, TS__RT_V)
+#undef TS__RT_X
+#undef TS__RT_V
+};
+
+/* The module side, as C text. */
+#define TS__TXT_RENAME_X(R, N, P, A) "#define " #N " tsjit__" #N "\n"
+#define TS__TXT_RENAME_V(N, P, A) "#define " #N " tsjit__" #N "\n"
+static const char k_prelude[] =
+    "/* tilestack JIT module: library entry points go through the runtime table */\n"
+    "#define ts__fail tsjit__ts__fail\n"
+    TS__TILE_JIT_RT_LIST(TS__TXT_RENAME_X, TS__TXT_RENAME_V);
+
+#define TS__TXT_FIELD_X(R, N, P, A) "    " #R " (*f_" #N ")" #P ";\n"
+#define TS__TXT_FIELD_V(N, P, A) "    void (*f_" #N ")" #P ";\n"
+#define TS__TXT_THUNK_X(R, N, P, A) #R " " #N #P " { return tsjit__rt->f_" #N #A "; }\n"
+#define TS__TXT_THUNK_V(N, P, A) "void " #N #P " { tsjit__rt->f_" #N #A "; }\n"
+#define TS__STR(x) #x
+#define TS__XSTR(x) TS__STR(x)
+static const char k_epilogue[] =
+    "\n/* ---- tilestack JIT epilogue ---- */\n"
+    "#include <stdarg.h>\n"
+    "struct tsjit__rt_t {\n"
+    "    unsigned abi, size;\n"
+    "    ts_status (*vfail)(ts_status code, const char *fmt, va_list ap);\n"
+    TS__TILE_JIT_RT_LIST(TS__TXT_FIELD_X, TS__TXT_FIELD_V)
+    "};\n"
+    "static const struct tsjit__rt_t *tsjit__rt;\n"
+    "ts_status ts__fail(ts_status code, const char *fmt, ...) {\n"
+    "    va_list ap;\n"
+    "    va_start(ap, fmt);\n"
+    "    ts_status r = tsjit__rt->vfail(code, fmt, ap);\n"
+    "    va_end(ap);\n"
+    "    return r;\n"
+    "}\n"
+    TS__TILE_JIT_RT_LIST(TS__TXT_THUNK_X, TS__TXT_THUNK_V)
+    "TS_API int tsjit__init(const void *rt, size_t size, unsigned abi) {\n"
+    "    if (abi != " TS__XSTR(TS__TILE_JIT_ABI) " || size != sizeof(struct tsjit__rt_t)) return -1;\n"
+    "    tsjit__rt = (const struct tsjit__rt_t *)rt;\n"
+    "    return 0;\n"
+    "}\n";
+
+/* ---- the kernel object ---- */
+typedef struct jit_kernel {
+    char *name;
+    int nparams;
+    char **pnames;
+    int *pdt; /* -1: tensor; else the scalar's ts__tile_dt */
+    ts_status (*call)(void *const *argv);
+} jit_kernel;
+
+struct ts_tile_kernel {
+    void *handle;
+    int nkernels;
+    jit_kernel *k;
+    bool cache_hit;
+    char key[65];
+    char *path;
+};
+
+static void kernel_free(ts_tile_kernel *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nkernels; i++) {
+        for (int j = 0; j < m->k[i].nparams; j++) free(m->k[i].pnames[j]);
+        free(m->k[i].pnames);
+        free(m->k[i].pdt);
+        free(m->k[i].name);
+    }
+    free(m->k);
+    free(m->path);
+    if (m->handle) dlclose(m->handle);
+    free(m);
+}
+
+void ts_tile_kernel_release(ts_tile_kernel *kernel) { kernel_free(kernel); }
+
+static const char *scalar_ctype(int dt) {
+    switch (dt) {
+    case TT_BOOL: return "bool";
+    case TT_I8: return "int8_t";
+    case TT_I16: return "int16_t";
+    case TT_I32: return "int32_t";
+    case TT_I64: return "int64_t";
+    case TT_U8: return "uint8_t";
+    case TT_U16: return "uint16_t";
+    case TT_U32: return "uint32_t";
+    case TT_U64: return "uint64_t";
+    case TT_F32: return "float";
+    case TT_F64: return "double";
+    default: return NULL;
+    }
+}
+
+/* Signatures from the checked program; the trampolines go into `c`. */
+static ts_status take_signatures(const ts__tile_program *prog, ts_tile_kernel *m, ts__tile_buf *c) {
+    m->k = calloc((size_t)prog->nkernels, sizeof *m->k);
+    if (!m->k) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+    m->nkernels = prog->nkernels;
+    for (int i = 0; i < prog->nkernels; i++) {
+        const ts__tile_kernel *kk = &prog->kernels[i];
+        jit_kernel *k = &m->k[i];
+        k->name = strdup(kk->decl->name);
+        k->pnames = calloc((size_t)kk->nparams + 1, sizeof *k->pnames);
+        k->pdt = calloc((size_t)kk->nparams + 1, sizeof *k->pdt);
+        if (!k->name || !k->pnames || !k->pdt) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+        if (kk->nparams > MAX_PARAMS)
+            return ts__fail(TS_ERR_UNSUPPORTED, "ts_tile_compile: kernel '%s' has %d parameters (the JIT takes at most %d)",
+                            k->name, kk->nparams, MAX_PARAMS);
+        k->nparams = kk->nparams;
+        ts__tile_buf_printf(c, "TS_API ts_status tsjit__call_%d(void *const *a) {\n    return " WRAP_PREFIX "%s(",
+                            i, k->name);
+        for (int j = 0; j < kk->nparams; j++) {
+            const ts__tile_sym *p = kk->params[j];
+            k->pnames[j] = strdup(p->name);
+            if (!k->pnames[j]) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+            if (p->kind == SYM_TENSOR) {
+                k->pdt[j] = -1;
+                ts__tile_buf_printf(c, "%s*(const ts_tensor *const *)a[%d]", j ? ", " : "", j);
+            } else {
+                const char *ct = scalar_ctype(p->dt);
+                if (!ct)
+                    return ts__fail(TS_ERR_UNSUPPORTED, "ts_tile_compile: kernel '%s' parameter '%s': scalar type %s is not supported by the JIT",
+                                    k->name, p->name, ts__tile_dt_name(p->dt));
+                k->pdt[j] = p->dt;
+                ts__tile_buf_printf(c, "%s*(const %s *)a[%d]", j ? ", " : "", ct, j);
+            }
+        }
+        ts__tile_buf_puts(c, ");\n}\n");
+    }
+    return TS_OK;
+}
+
+static char *buf_take(ts__tile_buf *b) {
+    char *s = malloc(b->len + 1);
+    if (s) {
+        if (b->len) memcpy(s, b->data, b->len);
+        s[b->len] = 0;
+    }
+    return s;
+}
+
+static void set_log(const ts_tile_options *o, const char *text) {
+    if (!o || !o->log) return;
+    *o->log = strdup(text ? text : "");
+}
+
+/* Front end: the complete C file and the kernel signatures. On program errors the log gets
+ * the diagnostics. */
+static ts_status front_end(const char *source, const char *filename, const ts_tile_options *o,
+                           ts_tile_kernel *m, char **ctext) {
+    *ctext = NULL;
+    size_t len = strlen(source);
+    ts__tile_arena arena = {0};
+    ts__tile_diag d = {.file = filename, .src = source, .src_len = len};
+    ts__tile_buf gen = {0}, file = {0};
+    ts_status st = TS_OK;
+    ts__tile_program prog = {0};
+    ts__tile_node *mod = ts__tile_parse(&arena, &d);
+    bool ok = mod && ts__tile_check(&arena, &d, mod, &prog) && ts__tile_lower(&arena, &d, &prog);
+    if (ok) {
+        ts__tile_emit_opts eo = {.prefix = WRAP_PREFIX};
+        ok = ts__tile_emit_c(&gen, &d, &prog, &eo);
+    }
+    if (gen.oom || d.out.oom || arena.exhausted) {
+        st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+    } else if (!ok) {
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s", d.first[0] ? d.first : "tile program has errors");
+        ts__tile_buf_puts(&d.out, "");
+        set_log(o, d.out.data);
+    } else if (prog.nkernels == 0) {
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_tile_compile: the module defines no kernel");
+    } else {
+        ts__tile_buf_puts(&file, k_prelude);
+        ts__tile_buf_puts(&file, gen.data);
+        ts__tile_buf_puts(&file, k_epilogue);
+        st = take_signatures(&prog, m, &file);
+        if (st == TS_OK) {
+            *ctext = file.oom ? NULL : buf_take(&file);
+            if (!*ctext) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+        }
+    }
+    ts__tile_buf_free(&gen);
+    ts__tile_buf_free(&file);
+    ts__tile_buf_free(&d.out);
+    ts__tile_arena_free(&arena);
+    return st;
+}
+
+/* dlopen + init + trampolines; false (with *why) when the object is unusable. */
+static bool load(ts_tile_kernel *m, const char *path, char *why, size_t nwhy) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, nwhy, "%s", e ? e : "dlopen failed");
+        return false;
+    }
+    int (*init)(const void *, size_t, unsigned) = NULL;
+    void *sym = dlsym(h, "tsjit__init");
+    memcpy(&init, &sym, sizeof init); /* object -> function pointer, as POSIX allows */
+    if (!init || init(&g_rt, sizeof g_rt, TS__TILE_JIT_ABI) != 0) {
+        snprintf(why, nwhy, "%s: missing or mismatched tsjit__init", path);
+        dlclose(h);
+        return false;
+    }
+    for (int i = 0; i < m->nkernels; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "tsjit__call_%d", i);
+        sym = dlsym(h, name);
+        if (!sym) {
+            snprintf(why, nwhy, "%s: missing %s", path, name);
+            dlclose(h);
+            return false;
+        }
+        memcpy(&m->k[i].call, &sym, sizeof sym);
+    }
+    m->handle = h;
+    return true;
+}
+
+static ts_status build(const char *cc, const char *incdir, const char *dir, const char *ctext,
+                       char *const *flags, int nflags, const ts_tile_options *o, char **so_out) {
+    *so_out = NULL;
+    char *cpath = ts__tile_cache_tmp(dir, ".c"), *sopath = ts__tile_cache_tmp(dir, ".so");
+    char *iflag = malloc(strlen(incdir) + 3);
+    ts_status st = TS_OK;
+    if (!cpath || !sopath || !iflag) {
+        st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+        goto done;
+    }
+    sprintf(iflag, "-I%s", incdir);
+    FILE *f = fopen(cpath, "wb");
+    if (!f || fputs(ctext, f) < 0 || fclose(f) != 0) {
+        if (f) fclose(f);
+        st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot write '%s'", cpath);
+        goto done;
+    }
+    char *argv[40];
+    int n = 0;
+    argv[n++] = (char *)cc;
+    for (int i = 0; i < nflags; i++) argv[n++] = flags[i];
+    argv[n++] = iflag;
+    argv[n++] = "-o";
+    argv[n++] = sopath;
+    argv[n++] = cpath;
+    argv[n++] = "-lm";
+    argv[n] = NULL;
+    int code;
+    char *out = NULL;
+    st = ts__tile_cc_run(argv, &code, &out);
+    if (st == TS_OK) {
+        set_log(o, out);
+        if (code != 0) {
+            const char *msg = out;
+            while (*msg == '\n') msg++;
+            st = ts__fail(TS_ERR_INTERNAL, "ts_tile_compile: C compiler '%s' failed (exit %d): %.380s", cc, code,
+                          *msg ? msg : "(no output)");
+        } else {
+            st = ts__tile_cache_seal(sopath);
+        }
+    }
+    free(out);
+done:
+    if (cpath) unlink(cpath);
+    if (st != TS_OK && sopath) unlink(sopath);
+    free(cpath);
+    free(iflag);
+    if (st == TS_OK) *so_out = sopath;
+    else free(sopath);
+    return st;
+}
+
+ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts_tile_kernel **kernel) {
+    if (!kernel) return ts__fail(TS_ERR_NULL_POINTER, "ts_tile_compile: kernel is NULL");
+    *kernel = NULL;
+    if (options && options->log) *options->log = NULL;
+    if (!source) return ts__fail(TS_ERR_NULL_POINTER, "ts_tile_compile: source is NULL");
+    const ts_tile_options dflt = {0};
+    const ts_tile_options *o = options ? options : &dflt;
+    const char *filename = o->filename ? o->filename : "<jit>";
+    const char *cc = o->cc ? o->cc : (getenv("TS_TILE_CC") && *getenv("TS_TILE_CC") ? getenv("TS_TILE_CC") : "cc");
+    const bool use_cache = !(o->flags & TS_TILE_JIT_NO_CACHE);
+
+    ts_tile_kernel *m = calloc(1, sizeof *m);
+    if (!m) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+    char *ctext = NULL, *ccpath = NULL, *ccid = NULL, *dir = NULL, *incdir = NULL, *built = NULL;
+    ts_status st = front_end(source, filename, o, m, &ctext);
+    if (st == TS_OK) st = ts__tile_cc_resolve(cc, &ccpath);
+    if (st == TS_OK) st = ts__tile_cc_identity(ccpath, &ccid);
+    if (st != TS_OK) goto out;
+
+    char *flags[16];
+    int nflags = 0;
+    flags[nflags++] = "-std=c11";
+    flags[nflags++] = "-O2";
+    flags[nflags++] = "-fPIC";
+    flags[nflags++] = "-shared";
+    flags[nflags++] = "-ffp-contract=off";
+    flags[nflags++] = "-fno-math-errno";
+    flags[nflags++] = "-fvisibility=hidden";
+    flags[nflags++] = "-D_GNU_SOURCE";
+    flags[nflags++] = "-w";
+    if (ts__active_isa() == TS_ISA_AVX2) {
+        flags[nflags++] = "-mavx2";
+        flags[nflags++] = "-mfma";
+        flags[nflags++] = "-mf16c";
+        flags[nflags++] = "-DTS_HAVE_AVX2_KERNELS=1";
+    }
+
+    /* the key: everything that can change the object */
+    {
+        ts__sha256 s;
+        uint8_t d[32];
+        char abi[64];
+        snprintf(abi, sizeof abi, "tilestack-tile-jit abi %u", TS__TILE_JIT_ABI);
+        ts__sha256_init(&s);
+        ts__sha256_update(&s, abi, strlen(abi) + 1);
+        ts__sha256_update(&s, TS_VERSION_STRING, sizeof TS_VERSION_STRING);
+        ts__sha256_update(&s, ts_version_string(), strlen(ts_version_string()) + 1);
+        ts__sha256_update(&s, ts__tile_cache_headers_hash(), 65);
+        ts__sha256_update(&s, source, strlen(source) + 1);
+        ts__sha256_update(&s, filename, strlen(filename) + 1);
+        ts__sha256_update(&s, ctext, strlen(ctext) + 1);
+        for (int i = 0; i < nflags; i++) ts__sha256_update(&s, flags[i], strlen(flags[i]) + 1);
+        ts__sha256_update(&s, ccid, strlen(ccid) + 1);
+        ts__sha256_final(&s, d);
+        ts__sha256_to_hex(d, m->key);
+    }
+
+    st = ts__tile_cache_dir(o->cache_dir, &dir);
+    if (st != TS_OK) goto out;
+    char why[512] = "";
+    if (use_cache) {
+        size_t n = strlen(dir) + 80;
+        m->path = malloc(n);
+        if (!m->path) {
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+            goto out;
+        }
+        snprintf(m->path, n, "%s/%s.so", dir, m->key);
+        if (ts__tile_cache_valid(m->path) && load(m, m->path, why, sizeof why)) {
+            m->cache_hit = true;
+            set_log(o, "");
+            goto out;
+        }
+    }
+    st = ts__tile_cache_headers(dir, &incdir);
+    if (st == TS_OK) st = build(ccpath, incdir, dir, ctext, flags, nflags, o, &built);
+    if (st != TS_OK) goto out;
+    if (use_cache) {
+        /* replaces a corrupt entry, or an equal one another process just wrote */
+        if (rename(built, m->path) != 0) {
+            st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot move the object into the cache at '%s'", m->path);
+            unlink(built);
+            goto out;
+        }
+    } else {
+        free(m->path);
+        m->path = built;
+        built = NULL;
+    }
+    if (!load(m, m->path, why, sizeof why)) st = ts__fail(TS_ERR_INTERNAL, "ts_tile_compile: the built object does not load: %s", why);
+    if (!use_cache) unlink(m->path); /* the mapping stays valid */
+out:
+    free(ctext);
+    free(ccpath);
+    free(ccid);
+    free(dir);
+    free(incdir);
+    free(built);
+    if (st != TS_OK) {
+        kernel_free(m);
+        return st;
+    }
+    if (o->log && !*o->log) set_log(o, "");
+    *kernel = m;
+    return TS_OK;
+}
+
+/* ---- launch ---- */
+
+typedef union slot {
+    const ts_tensor *t;
+    bool b;
+    int8_t i8;
+    int16_t i16;
+    int32_t i32;
+    int64_t i64;
+    uint8_t u8;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64;
+    float f32;
+    double f64;
+} slot;
+
+static ts_status int_arg(const jit_kernel *k, int j, const ts_tile_arg *a, slot *s) {
+    const int dt = k->pdt[j];
+    int64_t lo = 0;
+    uint64_t hi = 0;
+    switch (dt) {
+    case TT_I8: lo = INT8_MIN, hi = INT8_MAX; break;
+    case TT_I16: lo = INT16_MIN, hi = INT16_MAX; break;
+    case TT_I32: lo = INT32_MIN, hi = INT32_MAX; break;
+    case TT_I64: lo = INT64_MIN, hi = INT64_MAX; break;
+    case TT_U8: hi = UINT8_MAX; break;
+    case TT_U16: hi = UINT16_MAX; break;
+    case TT_U32: hi = UINT32_MAX; break;
+    default: hi = UINT64_MAX; break;
+    }
+    bool neg = a->kind == TS_TILE_ARG_I64 && a->v.i < 0;
+    uint64_t mag = a->kind == TS_TILE_ARG_I64 ? (uint64_t)a->v.i : a->v.u;
+    if (neg ? a->v.i < lo : mag > hi) {
+        if (a->kind == TS_TILE_ARG_I64)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: argument %d (%s) = %lld does not fit %s", k->name, j,
+                            k->pnames[j], (long long)a->v.i, ts__tile_dt_name(dt));
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: argument %d (%s) = %llu does not fit %s", k->name, j,
+                        k->pnames[j], (unsigned long long)a->v.u, ts__tile_dt_name(dt));
+    }
+    switch (dt) {
+    case TT_I8: s->i8 = (int8_t)a->v.i; break;
+    case TT_I16: s->i16 = (int16_t)a->v.i; break;
+    case TT_I32: s->i32 = (int32_t)a->v.i; break;
+    case TT_I64: s->i64 = (int64_t)mag; break;
+    case TT_U8: s->u8 = (uint8_t)mag; break;
+    case TT_U16: s->u16 = (uint16_t)mag; break;
+    case TT_U32: s->u32 = (uint32_t)mag; break;
+    default: s->u64 = mag; break;
+    }
+    return TS_OK;
+}
+
+static const char *kind_name(int kind) {
+    switch (kind) {
+    case TS_TILE_ARG_TENSOR: return "a tensor";
+    case TS_TILE_ARG_BOOL: return "a bool";
+    case TS_TILE_ARG_I64: return "an i64";
+    case TS_TILE_ARG_U64: return "a u64";
+    case TS_TILE_ARG_F64: return "an f64";
+    default: return "an unknown kind";
+    }
+}
+
+ts_status ts_tile_launch(const ts_tile_kernel *kernel, const char *name, const ts_tile_arg *args, int nargs) {
+    if (!kernel) return ts__fail(TS_ERR_NULL_POINTER, "ts_tile_launch: kernel is NULL");
+    const jit_kernel *k = NULL;
+    if (!name) {
+        if (kernel->nkernels != 1)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_tile_launch: the module has %d kernels: name one", kernel->nkernels);
+        k = &kernel->k[0];
+    } else {
+        for (int i = 0; i < kernel->nkernels && !k; i++)
+            if (!strcmp(kernel->k[i].name, name)) k = &kernel->k[i];
+        if (!k) return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_tile_launch: no kernel named '%s' in the module", name);
+    }
+    if (nargs != k->nparams)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_tile_launch: %s takes %d arguments, got %d", k->name, k->nparams, nargs);
+    if (nargs > 0 && !args) return ts__fail(TS_ERR_NULL_POINTER, "ts_tile_launch: args is NULL");
+    slot slots[MAX_PARAMS];
+    void *ptrs[MAX_PARAMS + 1];
+    for (int j = 0; j < nargs; j++) {
+        const ts_tile_arg *a = &args[j];
+        const int dt = k->pdt[j];
+        slot *s = &slots[j];
+        ptrs[j] = s;
+        bool ok;
+        if (dt < 0) ok = a->kind == TS_TILE_ARG_TENSOR;
+        else if (dt == TT_BOOL) ok = a->kind == TS_TILE_ARG_BOOL;
+        else if (dt == TT_F32 || dt == TT_F64) ok = a->kind == TS_TILE_ARG_F64;
+        else ok = a->kind == TS_TILE_ARG_I64 || a->kind == TS_TILE_ARG_U64;
+        if (!ok)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: argument %d (%s) must be %s, got %s", k->name, j, k->pnames[j],
+                            dt < 0 ? "a tensor" : dt == TT_BOOL ? "a bool" : (dt == TT_F32 || dt == TT_F64) ? "an f64" : "an i64 or u64",
+                            kind_name(a->kind));
+        if (dt < 0) s->t = a->v.tensor;
+        else if (dt == TT_BOOL) s->b = a->v.b;
+        else if (dt == TT_F32) s->f32 = (float)a->v.f;
+        else if (dt == TT_F64) s->f64 = a->v.f;
+        else TS__RETURN_IF_ERROR(int_arg(k, j, a, s));
+    }
+    ptrs[nargs] = NULL;
+    return k->call(ptrs);
+}
+
+ts_status ts_tile_kernel_info_get(const ts_tile_kernel *kernel, ts_tile_kernel_info *info) {
+    if (!kernel) return ts__fail(TS_ERR_NULL_POINTER, "ts_tile_kernel_info_get: kernel is NULL");
+    if (!info) return ts__fail(TS_ERR_NULL_POINTER, "ts_tile_kernel_info_get: info is NULL");
+    info->nkernels = kernel->nkernels;
+    info->cache_hit = kernel->cache_hit;
+    memcpy(info->key, kernel->key, sizeof info->key);
+    info->path = kernel->path;
+    return TS_OK;
+}
+
+const char *ts_tile_kernel_name(const ts_tile_kernel *kernel, int i) {
+    if (!kernel || i < 0 || i >= kernel->nkernels) return NULL;
+    return kernel->k[i].name;
+}
