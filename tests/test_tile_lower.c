@@ -378,7 +378,7 @@ TS_TEST(tile_lower_c_structure) {
         "ts__tile_rsqrtf(",
         "fmaf(t",
         "ts__tile_div_i32(",
-        "if (!((!a->s_fail))) ts__tile_fail(&a->failed, 1);",
+        "if (!((!a->s_fail))) ts__tile_fail(&sh->failed, 1);",
         "\"t.tile:87:9: check() failed: asked to fail\",",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)

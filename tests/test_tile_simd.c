@@ -448,6 +448,7 @@ TS_TEST(tile_simd_what_is_vectorised) {
     if (v && s) {
         TS_CHECK(!strstr(s, "ts__tv_"));
         const char *want[] = {
+            "ts__tv_f32_to_e5m2(",
             "ts__tv_st_u8(&t",                 /* the e4m3 quantisation loop */
             "ts__tv_f32_to_e4m3(ts__tv_min_f32(ts__tv_max_f32(",
             "ts__tv_bf16_to_f32(ts__tv_ld_u16(&a->p_x[", /* copy in: contiguous, checks hoisted */
@@ -474,8 +475,9 @@ TS_TEST(tile_simd_rt_conversions) {
                 ts__tv_f32 v;
                 for (int l = 0; l < 8; l++) v[l] = ts__tile_bits_f32(se << 23 | (top + (uint32_t)l) << 11 | lows[lo]);
                 ts__tv_u16 b = ts__tv_f32_to_bf16(v);
-                ts__tv_u8 q = ts__tv_f32_to_e4m3(v);
-                for (int l = 0; l < 8; l++) bad += b[l] != ts_f32_to_bf16(v[l]) || q[l] != ts_f32_to_e4m3(v[l]);
+                ts__tv_u8 q = ts__tv_f32_to_e4m3(v), q5 = ts__tv_f32_to_e5m2(v);
+                for (int l = 0; l < 8; l++)
+                    bad += b[l] != ts_f32_to_bf16(v[l]) || q[l] != ts_f32_to_e4m3(v[l]) || q5[l] != ts_f32_to_e5m2(v[l]);
             }
     TS_CHECK_MSG(bad == 0, "%ld encodings differ", bad);
     for (int c = 0; c < 256; c += 8) {

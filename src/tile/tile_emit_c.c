@@ -273,6 +273,15 @@ static void sym_ref(em *e, ts__tile_buf *b, const ts__tile_sym *s) {
     }
 }
 
+/* "* stride" of tensor dim i: constant strides are emitted as numbers (the wrapper checked
+ * them; row-major views have stride 1 in the last dim), so the C compiler sees unit-stride
+ * accesses */
+static void stride_factor(ts__tile_buf *b, const ts__tile_sym *s, int i) {
+    if (!s->strided && i == s->rank - 1) return;
+    if (s->strided && !s->stridesym[i]) ts__tile_buf_printf(b, " * INT64_C(%lld)", (long long)s->cstrides[i]);
+    else ts__tile_buf_printf(b, " * a->st_%s_%d", s->name, i);
+}
+
 /* the lvalue text of an element */
 static void elem(em *e, ts__tile_buf *b, const ts__tile_node *n) {
     const ts__tile_sym *s = n->a->sym;
@@ -280,7 +289,8 @@ static void elem(em *e, ts__tile_buf *b, const ts__tile_node *n) {
         ts__tile_buf_printf(b, "a->p_%s[", s->name);
         for (int32_t i = 0; i < n->nlist; i++) {
             char *ix = ex_str(e, n->list[i], TT_I64);
-            ts__tile_buf_printf(b, "%s(%s) * a->st_%s_%d", i ? " + " : "", ix, s->name, (int)i);
+            ts__tile_buf_printf(b, "%s(%s)", i ? " + " : "", ix);
+            stride_factor(b, s, i);
             free(ix);
         }
         ts__tile_buf_puts(b, "]");
@@ -704,7 +714,7 @@ static void st(em *e, const ts__tile_node *n, int lv) {
         } else if (!strcmp(c->name, "check")) {
             char *x = ex_str(e, c->list[0], TT_BOOL);
             add_check(e, c);
-            ind(e, lv), ts__tile_buf_printf(o, "if (!(%s)) ts__tile_fail(&a->failed, %d);\n", x, e->nchecks);
+            ind(e, lv), ts__tile_buf_printf(o, "if (!(%s)) ts__tile_fail(&sh->failed, %d);\n", x, e->nchecks);
             free(x);
         } else if (!strcmp(c->name, "atomic_add")) {
             int t = ((const ts__tile_sym *)c->list[0]->a->sym)->dt;
@@ -937,6 +947,7 @@ static char *vconv(em *e, char *s, int from, int to) {
         if (from != TT_F32) s = vconv(e, s, from, TT_F32);
         if (to == TT_BF16) r = sfmt("ts__tv_f32_to_bf16(%s)", s);
         else if (to == TT_E4M3) r = sfmt("ts__tv_f32_to_e4m3(%s)", s);
+        else if (to == TT_E5M2) r = sfmt("ts__tv_f32_to_e5m2(%s)", s);
         else {
             conv_ctx c = {TT_F32, to};
             int f32 = TT_F32;
@@ -963,7 +974,10 @@ static char *elem_at(const ts__tile_sym *s, char **ix, int n) {
     ts__tile_buf b = {0};
     if (s->kind == SYM_TENSOR) {
         ts__tile_buf_printf(&b, "a->p_%s[", s->name);
-        for (int i = 0; i < n; i++) ts__tile_buf_printf(&b, "%s(%s) * a->st_%s_%d", i ? " + " : "", ix[i], s->name, i);
+        for (int i = 0; i < n; i++) {
+            ts__tile_buf_printf(&b, "%s(%s)", i ? " + " : "", ix[i]);
+            stride_factor(&b, s, i);
+        }
     } else {
         ts__tile_buf_printf(&b, "t%d_%s[", s->uid, s->name);
         for (int i = 0; i + 1 < n; i++) ts__tile_buf_puts(&b, "(");
@@ -1683,10 +1697,13 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
         if (s->kind != TN_LAUNCH) continue;
         int64_t scr = layout_tiles(s->a, 0);
         ts__tile_buf_printf(o, "\nstatic void ts__tk_%s_launch%d(void *ctx, int64_t begin, int64_t end, int tid) {\n", kn, nl);
-        ts__tile_buf_printf(o, "    ts__tk_%s_args *a = ctx;\n", kn);
+        /* a private copy of the arguments: stores through uint8_t pointers cannot alias it, so
+         * dims, strides and data pointers stay in registers; only the failure flag is shared */
+        ts__tile_buf_printf(o, "    ts__tk_%s_args *const sh = ctx;\n", kn);
+        ts__tile_buf_printf(o, "    const ts__tk_%s_args A_ = *sh, *const a = &A_;\n    (void)sh;\n", kn);
         if (scr > 0) {
             ts__tile_buf_printf(o, "    unsigned char *scr = ts__scratch(tid, %lld);\n", (long long)scr);
-            ts__tile_buf_puts(o, "    if (!scr) {\n        ts__tile_fail(&a->failed, -1);\n        return;\n    }\n");
+            ts__tile_buf_puts(o, "    if (!scr) {\n        ts__tile_fail(&sh->failed, -1);\n        return;\n    }\n");
         } else ts__tile_buf_puts(o, "    unsigned char *scr = NULL;\n    (void)scr;\n    (void)tid;\n");
         ts__tile_buf_puts(o, "    for (int64_t blk = begin; blk < end; blk++) {\n        int64_t rest = blk;\n");
         for (int32_t g = s->nlist2 - 1; g >= 0; g--) {

@@ -416,6 +416,30 @@ TS__TV_INL ts__tv_f32 ts__tv_round_f32(ts__tv_f32 x, int mode) {
 #endif
 }
 
+/* u32 lanes known to fit the narrower type: truncation (AVX2: unsigned saturating packs,
+ * exact for such values; the generic conversion compiles to lane extracts) */
+TS__TV_INL ts__tv_u16 ts__tv_narrow_u16(ts__tv_u32 v) {
+#if defined(__AVX2__)
+    __m256i x = (__m256i)v;
+    __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    return (ts__tv_u16)p;
+#else
+    return TS__TV_CVT(v, ts__tv_u16);
+#endif
+}
+TS__TV_INL ts__tv_u8 ts__tv_narrow_u8(ts__tv_u32 v) {
+#if defined(__AVX2__)
+    __m256i x = (__m256i)v;
+    __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    p = _mm_packus_epi16(p, p);
+    ts__tv_u8 r;
+    memcpy(&r, &p, sizeof r);
+    return r;
+#else
+    return TS__TV_CVT(v, ts__tv_u8);
+#endif
+}
+
 /* ---- narrow float formats: lane-wise twins of the scalar conversions of numerics ---- */
 TS__TV_INL ts__tv_f32 ts__tv_bf16_to_f32(ts__tv_u16 h) { return (ts__tv_f32)(TS__TV_CVT(h, ts__tv_u32) << 16); }
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) {
@@ -424,7 +448,7 @@ TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) {
     ts__tv_u32 q = ((u >> 16) & 0x8000u) | 0x7FC0u;
     ts__tv_u32 r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
     r = (ts__tv_u32)(((ts__tv_i32)q & nan) | ((ts__tv_i32)r & ~nan));
-    return TS__TV_CVT(r, ts__tv_u16);
+    return ts__tv_narrow_u16(r);
 }
 /* rne_mag of convert_scalar.c: RNE magnitude code of a finite |x| (bits a) with mbits mantissa
  * bits and exponent bias `bias`, no upper bound. The scalar code returns 0 for shifts past
@@ -448,14 +472,33 @@ TS__TV_INL ts__tv_u32 ts__tv_rne_mag(ts__tv_u32 a, int mbits, int bias) {
     ts__tv_u32 nrm = ((ts__tv_u32)(te - 1) << (uint32_t)mbits) + q;
     return (ts__tv_u32)(((ts__tv_i32)q & tsub) | ((ts__tv_i32)nrm & ~tsub));
 }
+/* ts_f32_to_e4m3 lane-wise, the method of the library's AVX2 encoder: normal results by
+ * rounding the f32 bits at bit 20 (RNE, exponent rebias 127 -> 7 folded into the constant);
+ * |x| < 2^-6 by one FPU add of 2^14, whose ulp is the e4m3 subnormal quantum 2^-9 (default
+ * rounding mode, as everywhere in the library). Codes past 0x7E (beyond 464, inf, NaN) clamp
+ * to the NaN code 0x7F. Same bits as the integer-only scalar routine (tested exhaustively
+ * over the exponent range). */
 TS__TV_INL ts__tv_u8 ts__tv_f32_to_e4m3(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 24) & 0x80u;
+    ts__tv_u32 cn = (a + ((a >> 20) & 1u) + (0x7FFFFu - (960u << 20))) >> 20;
+    ts__tv_f32 sm = (ts__tv_f32)a + ts__tv_splat_f32(16384.0f);
+    ts__tv_u32 cs = (ts__tv_u32)sm - 0x46800000u;
+    ts__tv_i32 tiny = (ts__tv_i32)a < 0x3C800000;
+    ts__tv_u32 c = (ts__tv_u32)(((ts__tv_i32)cs & tiny) | ((ts__tv_i32)cn & ~tiny));
+    ts__tv_i32 big = c > 0x7Fu;
+    c = (ts__tv_u32)((big & 0x7F) | ((ts__tv_i32)c & ~big));
+    return ts__tv_narrow_u8(s | c);
+}
+/* ts_f32_to_e5m2 lane-wise: RNE through rne_mag, past 57344 -> inf, NaN -> 0x7E | sign */
+TS__TV_INL ts__tv_u8 ts__tv_f32_to_e5m2(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 24) & 0x80u;
     ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x7F800000u;
     ts__tv_u32 ac = (ts__tv_u32)((big & 0x7F000000) | ((ts__tv_i32)a & ~big));
-    ts__tv_u32 c = ts__tv_rne_mag(ac, 3, 7);
-    ts__tv_i32 ovf = (c > 0x7Eu) | nan;
-    c = (ts__tv_u32)((ovf & 0x7F) | ((ts__tv_i32)c & ~ovf));
-    return TS__TV_CVT(s | c, ts__tv_u8);
+    ts__tv_u32 c = ts__tv_rne_mag(ac, 2, 15);
+    ts__tv_i32 ovf = c > 0x7Bu;
+    c = (ts__tv_u32)((ovf & 0x7C) | ((ts__tv_i32)c & ~ovf));
+    c = (ts__tv_u32)((nan & 0x7E) | ((ts__tv_i32)c & ~nan));
+    return ts__tv_narrow_u8(s | c);
 }
 TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
     ts__tv_u32 v = TS__TV_CVT(v8, ts__tv_u32);
