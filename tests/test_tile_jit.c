@@ -388,6 +388,17 @@ TS_TEST(tile_jit_compiler_failure_message) {
     log = NULL;
     TS_CHECK_STATUS(ts_tile_compile("const A = 1;", &o, &k), TS_ERR_INVALID_ARGUMENT);
     ts_tile_free(log);
+    /* a cache directory others can write is refused: its entries would be loaded as code */
+    char shared[128];
+    snprintf(shared, sizeof shared, "%s/shared", dir);
+    mkdir(shared, 0700);
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s/tile-jit", shared);
+    mkdir(sub, 0777);
+    chmod(sub, 0777);
+    ts_tile_options os = {.cache_dir = shared};
+    TS_CHECK_STATUS(ts_tile_compile(k_axpy, &os, &k), TS_ERR_IO);
+    TS_CHECK(strstr(ts_last_error(), "not writable by others") != NULL);
     TS_CHECK_STATUS(ts_tile_compile(NULL, &o, &k), TS_ERR_NULL_POINTER);
     TS_CHECK_STATUS(ts_tile_compile(k_axpy, &o, NULL), TS_ERR_NULL_POINTER);
     rm_tree(dir);

@@ -76,6 +76,13 @@ ts_status ts__tile_cache_dir(const char *cache_dir, char **dir) {
         free(d);
         return s;
     }
+    /* the entries are loaded as code: someone else's (or a shared writable) dir is refused */
+    struct stat st;
+    if (stat(d, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        ts_status s = ts__fail(TS_ERR_IO, "ts_tile_compile: cache directory '%s' must be owned by this user and not writable by others", d);
+        free(d);
+        return s;
+    }
     *dir = d;
     return TS_OK;
 }
