@@ -207,35 +207,57 @@ TS_TEST(model_ref_golden_loader_rejects_malformed_files) {
     free(buf);
 }
 
-/* (b) the optimised path against the reference, teacher-forced with the golden tokens (so a
- * greedy mismatch is reported at its step instead of derailing the rest). */
+/* The optimised path's logits over the golden tokens (teacher-forced, so a greedy mismatch is
+ * reported at its step instead of derailing the rest); 0 on failure (recorded). */
+static int run_optimised(ts_test_ctx *ts_t_, const ts__model_golden *g, double *out) {
+    const int64_t V = g->cfg.vocab_size;
+    ts_model *m = NULL;
+    TS_CHECK_STATUS(ts_model_create(&g->cfg, 1, &m), TS_OK);
+    if (!m) return 0;
+    float *lf = malloc((size_t)V * sizeof(float));
+    TS_CHECK(lf != NULL);
+    const int64_t seq = 0;
+    int ok = lf != NULL;
+    for (int64_t i = 0; ok && i < g->n_steps; i++) {
+        const ts_status st = ts_model_decode(m, 1, &seq, &g->tokens[i], lf);
+        TS_CHECK_STATUS(st, TS_OK);
+        ok = st == TS_OK;
+        for (int64_t v = 0; ok && v < V; v++) out[i * V + v] = lf[v];
+    }
+    free(lf);
+    ts_model_free(m);
+    return ok;
+}
+
+/* (b) the optimised path against the reference: calc_diff < 1e-3 at every step, the same greedy
+ * choices, and the same bits with one thread as with the default count. */
 TS_TEST(model_check_optimised_matches_reference) {
     if (!ensure_reference(ts_t_)) return;
     const ts__model_golden *g = &g_golden;
-    const int64_t V = g->cfg.vocab_size, n = g->n_steps * V;
-    ts_model *m = NULL;
-    TS_CHECK_STATUS(ts_model_create(&g->cfg, 1, &m), TS_OK);
-    if (!m) return;
-    float *lf = malloc((size_t)V * sizeof(float));
+    const int64_t n = g->n_steps * g->cfg.vocab_size;
     double *opt = malloc((size_t)n * sizeof(double));
-    TS_CHECK(lf && opt);
-    const int64_t seq = 0;
-    for (int64_t i = 0; lf && opt && i < g->n_steps && !TS_FAILED(); i++) {
-        TS_CHECK_STATUS(ts_model_decode(m, 1, &seq, &g->tokens[i], lf), TS_OK);
-        for (int64_t v = 0; v < V; v++) opt[i * V + v] = lf[v];
-    }
-    if (!TS_FAILED()) {
+    double *opt1 = malloc((size_t)n * sizeof(double));
+    TS_CHECK(opt && opt1);
+    if (opt && opt1 && run_optimised(ts_t_, g, opt)) {
         ts__model_compare cmp;
         TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, opt, &cmp), TS_OK);
         TS_CHECK_MSG(cmp.max_diff < 1e-3, "max calc_diff %.3g at step %lld (mean %.3g)",
                      cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
+        TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
         TS_CHECK_MSG(cmp.greedy_mismatches == 0, "%lld greedy tokens differ, first at step %lld",
                      (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch);
         if (getenv("TS_MODEL_CHECK_VERBOSE"))
             printf("  optimised vs reference: max calc_diff %.3g (step %lld), mean %.3g\n",
                    cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
+        const int threads = ts_get_num_threads();
+        if (threads > 1) {
+            TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
+            if (run_optimised(ts_t_, g, opt1))
+                TS_CHECK_MSG(memcmp(opt, opt1, (size_t)n * sizeof(double)) == 0,
+                             "logits with 1 thread differ from %d threads", threads);
+            TS_CHECK_STATUS(ts_set_num_threads(threads), TS_OK);
+        }
     }
-    free(lf);
     free(opt);
-    ts_model_free(m);
+    free(opt1);
 }
