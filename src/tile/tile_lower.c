@@ -5,7 +5,7 @@
  * Orders fixed here are part of the language (docs/tile-language.md): reduce<sum> uses eight
  * interleaved partial sums combined as ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)) unless
  * order="serial"; cumsum and gemm accumulate along k in ascending order (gemm with fma, as
- * the library's canonical GEMM order). */
+ * the library's canonical GEMM order; register-blocked rows, see lower_gemm). */
 #include "tile/tile_internal.h"
 
 #include <stdio.h>
@@ -445,6 +445,11 @@ static ts__tile_node *lower_reduce(lw *L, ts__tile_node *c, bool cumsum) {
     return out;
 }
 
+/* gemm: per element acc = 0; acc = fma(a, b, acc) for k ascending; C = acc or C + acc (the
+ * canonical order). Written so that the SIMD pass gets a register-blocked kernel: R rows of C
+ * per iteration (R accumulators sharing each B load, A broadcast), the vector running along
+ * C's columns, which needs B[k, n] contiguous in n - so with tb the B tile is first copied
+ * transposed into a compiler tile. Every C element still sees exactly the same operations. */
 static ts__tile_node *lower_gemm(lw *L, ts__tile_node *c) {
     int id = ++L->uid;
     ts__tile_loc loc = c->loc;
@@ -457,35 +462,69 @@ static ts__tile_node *lower_gemm(lw *L, ts__tile_node *c) {
         else clear = v;
     }
     int64_t M = C->cdims[0], N = C->cdims[1], K = ta ? A->cdims[0] : A->cdims[1];
+    int R = M % 4 == 0 ? 4 : M % 2 == 0 ? 2 : 1;
+    ts__tile_node *out = blockn(L, loc, 3);
+    const char *bname = B->name;
+    if (tb) {
+        /* tile __bt: dt[K, N]; for k, n in parallel(K, N) { __bt[k, n] = B[n, k]; } */
+        bname = tmpname(L, id, "bt", -1);
+        ts__tile_node *t = nn(L, TN_TILE, loc);
+        if (!t) return NULL;
+        t->name = bname;
+        t->dt = B->dt;
+        t->scope = TS_SCOPE_TILE;
+        t->nlist = 2;
+        t->list = arr(L, 2);
+        if (!t->list) return NULL;
+        t->list[0] = intl(L, K, loc);
+        t->list[1] = intl(L, N, loc);
+        add(out, t);
+        const char *tv[2] = {tmpname(L, id, "tk", -1), tmpname(L, id, "tn", -1)};
+        ts__tile_node *d2[2] = {name(L, tv[0], loc), name(L, tv[1], loc)};
+        ts__tile_node *s2[2] = {name(L, tv[1], loc), name(L, tv[0], loc)};
+        ts__tile_node *tbody = blockn(L, loc, 1);
+        add(tbody, assign(L, index_of(L, bname, d2, 2, loc), index_of(L, B->name, s2, 2, loc)));
+        ts__tile_node *te[2] = {intl(L, K, loc), intl(L, N, loc)};
+        add(out, loop(L, "parallel", tv, te, 2, tbody, loc));
+    }
     const char *mv = tmpname(L, id, "m", -1), *nv = tmpname(L, id, "n", -1), *kv = tmpname(L, id, "k", -1);
-    const char *acc = tmpname(L, id, "acc", -1);
-    ts__tile_node *body = blockn(L, loc, 3);
-    ts__tile_node *z = nn(L, TN_FLOAT, loc);
-    add(body, var(L, acc, TT_F32, z, loc));
-    ts__tile_node *ai[2], *bi[2];
-    ai[ta ? 1 : 0] = name(L, mv, loc);
-    ai[ta ? 0 : 1] = name(L, kv, loc);
-    bi[tb ? 1 : 0] = name(L, kv, loc);
-    bi[tb ? 0 : 1] = name(L, nv, loc);
-    ts__tile_node *f = call(L, "fma", NULL, loc, 3);
-    if (!f || !f->list) return NULL;
-    f->list[0] = index_of(L, A->name, ai, 2, loc);
-    f->list[1] = index_of(L, B->name, bi, 2, loc);
-    f->list[2] = name(L, acc, loc);
-    ts__tile_node *inner = blockn(L, loc, 1);
-    add(inner, assign(L, name(L, acc, loc), f));
+    const char *acc[4];
+    ts__tile_node *body = blockn(L, loc, 2 * R + 1);
+    ts__tile_node *inner = blockn(L, loc, R);
+    for (int r = 0; r < R; r++) {
+        acc[r] = tmpname(L, id, "acc", r);
+        add(body, var(L, acc[r], TT_F32, nn(L, TN_FLOAT, loc), loc));
+    }
+    /* row m * R + r of C */
+    ts__tile_node *rows[4];
+    for (int r = 0; r < R; r++) {
+        ts__tile_node *mm = R == 1 ? name(L, mv, loc) : bin(L, TO_MUL, name(L, mv, loc), intl(L, R, loc));
+        rows[r] = r ? bin(L, TO_ADD, mm, intl(L, r, loc)) : mm;
+    }
+    for (int r = 0; r < R; r++) {
+        ts__tile_node *ai[2], *bi[2] = {name(L, kv, loc), name(L, nv, loc)};
+        ai[ta ? 1 : 0] = clone(L, rows[r]);
+        ai[ta ? 0 : 1] = name(L, kv, loc);
+        ts__tile_node *f = call(L, "fma", NULL, loc, 3);
+        if (!f || !f->list) return NULL;
+        f->list[0] = index_of(L, A->name, ai, 2, loc);
+        f->list[1] = index_of(L, bname, bi, 2, loc);
+        f->list[2] = name(L, acc[r], loc);
+        add(inner, assign(L, name(L, acc[r], loc), f));
+    }
     ts__tile_node *ek = intl(L, K, loc);
     add(body, loop(L, "serial", &kv, &ek, 1, inner, loc));
-    ts__tile_node *ci[2] = {name(L, mv, loc), name(L, nv, loc)};
-    ts__tile_node *res = name(L, acc, loc);
-    if (!clear) {
-        ts__tile_node *ci2[2] = {name(L, mv, loc), name(L, nv, loc)};
-        res = bin(L, TO_ADD, index_of(L, C->name, ci2, 2, loc), res);
+    for (int r = 0; r < R; r++) {
+        ts__tile_node *ci[2] = {clone(L, rows[r]), name(L, nv, loc)};
+        ts__tile_node *res = name(L, acc[r], loc);
+        if (!clear) {
+            ts__tile_node *ci2[2] = {clone(L, rows[r]), name(L, nv, loc)};
+            res = bin(L, TO_ADD, index_of(L, C->name, ci2, 2, loc), res);
+        }
+        add(body, assign(L, index_of(L, C->name, ci, 2, loc), res));
     }
-    add(body, assign(L, index_of(L, C->name, ci, 2, loc), res));
     const char *vs[2] = {mv, nv};
-    ts__tile_node *ext[2] = {intl(L, M, loc), intl(L, N, loc)};
-    ts__tile_node *out = blockn(L, loc, 1);
+    ts__tile_node *ext[2] = {intl(L, M / R, loc), intl(L, N, loc)};
     add(out, loop(L, "parallel", vs, ext, 2, body, loc));
     return out;
 }
