@@ -133,6 +133,9 @@ TS_TEST(model_ref_compare_detects_differences) {
     TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, t, &cmp), TS_OK);
     TS_CHECK_EQ_INT(cmp.greedy_mismatches, 1);
     TS_CHECK_EQ_INT(cmp.first_mismatch, step);
+    TS_CHECK(cmp.first_above_1e9 == step);
+    TS_CHECK(cmp.first_mismatch_margin > 0 &&
+             cmp.first_mismatch_margin <= t[step * V + other] - t[step * V + want] + 1.0);
     TS_CHECK_EQ_INT(cmp.worst_step, step);
     TS_CHECK(cmp.max_diff > 1e-6);
     free(t);
@@ -241,14 +244,21 @@ TS_TEST(model_check_optimised_matches_reference) {
     if (opt && opt1 && run_optimised(ts_t_, g, opt)) {
         ts__model_compare cmp;
         TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, opt, &cmp), TS_OK);
-        TS_CHECK_MSG(cmp.max_diff < 1e-3, "max calc_diff %.3g at step %lld (mean %.3g)",
-                     cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
+        TS_CHECK_MSG(cmp.max_diff < 1e-3,
+                     "max calc_diff %.3g at step %lld (mean %.3g; first step above 1e-9: %lld)",
+                     cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
+                     (long long)cmp.first_above_1e9);
         TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
-        TS_CHECK_MSG(cmp.greedy_mismatches == 0, "%lld greedy tokens differ, first at step %lld",
-                     (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch);
+        TS_CHECK_MSG(cmp.greedy_mismatches == 0,
+                     "%lld greedy tokens differ, first at step %lld (reference top-2 margin there "
+                     "%.3g)",
+                     (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch,
+                     cmp.first_mismatch_margin);
         if (getenv("TS_MODEL_CHECK_VERBOSE"))
-            printf("  optimised vs reference: max calc_diff %.3g (step %lld), mean %.3g\n",
-                   cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
+            printf("  optimised vs reference: max calc_diff %.3g (step %lld), mean %.3g, first "
+                   "step above 1e-9: %lld\n",
+                   cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
+                   (long long)cmp.first_above_1e9);
         const int threads = ts_get_num_threads();
         if (threads > 1) {
             TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);

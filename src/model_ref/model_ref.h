@@ -60,6 +60,10 @@ typedef struct ts__model_compare {
     int64_t greedy_steps;       /* steps whose argmax was checked */
     int64_t greedy_mismatches;  /* of those, argmax != the golden token */
     int64_t first_mismatch;     /* step, or -1 */
+    double first_mismatch_margin; /* ref's top-1 minus top-2 logit at that step (a near-tie
+                                     shows as a margin within the logits' error) */
+    int64_t first_above_1e9;    /* first step with calc_diff > 1e-9, or -1: where the two runs
+                                   stop making the same rounding choices */
 } ts__model_compare;
 ts_status ts__model_compare_logits(const ts__model_golden *g, const double *ref,
                                    const double *test, ts__model_compare *out);

@@ -227,6 +227,7 @@ ts_status ts__model_compare_logits(const ts__model_golden *g, const double *ref,
     memset(out, 0, sizeof(*out));
     out->worst_step = -1;
     out->first_mismatch = -1;
+    out->first_above_1e9 = -1;
     double sum = 0;
     for (int64_t i = 0; i < g->n_steps; i++) {
         ts_tensor x = ts_tensor_1d((void *)(ref + i * V), TS_F64, V);
@@ -234,6 +235,7 @@ ts_status ts__model_compare_logits(const ts__model_golden *g, const double *ref,
         double d;
         TS__RETURN_IF_ERROR(ts_calc_diff(&x, &y, &d));
         sum += d;
+        if (out->first_above_1e9 < 0 && !(d <= 1e-9)) out->first_above_1e9 = i;
         if (out->worst_step < 0 || d > out->max_diff || isnan(d)) {
             out->max_diff = d;
             out->worst_step = i;
@@ -244,8 +246,19 @@ ts_status ts__model_compare_logits(const ts__model_golden *g, const double *ref,
         for (int64_t v = 1; v < V; v++)
             if (test[i * V + v] > test[i * V + best]) best = v;
         out->greedy_steps++;
-        if (best != want) {
-            if (out->greedy_mismatches++ == 0) out->first_mismatch = i;
+        if (best != want && out->greedy_mismatches++ == 0) {
+            out->first_mismatch = i;
+            double top1 = -INFINITY, top2 = -INFINITY;
+            for (int64_t v = 0; v < V; v++) {
+                const double x = ref[i * V + v];
+                if (x > top1) {
+                    top2 = top1;
+                    top1 = x;
+                } else if (x > top2) {
+                    top2 = x;
+                }
+            }
+            out->first_mismatch_margin = top1 - top2;
         }
     }
     out->mean_diff = g->n_steps ? sum / (double)g->n_steps : 0;

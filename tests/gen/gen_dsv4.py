@@ -19,6 +19,10 @@ Choices where docs/model.md names no variant (kept in one place each, see the co
 Run: decode PROMPT_LEN prompt tokens (splitmix64 seeded with PROMPT_SEED, token = (z >> 32) mod
 vocab) one by one, then N_GEN greedy steps (each argmax, ties to the lower id, is fed back).
 
+`--conditioning [SEED ...]` writes nothing: it runs the same rounding points with f32 arithmetic
+between them next to the float64 run and prints, per prompt seed, how far a correct f32
+implementation lands (per-step calc_diff, greedy steps that differ).
+
 Output tests/golden/dsv4_tiny.bin, little-endian:
   char magic[8] = "TSDSV4G1"
   u32 version = 1, u32 n_cfg_i64 (= 26), u32 n_cfg_f64 (= 7), u32 n_layers
@@ -104,7 +108,7 @@ def unpack_fp4(packed, n):
     codes = np.empty((packed.shape[0], n), dtype=np.uint8)
     codes[:, 0::2] = lo
     codes[:, 1::2] = hi
-    return E2M1[codes]
+    return E2M1[codes].astype(F64)
 
 
 def fp4_rows(x, gran=32):
@@ -242,7 +246,7 @@ class Weights:
 # ---- the decode step (§4) --------------------------------------------------------------
 
 def rope_freqs(cfg, compressed):
-    i = np.arange(32, dtype=F64)
+    i = np.arange(32, dtype=np.float64)  # float64 in every variant (docs/model.md, RoPE)
     if not compressed:
         return cfg["rope_theta"] ** (-2.0 * i / 64.0)
     base = cfg["compress_rope_theta"]
@@ -265,7 +269,7 @@ def rope(x, pos, freqs, inverse=False):
     if inverse:
         theta = -theta
     c = np.cos(theta).astype(F32).astype(F64)
-    s = np.sin(theta).astype(F32).astype(F64)
+    s = np.sin(theta).astype(F32).astype(F64)  # theta stays float64 in every variant
     x0, x1 = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
     out[..., 0::2] = x0 * c - x1 * s
@@ -278,7 +282,7 @@ def hadamard128(x):
     idx = np.arange(n)
     pc = np.array([bin(v).count("1") for v in range(n)])
     h = np.where(pc[idx[:, None] & idx[None, :]] % 2 == 0, 1.0, -1.0)
-    return (x @ h.T) / np.sqrt(128.0)
+    return (x @ h.T.astype(F64)) / np.sqrt(128.0)
 
 
 def sigmoid(x):
@@ -304,8 +308,8 @@ class Compressor:
     def __init__(self, d, r):
         self.d, self.r, self.overlap = d, r, r == 4
         coff = 2 if self.overlap else 1
-        self.k = np.zeros((r, coff * d))
-        self.g = np.zeros((r, coff * d))
+        self.k = np.zeros((r, coff * d), dtype=F64)
+        self.g = np.zeros((r, coff * d), dtype=F64)
         self.prev_k = None
         self.prev_g = None
 
@@ -338,7 +342,7 @@ class Model:
         self.layers = []
         for L in range(cfg["n_layers"]):
             r = cfg["compress_ratios"][L]
-            st = dict(r=r, window=np.zeros((cfg["window_size"], 512)), comp=[], idx=[],
+            st = dict(r=r, window=np.zeros((cfg["window_size"], 512), dtype=F64), comp=[], idx=[],
                       freqs=rope_freqs(cfg, r > 0))
             if r > 0:
                 st["compressor"] = Compressor(512, r)
@@ -485,14 +489,54 @@ class Model:
         return t["head"] @ bf16(y)
 
 
+def prompt_tokens(seed, n, vocab):
+    return [int(v) for v in (ts_prng.next_u64(seed, n) >> np.uint64(32)) % np.uint64(vocab)]
+
+
+def conditioning(seeds):
+    """How far a correct f32 implementation may land from the float64 one: the same rounding
+    points with f32 arithmetic between them (numpy's f32 sums), teacher-forced with the float64
+    run's greedy tokens. Prints per prompt seed the max / median per-step calc_diff, the first
+    step above 1e-6 and the steps whose argmax differs."""
+    global F64
+    cfg = CFG
+    w64 = Weights(cfg)
+    w64.generate()
+    F64 = np.float32
+    w32 = Weights(cfg)
+    w32.generate()
+    F64 = np.float64
+    for seed in seeds:
+        m64, m32 = Model(cfg, w64), Model(cfg, w32)
+        tokens = prompt_tokens(seed, PROMPT_LEN, cfg["vocab_size"])
+        diffs, flips = [], []
+        for i in range(PROMPT_LEN + N_GEN):
+            a = m64.decode(tokens[i])
+            F64 = np.float32
+            b = m32.decode(tokens[i]).astype(np.float64)
+            F64 = np.float64
+            diffs.append(1 - 2 * np.dot(a, b) / (np.dot(a, a) + np.dot(b, b)))
+            if i >= PROMPT_LEN - 1:
+                if np.argmax(a) != np.argmax(b):
+                    flips.append(i)
+                if len(tokens) < PROMPT_LEN + N_GEN:
+                    tokens.append(int(np.argmax(a)))
+        d = np.array(diffs)
+        print(f"prompt seed {seed}: max calc_diff {d.max():.2e} (step {d.argmax()}), median "
+              f"{np.median(d):.2e}, first > 1e-6 at step {int(np.argmax(d > 1e-6))}, "
+              f"greedy differs at steps {flips}", flush=True)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--conditioning":
+        conditioning([int(a) for a in sys.argv[2:]] or [PROMPT_SEED])
+        return
     cfg = CFG
     w = Weights(cfg)
     w.generate()
     model = Model(cfg, w)
     V = cfg["vocab_size"]
-    prompt = [int(v) for v in (ts_prng.next_u64(PROMPT_SEED, PROMPT_LEN) >> np.uint64(32))
-              % np.uint64(V)]
+    prompt = prompt_tokens(PROMPT_SEED, PROMPT_LEN, V)
     tokens = list(prompt)
     logits = []
     margins = []
