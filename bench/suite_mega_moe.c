@@ -4,7 +4,8 @@
  *   mpirun --oversubscribe -np 2 tilestack bench mega_moe [--quick]
  * Workload: hidden 4096, intermediate 2048, top-6, E = 32 and 64 experts, B tokens per rank
  * with B * R * 6 / E about 1.5 and 6 tokens per expert, and (TS_BENCH_MEGA_MOE_E256=1) E = 256
- * with about 1; uniform random distinct experts,
+ * with about 1; and a row with intermediate 128 (small experts: the GEMMs shrink 16x, so the
+ * rest of each path -- dispatch, waits, combine -- shows). uniform random distinct experts,
  * weights 1/6; FP4 weights with random codes and ue8m0 scales (packed), FP8 inputs cast with
  * ue8m0 per 32. Threads per rank = max(1, cores / ranks) (or --threads).
  * Time per call = the slowest rank's, median of the samples (every rank runs the same calls).
@@ -116,8 +117,8 @@ static ts_mega_moe_weights *random_weights(ts__bench_rng *rng, int64_t El, int64
 }
 
 static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int cores,
-                     int64_t E, int64_t B) {
-    const int64_t H = 4096, I = 2048, K = 6, El = E / R;
+                     int64_t E, int64_t B, int64_t I) {
+    const int64_t H = 4096, K = 6, El = E / R;
     char shape[96];
     snprintf(shape, sizeof shape, "E=%lld,B=%lld,H=%lld,I=%lld,k=%lld", (long long)E, (long long)B, (long long)H,
              (long long)I, (long long)K);
@@ -255,14 +256,15 @@ int ts__suite_mega_moe(const ts__bench_opts *opts) {
     int rc = 0;
     /* B * R * 6 / E tokens per expert: about 1.5 and 6 at R = 2 (E = 256: about 1; 1.6 GiB of
      * FP4 weights per rank) */
-    const int64_t shapes[][2] = {{32, 4}, {32, 16}, {64, 8}, {64, 32}, {256, 21}};
+    const int64_t shapes[][3] = {{32, 4, 2048}, {32, 16, 2048}, {64, 8, 2048}, {64, 32, 2048}, {256, 21, 2048},
+                                 {32, 4, 128}};
     const char *e256 = getenv("TS_BENCH_MEGA_MOE_E256");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int64_t E = shapes[i][0];
         if (E == 256 && !(e256 && atoi(e256) > 0)) continue; /* ~3 min of setup and calls */
         const int64_t B = ts__max64(1, shapes[i][1] * 2 / R);
         if (E % R != 0) continue;
-        rc |= run_shape(opts, R, me, threads, cores, E, B);
+        rc |= run_shape(opts, R, me, threads, cores, E, B, shapes[i][2]);
         MPI_Barrier(MPI_COMM_WORLD);
     }
     if (we_init) MPI_Finalize();
