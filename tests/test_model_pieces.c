@@ -178,3 +178,27 @@ TS_TEST(model_pieces_routing) {
     for (int e = 0; e < 8; e++) den += exp((double)s[e] - 3);
     TS_CHECK(idx[0] == 4 && fabs(w[0] - 1.0 / den * 1.5) < 1e-6);
 }
+
+#include "model/model_kernels.h"
+
+TS_TEST(model_pieces_dot_rows_generic_avx2_same_bits) {
+    ts_prng p = ts_prng_seed(21);
+    enum { K = 203, M = 5, LD = 211 };
+    float w[K], x[M * LD], y0[M * 3], y1[M * 3];
+    for (int i = 0; i < K; i++) w[i] = ts_prng_uniform(&p) * 3;
+    for (int i = 0; i < M * LD; i++) x[i] = ts_prng_uniform(&p);
+    for (int64_t k = 1; k <= K; k += 29) {
+        ts__model_dot_rows__generic(w, k, x, M, LD, y0, 3);
+        for (int r = 0; r < M; r++) { /* against a plain double sum: within f32 rounding */
+            double s = 0;
+            for (int64_t i = 0; i < k; i++) s += (double)x[r * LD + i] * w[i];
+            TS_CHECK(fabs(y0[r * 3] - s) <= 1e-6 * (1 + fabs(s)));
+        }
+#ifdef TS_HAVE_AVX2_KERNELS
+        if (ts_get_cpu_info()->has_avx2) {
+            ts__model_dot_rows__avx2(w, k, x, M, LD, y1, 3);
+            for (int r = 0; r < M; r++) TS_CHECK(memcmp(&y0[r * 3], &y1[r * 3], 4) == 0);
+        }
+#endif
+    }
+}

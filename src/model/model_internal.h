@@ -267,7 +267,13 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
 ts_status ts__model_ws_alloc(ts_model *m);
 void ts__model_ws_free(ts__ws *ws);
 
-/* Breakdown of the last profiled steps (model_profile.c). */
+/* Per-kernel breakdown of decode steps (model_profile.c): enable = true clears the table and
+ * starts accumulating (name, seconds, bytes, flops per kernel); false stops and prints it to out
+ * (if not NULL). */
 void ts__model_step_breakdown(ts_model *m, bool enable, FILE *out);
+/* Times `steps` steps of B sequences prefilled to `context` (after a warm-up step) and prints
+ * the step time, tokens/s and the per-step breakdown. */
+ts_status ts__model_time_decode(ts_model *m, int64_t B, int64_t context, int steps, FILE *out,
+                                double *step_sec);
 
 #endif

@@ -3,6 +3,7 @@
 #include "model_internal.h"
 
 #include "tilestack/quant.h"
+#include "model_kernels.h"
 
 ts_status ts__model_lin8(ts__ws *ws, ts__prof *prof, const ts__lin8 *w, const uint16_t *x,
                          int64_t m, int64_t ldx, uint16_t *y, int64_t ldy) {
@@ -27,29 +28,23 @@ typedef struct gemv_ctx {
     const float *x, *w;
     float *y;
     int64_t m, ldx, k, ldy;
+    ts__model_dot_rows_fn dot;
 } gemv_ctx;
-
-static inline float dot_f32(const float *x, const float *w, int64_t k) {
-    double acc[4] = {0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 4 <= k; i += 4)
-        for (int l = 0; l < 4; l++) acc[l] += (double)x[i + l] * (double)w[i + l];
-    for (int l = 0; i < k; i++, l++) acc[l] += (double)x[i] * (double)w[i];
-    return (float)((acc[0] + acc[1]) + (acc[2] + acc[3]));
-}
 
 static void gemv_rows(void *vctx, int64_t n0, int64_t n1, int tid) {
     (void)tid;
     const gemv_ctx *g = (const gemv_ctx *)vctx;
-    for (int64_t n = n0; n < n1; n++) {
-        const float *wr = g->w + n * g->k;
-        for (int64_t r = 0; r < g->m; r++) g->y[r * g->ldy + n] = dot_f32(g->x + r * g->ldx, wr, g->k);
-    }
+    for (int64_t n = n0; n < n1; n++) g->dot(g->w + n * g->k, g->k, g->x, g->m, g->ldx, g->y + n, g->ldy);
 }
 
 void ts__model_gemv_f32(const float *x, int64_t m, int64_t ldx, const float *w, int64_t n,
                         int64_t k, float *y, int64_t ldy) {
-    gemv_ctx g = {x, w, y, m, ldx, k, ldy};
+    gemv_ctx g = {x, w, y, m, ldx, k, ldy, ts__model_dot_rows__generic};
+#ifdef TS_HAVE_AVX2_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512)
+        g.dot = ts__model_dot_rows__avx2;
+#endif
+    /* each output is one weight row against all m rows: the split never changes a sum */
     ts__parallel_for(n, 8, gemv_rows, &g);
 }
 

@@ -54,3 +54,67 @@ void ts__model_step_breakdown(ts_model *m, bool enable, FILE *out) {
     }
     fprintf(out, "%-32s %10.3f\n", "total (timed sections)", tot * 1e3);
 }
+
+/* Times `steps` decode steps of B sequences (0..B-1) prefilled with `context` random tokens,
+ * after one warm-up step; prints per-step time, tokens/s and the kernel breakdown per step.
+ * For the demo runner and quick measurements. *step_sec (optional): mean seconds per step. */
+ts_status ts__model_time_decode(ts_model *m, int64_t B, int64_t context, int steps, FILE *out,
+                                double *step_sec) {
+    if (!m) return ts__fail(TS_ERR_NULL_POINTER, "ts__model_time_decode: m is NULL");
+    if (B < 1 || B > m->max_batch || steps < 1 || context < 0 ||
+        context + steps + 1 > m->cfg.max_seq_len)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts__model_time_decode: B = %lld (max %lld), "
+                        "context %lld + steps %d must fit max_seq_len %lld", (long long)B,
+                        (long long)m->max_batch, (long long)context, steps,
+                        (long long)m->cfg.max_seq_len);
+    int64_t *seqs = (int64_t *)malloc((size_t)B * sizeof *seqs);
+    int32_t *toks = (int32_t *)malloc((size_t)B * sizeof *toks);
+    float *logits = (float *)malloc((size_t)(B * m->cfg.vocab_size) * sizeof(float));
+    ts_status st = (seqs && toks && logits) ? TS_OK
+                                            : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts__model_time_decode");
+    for (int64_t b = 0; st == TS_OK && b < B; b++) {
+        seqs[b] = b;
+        toks[b] = (int32_t)((b * 7919 + 13) % m->cfg.vocab_size);
+        st = ts_model_prefill_random(m, b, context, 1000 + (uint64_t)b);
+    }
+    if (st == TS_OK) st = ts_model_decode(m, B, seqs, toks, logits); /* warm-up */
+    double *ts = (double *)calloc((size_t)steps, sizeof(double));
+    if (st == TS_OK && !ts) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts__model_time_decode");
+    if (st == TS_OK) ts__model_step_breakdown(m, true, NULL);
+    for (int i = 0; st == TS_OK && i < steps; i++) {
+        for (int64_t b = 0; b < B; b++) toks[b] = (int32_t)((toks[b] * 31 + 7) % m->cfg.vocab_size);
+        const double t0 = ts__model_now();
+        st = ts_model_decode(m, B, seqs, toks, logits);
+        ts[i] = ts__model_now() - t0;
+    }
+    if (st == TS_OK) {
+        double sum = 0, mn = ts[0];
+        for (int i = 0; i < steps; i++) {
+            sum += ts[i];
+            mn = ts[i] < mn ? ts[i] : mn;
+        }
+        const double mean = sum / steps;
+        if (step_sec) *step_sec = mean;
+        if (out) {
+            fprintf(out, "%s: B = %lld, context %lld, %d steps, %d threads: step mean %.2f ms "
+                    "(min %.2f), %.1f tokens/s\n", m->cfg.name, (long long)B, (long long)context,
+                    steps, ts_get_num_threads(), mean * 1e3, mn * 1e3, (double)B / mean);
+            /* the table per step */
+            for (int i = 0; i < TS__P_COUNT; i++) {
+                m->prof.sec[i] /= steps;
+                m->prof.bytes[i] /= steps;
+                m->prof.flops[i] /= steps;
+            }
+            ts__model_step_breakdown(m, false, out);
+        } else {
+            ts__model_step_breakdown(m, false, NULL);
+        }
+    } else {
+        ts__model_step_breakdown(m, false, NULL);
+    }
+    free(ts);
+    free(seqs);
+    free(toks);
+    free(logits);
+    return st;
+}
