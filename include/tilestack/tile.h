@@ -55,7 +55,7 @@ typedef struct ts_tile_options {
 } ts_tile_options;
 
 /* Compile the NUL-terminated tile-language module `source` and load it.
- * The generated C is compiled with -O2 -fPIC -shared -ffp-contract=off (+ -mavx2 -mfma -mf16c
+ * The generated C is compiled with -O3 -fPIC -shared -ffp-contract=off (+ -mavx2 -mfma -mf16c
  * when the active ISA is AVX2) into a shared object cached under the cache dir, keyed by a
  * SHA-256 of the source, the generated C, the options, the compiler's identity and the
  * tilestack version; a valid cached object is loaded without compiling, a corrupt one rebuilt.

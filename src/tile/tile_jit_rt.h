@@ -7,6 +7,7 @@
  * `#define name tsjit__name` prelude), defines each renamed function in the module as a thunk
  * through a table of function pointers, and the library hands the module that table in its
  * init function. Both sides are expanded from the one list below, so they cannot disagree.
+ * (The scalar numerics conversions are the exception: see TS__TILE_JIT_NUMERICS_LIST.)
  *
  * X(return type, name, (parameters), (arguments)); V(...) for void functions. ts__fail is
  * variadic and is thunked by hand through `vfail`. Adding an entry changes the table layout:
@@ -14,7 +15,7 @@
 #ifndef TS_TILE_JIT_RT_H
 #define TS_TILE_JIT_RT_H
 
-#define TS__TILE_JIT_ABI 1u
+#define TS__TILE_JIT_ABI 2u
 
 #define TS__TILE_JIT_RT_LIST(X, V)                                                          \
     X(ts_status, ts_tensor_check, (const ts_tensor *t, const char *name), (t, name))        \
@@ -37,6 +38,13 @@
       (n, grab, fn, ctx))                                                                   \
     X(void *, ts__scratch, (int tid, size_t bytes), (tid, bytes))                           \
     X(ts_isa, ts__active_isa, (void), ())                                                   \
+    X(ts_status, ts_convert,                                                                 \
+      (const void *src, ts_dtype sd, void *dst, ts_dtype dd, int64_t n), (src, sd, dst, dd, n))
+
+/* The scalar conversions are not thunked: a call per element through a table would dominate
+ * a cast kernel. The module compiles src/numerics/convert_scalar.c itself (embedded with the
+ * headers) under the renamed names, so they inline, with the library's exact code. */
+#define TS__TILE_JIT_NUMERICS_LIST(X, V)                                                    \
     X(uint16_t, ts_f32_to_bf16, (float x), (x))                                             \
     X(float, ts_bf16_to_f32, (uint16_t h), (h))                                             \
     X(uint16_t, ts_f32_to_f16, (float x), (x))                                              \
@@ -58,8 +66,6 @@
     X(uint16_t, ts_f32_to_e5m6, (float x), (x))                                             \
     X(float, ts_e5m6_to_f32, (uint16_t v), (v))                                             \
     V(ts_e5m6_pack8, (const uint16_t v[8], uint32_t w[3]), (v, w))                          \
-    V(ts_e5m6_unpack8, (const uint32_t w[3], uint16_t v[8]), (w, v))                        \
-    X(ts_status, ts_convert,                                                                 \
-      (const void *src, ts_dtype sd, void *dst, ts_dtype dd, int64_t n), (src, sd, dst, dd, n))
+    V(ts_e5m6_unpack8, (const uint32_t w[3], uint16_t v[8]), (w, v))
 
 #endif
