@@ -1522,6 +1522,17 @@ static const ts__tile_node *fold_of(const ts__tile_node *s, const ts__tile_sym *
     return x;
 }
 
+/* acc = acc OP x_<id> on vectors */
+static void fold_step(em *e, const char *acc, int id, const char *op, const char *S, const char *U, bool flt, bool mm) {
+    if (flt) ts__tile_buf_printf(e->o, "%s = ts__tv_%s_f32(%s, x_%d);\n", acc, op, acc, id);
+    else if (mm)
+        ts__tile_buf_printf(e->o, "%s = ts__tv_sel_%s(TS__TV_MASK(%s %s x_%d), %s, x_%d);\n", acc, S, acc,
+                            op[1] == 'a' ? ">" : "<", id, acc, id);
+    else if (op[0] == '+')
+        ts__tile_buf_printf(e->o, "%s = (ts__tv_%s)((ts__tv_%s)%s + (ts__tv_%s)x_%d);\n", acc, S, U, acc, U, id);
+    else ts__tile_buf_printf(e->o, "%s = %s %s x_%d;\n", acc, acc, op, id);
+}
+
 static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
     const ts__tile_node *it = n->a, *bd = n->b;
     if (!e->simd || e->invec || !bd || n->nlist2 != 1) return false;
@@ -1599,17 +1610,40 @@ static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
             ind(e, lv + 1), ts__tile_buf_printf(e->o, "if (e_%d > lo_%d && (uint64_t)e_%d - (uint64_t)lo_%d >= 8) {\n", id, id, id, id);
             /* min / max start every lane from acc (idempotent); the others from the identity */
             const char *init = mm ? av : !strcmp(op, "&") ? "~0" : "0";
+            /* four accumulators (the operation is associative and commutative, exactly), so
+             * the loop is not bound by the latency of one dependency chain */
             ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_%s acc_%d = ts__tv_splat_%s((%s)(%s));\n", S, id, S, ctype(t), init);
+            ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_%s acc1_%d = acc_%d, acc2_%d = acc_%d, acc3_%d = acc_%d;\n", S, id, id, id, id, id, id);
+            if (flt) ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_f32 xl_%d = acc_%d;\n", id, id);
+            ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
+            ind(e, lv + 3), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
+            for (int u = 0; u < 4; u++) {
+                char an[32];
+                snprintf(an, sizeof an, u ? "acc%d_%d" : "acc_%d", u ? u : id, id);
+                ind(e, lv + 3), ts__tile_buf_printf(e->o, "{\n");
+                ind(e, lv + 4), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d;\n", e->vjname, id, 8 * u);
+                ind(e, lv + 4), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", S, id, xv);
+                ind(e, lv + 4), fold_step(e, an, id, op, S, U, flt, mm);
+                if (u == 3 && flt) ind(e, lv + 4), ts__tile_buf_printf(e->o, "xl_%d = x_%d;\n", id, id);
+                ind(e, lv + 3), ts__tile_buf_printf(e->o, "}\n");
+            }
+            ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
             ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
             ind(e, lv + 3), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", S, id, xv);
-            ind(e, lv + 3);
-            if (flt) ts__tile_buf_printf(e->o, "acc_%d = ts__tv_%s_f32(acc_%d, x_%d);\n", id, op, id, id);
-            else if (mm)
-                ts__tile_buf_printf(e->o, "acc_%d = ts__tv_sel_%s(TS__TV_MASK(acc_%d %s x_%d), acc_%d, x_%d);\n", id, S, id,
-                                    op[1] == 'a' ? ">" : "<", id, id, id);
-            else if (op[0] == '+')
-                ts__tile_buf_printf(e->o, "acc_%d = (ts__tv_%s)((ts__tv_%s)acc_%d + (ts__tv_%s)x_%d);\n", id, S, U, id, U, id);
-            else ts__tile_buf_printf(e->o, "acc_%d = acc_%d %s x_%d;\n", id, id, op, id);
+            char a0[32];
+            snprintf(a0, sizeof a0, "acc_%d", id);
+            ind(e, lv + 3), fold_step(e, a0, id, op, S, U, flt, mm);
+            if (flt) ind(e, lv + 3), ts__tile_buf_printf(e->o, "xl_%d = x_%d;\n", id, id);
+            ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
+            ind(e, lv + 2), ts__tile_buf_puts(e->o, "{\n");
+            ind(e, lv + 3), ts__tile_buf_printf(e->o, "ts__tv_%s x_%d = acc1_%d;\n", S, id, id);
+            ind(e, lv + 3), fold_step(e, a0, id, op, S, U, flt, mm);
+            ind(e, lv + 3), ts__tile_buf_printf(e->o, "x_%d = acc3_%d;\n", id, id);
+            snprintf(a0, sizeof a0, "acc2_%d", id);
+            ind(e, lv + 3), fold_step(e, a0, id, op, S, U, flt, mm);
+            ind(e, lv + 3), ts__tile_buf_printf(e->o, "x_%d = acc2_%d;\n", id, id);
+            snprintf(a0, sizeof a0, "acc_%d", id);
+            ind(e, lv + 3), fold_step(e, a0, id, op, S, U, flt, mm);
             ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
             if (mm) ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
             for (int l = mm ? 1 : 0; l < 8; l++) {
@@ -1622,6 +1656,9 @@ static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
                     ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)acc_%d[%d]);\n", av, ctype(t), utype(t), av, utype(t), id, l);
                 else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s acc_%d[%d]);\n", av, ctype(t), av, op, id, l);
             }
+            /* a NaN result means acc and every element were NaN: the serial loop ends with the
+             * last element's NaN, whatever NaN the lane folds picked */
+            if (flt) ind(e, lv + 2), ts__tile_buf_printf(e->o, "if (%s != %s) %s = xl_%d[7];\n", av, av, av, id);
             ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
             const ts__tile_sym *ls = ks;
             e->invec = false;
@@ -1705,15 +1742,22 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
             ts__tile_buf_printf(o, "    unsigned char *scr = ts__scratch(tid, %lld);\n", (long long)scr);
             ts__tile_buf_puts(o, "    if (!scr) {\n        ts__tile_fail(&sh->failed, -1);\n        return;\n    }\n");
         } else ts__tile_buf_puts(o, "    unsigned char *scr = NULL;\n    (void)scr;\n    (void)tid;\n");
-        ts__tile_buf_puts(o, "    for (int64_t blk = begin; blk < end; blk++) {\n        int64_t rest = blk;\n");
-        for (int32_t g = s->nlist2 - 1; g >= 0; g--) {
+        /* grid coordinates: divided out once for the first block, then counted up (a division
+         * per grid dim and block costs more than a small block's work) */
+        int ng = (int)s->nlist2;
+        ts__tile_buf_puts(o, "    int64_t gc[3] = {0, 0, 0}, rest = begin;\n");
+        for (int g = ng - 1; g >= 0; g--)
+            ts__tile_buf_printf(o, "    gc[%d] = rest %% a->g[%d];\n    rest /= a->g[%d];\n", g, g, g);
+        ts__tile_buf_puts(o, "    (void)rest;\n    for (int64_t blk = begin; blk < end; blk++) {\n");
+        for (int g = 0; g < ng; g++) {
             const ts__tile_sym *gs = s->list2[g]->sym;
-            ts__tile_buf_printf(o, "        const int64_t v%d_%s = rest %% a->g[%d]; (void)v%d_%s;\n", gs->uid, gs->name,
-                                (int)g, gs->uid, gs->name);
-            ts__tile_buf_printf(o, "        rest /= a->g[%d];\n", (int)g);
+            ts__tile_buf_printf(o, "        const int64_t v%d_%s = gc[%d]; (void)v%d_%s;\n", gs->uid, gs->name, g, gs->uid, gs->name);
         }
-        ts__tile_buf_puts(o, "        (void)rest;\n");
         body(e, s->a, 2);
+        ts__tile_buf_printf(o, "        if (++gc[%d] == a->g[%d]) {\n            gc[%d] = 0;\n", ng - 1, ng - 1, ng - 1);
+        for (int g = ng - 2; g >= 0; g--)
+            ts__tile_buf_printf(o, "%*sif (++gc[%d] == a->g[%d]) gc[%d] = 0;\n", 12 + 4 * (ng - 2 - g), "", g, g, g);
+        ts__tile_buf_puts(o, "        }\n");
         ts__tile_buf_puts(o, "    }\n}\n");
         nl++;
     }
