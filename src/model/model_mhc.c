@@ -24,16 +24,16 @@ void ts__model_rmsnorm_bf16(const uint16_t *x, int64_t n, const float *w, float 
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
         for (int l = 0; l < 4; l++) {
-            const double v = ts_bf16_to_f32(x[i + l]);
+            const double v = ts__m_bf2f(x[i + l]);
             acc[l] += v * v;
         }
     for (int l = 0; i < n; i++, l++) {
-        const double v = ts_bf16_to_f32(x[i]);
+        const double v = ts__m_bf2f(x[i]);
         acc[l] += v * v;
     }
     const double r = 1.0 / sqrt(((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n + (double)eps);
     for (i = 0; i < n; i++)
-        out[i] = ts_f32_to_bf16((float)((double)ts_bf16_to_f32(x[i]) * r * (double)w[i]));
+        out[i] = ts__m_f2bf((float)((double)ts__m_bf2f(x[i]) * r * (double)w[i]));
 }
 
 static inline double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -71,7 +71,7 @@ void ts__model_sinkhorn(double *M, int64_t hc, int64_t iters, double eps) {
 static void mixes(const ts_model *m, const uint16_t *X, int64_t n, const float *fn, int64_t nmix,
                   float *xf, float *mixf, double *mix) {
     const int64_t hd = m->cfg.hc_mult * m->cfg.dim;
-    for (int64_t i = 0; i < n * hd; i++) xf[i] = ts_bf16_to_f32(X[i]);
+    for (int64_t i = 0; i < n * hd; i++) xf[i] = ts__m_bf2f(X[i]);
     ts__model_gemv_f32(xf, n, hd, fn, nmix, hd, mixf, nmix);
     const float eps = (float)m->cfg.norm_eps;
     for (int64_t b = 0; b < n; b++) {
@@ -85,46 +85,72 @@ static void collapse(const double *pre, const float *x, int64_t hc, int64_t D, u
     for (int64_t d = 0; d < D; d++) {
         double acc = pre[0] * x[d];
         for (int64_t s = 1; s < hc; s++) acc += pre[s] * x[s * D + d];
-        y[d] = ts_f32_to_bf16((float)acc);
+        y[d] = ts__m_f2bf((float)acc);
+    }
+}
+
+typedef struct hc_ctx {
+    const ts_model *m;
+    const float *base, *scale, *xf;
+    const double *mix;
+    uint16_t *y;
+    double *post, *comb;
+    const uint16_t *f, *X;
+    uint16_t *Xout;
+} hc_ctx;
+
+static void pre_rows(void *vctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const hc_ctx *c = (const hc_ctx *)vctx;
+    const int64_t hc = c->m->cfg.hc_mult, D = c->m->cfg.dim, nmix = (2 + hc) * hc;
+    const double eps = c->m->cfg.hc_eps;
+    for (int64_t b = b0; b < b1; b++) {
+        const double *mx = c->mix + b * nmix;
+        double pre[64];
+        for (int64_t i = 0; i < hc; i++) {
+            pre[i] = sigmoid_(mx[i] * c->scale[0] + c->base[i]) + eps;
+            c->post[b * hc + i] = 2.0 * sigmoid_(mx[hc + i] * c->scale[1] + c->base[hc + i]);
+        }
+        double *C = c->comb + b * hc * hc;
+        for (int64_t k = 0; k < hc * hc; k++)
+            C[k] = mx[2 * hc + k] * c->scale[2] + c->base[2 * hc + k];
+        ts__model_sinkhorn(C, hc, c->m->cfg.hc_sinkhorn_iters, eps);
+        collapse(pre, c->xf + b * hc * D, hc, D, c->y + b * D);
     }
 }
 
 void ts__model_hc_pre(const ts_model *m, const uint16_t *X, int64_t n, const float *fn,
                       const float *base, const float *scale, float *xf, float *mixf, double *mix,
                       uint16_t *y, double *post, double *comb) {
-    const int64_t hc = m->cfg.hc_mult, D = m->cfg.dim, nmix = (2 + hc) * hc;
-    const double eps = m->cfg.hc_eps;
+    const int64_t hc = m->cfg.hc_mult, nmix = (2 + hc) * hc;
     mixes(m, X, n, fn, nmix, xf, mixf, mix);
-    for (int64_t b = 0; b < n; b++) {
-        const double *mx = mix + b * nmix;
-        double pre[64];
-        for (int64_t i = 0; i < hc; i++) {
-            pre[i] = sigmoid_(mx[i] * scale[0] + base[i]) + eps;
-            post[b * hc + i] = 2.0 * sigmoid_(mx[hc + i] * scale[1] + base[hc + i]);
+    hc_ctx c = {m, base, scale, xf, mix, y, post, comb, NULL, NULL, NULL};
+    ts__parallel_for(n, 1, pre_rows, &c);
+}
+
+static void post_rows(void *vctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const hc_ctx *c = (const hc_ctx *)vctx;
+    const int64_t hc = c->m->cfg.hc_mult, D = c->m->cfg.dim;
+    for (int64_t b = b0; b < b1; b++) {
+        const uint16_t *Xb = c->X + b * hc * D;
+        const double *C = c->comb + b * hc * hc;
+        for (int64_t j = 0; j < hc; j++) {
+            const double pj = c->post[b * hc + j];
+            uint16_t *o = c->Xout + (b * hc + j) * D;
+            for (int64_t d = 0; d < D; d++) {
+                double s = pj * ts__m_bf2f(c->f[b * D + d]);
+                for (int64_t i = 0; i < hc; i++) s += C[i * hc + j] * ts__m_bf2f(Xb[i * D + d]);
+                o[d] = ts__m_f2bf((float)s);
+            }
         }
-        double *C = comb + b * hc * hc;
-        for (int64_t k = 0; k < hc * hc; k++) C[k] = mx[2 * hc + k] * scale[2] + base[2 * hc + k];
-        ts__model_sinkhorn(C, hc, m->cfg.hc_sinkhorn_iters, eps);
-        collapse(pre, xf + b * hc * D, hc, D, y + b * D);
     }
 }
 
 void ts__model_hc_post(const ts_model *m, const uint16_t *f, const uint16_t *X, int64_t n,
                        const double *post, const double *comb, uint16_t *Xout) {
-    const int64_t hc = m->cfg.hc_mult, D = m->cfg.dim;
-    for (int64_t b = 0; b < n; b++) {
-        const uint16_t *Xb = X + b * hc * D;
-        const double *C = comb + b * hc * hc;
-        for (int64_t j = 0; j < hc; j++) {
-            const double pj = post[b * hc + j];
-            uint16_t *o = Xout + (b * hc + j) * D;
-            for (int64_t d = 0; d < D; d++) {
-                double s = pj * ts_bf16_to_f32(f[b * D + d]);
-                for (int64_t i = 0; i < hc; i++) s += C[i * hc + j] * ts_bf16_to_f32(Xb[i * D + d]);
-                o[d] = ts_f32_to_bf16((float)s);
-            }
-        }
-    }
+    hc_ctx c = {m, NULL, NULL, NULL, NULL, NULL, (double *)post, (double *)comb, f, X, Xout};
+    ts__parallel_for(n, 1, post_rows, &c);
 }
 
 void ts__model_hc_head(const ts_model *m, const uint16_t *X, int64_t n, float *xf, float *mixf,

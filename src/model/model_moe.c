@@ -15,7 +15,7 @@ ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, i
                                      float limit, float *tmp, uint8_t *out, float *sf) {
     for (int64_t r = 0; r < m; r++) {
         for (int64_t i = 0; i < inter; i++) {
-            double g = ts_bf16_to_f32(gate[r * ld + i]), u = ts_bf16_to_f32(up[r * ld + i]);
+            double g = ts__m_bf2f(gate[r * ld + i]), u = ts__m_bf2f(up[r * ld + i]);
             if (limit > 0) {
                 g = g < limit ? g : limit;
                 u = u < limit ? (u > -limit ? u : -limit) : limit;
@@ -100,7 +100,7 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     /* 1. gate */
     double t0 = PROF_T0(m);
     float *af = ws->xf;
-    for (int64_t i = 0; i < n * D; i++) af[i] = ts_bf16_to_f32(a[i]);
+    for (int64_t i = 0; i < n * D; i++) af[i] = ts__m_bf2f(a[i]);
     ts__model_gemv_f32(af, n, D, ly->gate_w, E, D, ws->gs, E);
     for (int64_t b = 0; b < n; b++)
         ts__model_route(c, ws->gs + b * E, ly->gate_bias,
@@ -170,12 +170,12 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw3, a, n, D, ws->su, I));
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = 0; i < I; i++) {
-            double g = ts_bf16_to_f32(ws->sg[b * I + i]), u = ts_bf16_to_f32(ws->su[b * I + i]);
+            double g = ts__m_bf2f(ws->sg[b * I + i]), u = ts__m_bf2f(ws->su[b * I + i]);
             if (limit > 0) {
                 g = g < limit ? g : limit;
                 u = u < limit ? (u > -limit ? u : -limit) : limit;
             }
-            ws->sh[b * I + i] = ts_f32_to_bf16((float)(g / (1.0 + exp(-g)) * u));
+            ws->sh[b * I + i] = ts__m_f2bf((float)(g / (1.0 + exp(-g)) * u));
         }
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
 
@@ -185,10 +185,10 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
             double acc = 0;
             for (int64_t j = 0; j < K; j++) {
                 const int64_t e = ws->sel[b * K + j], sl = ws->slot[b * K + j];
-                acc += ts_bf16_to_f32(ws->ye[(e * n + sl) * D + d]);
+                acc += ts__m_bf2f(ws->ye[(e * n + sl) * D + d]);
             }
-            const float routed = ts_bf16_to_f32(ts_f32_to_bf16((float)acc));
-            out[b * D + d] = ts_f32_to_bf16(routed + ts_bf16_to_f32(ws->so[b * D + d]));
+            const float routed = ts__m_bf2f(ts__m_f2bf((float)acc));
+            out[b * D + d] = ts__m_f2bf(routed + ts__m_bf2f(ws->so[b * D + d]));
         }
     return TS_OK;
 }
