@@ -44,7 +44,7 @@ typedef struct ts_mega_moe_buffer_options {
 
 /* Collective (upstream get_symm_buffer_for_mega_moe). mma_type: "fp8xfp4" (NULL) or
  * "bf16xbf16"; activation: "swiglu" (NULL) only. num_experts % R == 0; hidden % 128 == 0 and
- * intermediate_hidden % 128 == 0 (fp8xfp4; bf16xbf16: % 16); num_topk in [1, 64];
+ * intermediate_hidden % 128 == 0 (fp8xfp4; bf16xbf16: hidden % 16, intermediate_hidden % 32); num_topk in [1, 64];
  * num_max_tokens_per_rank >= 1 (rounded up to 8, as upstream rounds to its alignment). All
  * ranks must pass the same values (TS_ERR_INVALID_ARGUMENT naming the rank that differs).
  * Shared memory per rank: inputs (T rows) plus, for each of two alternating calls, room for

@@ -61,9 +61,10 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
     if (st == TS_OK && (hidden < hq || hidden % hq != 0 || hidden > (1 << 20)))
         st = ts__fail(TS_ERR_SHAPE, "%s: hidden %lld must be a positive multiple of %lld", CREATE, (long long)hidden,
                       (long long)hq);
-    if (st == TS_OK && (intermediate_hidden < hq || intermediate_hidden % hq != 0 || intermediate_hidden > (1 << 20)))
+    const int64_t iq = bf16 ? 32 : 128; /* the SwiGLU step works in blocks of 32 */
+    if (st == TS_OK && (intermediate_hidden < iq || intermediate_hidden % iq != 0 || intermediate_hidden > (1 << 20)))
         st = ts__fail(TS_ERR_SHAPE, "%s: intermediate_hidden %lld must be a positive multiple of %lld", CREATE,
-                      (long long)intermediate_hidden, (long long)hq);
+                      (long long)intermediate_hidden, (long long)iq);
     int64_t T = ts__align(num_max_tokens_per_rank, 8);
     const int64_t K = num_topk, El = num_experts / (R > 0 ? R : 1);
     /* region size */
