@@ -202,3 +202,34 @@ TS_TEST(model_pieces_dot_rows_generic_avx2_same_bits) {
 #endif
     }
 }
+
+TS_TEST(model_pieces_sampling) {
+    float lg[2 * 10] = {0, 3, 1, 3, -1, 2, 0, 0, 0, 0, /* row 0: tie 3 at 1 and 3 */
+                        5, 4, 5.5f, 0, 0, 0, 0, 0, 0, -9};
+    int32_t t[2] = {-1, -1};
+    TS_CHECK_STATUS(ts_model_sample(lg, 2, 10, 1, NULL, t), TS_OK);
+    TS_CHECK(t[0] == 1 && t[1] == 2);
+    /* top-2 of row 1: {2 (5.5), 0 (5)}; frequencies follow the softmax (e^0.5 : 1) */
+    uint64_t rng = 123, rng2 = 123;
+    int c2 = 0, c0 = 0, other = 0;
+    for (int i = 0; i < 4000; i++) {
+        TS_CHECK_STATUS(ts_model_sample(lg + 10, 1, 10, 2, &rng, t), TS_OK);
+        c2 += t[0] == 2;
+        c0 += t[0] == 0;
+        other += t[0] != 2 && t[0] != 0;
+    }
+    TS_CHECK(other == 0);
+    const double want = exp(0.5) / (1 + exp(0.5)); /* 0.622 */
+    TS_CHECK_MSG(fabs(c2 / 4000.0 - want) < 0.03, "P(top1) %g, want %g", c2 / 4000.0, want);
+    /* reproducible from the seed */
+    int32_t a[2], b[2];
+    TS_CHECK_STATUS(ts_model_sample(lg, 2, 10, 3, &rng2, a), TS_OK);
+    rng2 = 123;
+    TS_CHECK_STATUS(ts_model_sample(lg, 2, 10, 3, &rng2, b), TS_OK);
+    TS_CHECK(a[0] == b[0] && a[1] == b[1]);
+    TS_CHECK_STATUS(ts_model_sample(lg, 2, 10, 0, &rng, t), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_model_sample(lg, 2, 10, 11, &rng, t), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_model_sample(lg, 2, 10, 2, NULL, t), TS_ERR_NULL_POINTER);
+    lg[4] = NAN;
+    TS_CHECK_STATUS(ts_model_sample(lg, 1, 10, 1, NULL, t), TS_ERR_NONFINITE);
+}

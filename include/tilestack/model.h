@@ -84,6 +84,14 @@ TS_API int64_t ts_model_sequence_position(const ts_model *m, int64_t seq);
 TS_API ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs,
                                  const int32_t *tokens, float *logits);
 
+/* Sampling (docs/model.md §4 "Head") for n rows of logits [n, vocab]: top_k == 1 is greedy (the
+ * largest logit, ties to the lower id); top_k > 1 draws from the softmax of the top_k largest
+ * logits (ts_topk; ties to the lower id) with temperature 1, one uniform per row from splitmix64
+ * advancing *rng_state (so a run is reproducible from its seed). top_k in [1, min(vocab,
+ * TS_TOPK_MAX_K)]. */
+TS_API ts_status ts_model_sample(const float *logits, int64_t n, int64_t vocab, int64_t top_k,
+                                 uint64_t *rng_state, int32_t *tokens);
+
 /* ---- the float64 reference (src/model_ref/; docs/model.md, "independent implementations") */
 
 typedef struct ts_model_reference ts_model_reference;
