@@ -407,6 +407,12 @@ TS_TEST(mega_moe_bad_input) {
             ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, bad);
         }
     }
+    if (g_ep_size > 1) {
+        /* activation_clamp differing across ranks: every rank refuses, naming the other */
+        ts_tensor ty = ts_tensor_2d(y, TS_BF16, n, H);
+        ts_status s = ts_fp8_fp4_mega_moe(&ty, wd.w, wd.buf, &ts, NULL, NULL, g_ep_rank == bad ? 5.0f : INFINITY, true);
+        TS_CHECK_STATUS(s, TS_ERR_INVALID_ARGUMENT);
+    }
     for (int64_t i = 0; i < (c.T + 8) * 2 * H; i++)
         if (y[i] != 0x3F80) {
             TS_CHECK_MSG(0, "y written by a failed call at %lld", (long long)i);
@@ -447,4 +453,31 @@ TS_TEST(mega_moe_bad_create) {
         TS_CHECK_STATUS(s, TS_OK);
         ts_mega_moe_buffer_destroy(b);
     }
+}
+
+/* A rank that skips a call: the others time out naming it (no hang); the buffer is then only
+ * destroyed. */
+TS_TEST(mega_moe_missing_rank_times_out) {
+    if (g_ep_size < 2) return;
+    ts_mega_moe_buffer *b = NULL;
+    const ts_mega_moe_buffer_options o = {.timeout_s = 0.5};
+    TS_CHECK_STATUS(ts_get_symm_buffer_for_mega_moe(MPI_COMM_WORLD, 2 * g_ep_size, 4, 2, 128, 128, NULL, NULL, &o, &b),
+                    TS_OK);
+    if (!b) return;
+    const mm_case c = {.H = 128, .I = 128, .El = 2, .K = 2, .T = 4, .seed = 17};
+    ts_mega_moe_weights *w = make_weights(ts_t_, &c, 2, 128);
+    const int skip = g_ep_size - 1;
+    if (g_ep_rank != skip) {
+        uint16_t y[128];
+        ts_tensor ty = ts_tensor_2d(y, TS_BF16, 0, 128);
+        ts_status s = ts_fp8_fp4_mega_moe(&ty, w, b, NULL, NULL, NULL, INFINITY, false);
+        TS_CHECK_STATUS(s, TS_ERR_TIMEOUT);
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", skip);
+        TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "message does not name %s: %s", want, ts_last_error());
+        TS_CHECK_STATUS(ts_fp8_fp4_mega_moe(&ty, w, b, NULL, NULL, NULL, INFINITY, false), TS_ERR_PEER);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    ts_mega_moe_weights_destroy(w);
+    ts_mega_moe_buffer_destroy(b);
 }
