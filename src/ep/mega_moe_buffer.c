@@ -125,6 +125,9 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
     }
     ts_ep_buffer_options eo = ts_ep_default_buffer_options();
     if (opts && opts->timeout_s > 0) eo.timeout_s = opts->timeout_s;
+    /* One node: the fused path reads every rank's region directly (and the unfused one is
+     * kept on the same footing); a communicator across machines fails here, naming why. */
+    eo.ranks_per_node = R;
     if (st == TS_OK) st = ts_ep_buffer_create(comm, region, 0, false, &eo, &b->ep);
     if (st == TS_OK) {
         /* The unfused path's EP buffer: FP8 dispatch rows, and combine rows K * hidden wide. */
