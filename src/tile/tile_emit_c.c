@@ -1058,6 +1058,10 @@ static char *vcall(em *e, const ts__tile_node *n) {
         }
     } else if (f32 && (!strcmp(f, "min") || !strcmp(f, "max"))) {
         r = sfmt("ts__tv_%s_f32(%s, %s)", f, x[0], x[1]);
+    } else if ((t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64) &&
+               (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "clamp"))) {
+        if (f[1] == 'l') r = sfmt("ts__tv_min_%s(ts__tv_max_%s(%s, %s), %s)", vs(t), vs(t), x[0], x[1], x[2]);
+        else r = sfmt("ts__tv_%s_%s(%s, %s)", f, vs(t), x[0], x[1]);
     } else if (f32 && !strcmp(f, "clamp")) {
         r = sfmt("ts__tv_min_f32(ts__tv_max_f32(%s, %s), %s)", x[0], x[1], x[2]);
     } else if (f32 && !strcmp(f, "fma")) {
@@ -1525,9 +1529,7 @@ static const ts__tile_node *fold_of(const ts__tile_node *s, const ts__tile_sym *
 /* acc = acc OP x_<id> on vectors */
 static void fold_step(em *e, const char *acc, int id, const char *op, const char *S, const char *U, bool flt, bool mm) {
     if (flt) ts__tile_buf_printf(e->o, "%s = ts__tv_%s_f32(%s, x_%d);\n", acc, op, acc, id);
-    else if (mm)
-        ts__tile_buf_printf(e->o, "%s = ts__tv_sel_%s(TS__TV_MASK(%s %s x_%d), %s, x_%d);\n", acc, S, acc,
-                            op[1] == 'a' ? ">" : "<", id, acc, id);
+    else if (mm) ts__tile_buf_printf(e->o, "%s = ts__tv_%s_%s(%s, x_%d);\n", acc, op, S, acc, id);
     else if (op[0] == '+')
         ts__tile_buf_printf(e->o, "%s = (ts__tv_%s)((ts__tv_%s)%s + (ts__tv_%s)x_%d);\n", acc, S, U, acc, U, id);
     else ts__tile_buf_printf(e->o, "%s = %s %s x_%d;\n", acc, acc, op, id);
