@@ -517,9 +517,7 @@ TS__TV_INL ts__tv_u8 ts__tv_f32_to_e4m3(ts__tv_f32 x) {
     ts__tv_u32 cs = (ts__tv_u32)sm - 0x46800000u;
     ts__tv_i32 tiny = (ts__tv_i32)a < 0x3C800000;
     ts__tv_u32 c = (ts__tv_u32)(((ts__tv_i32)cs & tiny) | ((ts__tv_i32)cn & ~tiny));
-    ts__tv_i32 big = c > 0x7Fu;
-    c = (ts__tv_u32)((big & 0x7F) | ((ts__tv_i32)c & ~big));
-    return ts__tv_narrow_u8(s | c);
+    return ts__tv_narrow_u8(s | ts__tv_min_u32(c, ts__tv_splat_u32(0x7Fu)));
 }
 /* ts_f32_to_e5m2 lane-wise: RNE through rne_mag, past 57344 -> inf, NaN -> 0x7E | sign */
 TS__TV_INL ts__tv_u8 ts__tv_f32_to_e5m2(ts__tv_f32 x) {
