@@ -57,7 +57,7 @@ static const char k_prelude[] =
     "/* tilestack JIT module: library entry points go through the runtime table */\n"
     "#define ts__fail tsjit__ts__fail\n"
     TS__TILE_JIT_RT_LIST(TS__TXT_RENAME_X, TS__TXT_RENAME_V)
-    TS__TILE_JIT_NUMERICS_LIST(TS__TXT_RENAME_X, TS__TXT_RENAME_V);
+    TS__TILE_NUMERICS_PRELUDE;
 
 #define TS__TXT_FIELD_X(R, N, P, A) "    " #R " (*f_" #N ")" #P ";\n"
 #define TS__TXT_FIELD_V(N, P, A) "    void (*f_" #N ")" #P ";\n"
@@ -82,7 +82,7 @@ static const char k_epilogue[] =
     "    return r;\n"
     "}\n"
     TS__TILE_JIT_RT_LIST(TS__TXT_THUNK_X, TS__TXT_THUNK_V)
-    "#include \"numerics/convert_scalar.c\"\n"
+    TS__TILE_NUMERICS_EPILOGUE
     "TS_API int tsjit__init(const void *rt, size_t size, unsigned abi) {\n"
     "    if (abi != " TS__XSTR(TS__TILE_JIT_ABI) " || size != sizeof(struct tsjit__rt_t)) return -1;\n"
     "    tsjit__rt = (const struct tsjit__rt_t *)rt;\n"

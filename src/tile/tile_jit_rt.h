@@ -41,9 +41,13 @@
     X(ts_status, ts_convert,                                                                 \
       (const void *src, ts_dtype sd, void *dst, ts_dtype dd, int64_t n), (src, sd, dst, dd, n))
 
-/* The scalar conversions are not thunked: a call per element through a table would dominate
- * a cast kernel. The module compiles src/numerics/convert_scalar.c itself (embedded with the
- * headers) under the renamed names, so they inline, with the library's exact code. */
+/* The scalar conversions are not thunked: a call per element (through a table, or even
+ * directly into the library) would dominate a cast kernel. Generated C compiled by the JIT or
+ * as an AOT variant gets TS__TILE_NUMERICS_PRELUDE first and TS__TILE_NUMERICS_EPILOGUE last:
+ * the names are renamed to file-static functions whose definitions come from including
+ * src/numerics/convert_scalar.c itself (embedded with the JIT's headers), so they inline, with
+ * the library's exact code, and nothing is exported. (A function declared static keeps
+ * internal linkage at a later definition without a storage class, C11 6.2.2.) */
 #define TS__TILE_JIT_NUMERICS_LIST(X, V)                                                    \
     X(uint16_t, ts_f32_to_bf16, (float x), (x))                                             \
     X(float, ts_bf16_to_f32, (uint16_t h), (h))                                             \
@@ -67,5 +71,19 @@
     X(float, ts_e5m6_to_f32, (uint16_t v), (v))                                             \
     V(ts_e5m6_pack8, (const uint16_t v[8], uint32_t w[3]), (v, w))                          \
     V(ts_e5m6_unpack8, (const uint32_t w[3], uint16_t v[8]), (w, v))
+
+
+#define TS__TXT_NUM_RENAME_X(R, N, P, A) "#define " #N " tsnum__" #N "\n"
+#define TS__TXT_NUM_RENAME_V(N, P, A) "#define " #N " tsnum__" #N "\n"
+#define TS__TXT_NUM_DECL_X(R, N, P, A) "static " #R " " #N #P ";\n"
+#define TS__TXT_NUM_DECL_V(N, P, A) "static void " #N #P ";\n"
+#define TS__TILE_NUMERICS_PRELUDE                                                           \
+    "/* tilestack: the scalar conversions as file-static copies (src/tile/tile_jit_rt.h) */\n" \
+    "#include \"tilestack/numerics.h\"\n"                                                   \
+    TS__TILE_JIT_NUMERICS_LIST(TS__TXT_NUM_RENAME_X, TS__TXT_NUM_RENAME_V)                  \
+    TS__TILE_JIT_NUMERICS_LIST(TS__TXT_NUM_DECL_X, TS__TXT_NUM_DECL_V)
+#define TS__TILE_NUMERICS_EPILOGUE                                                          \
+    "\n#if defined(__GNUC__)\n#pragma GCC diagnostic ignored \"-Wunused-function\"\n#endif\n" \
+    "#include \"numerics/convert_scalar.c\"\n"
 
 #endif

@@ -13,6 +13,7 @@
  * on stderr), 2 on a bad command line. */
 #include "core/internal.h"
 #include "tile/tile_internal.h"
+#include "tile/tile_jit_rt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,7 +149,10 @@ static int compile_one(const char *path, const char *prefix, const char *cdir, c
             char vp[64];
             snprintf(vp, sizeof vp, "ts__k_%s_", variants[v]);
             ts__tile_emit_opts eo = {.prefix = vp};
-            ok = ts__tile_emit_c(&vc, &d, &prog, &eo) && !vc.oom;
+            ts__tile_buf_puts(&vc, TS__TILE_NUMERICS_PRELUDE);
+            ok = ts__tile_emit_c(&vc, &d, &prog, &eo);
+            ts__tile_buf_puts(&vc, TS__TILE_NUMERICS_EPILOGUE);
+            ok = ok && !vc.oom;
             if (ok) {
                 char out[4096];
                 snprintf(out, sizeof out, "%s/%.*s.%s.c", cdir, sl, stem, variants[v]);
