@@ -203,3 +203,27 @@ TS_TEST(model_decode_rejects_bad_steps) {
     TS_CHECK(strstr(ts_last_error(), "head_dim") != NULL);
     TS_CHECK(ts_model_get_config(NULL) == NULL);
 }
+
+#include "model/model_internal.h"
+
+/* The timing helper runs prefill + steps and fills the breakdown table (values are times: only
+ * their presence is checked). */
+TS_TEST(model_decode_time_helper) {
+    ts_model *m = tiny(ts_t_, 3);
+    if (!m) return;
+    double sec = -1;
+    TS_CHECK_STATUS(ts__model_time_decode(m, 3, 40, 2, NULL, &sec), TS_OK);
+    TS_CHECK(sec > 0);
+    TS_CHECK(m->prof.calls[TS__P_ATTN] == 2 * 3 && m->prof.calls[TS__P_HEAD] == 2);
+    TS_CHECK(!m->prof.on);
+    TS_CHECK_EQ_INT(ts_model_sequence_position(m, 2), 43);
+    FILE *f = tmpfile();
+    if (f) {
+        TS_CHECK_STATUS(ts__model_time_decode(m, 1, 8, 1, f, NULL), TS_OK);
+        TS_CHECK(ftell(f) > 200); /* the header line and the table */
+        fclose(f);
+    }
+    TS_CHECK_STATUS(ts__model_time_decode(m, 4, 8, 1, NULL, NULL), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts__model_time_decode(m, 1, 250, 10, NULL, NULL), TS_ERR_INVALID_ARGUMENT);
+    ts_model_free(m);
+}
