@@ -293,6 +293,22 @@ TS_TEST(tile_jit_corrupt_entry_is_rebuilt) {
         TS_CHECK_EQ_INT(run_axpy(k, 4.0f, 9, false), 0);
     }
     ts_tile_kernel_release(k);
+    /* an entry with a valid trailer that dlopen rejects (an ELF header and junk) is rebuilt too */
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs("\177ELF but nothing a loader can use", f);
+        fclose(f);
+    }
+    TS_CHECK_STATUS(ts__tile_cache_seal(path), TS_OK);
+    TS_CHECK(ts__tile_cache_valid(path));
+    k = NULL;
+    TS_CHECK_STATUS(ts_tile_compile(k_axpy, &o, &k), TS_OK);
+    if (k) {
+        ts_tile_kernel_info_get(k, &info);
+        TS_CHECK(!info.cache_hit);
+        TS_CHECK_EQ_INT(run_axpy(k, -3.5f, 1, false), 0);
+    }
+    ts_tile_kernel_release(k);
     rm_tree(dir);
 }
 
