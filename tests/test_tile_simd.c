@@ -449,6 +449,9 @@ TS_TEST(tile_simd_what_is_vectorised) {
         TS_CHECK(!strstr(s, "ts__tv_"));
         const char *want[] = {
             "ts__tv_f32_to_e5m2(",
+            "ts__tv_f32_to_f16(",
+            "ts__tv_f32_to_ue8m0(",
+            "ts__tv_e2m1_to_f32(ts__tv_f32_to_e2m1(",
             "ts__tv_st_u8(&t",                 /* the e4m3 quantisation loop */
             "ts__tv_f32_to_e4m3(ts__tv_min_f32(ts__tv_max_f32(",
             "ts__tv_bf16_to_f32(ts__tv_ld_u16(&a->p_x[", /* copy in: contiguous, checks hoisted */
@@ -475,16 +478,24 @@ TS_TEST(tile_simd_rt_conversions) {
                 ts__tv_f32 v;
                 for (int l = 0; l < 8; l++) v[l] = ts__tile_bits_f32(se << 23 | (top + (uint32_t)l) << 11 | lows[lo]);
                 ts__tv_u16 b = ts__tv_f32_to_bf16(v);
-                ts__tv_u8 q = ts__tv_f32_to_e4m3(v), q5 = ts__tv_f32_to_e5m2(v);
+                ts__tv_u8 q = ts__tv_f32_to_e4m3(v), q5 = ts__tv_f32_to_e5m2(v), q2 = ts__tv_f32_to_e2m1(v);
+                ts__tv_u8 qe = ts__tv_f32_to_ue8m0(v);
+                ts__tv_u16 hf = ts__tv_f32_to_f16(v);
                 for (int l = 0; l < 8; l++)
-                    bad += b[l] != ts_f32_to_bf16(v[l]) || q[l] != ts_f32_to_e4m3(v[l]) || q5[l] != ts_f32_to_e5m2(v[l]);
+                    bad += b[l] != ts_f32_to_bf16(v[l]) || q[l] != ts_f32_to_e4m3(v[l]) || q5[l] != ts_f32_to_e5m2(v[l]) ||
+                           q2[l] != ts_f32_to_e2m1(v[l]) || qe[l] != ts_f32_to_ue8m0(v[l]) || hf[l] != ts_f32_to_f16(v[l]);
             }
     TS_CHECK_MSG(bad == 0, "%ld encodings differ", bad);
     for (int c = 0; c < 256; c += 8) {
         ts__tv_u8 q;
         for (int l = 0; l < 8; l++) q[l] = (uint8_t)(c + l);
-        ts__tv_f32 f = ts__tv_e4m3_to_f32(q);
-        for (int l = 0; l < 8; l++) TS_CHECK(ts__tile_f32_bits(f[l]) == ts__tile_f32_bits(ts_e4m3_to_f32((uint8_t)(c + l))));
+        ts__tv_f32 f = ts__tv_e4m3_to_f32(q), f2 = ts__tv_e2m1_to_f32(q), fe = ts__tv_ue8m0_to_f32(q);
+        for (int l = 0; l < 8; l++) {
+            uint8_t cl = (uint8_t)(c + l);
+            TS_CHECK(ts__tile_f32_bits(f[l]) == ts__tile_f32_bits(ts_e4m3_to_f32(cl)));
+            TS_CHECK(ts__tile_f32_bits(f2[l]) == ts__tile_f32_bits(ts__tile_e2m1_to_f32(cl)));
+            TS_CHECK(ts__tile_f32_bits(fe[l]) == ts__tile_f32_bits(ts_ue8m0_to_f32(cl)));
+        }
     }
     for (int c = 0; c < 65536; c += 8) {
         ts__tv_u16 h;

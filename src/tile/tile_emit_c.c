@@ -897,7 +897,7 @@ typedef char *(*lane_fn)(void *ctx, char **args);
 static char *lanemap(em *e, int nin, char **vin, const int *tin, int tout, lane_fn f, void *ctx) {
     int id = ++e->vtmp;
     ts__tile_buf b = {0};
-    char *args[3];
+    char *args[3] = {NULL, NULL, NULL};
     ts__tile_buf_puts(&b, "({ ");
     for (int i = 0; i < nin; i++) {
         ts__tile_buf_printf(&b, "const ts__tv_%s x%d_%d = %s; ", vs(tin[i]), i, id, vin[i]);
@@ -936,6 +936,8 @@ static char *vconv(em *e, char *s, int from, int to) {
     if (ts__tile_dt_is_narrow(from)) {
         if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
         else if (from == TT_E4M3) r = sfmt("ts__tv_e4m3_to_f32(%s)", s);
+        else if (from == TT_E2M1) r = sfmt("ts__tv_e2m1_to_f32(%s)", s);
+        else if (from == TT_UE8M0) r = sfmt("ts__tv_ue8m0_to_f32(%s)", s);
         else {
             conv_ctx c = {from, TT_F32};
             r = lanemap(e, 1, &s, &from, TT_F32, lane_conv, &c);
@@ -948,6 +950,9 @@ static char *vconv(em *e, char *s, int from, int to) {
         if (to == TT_BF16) r = sfmt("ts__tv_f32_to_bf16(%s)", s);
         else if (to == TT_E4M3) r = sfmt("ts__tv_f32_to_e4m3(%s)", s);
         else if (to == TT_E5M2) r = sfmt("ts__tv_f32_to_e5m2(%s)", s);
+        else if (to == TT_F16) r = sfmt("ts__tv_f32_to_f16(%s)", s);
+        else if (to == TT_E2M1) r = sfmt("ts__tv_f32_to_e2m1(%s)", s);
+        else if (to == TT_UE8M0) r = sfmt("ts__tv_f32_to_ue8m0(%s)", s);
         else {
             conv_ctx c = {TT_F32, to};
             int f32 = TT_F32;

@@ -540,6 +540,47 @@ TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
     r = (isnan & 0x7FC00000) | (r & ~isnan);
     return (ts__tv_f32)(s | (ts__tv_u32)r);
 }
+/* ts_f32_to_f16 lane-wise: NaN keeps its top payload bits (quieted), >= 65520 -> inf */
+TS__TV_INL ts__tv_u16 ts__tv_f32_to_f16(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 16) & 0x8000u;
+    ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x477FF000u;
+    ts__tv_u32 c = ts__tv_rne_mag(a, 10, 15);
+    c = (ts__tv_u32)((big & 0x7C00) | ((ts__tv_i32)c & ~big));
+    c = (ts__tv_u32)((nan & (ts__tv_i32)(0x7E00u | ((a >> 13) & 0x3FFu))) | ((ts__tv_i32)c & ~nan));
+    return ts__tv_narrow_u16(s | c);
+}
+/* ts_f32_to_e2m1 lane-wise: RNE, |x| >= 6 (inf too) saturates, NaN -> 0x7 */
+TS__TV_INL ts__tv_u8 ts__tv_f32_to_e2m1(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 28) & 0x8u;
+    ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x40C00000u;
+    ts__tv_u32 c = s | ts__tv_rne_mag(a, 1, 1);
+    c = (ts__tv_u32)((big & (ts__tv_i32)(s | 7u)) | ((ts__tv_i32)c & ~big));
+    c = (ts__tv_u32)((nan & 7) | ((ts__tv_i32)c & ~nan));
+    return ts__tv_narrow_u8(c);
+}
+/* ts__tile_e2m1_to_f32 lane-wise (code in the low nibble): 0, 0.5, 1, 1.5, 2, 3, 4, 6, signed */
+TS__TV_INL ts__tv_f32 ts__tv_e2m1_to_f32(ts__tv_u8 v8) {
+    ts__tv_u32 v = TS__TV_CVT(v8, ts__tv_u32), m = v & 7u, e = m >> 1, mt = m & 1u;
+    ts__tv_i32 sub = e == 0u;
+    ts__tv_u32 nrm = ((e + 126u) << 23) | (mt << 22), sb = mt * 0x3F000000u;
+    ts__tv_u32 r = (ts__tv_u32)(((ts__tv_i32)sb & sub) | ((ts__tv_i32)nrm & ~sub));
+    return (ts__tv_f32)(r | ((v & 8u) << 28));
+}
+/* ts_f32_to_ue8m0 / ts_ue8m0_to_f32 lane-wise: powers of two only (else 255 = NaN) */
+TS__TV_INL ts__tv_u8 ts__tv_f32_to_ue8m0(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, e = u >> 23;
+    ts__tv_i32 bad = ((u & 0x7FFFFFu) != 0u) | (e == 0u) | (e >= 255u); /* e >= 255: sign set or inf/NaN */
+    ts__tv_u32 c = (ts__tv_u32)((bad & 255) | ((ts__tv_i32)e & ~bad));
+    ts__tv_i32 half = u == 0x00400000u;
+    return ts__tv_narrow_u8((ts__tv_u32)((ts__tv_i32)c & ~half));
+}
+TS__TV_INL ts__tv_f32 ts__tv_ue8m0_to_f32(ts__tv_u8 v8) {
+    ts__tv_u32 e = TS__TV_CVT(v8, ts__tv_u32);
+    ts__tv_i32 z = e == 0u, n = e == 255u;
+    ts__tv_u32 r = (ts__tv_u32)((z & 0x00400000) | ((ts__tv_i32)(e << 23) & ~z));
+    r = (ts__tv_u32)((n & 0x7FC00000) | ((ts__tv_i32)r & ~n));
+    return (ts__tv_f32)r;
+}
 #endif /* __GNUC__ */
 
 /* Overflow-safe narrowing of a SIMD loop's fast range [lo, hi) of j to the j where
