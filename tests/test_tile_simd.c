@@ -459,6 +459,8 @@ TS_TEST(tile_simd_what_is_vectorised) {
             "acc_",                            /* fold loops */
             "= ts__tv_max_f32(acc_",
             "ts__tv_fma_f32(ts__tv_splat_f32(t", /* gemm: A broadcast, B row vector */
+            "ts__tv_exp_f32(",
+            "ts__tv_sigmoid_f32(",
             "ts__tv_st_u16(&a->p_ob[",         /* elementwise on tensors */
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -515,6 +517,7 @@ TS_TEST(tile_simd_rt_min_max_fma_round) {
             for (int l = 0; l < 8; l++) b[l] = sp[(j + l) % n];
             ts__tv_f32 mx = ts__tv_max_f32(a, b), mn = ts__tv_min_f32(a, b), ab = ts__tv_abs_f32(b);
             ts__tv_f32 fm = ts__tv_fma_f32(a, b, ts__tv_splat_f32(0.75f)), sq = ts__tv_sqrt_f32(b);
+            ts__tv_f32 ex = ts__tv_exp_f32(b), sg = ts__tv_sigmoid_f32(b);
             for (int l = 0; l < 8; l++) {
                 TS_CHECK(ts__tile_f32_bits(mx[l]) == ts__tile_f32_bits(ts__tile_maxf(sp[i], b[l])));
                 TS_CHECK(ts__tile_f32_bits(mn[l]) == ts__tile_f32_bits(ts__tile_minf(sp[i], b[l])));
@@ -522,6 +525,8 @@ TS_TEST(tile_simd_rt_min_max_fma_round) {
                 float f = fmaf(sp[i], b[l], 0.75f), s = sqrtf(b[l]);
                 TS_CHECK(ts__tile_f32_bits(fm[l]) == ts__tile_f32_bits(f) || (f != f && fm[l] != fm[l]));
                 TS_CHECK(ts__tile_f32_bits(sq[l]) == ts__tile_f32_bits(s) || (s != s && sq[l] != sq[l]));
+                TS_CHECK(ts__tile_f32_bits(ex[l]) == ts__tile_f32_bits(ts__tile_expf(b[l])));
+                TS_CHECK(ts__tile_f32_bits(sg[l]) == ts__tile_f32_bits(ts__tile_sigmoidf(b[l])));
             }
             for (int mode = 0; mode < 4; mode++) {
                 ts__tv_f32 r = ts__tv_round_f32(b, mode);
@@ -531,6 +536,20 @@ TS_TEST(tile_simd_rt_min_max_fma_round) {
                 }
             }
         }
+}
+
+/* exp and sigmoid twins on every 1553rd f32 pattern (all signs and exponents) */
+TS_TEST(tile_simd_rt_exp_sigmoid) {
+    long bad = 0;
+    for (uint64_t k = 0; k < (1ull << 32); k += 8 * 1553) {
+        ts__tv_f32 v;
+        for (int l = 0; l < 8; l++) v[l] = ts__tile_bits_f32((uint32_t)(k + 1553 * (uint64_t)l));
+        ts__tv_f32 e = ts__tv_exp_f32(v), g = ts__tv_sigmoid_f32(v);
+        for (int l = 0; l < 8; l++)
+            bad += ts__tile_f32_bits(e[l]) != ts__tile_f32_bits(ts__tile_expf(v[l])) ||
+                   ts__tile_f32_bits(g[l]) != ts__tile_f32_bits(ts__tile_sigmoidf(v[l]));
+    }
+    TS_CHECK_MSG(bad == 0, "%ld lanes differ", bad);
 }
 
 /* the hoisted bounds test: [lo, hi) is exactly the set of j in [0, 16) where b + j OP u holds

@@ -1071,6 +1071,8 @@ static char *vcall(em *e, const ts__tile_node *n) {
         r = sfmt("ts__tv_min_f32(ts__tv_max_f32(%s, %s), %s)", x[0], x[1], x[2]);
     } else if (f32 && !strcmp(f, "fma")) {
         r = sfmt("ts__tv_fma_f32(%s, %s, %s)", x[0], x[1], x[2]);
+    } else if (f32 && (!strcmp(f, "exp") || !strcmp(f, "sigmoid"))) {
+        r = sfmt("ts__tv_%s_f32(%s)", f, x[0]);
     } else if (f32 && !strcmp(f, "sqrt")) {
         r = sfmt("ts__tv_sqrt_f32(%s)", x[0]);
     } else if (f32 && !strcmp(f, "rsqrt")) {

@@ -581,6 +581,34 @@ TS__TV_INL ts__tv_f32 ts__tv_ue8m0_to_f32(ts__tv_u8 v8) {
     r = (ts__tv_u32)((n & 0x7FC00000) | ((ts__tv_i32)r & ~n));
     return (ts__tv_f32)r;
 }
+/* ts__tile_expf lane-wise: the same operations (rint, two fma reduction steps, the fma
+ * polynomial, the two-multiply ldexp); special lanes (NaN, overflow, underflow) are selected
+ * at the end, computed from a clamped input so that the integer conversion stays in range. */
+TS__TV_INL ts__tv_f32 ts__tv_exp_f32(ts__tv_f32 x) {
+    ts__tv_f32 xc = ts__tv_min_f32(ts__tv_max_f32(x, ts__tv_splat_f32(-104.0f)), ts__tv_splat_f32(89.0f));
+    ts__tv_f32 n = ts__tv_round_f32(xc * ts__tv_splat_f32(1.44269502f), 0);
+    ts__tv_f32 r = ts__tv_fma_f32(-n, ts__tv_splat_f32(0.693145751953125f), xc);
+    r = ts__tv_fma_f32(-n, ts__tv_splat_f32(1.42860677e-06f), r);
+    ts__tv_f32 p = ts__tv_splat_f32(1.98412701e-04f);
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(1.38888892e-03f));
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(8.33333377e-03f));
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(4.16666679e-02f));
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(1.66666672e-01f));
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(0.5f));
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(1.0f));
+    p = ts__tv_fma_f32(p, r, ts__tv_splat_f32(1.0f));
+    ts__tv_i32 ni = TS__TV_CVT(n, ts__tv_i32), h = ni / 2;
+    ts__tv_f32 s1 = (ts__tv_f32)((h + 127) << 23), s2 = (ts__tv_f32)((ni - h + 127) << 23);
+    ts__tv_f32 res = (p * s1) * s2;
+    res = ts__tv_sel_f32(x > ts__tv_splat_f32(89.0f), ts__tv_splat_f32(INFINITY), res);
+    res = ts__tv_sel_f32(x < ts__tv_splat_f32(-104.0f), ts__tv_splat_f32(0.0f), res);
+    return ts__tv_sel_f32(x != x, x + x, res);
+}
+/* ts__tile_sigmoidf lane-wise: both branches, selected by x >= 0 */
+TS__TV_INL ts__tv_f32 ts__tv_sigmoid_f32(ts__tv_f32 x) {
+    ts__tv_f32 one = ts__tv_splat_f32(1.0f), en = ts__tv_exp_f32(-x), ep = ts__tv_exp_f32(x);
+    return ts__tv_sel_f32(x >= ts__tv_splat_f32(0.0f), one / (one + en), ep / (one + ep));
+}
 #endif /* __GNUC__ */
 
 /* Overflow-safe narrowing of a SIMD loop's fast range [lo, hi) of j to the j where
