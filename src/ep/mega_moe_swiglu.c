@@ -1,73 +1,24 @@
 /* The elementwise steps of Mega MoE, shared by the fused and the unfused path so both round
  * at the same points: SwiGLU x routing weight + FP8 requantisation (upstream's Linear1
- * epilogue, get_e4m3_sf_and_sf_inv in deep_gemm/common/math.cuh), and the top-k sum of the
- * combine. Issue 7 is to provide the first as a tile kernel. */
+ * epilogue; the one implementation is ts__swiglu_weight_cast in src/numerics/, which the
+ * model's single-process MoE calls too), and the top-k sum of the combine. Issue 7 is to
+ * provide the first as a tile kernel. */
 #include "ep/mega_moe_internal.h"
+#include "numerics/swiglu_cast.h"
 #include "tilestack/numerics.h"
 
 #include <math.h>
 #include <string.h>
 
-static inline uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
 static inline float bits_f32(uint32_t u) {
     float x;
     memcpy(&x, &u, 4);
     return x;
 }
 
-/* upstream fast_log2_ceil: exponent field - 127, + 1 if any mantissa bit is set (sign ignored:
- * amax >= 0) */
-static inline int log2_ceil_bits(float x) {
-    const uint32_t u = f32_bits(x);
-    return (int)((u >> 23) & 0xFF) - 127 + ((u & 0x7FFFFF) != 0);
-}
-/* upstream fast_pow2: the float with exponent field e + 127 and zero mantissa; fields outside
- * [0, 254] do not occur for finite amax except e = -127 -> +0 (field 0) */
-static inline float pow2_bits(int e) {
-    int f = e + 127;
-    if (f < 0) f = 0;
-    if (f > 254) f = 254;
-    return bits_f32((uint32_t)f << 23);
-}
-
 void ts__mega_moe_swiglu_cast(const uint16_t *h, int64_t ldh, int64_t m, int64_t I, const float *w, float clamp,
                               bool bf16_out, void *q, int64_t ldq, int32_t *sf, int64_t ldsf) {
-    const float inv448 = (float)(1.0 / 448.0);
-    for (int64_t i = 0; i < m; i++) {
-        const uint16_t *gate = h + i * ldh, *up = gate + I;
-        const float wt = w[i];
-        for (int64_t j0 = 0; j0 < I; j0 += 32) {
-            float act[32];
-            float amax = 0.0f;
-            for (int j = 0; j < 32; j++) {
-                float g = ts_bf16_to_f32(gate[j0 + j]);
-                float u = ts_bf16_to_f32(up[j0 + j]);
-                g = fminf(g, clamp);
-                u = fminf(fmaxf(u, -clamp), clamp);
-                /* IEEE divide and expf: the non-fast-math kernel's silu */
-                const float sig = 1.0f / (1.0f + expf(-g));
-                const float a = ((g * sig) * u) * wt;
-                act[j] = a;
-                amax = fmaxf(amax, fabsf(a));
-            }
-            if (bf16_out) {
-                uint16_t *o = (uint16_t *)q + i * ldq + j0;
-                for (int j = 0; j < 32; j++) o[j] = ts_f32_to_bf16(act[j]);
-                continue;
-            }
-            int e = log2_ceil_bits(amax * inv448);
-            if (e > 127) e = 127; /* amax inf: the largest ue8m0 (all values saturate) */
-            const float sf_inv = pow2_bits(-e);
-            uint8_t *o = (uint8_t *)q + i * ldq + j0;
-            for (int j = 0; j < 32; j++) o[j] = ts_f32_to_e4m3_sat(act[j] * sf_inv);
-            uint8_t *sb = (uint8_t *)(sf + i * ldsf) + j0 / 32;
-            *sb = (uint8_t)(e + 127);
-        }
-    }
+    ts__swiglu_weight_cast(h, h + I, ldh, m, I, w, clamp, bf16_out, q, ldq, (uint8_t *)sf, ldsf * 4, NULL, 0);
 }
 
 void ts__mega_moe_sum_rows(const uint16_t *const *rows, int n, int64_t H, uint16_t *y) {
