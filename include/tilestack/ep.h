@@ -1,7 +1,8 @@
 /* tilestack ep: DeepEP (deepseek-ai/DeepEP, V1 `deep_ep.Buffer`) expert-parallel dispatch and
  * combine for CPU processes, over an MPI communicator. Ranks on one node exchange through
  * POSIX shared memory; every token row is written once, straight into its final place in the
- * receiver's buffer. docs/ep.md has the design and the differences from upstream.
+ * receiver's buffer. Ranks on different nodes exchange MPI messages: a token crosses once per
+ * destination node and fans out there over shared memory. docs/ep.md has the design and the differences from upstream.
  *
  * This header needs <mpi.h> and exists in the library only when tilestack was built with MPI
  * (CMake found MPI C; the CMake package then defines TILESTACK_HAVE_EP). It is not part of the
@@ -70,10 +71,12 @@ TS_API ts_status ts_ep_get_buffer_size_hint(int32_t num_ranks, int64_t num_max_t
 
 /* Collective over comm (duplicated inside). num_nvl_bytes: this rank's shared segment, a
  * multiple of 128; half holds dispatch outputs, half combine inputs. num_rdma_bytes (a
- * multiple of 128) is the low-latency area and needs low_latency_mode; with it num_nvl_bytes
- * may be 0. A communicator whose ranks span several nodes is TS_ERR_UNSUPPORTED. Segments are created owner-only (0600) and unlinked as
- * soon as every peer has mapped them, so nothing stays in /dev/shm even if a rank is killed
- * later. */
+ * multiple of 128): with low_latency_mode the low-latency area (num_nvl_bytes may then be 0);
+ * in normal mode the private staging of the messages between nodes (unused with one node;
+ * 0 = num_nvl_bytes; see ts_ep_get_internode_buffer_size_hint). Nodes: opts->ranks_per_node.
+ * Low-latency mode across nodes is TS_ERR_UNSUPPORTED. Segments (shared inside a node only)
+ * are created owner-only (0600) and unlinked as soon as every peer has mapped them, so
+ * nothing stays in /dev/shm even if a rank is killed later. */
 TS_API ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_rdma_bytes,
                                      bool low_latency_mode, const ts_ep_buffer_options *opts,
                                      ts_ep_buffer **out);
@@ -106,7 +109,7 @@ typedef struct ts_ep_dispatch_args {
     const ts_tensor *topk_weights; /* f32 [N, K] */
     /* From ts_ep_get_dispatch_layout; required unless handle is given. */
     const ts_tensor *num_tokens_per_rank;      /* i32 [R] */
-    const ts_tensor *num_tokens_per_rdma_rank; /* ignored intranode */
+    const ts_tensor *num_tokens_per_rdma_rank; /* optional; checked against is_token_in_rank */
     const ts_tensor *num_tokens_per_expert;    /* i32 [E] */
     const ts_tensor *is_token_in_rank;         /* bool [N, R] */
     int64_t expert_alignment;  /* >= 1; 0 counts as 1 */
