@@ -12,6 +12,8 @@ for dir in "$@"; do
 done
 # Bounded fuzzing of the tile compiler's front end (libFuzzer or the built-in driver).
 run_counted "fuzz" "$(dirname "$0")/run_fuzz.sh" "$@"
+# The demo runner: self-test, --check, bad input (skipped where no build has the CLI).
+run_counted "demo" "$(dirname "$0")/check_demo.sh" "$@"
 # Multi-rank EP tests (mpirun), folded into the same totals.
 if command -v mpirun >/dev/null 2>&1; then
   log=$(mktemp)

@@ -1,58 +1,197 @@
-/* `tilestack demo`: until the decode engine exists, a short tour of what runs today: this
- * machine's measured limits, then each available kernel once on a DeepSeek-sized shape with
- * its fraction of the roofline. */
+/* `tilestack demo`: the decode runner (docs/demo.md). R = 1 runs in this process; R > 1
+ * re-executes this binary under mpirun, and each rank comes back here in rank mode. */
 #include "cli.h"
+#include "demo.h"
 #include "bench.h"
 
-#include <stdio.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* One run (in-process or one rank): model, probes, measurement or sweep, report. */
+static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
+    const bool root = c->rank == 0;
+    ts_status st = ts_set_num_threads(o->threads);
+    if (st != TS_OK) {
+        if (root) fprintf(stderr, "tilestack demo: --threads %d: %s\n", o->threads, ts_last_error());
+        return 2;
+    }
+    if (o->check) return ts__demo_check(c, o);
+
+    ts_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (!o->weights_path) {
+        st = ts__demo_config(o, &cfg);
+        if (st != TS_OK) {
+            if (root) fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
+            return 1;
+        }
+    }
+    /* the machine's limits for one rank, probed on every rank at once so the bandwidth is the
+     * share a rank gets while the others run */
+    ts__demo_barrier(c);
+    const ts__machine *mach = ts__probe_machine(o->threads, true);
+    ts__demo_barrier(c);
+
+    if (root) {
+        printf("creating %s on %d rank%s (%s weights)...\n",
+               o->weights_path ? "the model" : cfg.name, c->size, c->size == 1 ? "" : "s",
+               o->weights_path ? o->weights_path : "random, deterministic");
+        fflush(stdout);
+    }
+    const double t0 = ts__now_s();
+    ts_model *m = NULL;
+    st = ts__demo_model_create(c, &cfg, o->weights_path, o->batch, o->unfused, o->timeout_s, &m);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", st != TS_OK ? ts_last_error() : "");
+    st = ts__demo_agree(c, st, msg, sizeof msg);
+    if (st != TS_OK) {
+        if (root) fprintf(stderr, "tilestack demo: cannot create the model: %s\n", msg);
+        ts_model_free(m);
+        return 1;
+    }
+    const double create_s = ts__now_s() - t0;
+    cfg = *ts_model_get_config(m);
+    if (o->save_weights_path) {
+        st = ts_model_save_weights(m, o->save_weights_path);
+        if (st != TS_OK) fprintf(stderr, "tilestack demo: --save-weights: %s\n", ts_last_error());
+        else printf("wrote %s (%s); run it with --weights %s\n", o->save_weights_path, cfg.name,
+                    o->save_weights_path);
+        ts_model_free(m);
+        return st == TS_OK ? 0 : 1;
+    }
+    if (root) {
+        printf("model ready in %.1f s\n\n", create_s);
+        ts__demo_print_config(stdout, &cfg, o, c->size, o->threads, mach);
+        fflush(stdout);
+    }
+    FILE *json = NULL;
+    if (root && o->json_path) {
+        json = fopen(o->json_path, "w");
+        if (!json) fprintf(stderr, "tilestack demo: --json %s: cannot write (%s)\n", o->json_path,
+                           strerror(errno));
+    }
+    if (json) {
+        fputs("{\"config\":", json);
+        ts__demo_json_config(json, &cfg, o, c->size, o->threads, mach);
+    }
+    int rc = 0;
+    if (o->sweep) {
+        rc = ts__demo_sweep(c, m, o, &cfg, mach, json);
+    } else {
+        ts__demo_result r;
+        st = ts__demo_measure(c, m, o, o->batch, o->context, o->warmup, o->steps, &r);
+        if (st != TS_OK) {
+            if (root) fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
+            rc = 1;
+        } else if (root) {
+            ts__demo_print_result(stdout, &cfg, &r, mach);
+            if (json) {
+                fputs(",\"result\":", json);
+                ts__demo_json_result(json, &r, mach);
+            }
+        }
+        ts__demo_result_free(&r);
+    }
+    if (json) {
+        fputs("}\n", json);
+        if (fclose(json) != 0) {
+            fprintf(stderr, "tilestack demo: --json %s: write failed\n", o->json_path);
+            rc = 1;
+        }
+    }
+    ts_model_free(m);
+    if (root) {
+        if (rc == 0 && !o->sweep)
+            printf("\nMore: --sweep [--plot FILE.svg] (TPS@TPOT), --check (against the float64 "
+                   "reference), --help.\n");
+        printf("demo took %.1f s (model creation %.1f s)\n", ts__now_s() - t_start, create_s);
+    }
+    return rc;
+}
+
+static int rank_mode(ts__demo_opts *o, int argc, char **argv) {
+    ts__demo_comm c;
+    ts_status st = ts__demo_comm_init(&c, &argc, &argv);
+    if (st != TS_OK) {
+        fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
+        return 1;
+    }
+    const int rc = run(o, &c, ts__now_s());
+    ts__demo_comm_finalize(&c);
+    return rc;
+}
+
 int ts__cmd_demo(int argc, char **argv) {
-    bool quick = false;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = true;
+    const double t_start = ts__now_s();
+    ts__demo_opts o;
+    char err[512];
+    const int prc = ts__demo_parse(argc, argv, &o, err, sizeof err);
+    if (prc == 1) {
+        ts__demo_usage(stdout);
+        return 0;
+    }
+    if (prc == 2) {
+        fprintf(stderr, "tilestack demo: %s\n", err);
+        return 2;
+    }
+    if (o.selftest) return ts__demo_selftest();
+    if (o.sweep && !o.batch_set) o.batch = 32; /* the largest B the sweep tries */
+    ts__demo_apply_defaults(&o);
+    if (o.rank_mode) return rank_mode(&o, argc, argv);
+
+    char mpirun[4096];
+    const bool have_mpirun = ts__demo_find_program("mpirun", mpirun, sizeof mpirun);
+    if (o.save_weights_path && o.ranks > 1) {
+        fprintf(stderr, "tilestack demo: --save-weights writes the whole model from one process: "
+                "drop --ranks\n");
+        return 2;
+    }
+    if (o.ranks == 0) {
+        if (o.save_weights_path) o.ranks = 1;
+        else if (ts__demo_have_ep() && have_mpirun) o.ranks = 2;
         else {
-            fprintf(stderr, "tilestack demo: unknown option '%s' (only --quick)\n", argv[i]);
+            o.ranks = 1;
+            printf("note: running R = 1 in this process (%s)\n",
+                   !ts__demo_have_ep() ? "this build has no MPI / expert-parallel model"
+                                       : "mpirun is not on PATH");
+            fflush(stdout);
+        }
+    }
+    if (o.ranks > 1 && !ts__demo_have_ep()) {
+        fprintf(stderr, "tilestack demo: --ranks %d needs a build with MPI and the expert-parallel "
+                "model (tilestack/model_ep.h); this one has neither: use --ranks 1\n", o.ranks);
+        return 2;
+    }
+    if (o.threads == 0) {
+        o.threads = ts__demo_cores() / o.ranks;
+        if (o.threads < 1) o.threads = 1;
+    }
+    /* inconsistent options fail here, before any rank starts */
+    ts_model_config cfg;
+    if (o.check) {
+        if (8 % o.ranks) {
+            fprintf(stderr, "tilestack demo: --check runs dsv4-tiny (8 experts): --ranks %d does "
+                    "not divide them\n", o.ranks);
+            return 2;
+        }
+    } else if (!o.weights_path) {
+        ts_status st = ts__demo_config(&o, &cfg);
+        if (st == TS_OK) st = ts_model_config_validate(&cfg, o.ranks);
+        if (st != TS_OK) {
+            fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
+            return o.config_path ? 1 : 2;
+        }
+        if (!o.save_weights_path && o.context + o.warmup + o.steps > cfg.max_seq_len) {
+            fprintf(stderr, "tilestack demo: --context %lld + --warmup %d + --steps %d = %lld "
+                    "tokens exceed %s's max_seq_len %lld (the cache capacity per sequence)\n",
+                    (long long)o.context, o.warmup, o.steps,
+                    (long long)(o.context + o.warmup + o.steps), cfg.name,
+                    (long long)cfg.max_seq_len);
             return 2;
         }
     }
-    const double t0 = ts__now_s();
-    const ts_cpu_info *ci = ts_get_cpu_info();
-    const int threads = ts_get_num_threads();
-    /* DeepSeek V3/V4 hidden size 7168; a 4096-token prefill chunk (2048 with --quick, still larger than L3). */
-    const int64_t m = quick ? 2048 : 4096, n = 7168;
-
-    printf("tilestack %s demo: a tour of the kernels that exist today (the end-to-end decode\n"
-           "engine comes later). Everything runs on this CPU; nothing is precomputed.\n\n",
-           ts_version_string());
-    printf("cpu: %s, %d logical CPUs, kernel path %s\n\n", ci && ci->brand[0] ? ci->brand : "?",
-           ci ? ci->logical_cpus : 0, ts_isa_name(ts_get_isa()));
-
-    printf("1. This machine's limits, measured now (the rooflines below):\n");
-    ts__bench_print_machine(stdout, ts__probe_machine(1, quick));
-    if (threads > 1) ts__bench_print_machine(stdout, ts__probe_machine(threads, quick));
-
-    printf("\n2. Kernels on a bf16 [%lld, %lld] activation (DeepSeek hidden size) at %d "
-           "thread%s;\n   decodes at 1 thread on L2-resident buffers (in + out = L2/2). frac = roofline time / "
-           "measured time\n   (memcpy bandwidth for the streaming casts, L2 read bandwidth for "
-           "decodes);\n   ratio = baseline time / kernel time (baseline: memcpy of the same "
-           "bytes, or the generic C path).\n\n",
-           (long long)m, (long long)n, threads, threads == 1 ? "" : "s");
-    ts__bench_opts opts = {0};
-    opts.quick = true;
-    opts.isa_name = ts_isa_name(ts_get_isa());
-    int rc = ts__numerics_tour(&opts, m, n, threads);
-    (void)ts_set_num_threads(threads);
-
-    printf("\n3. Dense FP8 GEMM D[256, 2048] = A[256, 2048] * B[2048, 2048]^T (e4m3, f32 scales\n"
-           "   (1,128,128), bf16 D) at %d thread%s; frac = share of the FMA peak, ratio = OpenBLAS\n"
-           "   sgemm time on f32 copies of the operands / our time.\n\n",
-           threads, threads == 1 ? "" : "s");
-    int rc_gemm = ts__gemm_tour(&opts, threads);
-    if (rc_gemm > rc) rc = rc_gemm;
-    (void)ts_set_num_threads(threads);
-
-    printf("\nMore: `tilestack bench numerics` / `gemm` (full suites, 1 and %d threads), `tilestack info`.\n"
-           "demo took %.1f s.\n", ci ? ci->logical_cpus : threads, ts__now_s() - t0);
-    return rc;
+    if (o.ranks > 1) return ts__demo_launch(&o, argc, argv);
+    ts__demo_comm c = {.rank = 0, .size = 1, .mpi = false};
+    return run(&o, &c, t_start);
 }

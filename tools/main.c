@@ -17,7 +17,7 @@ static int cmd_version(int argc, char **argv);
 static const cmd_entry g_cmds[] = {
     {"info", "version, CPU, ISA path, threads, caches (--probe: also measure peak/bandwidth)",
      ts__cmd_info},
-    {"demo", "short tour: measured machine limits, then each kernel on DeepSeek shapes",
+    {"demo", "decode runner: TPOT, tokens/s per rank, kernel breakdown (--sweep, --check)",
      ts__cmd_demo},
     {"bench", "benchmark suites vs this machine's rooflines (tilestack bench --list)",
      ts__cmd_bench},

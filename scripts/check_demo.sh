@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Checks `tilestack demo` (docs/demo.md) from the first given build directory that has the CLI:
+# its self-test (option errors, TPS@TPOT selection, SVG writer), --check against the float64
+# reference and the golden file (2 ranks when MPI is there, so the expert-parallel model must
+# give the in-process logits bit for bit), a tiny sweep with --plot (the SVG must parse as
+# XML), and bad input (exit code and a message naming the cause, never a hang). Ends with one
+# "N passed, N failed" line; exit status non-zero on any failure.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=
+for dir in "$@"; do
+  [ -x "$dir/tilestack" ] && { bin="$dir/tilestack"; break; }
+done
+if [ -z "$bin" ]; then
+  echo "=== demo checks: no tilestack CLI in $* (built with TS_BUILD_TOOLS=OFF) ==="
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+echo "=== demo checks: $bin ==="
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect WHAT RC NEEDLE -- ARGS...: runs `tilestack demo ARGS` (at most 300 s), wants exit
+# code RC and NEEDLE somewhere in its output.
+expect() {
+  local what=$1 want=$2 needle=$3 rc
+  shift 4
+  timeout 300 "$bin" demo "$@" >"$tmp/out" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$want" ] && grep -qF -- "$needle" "$tmp/out"; then
+    pass=$((pass + 1))
+    echo "ok   $what"
+  else
+    fail=$((fail + 1))
+    echo "FAIL $what: exit $rc (want $want), output must contain '$needle':"
+    tail -n 15 "$tmp/out" | sed 's/^/     /'
+  fi
+}
+
+expect "selftest" 0 "0 failed" -- --selftest
+expect "--check (default ranks)" 0 "check passed" -- --check --golden "$here/tests/golden/dsv4_tiny.bin"
+expect "--check, 1 rank" 0 "check passed" -- --check --ranks 1
+expect "sweep + plot (dsv4-tiny)" 0 "TPS@TPOT" -- --model dsv4-tiny --context 64 --sweep \
+  --batch 4 --quick --ranks 1 --plot "$tmp/p.svg" --json "$tmp/p.json" --tpot-ms 1,5,1000
+if command -v python3 >/dev/null 2>&1; then
+  if python3 - "$tmp/p.svg" "$tmp/p.json" <<'EOF'
+import json, sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag.endswith('svg'), root.tag
+texts = [t.text for t in root.iter() if t.tag.endswith('text')]
+assert all(f'B={b}' in texts for b in (1, 2, 4)), texts
+j = json.load(open(sys.argv[2]))
+assert [p['batch'] for p in j['sweep']] == [1, 2, 4], j['sweep']
+assert len(j['tps_at_tpot']) == 3
+EOF
+  then pass=$((pass + 1)); echo "ok   svg parses as XML, json as JSON"
+  else fail=$((fail + 1)); echo "FAIL svg / json output malformed"
+  fi
+fi
+
+# bad input
+printf '{"dim": 1024' >"$tmp/trunc.json"
+printf '{"dim": 1000}' >"$tmp/dim.json"
+printf '{"n_routed_experts": 64, "bogus": 1}' >"$tmp/key.json"
+head -c 4096 /dev/urandom >"$tmp/junk.bin"
+expect "bad option value" 2 "--batch" -- --batch 0
+expect "unknown option" 2 "unknown option" -- --frobnicate
+expect "unknown model" 2 "dsv4-mini" -- --model nope --ranks 1
+expect "config file missing" 1 "cannot open" -- --config "$tmp/none.json" --ranks 1
+expect "config not JSON" 1 "invalid JSON" -- --config "$tmp/trunc.json" --ranks 1
+expect "config bad value" 1 "dim" -- --config "$tmp/dim.json" --ranks 1
+expect "config unknown key" 1 "bogus" -- --config "$tmp/key.json" --ranks 1
+expect "context beyond the cache" 2 "max_seq_len" -- --context 8190 --ranks 1
+expect "weights file junk" 1 "cannot create the model" -- --weights "$tmp/junk.bin" --ranks 1
+expect "golden file junk" 1 "magic" -- --check --ranks 1 --golden "$tmp/junk.bin"
+# a weight file missing a tensor: save dsv4-tiny's, then cut the tensor list short in the header
+if "$bin" demo --model dsv4-tiny --save-weights "$tmp/tiny.bin" >/dev/null 2>&1; then
+  expect "weights round trip" 0 "tokens/s per rank" -- --weights "$tmp/tiny.bin" --ranks 1 \
+    --context 32 --steps 3 --warmup 1 --batch 2
+  if command -v python3 >/dev/null 2>&1 && python3 - "$tmp/tiny.bin" "$tmp/miss.bin" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+victim = next(k for k in h if k.endswith('attn_norm'))
+del h[victim]
+hb = json.dumps(h).encode()
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
+EOF
+  then
+    expect "weights missing a tensor" 1 "attn_norm" -- --weights "$tmp/miss.bin" --ranks 1
+  fi
+fi
+if command -v mpirun >/dev/null 2>&1 && "$bin" demo --help >/dev/null 2>&1; then
+  # E = 64 is not divisible by 3 ranks: refused before any rank starts (or by the EP model)
+  timeout 120 "$bin" demo --ranks 3 --quick >"$tmp/out" 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ] && grep -qE "n_routed_experts|64|expert-parallel" "$tmp/out"; then
+    pass=$((pass + 1)); echo "ok   --ranks 3 with 64 experts refused"
+  else
+    fail=$((fail + 1)); echo "FAIL --ranks 3: exit $rc"; tail -n 5 "$tmp/out"
+  fi
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,177 @@
+/* The runner's report (rank 0): config, machine limits, TPOT, tokens/s, EP traffic, expert load
+ * and the per-kernel breakdown with roofline fractions; the same figures as JSON. */
+#include "demo.h"
+#include "bench.h"
+
+#include <string.h>
+
+static const char *moe_path(const ts__demo_opts *o, int ranks) {
+    if (ranks == 1 && !o->rank_mode) return "in-process, every expert local";
+    return o->unfused ? "unfused EP: dispatch + grouped GEMMs + combine" : "MegaMoE (fused EP)";
+}
+
+void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opts *o,
+                           int ranks, int threads, const ts__machine *mach) {
+    char ratios[256] = "";
+    for (int64_t i = 0, n = 0; i < c->n_layers && n < 200; i++)
+        n += snprintf(ratios + n, sizeof ratios - (size_t)n, "%s%d", i ? "," : "",
+                      c->compress_ratios[i]);
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    fprintf(f, "tilestack %s demo: %s, DeepSeek-V4-style MoE decode (docs/model.md, docs/demo.md)\n",
+            ts_version_string(), c->name);
+    fprintf(f, "  model    dim %lld, %lld layers (compress ratios %s; %lld hash-routed), %lld heads "
+            "x %lld (one latent KV, RoPE %lld), window %lld, vocab %lld, mHC x%lld\n",
+            (long long)c->dim, (long long)c->n_layers, ratios, (long long)c->n_hash_layers,
+            (long long)c->n_heads, (long long)c->head_dim, (long long)c->rope_head_dim,
+            (long long)c->window_size, (long long)c->vocab_size, (long long)c->hc_mult);
+    fprintf(f, "  experts  %lld routed, top-%lld + 1 shared, inter %lld; %lld per rank\n",
+            (long long)c->n_routed_experts, (long long)c->n_activated_experts,
+            (long long)c->moe_inter_dim, (long long)(c->n_routed_experts / (ranks > 0 ? ranks : 1)));
+    fprintf(f, "  formats  FP8 e4m3 dense weights (128x128 ue8m0 scales), FP4 e2m1 experts (ue8m0 "
+            "per 32), FP8 activations, %s, bf16 LM head\n",
+            c->attention == TS_MODEL_ATTN_V32 ? "V3.2 656-byte FP8 KV cache"
+                                              : "584-byte FP8 KV cache, FP4 indexer keys");
+    fprintf(f, "  run      R = %d rank%s (%s), B = %lld per rank, context L = %lld, %d warm-up + %d "
+            "timed steps, %s, %d thread%s per rank\n",
+            ranks, ranks == 1 ? "" : "s", moe_path(o, ranks), (long long)o->batch,
+            (long long)o->context, o->warmup, o->steps,
+            o->topk == 1 ? "greedy sampling" : "top-k sampling", threads,
+            threads == 1 ? "" : "s");
+    if (mach)
+        fprintf(f, "  machine  %s, %d cores; per rank (%d thread%s, probed %s): FP32 FMA peak %.1f "
+                "GFLOP/s, DRAM read %.1f GB/s, L3 %.1f GB/s\n",
+                ci && ci->brand[0] ? ci->brand : "?", ts__demo_cores(), threads,
+                threads == 1 ? "" : "s", ranks > 1 ? "on all ranks at once" : "now",
+                mach->fma_peak_gflops, mach->dram_read_gbps, mach->l3_read_gbps);
+}
+
+static double roof_frac(const ts__demo_kernel *k, const ts__machine *m) {
+    if (!m || k->sec <= 0) return -1;
+    double t = 0;
+    if (k->flops > 0 && m->fma_peak_gflops > 0) t = k->flops / (m->fma_peak_gflops * 1e9);
+    if (k->bytes > 0 && m->dram_read_gbps > 0) {
+        const double tb = k->bytes / (m->dram_read_gbps * 1e9);
+        t = tb > t ? tb : t;
+    }
+    return t > 0 ? t / k->sec : -1;
+}
+
+void ts__demo_print_result(FILE *f, const ts_model_config *c, const ts__demo_result *r,
+                           const ts__machine *mach) {
+    (void)c;
+    fprintf(f, "\nB = %lld per rank, L = %lld, R = %d: %d timed steps (step = slowest rank, "
+            "barrier to barrier; decode + sampling)\n",
+            (long long)r->B, (long long)r->context, r->ranks, r->steps);
+    fprintf(f, "  TPOT     p50 %.2f ms, p99 %.2f ms (mean %.2f, min %.2f)\n", r->p50_s * 1e3,
+            r->p99_s * 1e3, r->mean_s * 1e3, r->min_s * 1e3);
+    fprintf(f, "  output   %.1f tokens/s per rank, %.1f tokens/s in total (B / mean step)\n",
+            r->tps_rank, r->tps_total);
+    const ts__demo_ep_stats *e = &r->ep;
+    if (e->have && e->steps > 0) {
+        const double per_step = (double)e->steps * r->ranks; /* stats are summed over ranks */
+        const double moe = e->moe_sec / (double)r->ranks;
+        fprintf(f, "  EP       per rank per step: dispatch %.3f MB, combine %.3f MB; over the MoE "
+                "layers' time (%.2f ms/step): dispatch %.2f GB/s, combine %.2f GB/s\n",
+                e->dispatch_bytes / per_step * 1e-6, e->combine_bytes / per_step * 1e-6,
+                moe / (double)e->steps * 1e3,
+                moe > 0 ? e->dispatch_bytes / (double)r->ranks / moe * 1e-9 : 0,
+                moe > 0 ? e->combine_bytes / (double)r->ranks / moe * 1e-9 : 0);
+    } else if (r->ranks == 1) {
+        fprintf(f, "  EP       none (one rank owns every expert: no dispatch / combine traffic)\n");
+    }
+    if (e->num_experts > 0 && e->load_mean > 0)
+        fprintf(f, "  experts  load max/mean %.2f (%s; %.2f tokens per expert per step on "
+                "average)\n",
+                e->load_max / e->load_mean,
+                e->have ? "all MoE layers, all ranks" : "the last MoE layer",
+                e->load_mean / (double)r->steps / (e->have ? (double)c->n_layers : 1.0));
+
+    fprintf(f, "\n  per-kernel breakdown, per step (mean over ranks); frac = roofline time / time "
+            "against\n  one rank's FMA peak and DRAM read bandwidth (bytes = weights + activations "
+            "+ cache read)\n");
+    fprintf(f, "  %-32s %9s %7s %7s %9s %9s %6s\n", "kernel", "ms", "share", "calls", "GB/s",
+            "GFLOP/s", "frac");
+    for (int i = 0; i < r->n_kernels; i++) {
+        const ts__demo_kernel *k = &r->k[i];
+        const double fr = roof_frac(k, mach);
+        fprintf(f, "  %-32s %9.3f %6.1f%% %7.1f %9.2f %9.2f ", k->name, k->sec * 1e3,
+                r->kernel_sum_s > 0 ? 100 * k->sec / r->kernel_sum_s : 0, k->calls,
+                k->sec > 0 ? k->bytes / k->sec * 1e-9 : 0,
+                k->sec > 0 ? k->flops / k->sec * 1e-9 : 0);
+        if (fr >= 0) fprintf(f, "%6.2f\n", fr);
+        else fprintf(f, "%6s\n", "-");
+    }
+    fprintf(f, "  %-32s %9.3f\n", "sum of kernel times", r->kernel_sum_s * 1e3);
+    fprintf(f, "  %-32s %9.3f   step / sum = %.3f\n", "step time (mean)", r->mean_s * 1e3,
+            r->kernel_sum_s > 0 ? r->mean_s / r->kernel_sum_s : 0);
+    fprintf(f, "  (kernel times are each section's wall time inside the timed steps, not "
+            "standalone replays;\n   the ratio is the share of the step no kernel accounts for: "
+            "glue, waiting for the slowest rank)\n");
+}
+
+void ts__demo_json_config(FILE *f, const ts_model_config *c, const ts__demo_opts *o,
+                          int ranks, int threads, const ts__machine *mach) {
+    char buf[8192];
+    fputs("{\"model\":", f);
+    if (ts_model_config_to_json(c, buf, sizeof buf) == TS_OK) fputs(buf, f);
+    else ts__json_write_string(f, c->name);
+    fprintf(f, ",\"ranks\":%d,\"threads_per_rank\":%d,\"batch\":%lld,\"context\":%lld,"
+            "\"warmup\":%d,\"steps\":%d,\"top_k\":%lld,\"moe_path\":",
+            ranks, threads, (long long)o->batch, (long long)o->context, o->warmup, o->steps,
+            (long long)o->topk);
+    ts__json_write_string(f, moe_path(o, ranks));
+    if (mach) {
+        fputs(",\"machine\":{\"fma_peak_gflops\":", f);
+        ts__json_write_number(f, mach->fma_peak_gflops);
+        fputs(",\"dram_read_gbps\":", f);
+        ts__json_write_number(f, mach->dram_read_gbps);
+        fputs("}", f);
+    }
+    fputs("}", f);
+}
+
+void ts__demo_json_result(FILE *f, const ts__demo_result *r, const ts__machine *mach) {
+    fprintf(f, "{\"batch\":%lld,\"context\":%lld,\"ranks\":%d,\"steps\":%d,\"tpot_p50_ms\":",
+            (long long)r->B, (long long)r->context, r->ranks, r->steps);
+    ts__json_write_number(f, r->p50_s * 1e3);
+    fputs(",\"tpot_p99_ms\":", f);
+    ts__json_write_number(f, r->p99_s * 1e3);
+    fputs(",\"step_mean_ms\":", f);
+    ts__json_write_number(f, r->mean_s * 1e3);
+    fputs(",\"tokens_per_s_per_rank\":", f);
+    ts__json_write_number(f, r->tps_rank);
+    fputs(",\"tokens_per_s_total\":", f);
+    ts__json_write_number(f, r->tps_total);
+    fputs(",\"kernel_sum_ms\":", f);
+    ts__json_write_number(f, r->kernel_sum_s * 1e3);
+    fputs(",\"step_over_kernel_sum\":", f);
+    ts__json_write_number(f, r->kernel_sum_s > 0 ? r->mean_s / r->kernel_sum_s : -1);
+    if (r->ep.have) {
+        fputs(",\"dispatch_bytes_per_rank_step\":", f);
+        ts__json_write_number(f, r->ep.steps ? r->ep.dispatch_bytes / r->ranks / r->ep.steps : 0);
+        fputs(",\"combine_bytes_per_rank_step\":", f);
+        ts__json_write_number(f, r->ep.steps ? r->ep.combine_bytes / r->ranks / r->ep.steps : 0);
+    }
+    if (r->ep.load_mean > 0) {
+        fputs(",\"expert_load_max_over_mean\":", f);
+        ts__json_write_number(f, r->ep.load_max / r->ep.load_mean);
+    }
+    fputs(",\"kernels\":[", f);
+    for (int i = 0; i < r->n_kernels; i++) {
+        const ts__demo_kernel *k = &r->k[i];
+        fputs(i ? ",{\"name\":" : "{\"name\":", f);
+        ts__json_write_string(f, k->name);
+        fputs(",\"ms\":", f);
+        ts__json_write_number(f, k->sec * 1e3);
+        fputs(",\"bytes\":", f);
+        ts__json_write_number(f, k->bytes);
+        fputs(",\"flops\":", f);
+        ts__json_write_number(f, k->flops);
+        fputs(",\"roofline_frac\":", f);
+        ts__json_write_number(f, roof_frac(k, mach));
+        fputs("}", f);
+    }
+    fputs("],\"step_ms\":[", f);
+    for (int i = 0; i < r->steps; i++) fprintf(f, "%s%.4f", i ? "," : "", r->step_s[i] * 1e3);
+    fputs("]}", f);
+}
