@@ -481,6 +481,76 @@ def moe_rows_case(w, T, E, K, H, seed):
              [(0, ti), (0, ptok), (0, t2p), (1, den), (1, normw), (1, counts), (1, expanded), (1, red)])
 
 
+# ---------------------------------------------------------------- RoPE and block/channel casts
+
+def rope_case(w, T, NH, D, hs, pad, S, interleaved, conjugate, use_pos, offset, is_f32, seed):
+    NHB, DB = NH + hs, D + pad
+    if is_f32:
+        buf = f32_input(seed, (T, NHB, DB), 2.0)
+        xv = buf[:, :NH, pad:].astype(F32)
+    else:
+        buf = bf16_input(seed, (T, NHB, DB), 2.0)
+        xv = from_bf16_bits(buf[:, :NH, pad:])
+    cs = f32_input(seed + 1, (S, D), 1.0)
+    pos = (ts_prng.u32(seed + 2, T) % (S - offset)).astype(np.int32)
+    rows = offset + (pos.astype(np.int64) if use_pos else np.arange(T))
+    half = D // 2
+    c = cs[rows, :half][:, None, :]
+    n = cs[rows, half:][:, None, :]
+    if conjugate:
+        n = -n
+    if interleaved:
+        f, sc = xv[..., 0::2], xv[..., 1::2]
+    else:
+        f, sc = xv[..., :half], xv[..., half:]
+    f2 = fma32(f, c, -(sc * n).astype(F32))
+    s2 = fma32(f, n, (sc * c).astype(F32))
+    y = np.empty_like(xv)
+    if interleaved:
+        y[..., 0::2], y[..., 1::2] = f2, s2
+    else:
+        y[..., :half], y[..., half:] = f2, s2
+    out = buf.copy()
+    out[:, :NH, pad:] = y if is_f32 else to_bf16_bits(y)
+    w.record("rope", [T, NH, D, hs, pad, S, interleaved, conjugate, use_pos, offset, is_f32, seed],
+             [(0, pos), (1, out)])
+
+
+def cast_block(x, bh, bw, round_sf):
+    m, n = x.shape
+    pm, pn = -(-m // bh) * bh, -(-n // bw) * bw
+    xp = np.zeros((pm, pn), F32)
+    xp[:m, :n] = x
+    q, sf = quant_rows(xp.reshape(pm // bh, bh, pn // bw, bw).transpose(0, 2, 1, 3).reshape(-1, bh * bw), bh * bw,
+                       round_sf)
+    q = q.reshape(pm // bh, pn // bw, bh, bw).transpose(0, 2, 1, 3).reshape(pm, pn)[:m, :n]
+    return np.ascontiguousarray(q), sf.reshape(pm // bh, pn // bw)
+
+
+def block_cast_case(w, M, N, blk, round_sf, seed):
+    x = from_bf16_bits(bf16_input(seed, (M, N), 100.0))
+    q, sf = cast_block(x, blk, blk, round_sf)
+    w.record("block_cast", [M, N, blk, round_sf, seed], [(1, q), (1, sf)])
+
+
+def channel_cast_case(w, T, H, round_sf, seed):
+    x = from_bf16_bits(bf16_input(seed, (T, H), 100.0))
+    q, sf = cast_block(x, 128, 1, round_sf)
+    w.record("channel_cast", [T, H, round_sf, seed], [(1, q), (1, sf)])
+
+
+def cast_back_case(w, M, N, bh, bw, is_f32, seed):
+    codes = (ts_prng.u32(seed, M * N) & U32(0xFF)).astype(np.uint8).reshape(M, N)
+    codes = np.where((codes & 0x7F) == 0x7F, codes ^ 0x01, codes).astype(np.uint8)
+    sm, sn = -(-M // bh), -(-N // bw)
+    sf = (np.ldexp(np.abs(f32_input(seed + 1, (sm, sn), 1.0)) + F32(0.5),
+                              (ts_prng.u32(seed + 2, sm * sn) % 9).astype(np.int32).reshape(sm, sn) - 4)).astype(F32)
+    v = codes.view(ml_dtypes.float8_e4m3fn).astype(F32)
+    y = (v * np.repeat(np.repeat(sf, bh, 0), bw, 1)[:M, :N]).astype(F32)
+    out = y if is_f32 else to_bf16_bits(y)
+    w.record("cast_back", [M, N, bh, bw, is_f32, seed], [(0, codes), (0, sf), (1, out)])
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden")
     # quant: swiglu (P, H, gs, use_clamp, clamp_milli, count, mask, weights, round_sf, packed, seed)
@@ -521,6 +591,26 @@ def main():
     moe_rows_case(w, 33, 256, 9, 520, 602)
     moe_rows_case(w, 1, 72, 6, 128, 603)
     with open(os.path.join(out, "tk_moe.bin"), "wb") as f:
+        f.write(w.buf)
+    # rope (T, NH, D, head_split, pad, S, interleaved, conjugate, use_pos, offset, is_f32, seed)
+    w = Writer()
+    rope_case(w, 17, 3, 64, 1, 32, 40, 0, 0, 1, 0, 0, 701)
+    rope_case(w, 17, 1, 32, 0, 0, 40, 1, 0, 1, 3, 0, 702)
+    rope_case(w, 9, 5, 128, 1, 16, 30, 1, 1, 0, 17, 0, 703)
+    rope_case(w, 7, 2, 256, 0, 0, 20, 0, 1, 1, 0, 1, 704)
+    rope_case(w, 1, 4, 64, 0, 128, 8, 0, 0, 0, 5, 1, 705)
+    # casts: block (M, N, blk, round, seed), channel (T, H, round, seed), back (M, N, bh, bw, f32, seed)
+    block_cast_case(w, 130, 300, 128, 0, 711)
+    block_cast_case(w, 257, 256, 128, 1, 712)
+    block_cast_case(w, 33, 70, 32, 1, 713)
+    block_cast_case(w, 1, 7, 32, 0, 714)
+    channel_cast_case(w, 256, 200, 0, 721)
+    channel_cast_case(w, 300, 128, 1, 722)
+    channel_cast_case(w, 7, 33, 0, 723)
+    cast_back_case(w, 130, 300, 128, 128, 0, 731)
+    cast_back_case(w, 33, 96, 1, 32, 1, 732)
+    cast_back_case(w, 65, 256, 32, 64, 0, 733)
+    with open(os.path.join(out, "tk_rope_cast.bin"), "wb") as f:
         f.write(w.buf)
 
 
