@@ -35,8 +35,7 @@ static ts_status finish(ts_model *m) {
     return TS_OK;
 }
 
-ts_status ts__model_create_from_records(ts_model *m); /* model_file.c uses the same finish */
-
+/* model_file.c and model_ep.c use the same finish */
 ts_status ts__model_create_from_records(ts_model *m) { return finish(m); }
 
 ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_model **out) {
@@ -73,6 +72,7 @@ ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_mode
 
 void ts_model_free(ts_model *m) {
     if (!m) return;
+    if (m->ep_free) m->ep_free(m); /* collective: the EP buffer */
     ts__model_ws_free(m->ws);
     ts__model_cache_free(m);
     ts__model_free_weights(m);

@@ -71,8 +71,8 @@ void ts__model_ws_free(ts__ws *ws) {
     free(ws);
 }
 
-static ts_status check_step(const ts_model *m, int64_t n, const int64_t *seqs,
-                            const int32_t *tokens) {
+ts_status ts__model_check_step(const ts_model *m, int64_t n, const int64_t *seqs,
+                               const int32_t *tokens) {
     static const char fn[] = "ts_model_decode";
     if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
     if (n < 0 || n > m->max_batch)
@@ -106,7 +106,14 @@ static ts_status check_step(const ts_model *m, int64_t n, const int64_t *seqs,
 
 ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
                           float *logits) {
-    TS__RETURN_IF_ERROR(check_step(m, n, seqs, tokens));
+    /* an EP model's step is collective (model_ep.c agrees on the arguments first) */
+    if (m && m->ep_decode) return m->ep_decode(m, n, seqs, tokens, logits);
+    return ts__model_decode_local(m, n, seqs, tokens, logits);
+}
+
+ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
+                                 const int32_t *tokens, float *logits) {
+    TS__RETURN_IF_ERROR(ts__model_check_step(m, n, seqs, tokens));
     if (n == 0) return TS_OK;
     const ts_model_config *c = &m->cfg;
     ts__ws *ws = m->ws;

@@ -212,6 +212,18 @@ struct ts_model {
     int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
     ts__ws *ws;
     ts__prof prof;
+    /* Expert parallelism (model_ep*.c, built with MPI only; NULL / false for a model of
+     * model.h). The hooks keep this path MPI-free: the routed experts of layer L for the n rows
+     * `a` (routing in ws->sel / ws->selw) into *routed (bf16 [n][dim], owned by ep), the
+     * collective step, and the collective teardown. local_experts_only: ts__model_bind_weights
+     * leaves w1 / w3 / w2 unpacked (the records hold only this rank's experts). */
+    struct ts__model_ep *ep;
+    bool local_experts_only;
+    ts_status (*ep_routed)(ts_model *m, int64_t L, int64_t n, const uint16_t *a,
+                           const uint16_t **routed);
+    ts_status (*ep_decode)(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
+                           float *logits);
+    void (*ep_free)(ts_model *m);
 };
 
 /* model_weights.c: records -> layer structs, packing (after generate or load). */
@@ -220,6 +232,8 @@ const ts__mtensor *ts__model_find(const ts_model *m, const char *name);
 void ts__model_free_weights(ts_model *m);
 /* model_create.c */
 ts_status ts__model_alloc(const ts_model_config *cfg, int64_t max_batch, ts_model **out);
+/* Binding, RoPE tables, caches and workspace once m->recs hold the weights. */
+ts_status ts__model_create_from_records(ts_model *m);
 /* model_cache.c */
 ts_status ts__model_cache_alloc(ts_model *m);
 void ts__model_cache_free(ts_model *m);
@@ -270,8 +284,9 @@ void ts__model_hadamard128(double *x);
 /* model_moe.c */
 ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens,
                         const uint16_t *a, uint16_t *out);
-/* gate/up bf16 [m][inter] (row strides ld), weights [m] (NULL = 1): clamp, silu(gate)*up*w
- * in f32, e4m3 with ue8m0 scales per 32 (out [m][inter], sf f32 [m][inter/32]). */
+/* gate/up bf16 [m][inter] (row strides ld), weights [m] (NULL = 1): Mega MoE's SwiGLU + FP8
+ * cast (ts__swiglu_weight_cast, src/numerics/swiglu_cast.h; clamp at limit if > 0) into
+ * out [m][inter] e4m3 and sf f32 [m][inter/32] (powers of two). tmp is unused. */
 ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, int64_t ld,
                                      const float *weights, int64_t m, int64_t inter,
                                      float limit, float *tmp, uint8_t *out, float *sf);
@@ -281,6 +296,12 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
 
 /* model_decode.c */
 ts_status ts__model_ws_alloc(ts_model *m);
+/* ts_model_decode's argument checks, and the step itself without the EP dispatch (an EP
+ * model's ep_decode calls it once every rank agreed that the step is valid). */
+ts_status ts__model_check_step(const ts_model *m, int64_t n, const int64_t *seqs,
+                               const int32_t *tokens);
+ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
+                                 const int32_t *tokens, float *logits);
 void ts__model_ws_free(ts__ws *ws);
 
 /* Per-kernel breakdown of decode steps (model_profile.c): enable = true clears the table and

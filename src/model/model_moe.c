@@ -3,6 +3,7 @@
  * SwiGLU / routing weight / FP8 requantisation between them, and the FP8 shared expert. */
 #include "model_internal.h"
 
+#include "numerics/swiglu_cast.h"
 #include "tilestack/quant.h"
 
 #include <math.h>
@@ -13,23 +14,10 @@
 ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, int64_t ld,
                                      const float *weights, int64_t m, int64_t inter,
                                      float limit, float *tmp, uint8_t *out, float *sf) {
-    for (int64_t r = 0; r < m; r++) {
-        for (int64_t i = 0; i < inter; i++) {
-            double g = ts__m_bf2f(gate[r * ld + i]), u = ts__m_bf2f(up[r * ld + i]);
-            if (limit > 0) {
-                g = g < limit ? g : limit;
-                u = u < limit ? (u > -limit ? u : -limit) : limit;
-            }
-            double v = g / (1.0 + exp(-g)) * u;
-            if (weights) v = v * weights[r];
-            tmp[r * inter + i] = (float)v;
-        }
-    }
-    if (m == 0) return TS_OK;
-    ts_tensor x = ts_tensor_2d(tmp, TS_F32, m, inter);
-    ts_tensor q = ts_tensor_2d(out, TS_E4M3, m, inter);
-    ts_tensor s = ts_tensor_2d(sf, TS_F32, m, inter / 32);
-    return ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s);
+    (void)tmp;
+    ts__swiglu_weight_cast(gate, up, ld, m, inter, weights, limit > 0 ? limit : INFINITY, false,
+                           out, inter, NULL, 0, sf, inter / 32);
+    return TS_OK;
 }
 
 static double score_of(ts_model_score_func f, double s) {
@@ -108,61 +96,69 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
                         ws->sel + b * K, ws->selw + b * K);
     ts__prof_add(pf, TS__P_GATE, t0, (double)E * D * 4, 2.0 * n * E * D);
 
-    /* 2. routed experts: rows grouped by expert, M_max = n */
-    t0 = PROF_T0(m);
-    {
-        ts_tensor x = ts_tensor_2d((void *)a, TS_BF16, n, D);
-        ts_tensor q = ts_tensor_2d(ws->x8, TS_E4M3, n, D);
-        ts_tensor s = ts_tensor_2d(ws->x8sf, TS_F32, n, D / 32);
-        TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s));
-    }
-    memset(ws->masked_m, 0, (size_t)E * sizeof(int32_t));
-    float *roww = ws->act_f32; /* [E][n] routing weight per grouped row */
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t j = 0; j < K; j++) {
-            const int64_t e = ws->sel[b * K + j];
-            const int64_t sl = ws->masked_m[e]++;
-            ws->slot[b * K + j] = (int32_t)sl;
-            memcpy(ws->ga + (e * n + sl) * D, ws->x8 + b * D, (size_t)D);
-            memcpy(ws->gasf + (e * n + sl) * (D / 32), ws->x8sf + b * (D / 32),
-                   (size_t)(D / 32) * sizeof(float));
-            roww[e * n + sl] = ws->selw[b * K + j];
+    /* 2. routed experts: rows grouped by expert, M_max = n; on an EP model through Mega MoE
+     * (model_ep_moe.c), which gives the same bits */
+    const uint16_t *routed = NULL;
+    if (m->ep_routed) {
+        t0 = PROF_T0(m);
+        TS__RETURN_IF_ERROR(m->ep_routed(m, L, n, a, &routed));
+        ts__prof_add(pf, TS__P_EXPERTS, t0, 0, 2.0 * 3 * n * K * I * D);
+    } else {
+        t0 = PROF_T0(m);
+        {
+            ts_tensor x = ts_tensor_2d((void *)a, TS_BF16, n, D);
+            ts_tensor q = ts_tensor_2d(ws->x8, TS_E4M3, n, D);
+            ts_tensor s = ts_tensor_2d(ws->x8sf, TS_F32, n, D / 32);
+            TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s));
         }
-    const int64_t rec[3] = {1, 1, 32};
-    ts_tensor mm = ts_tensor_1d(ws->masked_m, TS_I32, E);
-    {
-        ts_tensor ga = ts_tensor_3d(ws->ga, TS_E4M3, E, n, D);
-        ts_tensor gs = ts_tensor_3d(ws->gasf, TS_F32, E, n, D / 32);
-        ts_tensor dg = ts_tensor_3d(ws->gate, TS_BF16, E, n, I);
-        ts_tensor du = ts_tensor_3d(ws->up, TS_BF16, E, n, I);
-        TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
-            &ga, &gs, ly->w1, &dg, &mm, n, rec, NULL, NULL, NULL, false));
-        TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
-            &ga, &gs, ly->w3, &du, &mm, n, rec, NULL, NULL, NULL, false));
-    }
-    ts__prof_add(pf, TS__P_EXPERTS, t0, 0, 0);
-    t0 = PROF_T0(m);
-    float *tmp = ws->act_f32 + E * n;
-    for (int64_t e = 0; e < E; e++) {
-        if (ws->masked_m[e] == 0) continue;
-        TS__RETURN_IF_ERROR(ts__moe_swiglu_weight_cast(
-            ws->gate + e * n * I, ws->up + e * n * I, I, roww + e * n, ws->masked_m[e], I, limit,
-            tmp, ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32)));
-    }
-    ts__prof_add(pf, TS__P_SWIGLU, t0, 0, 0);
-    t0 = PROF_T0(m);
-    {
-        ts_tensor ha = ts_tensor_3d(ws->h8, TS_E4M3, E, n, I);
-        ts_tensor hs = ts_tensor_3d(ws->h8sf, TS_F32, E, n, I / 32);
-        ts_tensor dy = ts_tensor_3d(ws->ye, TS_BF16, E, n, D);
-        TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
-            &ha, &hs, ly->w2, &dy, &mm, n, rec, NULL, NULL, NULL, false));
-    }
-    {
-        int64_t used = 0;
-        for (int64_t e = 0; e < E; e++) used += ws->masked_m[e] > 0;
-        ts__prof_add(pf, TS__P_EXPERTS, t0, (double)used * 3 * I * D * (0.5 + 1.0 / 32 * 4),
-                     2.0 * 3 * n * K * I * D);
+        memset(ws->masked_m, 0, (size_t)E * sizeof(int32_t));
+        float *roww = ws->act_f32; /* [E][n] routing weight per grouped row */
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t e = ws->sel[b * K + j];
+                const int64_t sl = ws->masked_m[e]++;
+                ws->slot[b * K + j] = (int32_t)sl;
+                memcpy(ws->ga + (e * n + sl) * D, ws->x8 + b * D, (size_t)D);
+                memcpy(ws->gasf + (e * n + sl) * (D / 32), ws->x8sf + b * (D / 32),
+                       (size_t)(D / 32) * sizeof(float));
+                roww[e * n + sl] = ws->selw[b * K + j];
+            }
+        const int64_t rec[3] = {1, 1, 32};
+        ts_tensor mm = ts_tensor_1d(ws->masked_m, TS_I32, E);
+        {
+            ts_tensor ga = ts_tensor_3d(ws->ga, TS_E4M3, E, n, D);
+            ts_tensor gs = ts_tensor_3d(ws->gasf, TS_F32, E, n, D / 32);
+            ts_tensor dg = ts_tensor_3d(ws->gate, TS_BF16, E, n, I);
+            ts_tensor du = ts_tensor_3d(ws->up, TS_BF16, E, n, I);
+            TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
+                &ga, &gs, ly->w1, &dg, &mm, n, rec, NULL, NULL, NULL, false));
+            TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
+                &ga, &gs, ly->w3, &du, &mm, n, rec, NULL, NULL, NULL, false));
+        }
+        ts__prof_add(pf, TS__P_EXPERTS, t0, 0, 0);
+        t0 = PROF_T0(m);
+        float *tmp = ws->act_f32 + E * n;
+        for (int64_t e = 0; e < E; e++) {
+            if (ws->masked_m[e] == 0) continue;
+            TS__RETURN_IF_ERROR(ts__moe_swiglu_weight_cast(
+                ws->gate + e * n * I, ws->up + e * n * I, I, roww + e * n, ws->masked_m[e], I, limit,
+                tmp, ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32)));
+        }
+        ts__prof_add(pf, TS__P_SWIGLU, t0, 0, 0);
+        t0 = PROF_T0(m);
+        {
+            ts_tensor ha = ts_tensor_3d(ws->h8, TS_E4M3, E, n, I);
+            ts_tensor hs = ts_tensor_3d(ws->h8sf, TS_F32, E, n, I / 32);
+            ts_tensor dy = ts_tensor_3d(ws->ye, TS_BF16, E, n, D);
+            TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
+                &ha, &hs, ly->w2, &dy, &mm, n, rec, NULL, NULL, NULL, false));
+        }
+        {
+            int64_t used = 0;
+            for (int64_t e = 0; e < E; e++) used += ws->masked_m[e] > 0;
+            ts__prof_add(pf, TS__P_EXPERTS, t0, (double)used * 3 * I * D * (0.5 + 1.0 / 32 * 4),
+                         2.0 * 3 * n * K * I * D);
+        }
     }
 
     /* 3. shared expert */
@@ -179,16 +175,21 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
         }
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
 
-    /* 4. routed (top-k order) + shared */
+    /* 4. routed (summed in f32 in top-k order from +0, as Mega MoE's combine) + shared */
     for (int64_t b = 0; b < n; b++)
         for (int64_t d = 0; d < D; d++) {
-            double acc = 0;
-            for (int64_t j = 0; j < K; j++) {
-                const int64_t e = ws->sel[b * K + j], sl = ws->slot[b * K + j];
-                acc += ts__m_bf2f(ws->ye[(e * n + sl) * D + d]);
+            float r;
+            if (routed) {
+                r = ts__m_bf2f(routed[b * D + d]);
+            } else {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < K; j++) {
+                    const int64_t e = ws->sel[b * K + j], sl = ws->slot[b * K + j];
+                    acc += ts__m_bf2f(ws->ye[(e * n + sl) * D + d]);
+                }
+                r = ts__m_bf2f(ts__m_f2bf(acc));
             }
-            const float routed = ts__m_bf2f(ts__m_f2bf((float)acc));
-            out[b * D + d] = ts__m_f2bf(routed + ts__m_bf2f(ws->so[b * D + d]));
+            out[b * D + d] = ts__m_f2bf(r + ts__m_bf2f(ws->so[b * D + d]));
         }
     return TS_OK;
 }

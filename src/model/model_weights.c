@@ -413,9 +413,11 @@ ts_status ts__model_bind_weights(ts_model *m) {
             F32(gate_bias, "%lld.ffn.gate.bias", l);
         }
         const int64_t D = c->dim, I = c->moe_inter_dim;
-        TS__RETURN_IF_ERROR(pack_experts(m, L, "w1", I, D, &ly->w1));
-        TS__RETURN_IF_ERROR(pack_experts(m, L, "w3", I, D, &ly->w3));
-        TS__RETURN_IF_ERROR(pack_experts(m, L, "w2", D, I, &ly->w2));
+        if (!m->local_experts_only) { /* an EP model packs its own experts (model_ep.c) */
+            TS__RETURN_IF_ERROR(pack_experts(m, L, "w1", I, D, &ly->w1));
+            TS__RETURN_IF_ERROR(pack_experts(m, L, "w3", I, D, &ly->w3));
+            TS__RETURN_IF_ERROR(pack_experts(m, L, "w2", D, I, &ly->w2));
+        }
         P8(sw1, "%lld.ffn.shared.w1", l);
         P8(sw3, "%lld.ffn.shared.w3", l);
         P8(sw2, "%lld.ffn.shared.w2", l);

@@ -1,0 +1,41 @@
+/* Internal state of an expert-parallel model (model_ep.c: lifetime, agreement, stats;
+ * model_ep_moe.c: the routed experts through Mega MoE and the collective step). MPI-only. */
+#ifndef TILESTACK_MODEL_EP_INTERNAL_H
+#define TILESTACK_MODEL_EP_INTERNAL_H
+
+#include "model_internal.h"
+
+#include "tilestack/mega_moe.h"
+#include "tilestack/model_ep.h"
+
+struct ts__model_ep {
+    MPI_Comm comm; /* a duplicate of the caller's */
+    int rank, R;
+    int64_t E, El, lo, K, H, I, T, nlayers;
+    bool unfused;
+    double timeout_s;
+    ts_mega_moe_buffer *buf;
+    ts_mega_moe_views views;
+    ts_mega_moe_weights *w[TS_MODEL_MAX_LAYERS];
+    uint16_t *routed;     /* [max_batch][H] the combine's output */
+    int32_t *recv;        /* [El] one call's receive counts */
+    int64_t *cnt;         /* [nlayers][El] this rank's experts, since the last reset */
+    int64_t *gathered;    /* [R][nlayers][El] */
+    int64_t *layer_tot;   /* [nlayers][E] */
+    int64_t *tot;         /* [E] */
+    int64_t steps;
+    double moe_sec, dispatch_bytes, combine_bytes;
+};
+
+/* model_ep_moe.c: the hooks an EP model installs (model_internal.h). */
+ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t *a,
+                              const uint16_t **routed);
+ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
+                              const int32_t *tokens, float *logits);
+
+/* model_ep.c: every rank sends `bytes` from mine and receives every rank's into all[R][bytes],
+ * point to point with a deadline (a rank that does not come is named: TS_ERR_TIMEOUT). */
+ts_status ts__model_ep_allgather(MPI_Comm comm, const void *mine, void *all, int bytes, int tag,
+                                 double timeout_s, const char *what);
+
+#endif

@@ -1,0 +1,84 @@
+/* The expert-parallel step (model_ep.h): the ranks agree on the step's arguments, then the
+ * decode runs as on one process except that each MoE layer's routed experts go through one
+ * collective Mega MoE call (fused, or the unfused EP pipeline). A rank with no sequences still
+ * takes part in every layer's call with zero tokens. */
+#include "model_ep_internal.h"
+
+#include "tilestack/quant.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float clamp_of(const ts_model *m) {
+    return m->cfg.swiglu_limit > 0 ? (float)m->cfg.swiglu_limit : INFINITY;
+}
+
+ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t *a,
+                              const uint16_t **routed) {
+    struct ts__model_ep *ep = m->ep;
+    const int64_t H = ep->H, K = ep->K;
+    const double t0 = now_s();
+    if (n > 0) {
+        /* the buffer's input rows: FP8 with packed ue8m0 per 32 (the same values as the
+         * single-process cast's f32 scales), the routing of ws->sel / ws->selw */
+        ts_tensor x = ts_tensor_2d((void *)a, TS_BF16, n, H);
+        ts_tensor q = ts_tensor_2d(ep->views.x.data, TS_E4M3, n, H);
+        ts_tensor s = ts_tensor_2d(ep->views.x_sf.data, TS_I32, n, H / 128);
+        TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&x, true, 32, true, &q, &s));
+        int64_t *idx = (int64_t *)ep->views.topk_idx.data;
+        float *tw = (float *)ep->views.topk_weights.data;
+        for (int64_t i = 0; i < n * K; i++) {
+            idx[i] = m->ws->sel[i];
+            tw[i] = m->ws->selw[i];
+        }
+    }
+    memset(ep->recv, 0, (size_t)ep->El * sizeof(int32_t));
+    ts_tensor y = ts_tensor_2d(ep->routed, TS_BF16, n, H);
+    ts_tensor stats = ts_tensor_1d(ep->recv, TS_I32, ep->El);
+    const ts_status st = ep->unfused
+                             ? ts_mega_moe_unfused(&y, ep->w[L], ep->buf, &stats, clamp_of(m), false)
+                             : ts_fp8_fp4_mega_moe(&y, ep->w[L], ep->buf, &stats, NULL, NULL,
+                                                   clamp_of(m), false);
+    TS__RETURN_IF_ERROR(st);
+    for (int64_t j = 0; j < ep->El; j++) ep->cnt[L * ep->El + j] += ep->recv[j];
+    /* DeepEP test_low_latency.py's accounting: every slot is valid (no masked experts) */
+    ep->dispatch_bytes += (double)(n * K) * (double)(H + H / 128 * 4 + 16);
+    ep->combine_bytes += (double)(n * K) * (double)(2 * H);
+    ep->moe_sec += now_s() - t0;
+    *routed = ep->routed;
+    return TS_OK;
+}
+
+ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
+                              const int32_t *tokens, float *logits) {
+    struct ts__model_ep *ep = m->ep;
+    /* The agreement: a zero-token Mega MoE call in which a rank with bad arguments publishes
+     * a rejection (a y of more rows than the buffer holds), so every rank learns it, and a
+     * missing rank is named, before any cache changes. */
+    const ts_status mine = ts__model_check_step(m, n, seqs, tokens);
+    char msg[512] = "";
+    if (mine != TS_OK) snprintf(msg, sizeof msg, "%s", ts_last_error());
+    ts_tensor y = ts_tensor_2d(ep->routed, TS_BF16, mine == TS_OK ? 0 : ep->T + 1, ep->H);
+    const ts_status vote =
+        ts_fp8_fp4_mega_moe(&y, ep->w[0], ep->buf, NULL, NULL, NULL, clamp_of(m), false);
+    if (mine != TS_OK) return ts__fail(mine, "%s", msg);
+    if (vote != TS_OK) return vote;
+    ts_status st = TS_OK;
+    if (n == 0) {
+        for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++) {
+            const uint16_t *r = NULL;
+            st = ts__model_ep_routed(m, L, 0, NULL, &r);
+        }
+    } else {
+        st = ts__model_decode_local(m, n, seqs, tokens, logits);
+    }
+    if (st == TS_OK) ep->steps++;
+    return st;
+}

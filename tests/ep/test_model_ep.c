@@ -1,0 +1,237 @@
+/* The expert-parallel model (model_ep.h) at every rank count: each rank decodes its own
+ * sequences (a different number per rank, some ranks none) and every logit is bit-identical to
+ * a single-process ts_model_create model decoding the same sequences (each rank builds one
+ * locally: dsv4-tiny is cheap), through the fused and the unfused Mega MoE paths and from a
+ * weight file; the statistics against the routing (hash layer exactly, every layer's totals);
+ * E % R != 0, configs differing across ranks, bad step input on one rank (specific code there,
+ * TS_ERR_PEER naming it elsewhere, the model still usable), a rank that skips a step (timeout
+ * naming it). */
+#include "ep_test_util.h"
+#include "model/model_internal.h"
+#include "tilestack/model_ep.h"
+
+#include <unistd.h>
+
+#define MEP_STEPS 3
+#define MEP_MAXB 4
+
+/* Sequences of rank q: 0 .. n_of(q) - 1 (rank 4 of 8 has none). */
+static int64_t n_of(int q) { return ((int64_t)(q + 1) * 3) % 5; }
+
+static int32_t token_of(const ts_model_config *c, int q, int step, int64_t i) {
+    ts_prng p = ts_prng_seed(1000003u * (uint64_t)q + 7919u * (uint64_t)step + (uint64_t)i + 1);
+    return (int32_t)(ts_prng_next(&p) % (uint64_t)c->vocab_size);
+}
+
+static void step_tokens(const ts_model_config *c, int q, int step, int64_t n, int64_t *seqs,
+                        int32_t *tok) {
+    for (int64_t i = 0; i < n; i++) {
+        seqs[i] = i;
+        tok[i] = token_of(c, q, step, i);
+    }
+}
+
+static bool tiny(ts_test_ctx *ts_t_, ts_model_config *c) {
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv4-tiny", c), TS_OK);
+    return c->n_routed_experts % g_ep_size == 0;
+}
+
+/* Decodes MEP_STEPS steps on ep and on a local single-process model; logits must match. */
+static void decode_and_compare(ts_test_ctx *ts_t_, const ts_model_config *c, ts_model *ep,
+                               ts_model *ref, const char *what) {
+    const int q = g_ep_rank;
+    const int64_t n = n_of(q), V = c->vocab_size;
+    float *la = malloc((size_t)(MEP_MAXB * V) * 4), *lb = malloc((size_t)(MEP_MAXB * V) * 4);
+    int64_t seqs[MEP_MAXB];
+    int32_t tok[MEP_MAXB];
+    for (int s = 0; s < MEP_STEPS; s++) {
+        step_tokens(c, q, s, n, seqs, tok);
+        TS_CHECK_STATUS(ts_model_decode(ep, n, seqs, tok, la), TS_OK);
+        if (n > 0) {
+            TS_CHECK_STATUS(ts_model_decode(ref, n, seqs, tok, lb), TS_OK);
+            TS_CHECK_MSG(memcmp(la, lb, (size_t)(n * V) * 4) == 0,
+                         "%s: logits differ from the single-process model at step %d (rank %d, "
+                         "R = %d)", what, s, q, g_ep_size);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) TS_CHECK(ts_model_sequence_position(ep, i) == MEP_STEPS);
+    free(la);
+    free(lb);
+}
+
+TS_TEST(model_ep_logits_match_single_process_fused_unfused_loaded) {
+    ts_model_config c;
+    if (!tiny(ts_t_, &c)) return;
+    ts_model *ref = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, MEP_MAXB, &ref), TS_OK);
+    if (!ref) return;
+    char path[64] = "/tmp/ts_model_ep_XXXXXX";
+    if (g_ep_rank == 0) {
+        int fd = mkstemp(path);
+        TS_CHECK(fd >= 0);
+        if (fd >= 0) close(fd);
+        TS_CHECK_STATUS(ts_model_save_weights(ref, path), TS_OK);
+    }
+    MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    static const char *what[3] = {"fused", "unfused", "loaded (fused)"};
+    for (int v = 0; v < 3; v++) {
+        ts_model *ep = NULL;
+        ts_model_ep_options o = {.unfused = v == 1, .timeout_s = TS_EP_TEST_TIMEOUT_S};
+        if (v < 2) TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
+        else TS_CHECK_STATUS(ts_model_load_ep(path, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
+        for (int64_t i = 0; i < MEP_MAXB; i++) ts_model_reset_sequence(ref, i);
+        if (ep) decode_and_compare(ts_t_, &c, ep, ref, what[v]);
+        ts_model_free(ep);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_ep_rank == 0) unlink(path);
+    /* a missing file on rank 0: TS_ERR_IO there, TS_ERR_PEER naming it elsewhere */
+    ts_model *ep = NULL;
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    ts_status s = ts_model_load_ep(g_ep_rank == 0 ? "/nonexistent/x" : path, MPI_COMM_WORLD,
+                                   MEP_MAXB, &o, &ep);
+    TS_CHECK(ep == NULL);
+    if (g_ep_rank == 0) TS_CHECK_STATUS(s, TS_ERR_IO);
+    else TS_CHECK(s == TS_ERR_PEER || s == TS_ERR_IO); /* the file is gone there too */
+    ts_model_ep_stats st;
+    TS_CHECK_STATUS(ts_model_ep_get_stats(ref, &st), TS_ERR_INVALID_ARGUMENT); /* not EP */
+    ts_model_free(ref);
+}
+
+/* The hash layer's routing is tid2eid[token]: its per-expert counts follow from every rank's
+ * tokens (each rank regenerates them); every layer receives tokens × top-k. */
+TS_TEST(model_ep_stats_count_the_routing) {
+    ts_model_config c;
+    if (!tiny(ts_t_, &c)) return;
+    ts_model *ep = NULL;
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
+    if (!ep) return;
+    const int64_t E = c.n_routed_experts, K = c.n_activated_experts, NL = c.n_layers;
+    const int64_t n = n_of(g_ep_rank);
+    int64_t seqs[MEP_MAXB];
+    int32_t tok[MEP_MAXB];
+    for (int s = 0; s < MEP_STEPS; s++) {
+        step_tokens(&c, g_ep_rank, s, n, seqs, tok);
+        TS_CHECK_STATUS(ts_model_decode(ep, n, seqs, tok, NULL), TS_OK);
+    }
+    ts_model_ep_stats st;
+    TS_CHECK_STATUS(ts_model_ep_get_stats(ep, &st), TS_OK);
+    int64_t all_tokens = 0;
+    int64_t *want0 = calloc((size_t)E, 8);
+    const ts__mtensor *t2e = ts__model_find(ep, "0.ffn.gate.tid2eid"); /* replicated */
+    TS_CHECK(t2e != NULL && c.n_hash_layers >= 1);
+    for (int q = 0; q < g_ep_size; q++)
+        for (int s = 0; s < MEP_STEPS; s++)
+            for (int64_t i = 0; i < n_of(q); i++) {
+                all_tokens++;
+                const int32_t t = token_of(&c, q, s, i);
+                for (int64_t j = 0; t2e && j < K; j++) want0[((const int32_t *)t2e->data)[t * K + j]]++;
+            }
+    TS_CHECK_EQ_INT(st.steps, MEP_STEPS);
+    TS_CHECK_EQ_INT(st.num_experts, E);
+    TS_CHECK_EQ_INT(st.num_layers, NL);
+    int64_t sum = 0;
+    for (int64_t e = 0; e < E; e++) sum += st.expert_tokens[e];
+    TS_CHECK_EQ_INT(sum, all_tokens * K * NL);
+    for (int64_t L = 0; L < NL; L++) {
+        int64_t ls = 0;
+        for (int64_t e = 0; e < E; e++) ls += st.layer_expert_tokens[L * E + e];
+        TS_CHECK_EQ_INT(ls, all_tokens * K);
+    }
+    for (int64_t e = 0; e < E; e++) TS_CHECK_EQ_INT(st.layer_expert_tokens[e], want0[e]);
+    const double sel = (double)(n * MEP_STEPS * K * NL);
+    TS_CHECK(st.dispatch_bytes == sel * (double)(c.dim + c.dim / 128 * 4 + 16));
+    TS_CHECK(st.combine_bytes == sel * (double)(2 * c.dim));
+    TS_CHECK(st.moe_sec > 0);
+    TS_CHECK_STATUS(ts_model_ep_reset_stats(ep), TS_OK);
+    TS_CHECK_STATUS(ts_model_ep_get_stats(ep, &st), TS_OK);
+    sum = 0;
+    for (int64_t e = 0; e < E; e++) sum += st.expert_tokens[e];
+    TS_CHECK(sum == 0 && st.steps == 0 && st.dispatch_bytes == 0);
+    free(want0);
+    ts_model_free(ep);
+}
+
+TS_TEST(model_ep_create_errors) {
+    ts_model_config c;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv4-tiny", &c), TS_OK);
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    ts_model *m = NULL;
+    if (g_ep_size >= 2) {
+        /* E % R != 0: the message names both numbers, on every rank */
+        ts_model_config b = c;
+        b.n_routed_experts = 2 * g_ep_size + 1;
+        b.n_activated_experts = 2;
+        TS_CHECK_STATUS(ts_model_create_ep(&b, MPI_COMM_WORLD, 2, &o, &m), TS_ERR_INVALID_ARGUMENT);
+        char e[32], r[32];
+        snprintf(e, sizeof e, "= %d ", 2 * g_ep_size + 1);
+        snprintf(r, sizeof r, "%d ranks", g_ep_size);
+        TS_CHECK_MSG(strstr(ts_last_error(), e) && strstr(ts_last_error(), r), "%s",
+                     ts_last_error());
+        TS_CHECK(m == NULL);
+        /* rank 1's config differs: an error on every rank naming rank 1 */
+        b = c;
+        if (g_ep_rank == 1) b.seed++;
+        TS_CHECK_STATUS(ts_model_create_ep(&b, MPI_COMM_WORLD, 2, &o, &m), TS_ERR_INVALID_ARGUMENT);
+        TS_CHECK_MSG(strstr(ts_last_error(), "rank 1") != NULL, "%s", ts_last_error());
+        TS_CHECK(m == NULL);
+    }
+    /* bad arguments on the last rank: its own code there, TS_ERR_PEER naming it elsewhere */
+    const int bad = g_ep_size - 1;
+    ts_status s = ts_model_create_ep(&c, MPI_COMM_WORLD, g_ep_rank == bad ? 0 : 2, &o, &m);
+    ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, bad);
+    TS_CHECK(m == NULL);
+    s = ts_model_create_ep(g_ep_rank == bad ? NULL : &c, MPI_COMM_WORLD, 2, &o, &m);
+    ep_expect_status(ts_t_, s, TS_ERR_NULL_POINTER, bad);
+    TS_CHECK(m == NULL);
+}
+
+/* Bad step input on one rank is caught before any cache changes; the model stays usable. A
+ * rank that skips a step makes the others time out naming it. */
+TS_TEST(model_ep_step_errors_and_missing_rank) {
+    ts_model_config c;
+    if (!tiny(ts_t_, &c)) return;
+    ts_model *ref = NULL, *ep = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, MEP_MAXB, &ref), TS_OK);
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
+    if (!ref || !ep) {
+        ts_model_free(ep);
+        ts_model_free(ref);
+        return;
+    }
+    const int bad = g_ep_size - 1;
+    int64_t seqs[2] = {0, 1};
+    int32_t tok[2] = {3, 5};
+    if (g_ep_rank == bad) tok[1] = (int32_t)c.vocab_size;
+    ts_status s = ts_model_decode(ep, 2, seqs, tok, NULL);
+    ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, bad);
+    TS_CHECK(ts_model_sequence_position(ep, 0) == 0);
+    /* then a good step: same bits as the local model */
+    tok[1] = 5;
+    const int64_t V = c.vocab_size;
+    float *la = malloc((size_t)(2 * V) * 4), *lb = malloc((size_t)(2 * V) * 4);
+    TS_CHECK_STATUS(ts_model_decode(ep, 2, seqs, tok, la), TS_OK);
+    TS_CHECK_STATUS(ts_model_decode(ref, 2, seqs, tok, lb), TS_OK);
+    TS_CHECK(memcmp(la, lb, (size_t)(2 * V) * 4) == 0);
+    free(la);
+    free(lb);
+    ts_model_free(ep);
+    ep = NULL;
+    if (g_ep_size >= 2) {
+        /* the create-time agreement waits at least 100 s: the short deadline is the steps' */
+        const ts_model_ep_options o2 = {.timeout_s = 1.5};
+        TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o2, &ep), TS_OK);
+        if (ep && g_ep_rank != bad) {
+            s = ts_model_decode(ep, 1, seqs, tok, NULL);
+            TS_CHECK_STATUS(s, TS_ERR_TIMEOUT);
+            char want[32];
+            snprintf(want, sizeof want, "rank %d", bad);
+            TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "%s", ts_last_error());
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    ts_model_free(ep);
+    ts_model_free(ref);
+}
