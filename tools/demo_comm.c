@@ -9,7 +9,7 @@
 
 #if defined(TILESTACK_HAVE_EP) && defined(__has_include)
 /* "&& 0": the EP model is wired in once its implementation is in the library */
-#if __has_include("tilestack/model_ep.h") && 0
+#if __has_include("tilestack/model_ep.h")
 #define TS__DEMO_EP 1
 #endif
 #endif
@@ -143,9 +143,7 @@ void ts__demo_ep_collect(const ts__demo_comm *c, ts_model *m, ts__demo_ep_stats 
     ts_model_ep_stats es;
     memset(&es, 0, sizeof es);
     if (ts_model_ep_get_stats(m, &es) != TS_OK) return;
-    /* bytes and MoE seconds summed over ranks (the report divides by R for per-rank figures);
-     * expert tokens summed over ranks per expert (each rank counts what its experts received,
-     * or what its tokens sent: either way the sum over ranks is the global count) */
+    /* bytes and MoE seconds are this rank's: summed here (the report divides by R) */
     double v[4] = {es.moe_sec, es.dispatch_bytes, es.combine_bytes, (double)es.steps};
     ts__demo_sum(c, v, 3);
     s->moe_sec = v[0];
@@ -156,8 +154,8 @@ void ts__demo_ep_collect(const ts__demo_comm *c, ts_model *m, ts__demo_ep_stats 
     if (es.expert_tokens && es.num_experts > 0) {
         double *t = malloc((size_t)es.num_experts * sizeof(double));
         if (t) {
+            /* already summed over ranks by get_stats */
             for (int64_t e = 0; e < es.num_experts; e++) t[e] = (double)es.expert_tokens[e];
-            ts__demo_sum(c, t, (int)es.num_experts);
             double mx = 0, sum = 0;
             for (int64_t e = 0; e < es.num_experts; e++) {
                 mx = t[e] > mx ? t[e] : mx;

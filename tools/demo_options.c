@@ -23,8 +23,8 @@ void ts__demo_usage(FILE *f) {
             "  --ranks R           expert-parallel ranks (default 2 with MPI and mpirun, else 1)\n"
             "  --batch B           sequences per rank (default 8)\n"
             "  --context L         prefilled context per sequence (default 2048)\n"
-            "  --steps N           timed steps (default 100; --quick 20)\n"
-            "  --warmup W          untimed steps first (default 10; --quick 3)\n"
+            "  --steps N           timed steps (default 100; --quick 12)\n"
+            "  --warmup W          untimed steps first (default 10; --quick 2)\n"
             "  --threads T         threads per rank (default cores / R)\n"
             "  --unfused           EP dispatch + grouped GEMMs + combine instead of MegaMoE\n"
             "  --sampling S        greedy (default) | topk:K\n"
@@ -190,6 +190,6 @@ void ts__demo_apply_defaults(ts__demo_opts *o) {
      * warm-up and >= 100 timed steps (deepseek_model.md §4.3). */
     if (!o->batch_set) o->batch = 8;
     if (!o->context_set) o->context = o->quick ? 1024 : 2048;
-    if (!o->steps_set) o->steps = o->quick ? 20 : 100;
-    if (!o->warmup_set) o->warmup = o->quick ? 3 : 10;
+    if (!o->steps_set) o->steps = o->quick ? 12 : 100;
+    if (!o->warmup_set) o->warmup = o->quick ? 2 : 10;
 }

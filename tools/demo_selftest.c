@@ -68,7 +68,7 @@ static void test_options(void) {
     CHECK(o.batch == 8 && o.context == 2048 && o.steps == 100 && o.warmup == 10, "default sizes");
     parse_str("--quick --steps 7", &o, err, sizeof err);
     ts__demo_apply_defaults(&o);
-    CHECK(o.steps == 7 && o.warmup == 3 && o.context == 1024, "--quick keeps explicit --steps");
+    CHECK(o.steps == 7 && o.warmup == 2 && o.context == 1024, "--quick keeps explicit --steps");
 }
 
 static void test_selection(void) {
