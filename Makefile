@@ -1,5 +1,5 @@
 # Thin wrapper around CMake. Quick start:
-#   make demo   - build and run the tour of tilestack on this machine
+#   make demo   - build and run the decode runner (tilestack demo, docs/demo.md) on defaults
 #   make test   - build Release and ASan+UBSan, run the whole test suite on both
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD    ?= build

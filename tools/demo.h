@@ -95,6 +95,7 @@ typedef struct ts__demo_kernel {
     const char *name;
     double sec, bytes, flops; /* per step, mean over ranks */
     double calls;
+    bool cache_resident; /* no DRAM roofline (its bytes stay in cache) */
 } ts__demo_kernel;
 
 #define TS__DEMO_MAX_KERNELS 24

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #if defined(TILESTACK_HAVE_EP) && defined(__has_include)
-/* "&& 0": the EP model is wired in once its implementation is in the library */
 #if __has_include("tilestack/model_ep.h")
 #define TS__DEMO_EP 1
 #endif

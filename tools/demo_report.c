@@ -46,7 +46,7 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
 }
 
 static double roof_frac(const ts__demo_kernel *k, const ts__machine *m) {
-    if (!m || k->sec <= 0) return -1;
+    if (!m || k->sec <= 0 || k->cache_resident) return -1;
     double t = 0;
     if (k->flops > 0 && m->fma_peak_gflops > 0) t = k->flops / (m->fma_peak_gflops * 1e9);
     if (k->bytes > 0 && m->dram_read_gbps > 0) {

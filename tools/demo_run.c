@@ -206,6 +206,7 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
         k->bytes = tab[4 * i + 1] / div;
         k->flops = tab[4 * i + 2] / div;
         k->calls = tab[4 * i + 3] / div;
+        k->cache_resident = i == TS__P_COUNT; /* sampling reads the logits just written */
         r->kernel_sum_s += k->sec;
     }
     ts__demo_ep_collect(c, m, &r->ep);
