@@ -245,6 +245,9 @@ static int ptc_rows(const ts__bench_opts *opts, const char *filter, const ts_til
     return failures;
 }
 
+/* The TileKernels rows (bench/suite_kernels_tk.c). */
+int ts__suite_kernels_tk(const ts__bench_opts *opts, const char *filter, const int *threads, int nthreads);
+
 int ts__suite_kernels(const ts__bench_opts *opts);
 int ts__suite_kernels(const ts__bench_opts *opts) {
     int threads[2];
@@ -259,6 +262,7 @@ int ts__suite_kernels(const ts__bench_opts *opts) {
     char dir[64] = "";
     int failures = jit_rows(opts, filter, &jit, dir);
     failures += ptc_rows(opts, filter, jit, threads, nthreads);
+    failures += ts__suite_kernels_tk(opts, filter, threads, nthreads);
     (void)ts_set_num_threads(saved);
     ts_tile_kernel_release(jit);
     if (dir[0]) nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
