@@ -21,10 +21,10 @@
     F_(win_idx, int32_t, B * c->window_size) F_(win_len, int32_t, B)                   \
     F_(ext_idx, int32_t, B * ext) F_(ext_len, int32_t, B) F_(gs, float, B * E)          \
     F_(sel, int32_t, B * K) F_(selw, float, B * K) F_(x8, uint8_t, B * D)               \
-    F_(x8sf, float, B * (D / 32)) F_(ga, uint8_t, E * B * D)                           \
-    F_(gasf, float, E * B * (D / 32)) F_(masked_m, int32_t, E) F_(slot, int32_t, B * K) \
-    F_(gate, uint16_t, E * B * I) F_(up, uint16_t, E * B * I) F_(h8, uint8_t, E * B * I) \
-    F_(h8sf, float, E * B * (I / 32)) F_(ye, uint16_t, E * B * D)                      \
+    F_(x8sf, float, B * (D / 32)) F_(ga, uint8_t, Eg * B * D)                           \
+    F_(gasf, float, Eg * B * (D / 32)) F_(masked_m, int32_t, E) F_(slot, int32_t, B * K) \
+    F_(gate, uint16_t, Eg * B * I) F_(up, uint16_t, Eg * B * I) F_(h8, uint8_t, Eg * B * I) \
+    F_(h8sf, float, Eg * B * (I / 32)) F_(ye, uint16_t, Eg * B * D)                      \
     F_(sg, uint16_t, B * I) F_(su, uint16_t, B * I) F_(sh, uint16_t, B * I)             \
     F_(so, uint16_t, B * D)
 
@@ -34,6 +34,8 @@ ts_status ts__model_ws_alloc(ts_model *m) {
     const int64_t H = c->n_heads, QL = c->q_lora_rank, OG = c->o_groups * c->o_lora_rank;
     const int64_t IH = c->index_n_heads, E = c->n_routed_experts, K = c->n_activated_experts;
     const int64_t I = c->moe_inter_dim;
+    /* the grouped expert rows: an EP model's routed experts run in its Mega MoE buffer */
+    const int64_t Eg = m->local_experts_only ? 0 : E;
     int64_t kmax = D;
     const int64_t ks[4] = {QL, H * 512, OG, I};
     for (int i = 0; i < 4; i++) kmax = ks[i] > kmax ? ks[i] : kmax;
@@ -58,8 +60,8 @@ ts_status ts__model_ws_alloc(ts_model *m) {
     if (!ok) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (workspace)");
     /* the grouped GEMMs check every scale of the [E, n, ...] views, rows past masked_m too:
      * unused rows keep a valid scale */
-    for (int64_t i = 0; i < E * B * (D / 32); i++) ws->gasf[i] = 1.0f;
-    for (int64_t i = 0; i < E * B * (I / 32); i++) ws->h8sf[i] = 1.0f;
+    for (int64_t i = 0; i < Eg * B * (D / 32); i++) ws->gasf[i] = 1.0f;
+    for (int64_t i = 0; i < Eg * B * (I / 32); i++) ws->h8sf[i] = 1.0f;
     return TS_OK;
 }
 
