@@ -1043,8 +1043,14 @@ static char *vcall(em *e, const ts__tile_node *n) {
     if (!strcmp(f, "isfinite") || !strcmp(f, "isnan")) {
         int at = natural(arith(n->list[0]->ty));
         if (at != TT_F64) at = TT_F32;
-        char *x = vex(e, n->list[0], at);
-        char *r = lanemap_fmt(e, 1, &x, at, TT_BOOL, f[2] == 'n' ? "isnan(%s)" : "isfinite(%s)");
+        char *x = vex(e, n->list[0], at), *r;
+        /* NaN is the only value unequal to itself; x - x is 0 exactly when x is finite (NaN
+         * for inf and NaN): one compare instead of a libm call per lane */
+        int id = ++e->vtmp;
+        if (f[2] == 'n') r = sfmt("({ const ts__tv_%s n_%d = %s; TS__TV_MASK(n_%d != n_%d); })", vs(at), id, x, id, id);
+        else
+            r = sfmt("({ const ts__tv_%s n_%d = %s; TS__TV_MASK((n_%d - n_%d) == (n_%d - n_%d)); })", vs(at), id, x, id,
+                     id, id, id);
         free(x);
         return r;
     }

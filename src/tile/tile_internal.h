@@ -199,6 +199,13 @@ bool ts__tile_check(ts__tile_arena *a, ts__tile_diag *d, ts__tile_node *module,
 /* Lower tile operations (copy, fill, clear, reduce, cumsum, gemm) of every kernel body into
  * loops over elements, in place on prog->kernels[i].body (re-checked afterwards). */
 bool ts__tile_lower(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog);
+/* The same with the fusion pass (tile_fuse.c) switchable: ts__tile_lower fuses; tests and
+ * `tilestack tilec --no-fuse` use fuse=false to get the unfused IR, which the fused one must
+ * match bit for bit. */
+bool ts__tile_lower_ex(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, bool fuse);
+/* Forward element-wise producers into their consumers (docs/tile-language.md §11b), in place
+ * on a lowered, checked program (checked again afterwards). */
+bool ts__tile_fuse(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog);
 
 typedef struct ts__tile_emit_opts {
     const char *prefix; /* public wrapper prefix, default "ts_" */

@@ -568,6 +568,10 @@ static void lower_stmt(lw *L, ts__tile_node *n) {
 }
 
 bool ts__tile_lower(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog) {
+    return ts__tile_lower_ex(a, d, prog, true);
+}
+
+bool ts__tile_lower_ex(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, bool fuse) {
     lw L = {.a = a, .d = d};
     /* The IR module: constants and macros as written, kernels with their lowered bodies. */
     ts__tile_node *m = ts__tile_node_new(a, TN_MODULE, (ts__tile_loc){1, 1});
@@ -601,7 +605,7 @@ bool ts__tile_lower(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog)
         return false;
     }
     *prog = lowered;
-    return true;
+    return !fuse || ts__tile_fuse(a, d, prog);
 oom:
     ts__tile_error(d, (ts__tile_loc){1, 1}, "program too large (compiler memory limit reached)");
     return false;
