@@ -8,13 +8,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static float clamp_of(const ts_model *m) {
     return m->cfg.swiglu_limit > 0 ? (float)m->cfg.swiglu_limit : INFINITY;
@@ -24,7 +17,7 @@ ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t 
                               const uint16_t **routed) {
     struct ts__model_ep *ep = m->ep;
     const int64_t H = ep->H, K = ep->K;
-    const double t0 = now_s();
+    const double t0 = ts__model_now();
     if (n > 0) {
         /* the buffer's input rows: FP8 with packed ue8m0 per 32 (the same values as the
          * single-process cast's f32 scales), the routing of ws->sel / ws->selw */
@@ -47,11 +40,21 @@ ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t 
                              : ts_fp8_fp4_mega_moe(&y, ep->w[L], ep->buf, &stats, NULL, NULL,
                                                    clamp_of(m), false);
     TS__RETURN_IF_ERROR(st);
-    for (int64_t j = 0; j < ep->El; j++) ep->cnt[L * ep->El + j] += ep->recv[j];
+    int64_t used = 0, rows = 0;
+    for (int64_t j = 0; j < ep->El; j++) {
+        ep->cnt[L * ep->El + j] += ep->recv[j];
+        used += ep->recv[j] > 0;
+        rows += ep->recv[j];
+    }
+    /* this rank's work: the weights of its experts that received tokens (FP4 + an f32 scale per
+     * 32, as the single-process row counts them), the rows they computed */
+    if (m->prof.on)
+        ts__prof_add(&m->prof, TS__P_EXPERTS, t0, (double)used * 3 * ep->I * H * (0.5 + 4.0 / 32),
+                     2.0 * 3 * (double)rows * (double)ep->I * (double)H);
     /* DeepEP test_low_latency.py's accounting: every slot is valid (no masked experts) */
     ep->dispatch_bytes += (double)(n * K) * (double)(H + H / 128 * 4 + 16);
     ep->combine_bytes += (double)(n * K) * (double)(2 * H);
-    ep->moe_sec += now_s() - t0;
+    ep->moe_sec += ts__model_now() - t0;
     *routed = ep->routed;
     return TS_OK;
 }

@@ -100,9 +100,8 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
      * (model_ep_moe.c), which gives the same bits */
     const uint16_t *routed = NULL;
     if (m->ep_routed) {
-        t0 = PROF_T0(m);
+        /* profiled there: the bytes and flops are those of this rank's experts */
         TS__RETURN_IF_ERROR(m->ep_routed(m, L, n, a, &routed));
-        ts__prof_add(pf, TS__P_EXPERTS, t0, 0, 2.0 * 3 * n * K * I * D);
     } else {
         t0 = PROF_T0(m);
         {
