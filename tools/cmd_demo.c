@@ -136,7 +136,6 @@ int ts__cmd_demo(int argc, char **argv) {
         return 2;
     }
     if (o.selftest) return ts__demo_selftest();
-    if (o.sweep && !o.batch_set) o.batch = 32; /* the largest B the sweep tries */
     ts__demo_apply_defaults(&o);
     if (o.rank_mode) return rank_mode(&o, argc, argv);
 

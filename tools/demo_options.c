@@ -188,7 +188,7 @@ void ts__demo_apply_defaults(ts__demo_opts *o) {
     /* Sized so that plain `tilestack demo` takes ~30-60 s on 2 cores with 2 ranks (model
      * creation included) and --quick ~10-15 s (docs/demo.md). The CPU metric asks for >= 10
      * warm-up and >= 100 timed steps (deepseek_model.md §4.3). */
-    if (!o->batch_set) o->batch = 8;
+    if (!o->batch_set) o->batch = o->sweep ? 32 : 8; /* a sweep's largest B */
     if (!o->context_set) o->context = o->quick ? 1024 : 2048;
     if (!o->steps_set) o->steps = o->quick ? 12 : 100;
     if (!o->warmup_set) o->warmup = o->quick ? 2 : 10;

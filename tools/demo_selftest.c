@@ -69,6 +69,13 @@ static void test_options(void) {
     parse_str("--quick --steps 7", &o, err, sizeof err);
     ts__demo_apply_defaults(&o);
     CHECK(o.steps == 7 && o.warmup == 2 && o.context == 1024, "--quick keeps explicit --steps");
+    parse_str("--plot x.svg", &o, err, sizeof err);
+    ts__demo_apply_defaults(&o);
+    CHECK(o.sweep && o.batch == 32, "a sweep goes up to B = 32 by default (got %lld)",
+          (long long)o.batch);
+    parse_str("--sweep --batch 4", &o, err, sizeof err);
+    ts__demo_apply_defaults(&o);
+    CHECK(o.batch == 4, "--batch caps the sweep");
 }
 
 static void test_selection(void) {
