@@ -456,7 +456,7 @@ TS_TEST(tile_simd_what_is_vectorised) {
             "ts__tv_f32_to_ue8m0(",
             "ts__tv_e2m1_to_f32(ts__tv_f32_to_e2m1(",
             "ts__tv_st_u8(&a->p_out[",        /* the e4m3 quantisation, fused into the copy-out */
-            "ts__tv_f32_to_e4m3(ts__tv_min_f32(ts__tv_max_f32(",
+            "ts__tv_f32_to_e4m3(ts__tv_mink_f32(ts__tv_maxk_f32(", /* clamp to literals: one instruction each */
             "ts__tv_bf16_to_f32(ts__tv_ld_u16(&a->p_x[", /* copy in: contiguous, checks hoisted */
             "ts__tile_vrange(&lo_",
             "acc_",                            /* fold loops */
@@ -530,6 +530,13 @@ TS_TEST(tile_simd_rt_min_max_fma_round) {
                 TS_CHECK(ts__tile_f32_bits(sq[l]) == ts__tile_f32_bits(s) || (s != s && sq[l] != sq[l]));
                 TS_CHECK(ts__tile_f32_bits(ex[l]) == ts__tile_f32_bits(ts__tile_expf(b[l])));
                 TS_CHECK(ts__tile_f32_bits(sg[l]) == ts__tile_f32_bits(ts__tile_sigmoidf(b[l])));
+            }
+            if (sp[i] == sp[i] && sp[i] != 0.0f) { /* a constant operand: the one-instruction forms */
+                ts__tv_f32 mk = ts__tv_maxk_f32(b, a), nk = ts__tv_mink_f32(b, a);
+                for (int l = 0; l < 8; l++) {
+                    TS_CHECK(ts__tile_f32_bits(mk[l]) == ts__tile_f32_bits(ts__tile_maxf(b[l], sp[i])));
+                    TS_CHECK(ts__tile_f32_bits(nk[l]) == ts__tile_f32_bits(ts__tile_minf(b[l], sp[i])));
+                }
             }
             for (int mode = 0; mode < 4; mode++) {
                 ts__tv_f32 r = ts__tv_round_f32(b, mode);

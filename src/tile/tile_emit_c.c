@@ -1016,6 +1016,15 @@ static char *contig_addr(em *e, const ts__tile_node *n) {
     return res;
 }
 
+/* a literal that is neither NaN nor zero as f32: min / max against it need no NaN-first or
+ * signed-zero handling (ts__tv_maxk_f32) */
+static bool kconst(const ts__tile_node *n) {
+    double v;
+    if (!lit_float(n, &v)) return false;
+    float f = (float)v;
+    return f == f && f != 0.0f;
+}
+
 static char *vcall(em *e, const ts__tile_node *n) {
     const char *f = n->name;
     int t = natural(n->ty);
@@ -1068,13 +1077,16 @@ static char *vcall(em *e, const ts__tile_node *n) {
             r = lanemap_fmt(e, 1, x, t, t, fmt);
         }
     } else if (f32 && (!strcmp(f, "min") || !strcmp(f, "max"))) {
-        r = sfmt("ts__tv_%s_f32(%s, %s)", f, x[0], x[1]);
+        if (kconst(n->list[1])) r = sfmt("ts__tv_%sk_f32(%s, %s)", f, x[0], x[1]);
+        else if (kconst(n->list[0])) r = sfmt("ts__tv_%sk_f32(%s, %s)", f, x[1], x[0]);
+        else r = sfmt("ts__tv_%s_f32(%s, %s)", f, x[0], x[1]);
     } else if ((t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64) &&
                (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "clamp"))) {
         if (f[1] == 'l') r = sfmt("ts__tv_min_%s(ts__tv_max_%s(%s, %s), %s)", vs(t), vs(t), x[0], x[1], x[2]);
         else r = sfmt("ts__tv_%s_%s(%s, %s)", f, vs(t), x[0], x[1]);
     } else if (f32 && !strcmp(f, "clamp")) {
-        r = sfmt("ts__tv_min_f32(ts__tv_max_f32(%s, %s), %s)", x[0], x[1], x[2]);
+        r = sfmt("ts__tv_min%s_f32(ts__tv_max%s_f32(%s, %s), %s)", kconst(n->list[2]) ? "k" : "",
+                 kconst(n->list[1]) ? "k" : "", x[0], x[1], x[2]);
     } else if (f32 && !strcmp(f, "fma")) {
         r = sfmt("ts__tv_fma_f32(%s, %s, %s)", x[0], x[1], x[2]);
     } else if (f32 && (!strcmp(f, "exp") || !strcmp(f, "sigmoid"))) {
