@@ -18,6 +18,12 @@ if [ -z "$bin" ]; then
 fi
 echo "=== demo checks: $bin ==="
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Sanitizer builds under mpirun: Open MPI's own allocations are suppressed as in run_ep_tests.sh.
+export LSAN_OPTIONS="suppressions=$here/tests/ep/lsan_openmpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+if grep -q '^TS_SANITIZE:BOOL=ON' "$(dirname "$bin")/CMakeCache.txt" 2>/dev/null; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+fi
 pass=0
 fail=0
 tmp=$(mktemp -d)
