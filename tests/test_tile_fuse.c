@@ -161,6 +161,12 @@ TS_TEST(tile_fuse_forwards_only_when_exact) {
              "        for i, j in parallel(1, 8) {\n            t[i, j] = x[b, j] + 1.0;\n        }\n"
              "        y[b, 0] = 5.0;\n        copy(t, y[b, 0]);\n");
     TS_CHECK(kept(ts_t_, b, "t[i, j] = x[b, j] + 1.0;"));
+    /* a transposed read (j in a non-last index): forwarded, the consumer's vector loop would
+     * become a gather */
+    snprintf(b, sizeof b,
+             "        fill(m, 1.0);\n        for i, j in parallel(1, 8) {\n            t[i, j] = m[j, i] * 2.0;\n        }\n"
+             "        copy(t, y[b, 0]);\n");
+    TS_CHECK(kept(ts_t_, b, "t[i, j] = m[j, i] * 2.0;"));
     /* the producer's body writes something the expression reads */
     snprintf(b, sizeof b,
              "        for i, j in parallel(1, 8) {\n            t[i, j] = u[i, j] + 1.0;\n            u[i, j] = 0.0;\n        }\n"

@@ -353,6 +353,42 @@ static void rewrite(site_ctx *c, ts__tile_node *n) {
     for (int32_t i = 0; i < n->nlist2; i++) rewrite(c, n->list2[i]);
 }
 
+static bool mentions(const ts__tile_node *n, const void *v) {
+    if (!n) return false;
+    if (n->kind == TN_NAME && n->sym == v) return true;
+    if (mentions(n->a, v) || mentions(n->b, v) || mentions(n->c, v)) return true;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (mentions(n->list[i], v)) return true;
+    return false;
+}
+
+/* Every element access of x uses the producer's last loop variable j at most as `j` or
+ * `j + u` / `u + j` in its last index (u free of j): substituted at a consumer whose last
+ * index is contiguous, the accesses stay contiguous, so forwarding never turns a vector loop
+ * into a gather (which would leave it scalar, slower than the pass it saves). */
+static bool contiguous_in(const ts__tile_node *x, const void *j) {
+    if (!x) return true;
+    if (x->kind == TN_INDEX) {
+        for (int32_t i = 0; i < x->nlist; i++) {
+            const ts__tile_node *ix = x->list[i];
+            if (!mentions(ix, j)) continue;
+            if (i + 1 < x->nlist) return false;
+            bool ok = (ix->kind == TN_NAME && ix->sym == j) ||
+                      (ix->kind == TN_BINARY && ix->op == TO_ADD &&
+                       ((ix->a->kind == TN_NAME && ix->a->sym == j && !mentions(ix->b, j)) ||
+                        (ix->b->kind == TN_NAME && ix->b->sym == j && !mentions(ix->a, j))));
+            if (!ok) return false;
+        }
+        for (int32_t i = 0; i < x->nlist; i++)
+            if (!contiguous_in(x->list[i], j)) return false;
+        return true;
+    }
+    if (!contiguous_in(x->a, j) || !contiguous_in(x->b, j) || !contiguous_in(x->c, j)) return false;
+    for (int32_t i = 0; i < x->nlist; i++)
+        if (!contiguous_in(x->list[i], j)) return false;
+    return true;
+}
+
 /* May the value stored by `T[...] = e` (e of type ty) be carried as `e` / `cast<dt>(e)`? */
 static bool carry_type(int dt, int ty, bool *cast) {
     *cast = false;
@@ -447,6 +483,7 @@ static void forward_from(fz *F, ts__tile_node *kb, ts__tile_node *b, int32_t p) 
         /* rewrite */
         ts__tile_node *e = clone_subst(F, s->b, &lets, true);
         if (!e) return;
+        if (!contiguous_in(e, lv[nv - 1])) continue;
         site_ctx c = {.F = F, .T = T, .expr = e, .loopvars = lv, .nloop = nv,
                       .castdt = cast ? ts__tile_dt_name(T->dt) : NULL, .castdtc = T->dt};
         for (int32_t k = p + 1; k <= last; k++) rewrite(&c, b->list[k]);
