@@ -37,6 +37,9 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
             (long long)o->context, o->warmup, o->steps,
             o->topk == 1 ? "greedy sampling" : "top-k sampling", threads,
             threads == 1 ? "" : "s");
+    fprintf(f, "  notes    the indexer scores every compressed row (L/4 per ratio-4 layer) before its "
+            "top-%lld;%s\n", (long long)c->index_topk,
+            ranks > 1 ? " EP exchange over shared memory on one node" : "");
     if (mach)
         fprintf(f, "  machine  %s, %d cores; per rank (%d thread%s, probed %s): FP32 FMA peak %.1f "
                 "GFLOP/s, DRAM read %.1f GB/s, L3 %.1f GB/s\n",
