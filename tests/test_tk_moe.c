@@ -3,9 +3,11 @@
  * and 256, top-k 2, 6, 8, 9), top2_sum_gate (sigmoid / sqrtsoftplus / softmax / identity,
  * bias for selection only, group-limited routing, shared-expert slots, mask, EP/TP masking),
  * normalize_weight, group_count, expand_to_fused, reduce_fused (-1 routed entries, padded
- * segments); expand_to_fused_with_sf against plain C. Both ISA variants, 1 and 2 threads. */
+ * segments), topk_sum_and_topk_group_idx, mask_indices_by_tp, inplace_unique_group_indices,
+ * aux_fi; expand_to_fused_with_sf against plain C. Both ISA variants, 1 and 2 threads. */
 #include "test_tk_common.h"
 
+#include "ts_prng.h"
 #include "tilestack/kernels.h"
 
 #include <math.h>
@@ -47,6 +49,28 @@ static void moe_run(void *vc, int variant) {
         tk_expect(ts_t_, rec, 1, c->idx, (size_t)(c->T * c->KP) * 8, what);
         snprintf(what, sizeof what, "top2_sum_gate E=%lld scoring=%lld weights (variant %d)", (long long)c->E, (long long)p[6], variant);
         tk_expect(ts_t_, rec, 2, c->f3, (size_t)(c->T * c->KP) * 4, what);
+    } else if (c->kind == 3) {
+        const int64_t T = rec->p[0], G = rec->p[1], EG = rec->p[2], KG = rec->p[3];
+        ts_tensor s = ts_tensor_3d(c->f1, TS_F32, T, G, EG), o = ts_tensor_2d(c->idx, TS_I64, T, KG);
+        TS_CHECK_STATUS(ts_topk_sum_and_topk_group_idx(&s, &o, rec->p[4]), TS_OK);
+        snprintf(what, sizeof what, "topk_sum_and_topk_group_idx G=%lld (variant %d)", (long long)G, variant);
+        tk_expect(ts_t_, rec, 0, c->idx, (size_t)(T * KG) * 8, what);
+    } else if (c->kind == 4) {
+        const int64_t *p = rec->p, T = p[0], K = p[1], E = p[2];
+        int64_t *ti = c->idx, *gi = ti + T * K, *out = gi + T * K, *u = out + T * K;
+        ts_tensor tti = ts_tensor_2d(ti, TS_I64, T, K), tout = ts_tensor_2d(out, TS_I64, T, K);
+        TS_CHECK_STATUS(ts_mask_indices_by_tp(&tti, &tout, E, p[4], p[5], p[6]), TS_OK);
+        snprintf(what, sizeof what, "mask_indices_by_tp E=%lld (variant %d)", (long long)E, variant);
+        tk_expect(ts_t_, rec, 0, out, (size_t)(T * K) * 8, what);
+        memcpy(u, gi, (size_t)(T * K) * 8);
+        ts_tensor tu = ts_tensor_2d(u, TS_I64, T, K);
+        TS_CHECK_STATUS(ts_inplace_unique_group_indices(&tu, p[3]), TS_OK);
+        snprintf(what, sizeof what, "inplace_unique_group_indices G=%lld (variant %d)", (long long)p[3], variant);
+        tk_expect(ts_t_, rec, 1, u, (size_t)(T * K) * 8, what);
+        ts_tensor tf = ts_tensor_1d(c->f1, TS_F32, E);
+        TS_CHECK_STATUS(ts_aux_fi(&tti, &tf, p[7]), TS_OK);
+        snprintf(what, sizeof what, "aux_fi E=%lld (variant %d)", (long long)E, variant);
+        tk_expect(ts_t_, rec, 2, c->f1, (size_t)E * 4, what);
     } else {
         const int64_t T = c->T, K = c->K, H = c->H, P = c->P, E = c->E;
         ts_tensor w = ts_tensor_2d(c->f1, TS_F32, T, K), den = ts_tensor_1d(c->f2, TS_F32, T), nw = ts_tensor_2d(c->f3, TS_F32, T, K);
@@ -90,7 +114,7 @@ TS_TEST(tk_moe_golden) {
     tk_reader r = {TS_READ_GOLDEN("tk_moe.bin", &size), 0, 0};
     r.size = size;
     tk_record rec;
-    int counts[3] = {0, 0, 0};
+    int counts[5] = {0, 0, 0, 0, 0};
     while (tk_next(ts_t_, &r, &rec)) {
         moe_ctx c = {.t = ts_t_, .rec = &rec, .T = rec.p[0], .E = rec.p[1], .K = rec.p[2]};
         bool ok = true;
@@ -128,11 +152,34 @@ TS_TEST(tk_moe_golden) {
                 for (size_t i = 0; i < T * H; i++) c.q[i] = (uint8_t)(c.x[i] >> 8);
                 tk_f32_input(seed + 5, T * 2, 1.0f, c.f4);
             }
+        } else if (!strcmp(rec.name, "group_topk")) {
+            c.kind = 3;
+            const size_t n = (size_t)(rec.p[0] * rec.p[1] * rec.p[2]);
+            c.f1 = malloc(n * 4), c.idx = malloc((size_t)(rec.p[0] * rec.p[3]) * 8);
+            ok = c.f1 && c.idx;
+            if (ok) {
+                tk_f32_input((uint64_t)rec.p[5], n, 1.0f, c.f1);
+                for (size_t i = 0; i < n; i++) c.f1[i] = rintf(c.f1[i] * 4.0f) / 4.0f;
+            }
+        } else if (!strcmp(rec.name, "moe_misc")) {
+            c.kind = 4;
+            const int64_t T = rec.p[0], K = rec.p[1], E = rec.p[2], G = rec.p[3];
+            const uint64_t seed = (uint64_t)rec.p[8];
+            c.idx = malloc((size_t)(4 * T * K) * 8), c.f1 = malloc((size_t)E * 4);
+            ok = c.idx && c.f1;
+            if (ok) {
+                ts_prng r0 = ts_prng_seed(seed), r1 = ts_prng_seed(seed + 1), r2 = ts_prng_seed(seed + 2), r3 = ts_prng_seed(seed + 3);
+                for (int64_t i = 0; i < T * K; i++) {
+                    const int64_t v = (int64_t)(ts_prng_u32(&r0) % (uint32_t)E), g = (int64_t)(ts_prng_u32(&r2) % (uint32_t)G);
+                    c.idx[i] = ts_prng_u32(&r1) % 7 == 0 ? -1 : v;
+                    c.idx[T * K + i] = ts_prng_u32(&r3) % 9 == 0 ? -1 : g;
+                }
+            }
         } else {
             TS_CHECK_MSG(false, "unknown record %s", rec.name);
             ok = false;
         }
-        TS_CHECK(ok || c.kind > 2);
+        TS_CHECK(ok || c.kind > 4);
         if (ok) {
             tk_for_variants(&c, moe_run, 4);
             counts[c.kind]++;
@@ -141,7 +188,7 @@ TS_TEST(tk_moe_golden) {
         free(c.o2), free(c.q), free(c.qo);
         tk_record_free(&rec);
     }
-    TS_CHECK(counts[0] >= 5 && counts[1] >= 5 && counts[2] >= 3);
+    TS_CHECK(counts[0] >= 5 && counts[1] >= 5 && counts[2] >= 3 && counts[3] >= 3 && counts[4] >= 3);
     free(r.buf);
 }
 
