@@ -1,7 +1,8 @@
 /* MoE routing kernels (src/kernels/moe.tile) byte-exact against tests/golden/tk_moe.bin (numpy
  * re-implementation of TileKernels' semantics): topk_gate (stable order, many ties; experts 72
  * and 256, top-k 2, 6, 8, 9), top2_sum_gate (sigmoid / sqrtsoftplus / softmax / identity,
- * bias for selection only, group-limited routing, shared-expert slots, mask, EP/TP masking),
+ * bias for selection only, group-limited routing, shared-expert slots, mask, EP/TP masking,
+ * unmapped_topk_idx, fixed routing, logical-to-physical map),
  * normalize_weight, group_count, expand_to_fused, reduce_fused (-1 routed entries, padded
  * segments), topk_sum_and_topk_group_idx, mask_indices_by_tp, inplace_unique_group_indices,
  * aux_fi; expand_to_fused_with_sf against plain C. Both ISA variants, 1 and 2 threads. */
@@ -20,7 +21,7 @@ typedef struct moe_ctx {
     int kind;
     int64_t T, E, K, KP, H, P;
     float *f1, *f2, *f3, *f4;
-    int64_t *idx;
+    int64_t *idx, *un;
     int32_t *cnt;
     uint16_t *x, *xe, *o1, *o2;
     uint8_t *q, *qo;
@@ -41,10 +42,16 @@ static void moe_run(void *vc, int variant) {
         ts_tensor lg = ts_tensor_2d(c->f1, TS_F32, c->T, c->E), b = ts_tensor_1d(c->f2, TS_F32, c->E);
         ts_tensor m = ts_tensor_1d((void *)rec->a[0].data, TS_BOOL, c->T);
         ts_tensor oi = ts_tensor_2d(c->idx, TS_I64, c->T, c->KP), ow = ts_tensor_2d(c->f3, TS_F32, c->T, c->KP);
+        const int64_t K = p[2], LE = c->E + c->KP - K;
         memset(c->idx, 0xEE, (size_t)(c->T * c->KP) * 8);
-        TS_CHECK_STATUS(ts_top2_sum_gate(&lg, &b, &m, &oi, &ow, p[2], p[4], p[5], p[6], (float)((double)p[7] / 1000.0), p[8],
-                                         p[9], p[10], p[11], p[12], p[13]),
+        memcpy(c->un, rec->a[4].data, (size_t)(c->T * K) * 8);
+        ts_tensor un = ts_tensor_2d(c->un, TS_I64, c->T, K), fx = ts_tensor_1d((void *)rec->a[3].data, TS_BOOL, c->T);
+        ts_tensor pm = ts_tensor_2d((void *)rec->a[5].data, TS_I32, LE, 3), pc = ts_tensor_1d((void *)rec->a[6].data, TS_I32, LE);
+        TS_CHECK_STATUS(ts_top2_sum_gate(&lg, &b, &m, &oi, &ow, K, p[4], p[5], p[6], (float)((double)p[7] / 1000.0), p[8],
+                                         p[9], p[10], p[11], p[12], p[13], &un, p[15], &fx, p[16], &pm, &pc, p[17]),
                         TS_OK);
+        snprintf(what, sizeof what, "top2_sum_gate E=%lld unmapped_topk_idx (variant %d)", (long long)c->E, variant);
+        tk_expect(ts_t_, rec, 7, c->un, (size_t)(c->T * K) * 8, what);
         snprintf(what, sizeof what, "top2_sum_gate E=%lld scoring=%lld idx (variant %d)", (long long)c->E, (long long)p[6], variant);
         tk_expect(ts_t_, rec, 1, c->idx, (size_t)(c->T * c->KP) * 8, what);
         snprintf(what, sizeof what, "top2_sum_gate E=%lld scoring=%lld weights (variant %d)", (long long)c->E, (long long)p[6], variant);
@@ -130,8 +137,8 @@ TS_TEST(tk_moe_golden) {
             c.kind = 1;
             c.KP = rec.p[3];
             c.f1 = malloc((size_t)(c.T * c.E) * 4), c.f2 = malloc((size_t)c.E * 4), c.f3 = malloc((size_t)(c.T * c.KP) * 4);
-            c.idx = malloc((size_t)(c.T * c.KP) * 8);
-            ok = c.f1 && c.f2 && c.f3 && c.idx;
+            c.idx = malloc((size_t)(c.T * c.KP) * 8), c.un = malloc((size_t)(c.T * c.K) * 8);
+            ok = c.f1 && c.f2 && c.f3 && c.idx && c.un;
             if (ok) {
                 tk_f32_input((uint64_t)rec.p[14], (size_t)(c.T * c.E), 4.0f, c.f1);
                 tk_f32_input((uint64_t)rec.p[14] + 1, (size_t)c.E, 0.5f, c.f2);
@@ -184,7 +191,7 @@ TS_TEST(tk_moe_golden) {
             tk_for_variants(&c, moe_run, 4);
             counts[c.kind]++;
         }
-        free(c.f1), free(c.f2), free(c.f3), free(c.f4), free(c.idx), free(c.cnt), free(c.x), free(c.xe), free(c.o1);
+        free(c.f1), free(c.f2), free(c.f3), free(c.f4), free(c.idx), free(c.un), free(c.cnt), free(c.x), free(c.xe), free(c.o1);
         free(c.o2), free(c.q), free(c.qo);
         tk_record_free(&rec);
     }
@@ -206,7 +213,23 @@ TS_TEST(tk_moe_errors) {
     bool m[2] = {true, true};
     ts_tensor tl = ts_tensor_2d(lg, TS_F32, 2, 12), tb = ts_tensor_1d(b, TS_F32, 12), tm = ts_tensor_1d(m, TS_BOOL, 2);
     ts_tensor oi = ts_tensor_2d(idx, TS_I64, 2, 2), ow = ts_tensor_2d(w, TS_F32, 2, 2);
-    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 5, 2, 0, 1.0f, false, 0, 0, 1, 0, 1), TS_ERR_INVALID_ARGUMENT);
+    int64_t un[2 * 2] = {0, 1, 2, 30};
+    int32_t pm[14 * 1], pc[14];
+    for (int i = 0; i < 14; i++) pm[i] = i, pc[i] = 1;
+    ts_tensor tu = ts_tensor_2d(un, TS_I64, 2, 2), tpm = ts_tensor_2d(pm, TS_I32, 14, 1), tpc = ts_tensor_1d(pc, TS_I32, 14);
+    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 5, 2, 0, 1.0f, false, 0, 0, 1, 0, 1, &tu, false, &tm, false, &tpm, &tpc, false),
+                    TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "num_groups must divide") != NULL);
-    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 7, 1.0f, false, 0, 0, 1, 0, 1), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 7, 1.0f, false, 0, 0, 1, 0, 1, &tu, false, &tm, false, &tpm, &tpc, false),
+                    TS_ERR_INVALID_ARGUMENT);
+    /* fixed routing needs unmapped_topk_idx; a fixed index past E is reported after the launch */
+    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 0, 1.0f, false, 0, 0, 1, 0, 1, &tu, false, &tm, true, &tpm, &tpc, false),
+                    TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 0, 1.0f, false, 0, 0, 1, 0, 1, &tu, true, &tm, true, &tpm, &tpc, false),
+                    TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "fixed routing indices") != NULL);
+    /* the map must cover the logical experts */
+    ts_tensor tpm2 = ts_tensor_2d(pm, TS_I32, 10, 1), tpc2 = ts_tensor_1d(pc, TS_I32, 10);
+    TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 0, 1.0f, false, 0, 0, 1, 0, 1, &tu, false, &tm, false, &tpm2, &tpc2, true),
+                    TS_ERR_INVALID_ARGUMENT);
 }

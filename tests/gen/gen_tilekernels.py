@@ -373,7 +373,13 @@ def topk_gate_case(w, T, E, K, seed):
 
 
 def top2_sum_gate_case(w, T, E, K, KP, G, KG, scoring, rsf_milli, use_mask, extra, ep_rank, n_ep,
-                       tp_rank, n_tp, seed):
+                       tp_rank, n_tp, seed, use_unmapped=0, use_fix=0, use_map=0):
+    LE, ND = E + KP - K, 3
+    fix = ((ts_prng.u32(seed + 5, T) % 3 == 0) & bool(use_fix)).astype(np.uint8)
+    un_in = (ts_prng.u32(seed + 6, T * K) % E).astype(np.int64).reshape(T, K)
+    pmap = (ts_prng.u32(seed + 7, LE * ND) % (E + extra)).astype(np.int32).reshape(LE, ND)
+    pcnt = (ts_prng.u32(seed + 8, LE) % ND + 1).astype(np.int32)
+    un_out = un_in.copy()
     lg = f32_input(seed, (T, E), 4.0)
     bias = f32_input(seed + 1, (E,), 0.5)
     mask = (ts_prng.u32(seed + 2, T) % 6 != 0).astype(np.uint8)
@@ -399,6 +405,8 @@ def top2_sum_gate_case(w, T, E, K, KP, G, KG, scoring, rsf_milli, use_mask, extr
     for t in range(T):
         if use_mask and not mask[t]:
             idx[t] = -1
+            if use_unmapped:
+                un_out[t] = -1
             continue
         s = sel[t].copy()
         if G != KG:
@@ -412,6 +420,10 @@ def top2_sum_gate_case(w, T, E, K, KP, G, KG, scoring, rsf_milli, use_mask, extr
                 keepm[g * eg:(g + 1) * eg] = True
             s = np.where(keepm, s, F32(-np.inf))
         chosen = stable_desc(s)[:K]
+        if fix[t]:
+            chosen = un_in[t]
+        elif use_unmapped:
+            un_out[t] = chosen
         den = F32(1e-20)
         for e in chosen:
             den = F32(den + sc[t, e])
@@ -422,6 +434,8 @@ def top2_sum_gate_case(w, T, E, K, KP, G, KG, scoring, rsf_milli, use_mask, extr
             else:
                 e = E + (k - K)
                 wv = F32(1)
+            if use_map:
+                e = int(pmap[e, (ep_rank + t * 23333) % int(pcnt[e])])
             dst = e // per_rank
             if dst % n_tp != tp_rank:
                 e = -1
@@ -433,7 +447,8 @@ def top2_sum_gate_case(w, T, E, K, KP, G, KG, scoring, rsf_milli, use_mask, extr
             idx[t, k] = e
             wt[t, k] = wv
     w.record("top2_sum_gate", [T, E, K, KP, G, KG, scoring, rsf_milli, use_mask, extra, ep_rank, n_ep,
-                               tp_rank, n_tp, seed], [(0, mask), (1, idx), (1, wt)])
+                               tp_rank, n_tp, seed, use_unmapped, use_fix, use_map],
+             [(0, mask), (1, idx), (1, wt), (0, fix), (0, un_in), (0, pmap), (0, pcnt), (1, un_out)])
 
 
 def fused_mapping(topk_idx, E, align):
@@ -632,6 +647,8 @@ def main():
     top2_sum_gate_case(w, 17, 72, 6, 7, 8, 4, 2, 1000, 1, 0, 0, 1, 0, 1, 503)
     top2_sum_gate_case(w, 17, 72, 9, 10, 1, 1, 3, 1500, 0, 8, 3, 8, 1, 2, 504)
     top2_sum_gate_case(w, 7, 256, 2, 3, 8, 2, 1, 2500, 1, 0, 0, 8, 0, 2, 505)
+    top2_sum_gate_case(w, 17, 256, 8, 9, 8, 4, 0, 2500, 1, 32, 5, 8, 1, 2, 506, 1, 1, 1)
+    top2_sum_gate_case(w, 9, 384, 6, 6, 1, 1, 1, 2500, 0, 0, 0, 1, 0, 1, 507, 1, 0, 1)
     # rows kernels (T, E, K, H, seed)
     moe_rows_case(w, 7, 72, 2, 256, 601)
     moe_rows_case(w, 33, 256, 9, 520, 602)
