@@ -5,7 +5,8 @@
  * unmapped_topk_idx, fixed routing, logical-to-physical map),
  * normalize_weight, group_count, expand_to_fused, reduce_fused (-1 routed entries, padded
  * segments), topk_sum_and_topk_group_idx, mask_indices_by_tp, inplace_unique_group_indices,
- * aux_fi; expand_to_fused_with_sf against plain C. Both ISA variants, 1 and 2 threads. */
+ * aux_fi, get_fused_mapping (T = 4001, alignment 1 / 16 / 64, tail slots); expand_to_fused_with_sf
+ * against plain C. Both ISA variants, 1 and 2 threads. */
 #include "test_tk_common.h"
 
 #include "ts_prng.h"
@@ -78,6 +79,22 @@ static void moe_run(void *vc, int variant) {
         TS_CHECK_STATUS(ts_aux_fi(&tti, &tf, p[7]), TS_OK);
         snprintf(what, sizeof what, "aux_fi E=%lld (variant %d)", (long long)E, variant);
         tk_expect(ts_t_, rec, 2, c->f1, (size_t)E * 4, what);
+    } else if (c->kind == 5) {
+        const int64_t *p = rec->p, T = p[0], K = p[1], E = p[2], P = p[4];
+        int32_t *pe = c->cnt, *pt = pe + P, *ptk = pt + P, *t2p = ptk + P, *st = t2p + T * K, *en = st + E, *nt = en + E;
+        memset(pe, 0x55, (size_t)(3 * P + T * K + 3 * E) * 4);
+        ts_tensor ti = ts_tensor_2d(c->idx, TS_I64, T, K), tpe = ts_tensor_1d(pe, TS_I32, P), tpt = ts_tensor_1d(pt, TS_I32, P);
+        ts_tensor tptk = ts_tensor_1d(ptk, TS_I32, P), tt2p = ts_tensor_2d(t2p, TS_I32, T, K), tst = ts_tensor_1d(st, TS_I32, E);
+        ts_tensor ten = ts_tensor_1d(en, TS_I32, E), tnt = ts_tensor_1d(nt, TS_I32, E);
+        TS_CHECK_STATUS(ts_get_fused_mapping(&ti, &tpe, &tpt, &tptk, &tt2p, &tst, &ten, &tnt, p[3]), TS_OK);
+        static const char *const names[7] = {"pos_to_expert", "pos_to_token", "pos_to_token_topk", "token_topk_to_pos",
+                                             "expert_start", "expert_end", "num_tokens_per_expert"};
+        int32_t *outs[7] = {pe, pt, ptk, t2p, st, en, nt};
+        const int64_t lens[7] = {P, P, P, T * K, E, E, E};
+        for (int i = 0; i < 7; i++) {
+            snprintf(what, sizeof what, "get_fused_mapping %s T=%lld (variant %d)", names[i], (long long)T, variant);
+            tk_expect(ts_t_, rec, (uint32_t)i, outs[i], (size_t)lens[i] * 4, what);
+        }
     } else {
         const int64_t T = c->T, K = c->K, H = c->H, P = c->P, E = c->E;
         ts_tensor w = ts_tensor_2d(c->f1, TS_F32, T, K), den = ts_tensor_1d(c->f2, TS_F32, T), nw = ts_tensor_2d(c->f3, TS_F32, T, K);
@@ -121,7 +138,7 @@ TS_TEST(tk_moe_golden) {
     tk_reader r = {TS_READ_GOLDEN("tk_moe.bin", &size), 0, 0};
     r.size = size;
     tk_record rec;
-    int counts[5] = {0, 0, 0, 0, 0};
+    int counts[6] = {0, 0, 0, 0, 0, 0};
     while (tk_next(ts_t_, &r, &rec)) {
         moe_ctx c = {.t = ts_t_, .rec = &rec, .T = rec.p[0], .E = rec.p[1], .K = rec.p[2]};
         bool ok = true;
@@ -182,11 +199,24 @@ TS_TEST(tk_moe_golden) {
                     c.idx[T * K + i] = ts_prng_u32(&r3) % 9 == 0 ? -1 : g;
                 }
             }
+        } else if (!strcmp(rec.name, "fused_mapping")) {
+            c.kind = 5;
+            const int64_t T = rec.p[0], K = rec.p[1], E = rec.p[2], P = rec.p[4];
+            const uint64_t seed = (uint64_t)rec.p[5];
+            c.idx = malloc((size_t)(T * K) * 8), c.cnt = malloc((size_t)(3 * P + T * K + 3 * E) * 4);
+            ok = c.idx && c.cnt;
+            if (ok) {
+                ts_prng r0 = ts_prng_seed(seed), r1 = ts_prng_seed(seed + 1);
+                for (int64_t i = 0; i < T * K; i++) {
+                    const int64_t v = (int64_t)(ts_prng_u32(&r0) % (uint32_t)E);
+                    c.idx[i] = ts_prng_u32(&r1) % 7 == 0 ? -1 : v;
+                }
+            }
         } else {
             TS_CHECK_MSG(false, "unknown record %s", rec.name);
             ok = false;
         }
-        TS_CHECK(ok || c.kind > 4);
+        TS_CHECK(ok || c.kind > 5);
         if (ok) {
             tk_for_variants(&c, moe_run, 4);
             counts[c.kind]++;
@@ -195,7 +225,7 @@ TS_TEST(tk_moe_golden) {
         free(c.o2), free(c.q), free(c.qo);
         tk_record_free(&rec);
     }
-    TS_CHECK(counts[0] >= 5 && counts[1] >= 5 && counts[2] >= 3 && counts[3] >= 3 && counts[4] >= 3);
+    TS_CHECK(counts[0] >= 5 && counts[1] >= 5 && counts[2] >= 3 && counts[3] >= 3 && counts[4] >= 3 && counts[5] >= 3);
     free(r.buf);
 }
 
@@ -228,6 +258,16 @@ TS_TEST(tk_moe_errors) {
     TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 0, 1.0f, false, 0, 0, 1, 0, 1, &tu, true, &tm, true, &tpm, &tpc, false),
                     TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "fixed routing indices") != NULL);
+    /* get_fused_mapping: P below the aligned total */
+    int64_t fi_idx[2 * 2] = {0, 1, 1, -1};
+    int32_t fm[3 * 8 + 4 + 9];
+    ts_tensor tti = ts_tensor_2d(fi_idx, TS_I64, 2, 2), tpe = ts_tensor_1d(fm, TS_I32, 8), tpt = ts_tensor_1d(fm + 8, TS_I32, 8);
+    ts_tensor tpk = ts_tensor_1d(fm + 16, TS_I32, 8), tt2 = ts_tensor_2d(fm + 24, TS_I32, 2, 2), tst = ts_tensor_1d(fm + 28, TS_I32, 3);
+    ts_tensor ten = ts_tensor_1d(fm + 31, TS_I32, 3), tnt = ts_tensor_1d(fm + 34, TS_I32, 3);
+    TS_CHECK_STATUS(ts_get_fused_mapping(&tti, &tpe, &tpt, &tpk, &tt2, &tst, &ten, &tnt, 4), TS_OK); /* 4 + 4 = 8 slots */
+    TS_CHECK(fm[0] == 0 && fm[1] == -1 && fm[4] == 1 && fm[5] == 1 && fm[6] == -1 && fm[24 + 3] == -1);
+    TS_CHECK_STATUS(ts_get_fused_mapping(&tti, &tpe, &tpt, &tpk, &tt2, &tst, &ten, &tnt, 8), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "aligned number") != NULL);
     /* the map must cover the logical experts */
     ts_tensor tpm2 = ts_tensor_2d(pm, TS_I32, 10, 1), tpc2 = ts_tensor_1d(pc, TS_I32, 10);
     TS_CHECK_STATUS(ts_top2_sum_gate(&tl, &tb, &tm, &oi, &ow, 2, 1, 1, 0, 1.0f, false, 0, 0, 1, 0, 1, &tu, false, &tm, false, &tpm2, &tpc2, true),
