@@ -45,7 +45,7 @@ static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float
             for (int64_t q = 0; q < cols; q++) v[q] = cp[q] + ai[q];
         } else if (p->c) {
             const uint16_t *cp = (const uint16_t *)p->c + i * p->ld_c + n0;
-            for (int64_t q = 0; q < cols; q++) v[q] = ts__gemm_bf16_to_f32(cp[q]) + ai[q];
+            for (int64_t q = 0; q < cols; q++) v[q] = ts__bf16_to_f32_inl(cp[q]) + ai[q];
         } else {
             for (int64_t q = 0; q < cols; q++) v[q] = ai[q];
         }
@@ -54,7 +54,7 @@ static void store_panel(const dec_job *j, const ts__gemm_problem *p, const float
             for (int64_t q = 0; q < cols; q++) dp[q] = v[q];
         } else {
             uint16_t *dp = (uint16_t *)p->d + i * p->ld_d + n0;
-            for (int64_t q = 0; q < cols; q++) dp[q] = ts__gemm_f32_to_bf16(v[q]);
+            for (int64_t q = 0; q < cols; q++) dp[q] = ts__f32_to_bf16_inl(v[q]);
         }
     }
 }

@@ -289,7 +289,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
                     for (int64_t q = 0; q < cj; q++) v[q] = cp[q] + ti[q];
                 } else if (p->c) {
                     const uint16_t *cp = (const uint16_t *)p->c + (mrow + i) * p->ld_c + ncol;
-                    for (int64_t q = 0; q < cj; q++) v[q] = ts__gemm_bf16_to_f32(cp[q]) + ti[q];
+                    for (int64_t q = 0; q < cj; q++) v[q] = ts__bf16_to_f32_inl(cp[q]) + ti[q];
                 } else {
                     for (int64_t q = 0; q < cj; q++) v[q] = ti[q];
                 }
@@ -298,7 +298,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
                     for (int64_t q = 0; q < cj; q++) dp[q] = v[q];
                 } else {
                     uint16_t *dp = (uint16_t *)p->d + (mrow + i) * p->ld_d + ncol;
-                    for (int64_t q = 0; q < cj; q++) dp[q] = ts__gemm_f32_to_bf16(v[q]);
+                    for (int64_t q = 0; q < cj; q++) dp[q] = ts__f32_to_bf16_inl(v[q]);
                 }
             }
         }

@@ -3,6 +3,7 @@
 #define TS_GEMM_INTERNAL_H
 
 #include "core/internal.h"
+#include "numerics/bf16_inline.h"
 #include "tilestack/gemm.h"
 
 #include <string.h>
@@ -143,22 +144,8 @@ typedef struct ts__gemm_lut_t { float e4m3[256], e2m1[16], ue8m0[256]; } ts__gem
 extern ts__gemm_lut_t ts__gemm_lut;
 void ts__gemm_lut_init(void);
 
-/* bf16 <-> f32 for the epilogues, inlined: same bits as ts_bf16_to_f32 / ts_f32_to_bf16
- * (RNE, NaN -> 0x7FC0 with its sign). */
-static inline float ts__gemm_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint16_t ts__gemm_f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
-}
 
-/* ts__gemm_f32_to_bf16 of n values without branches, so that gcc vectorises it (the epilogues
+/* ts__f32_to_bf16_inl (numerics/bf16_inline.h) of n values without branches, so that gcc vectorises it (the epilogues
  * pass n as a constant: 16 for a dense tile row, 32 for a decode panel row). */
 static inline void ts__gemm_store_bf16_row(uint16_t *dst, const float *src, int n) {
     for (int q = 0; q < n; q++) {

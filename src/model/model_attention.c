@@ -83,7 +83,7 @@ static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_
                       r, w);
         else
             v = pool2(st->score + blk + c, st->kv + blk + c, r, NULL, NULL, 0, w);
-        row[c] = ts__m_f2bf((float)v);
+        row[c] = ts__f32_to_bf16_inl((float)v);
     }
     if (cp->coff == 2) {
         memcpy(st->kv, st->kv + blk, (size_t)blk * sizeof(float));
@@ -92,13 +92,13 @@ static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_
     ts__model_rmsnorm_bf16(row, d, cp->norm, (float)m->cfg.norm_eps, out_bf16);
     const int64_t pr = p + 1 - r;
     double t[64];
-    for (int i = 0; i < 64; i++) t[i] = ts__m_bf2f(out_bf16[d - 64 + i]);
+    for (int i = 0; i < 64; i++) t[i] = ts__bf16_to_f32_inl(out_bf16[d - 64 + i]);
     ts__model_rope(m->rope_cos[1] + pr * 32, m->rope_sin[1] + pr * 32, t, false);
     if (out_f64) {
-        for (int64_t c = 0; c < d - 64; c++) out_f64[c] = ts__m_bf2f(out_bf16[c]);
+        for (int64_t c = 0; c < d - 64; c++) out_f64[c] = ts__bf16_to_f32_inl(out_bf16[c]);
         for (int i = 0; i < 64; i++) out_f64[d - 64 + i] = t[i];
     }
-    for (int i = 0; i < 64; i++) out_bf16[d - 64 + i] = ts__m_f2bf((float)t[i]);
+    for (int i = 0; i < 64; i++) out_bf16[d - 64 + i] = ts__f32_to_bf16_inl((float)t[i]);
     return true;
 }
 
@@ -173,11 +173,11 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
             uint16_t *qh = ws->q + (b * H + h) * 512;
             float xf[512];
             double x[512];
-            for (int i = 0; i < 512; i++) xf[i] = ts__m_bf2f(qh[i]);
+            for (int i = 0; i < 512; i++) xf[i] = ts__bf16_to_f32_inl(qh[i]);
             const double rr = ts__model_rms(xf, 512, eps);
             for (int i = 0; i < 512; i++) x[i] = xf[i] * rr;
             ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x + 448, false);
-            for (int i = 0; i < 512; i++) qh[i] = ts__m_f2bf((float)x[i]);
+            for (int i = 0; i < 512; i++) qh[i] = ts__f32_to_bf16_inl((float)x[i]);
         }
     }
     ts__prof_add(pf, TS__P_ROPE, t0, (double)n * H * 512 * 4, 0);
@@ -190,9 +190,9 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         uint16_t *kv = ws->kv + b * 512;
         ts__model_rmsnorm_bf16(ws->kv0 + b * 512, 512, ly->kv_norm, eps, kv);
         double x[64];
-        for (int i = 0; i < 64; i++) x[i] = ts__m_bf2f(kv[448 + i]);
+        for (int i = 0; i < 64; i++) x[i] = ts__bf16_to_f32_inl(kv[448 + i]);
         ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, false);
-        for (int i = 0; i < 64; i++) kv[448 + i] = ts__m_f2bf((float)x[i]);
+        for (int i = 0; i < 64; i++) kv[448 + i] = ts__f32_to_bf16_inl((float)x[i]);
         TS__RETURN_IF_ERROR(ts__model_kv_store(lc->win, W, s * W + p % W, kv));
         /* window rows max(0, p-W+1) .. p in position order */
         const int64_t t0w = p - W + 1 > 0 ? p - W + 1 : 0;
@@ -210,7 +210,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         const int64_t w = cp->coff * 512;
         t0 = PROF_T0(m);
         float *af = ws->xf;
-        for (int64_t i = 0; i < n * D; i++) af[i] = ts__m_bf2f(a[i]);
+        for (int64_t i = 0; i < n * D; i++) af[i] = ts__bf16_to_f32_inl(a[i]);
         ts__model_gemv_f32(af, n, D, cp->wkv, w, D, ws->ck, w);
         ts__model_gemv_f32(af, n, D, cp->wgate, w, D, ws->cg, w);
         if (r == 4) {
@@ -256,7 +256,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
             for (int64_t h = 0; h < IH; h++) {
                 double x[128];
                 const uint16_t *qh = ws->qi + (b * IH + h) * 128;
-                for (int i = 0; i < 128; i++) x[i] = ts__m_bf2f(qh[i]);
+                for (int i = 0; i < 128; i++) x[i] = ts__bf16_to_f32_inl(qh[i]);
                 ts__model_rope(m->rope_cos[1] + p * 32, m->rope_sin[1] + p * 32, x + 64, false);
                 ts__model_hadamard128(x);
                 TS__RETURN_IF_ERROR(fp4_row(x, ws->qi4 + (b * IH + h) * 64,
@@ -322,9 +322,9 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         for (int64_t h = 0; h < H; h++) {
             uint16_t *oh = ws->o + (b * H + h) * 512 + 448;
             double x[64];
-            for (int i = 0; i < 64; i++) x[i] = ts__m_bf2f(oh[i]);
+            for (int i = 0; i < 64; i++) x[i] = ts__bf16_to_f32_inl(oh[i]);
             ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, true);
-            for (int i = 0; i < 64; i++) oh[i] = ts__m_f2bf((float)x[i]);
+            for (int i = 0; i < 64; i++) oh[i] = ts__f32_to_bf16_inl((float)x[i]);
         }
     }
     ts__prof_add(pf, TS__P_ROPE, t0, 0, 0);

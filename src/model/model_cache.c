@@ -124,7 +124,7 @@ static float rnd(uint64_t *s) {
 
 static ts_status random_row(uint64_t *s, uint8_t *cache, int64_t page, int64_t slot) {
     uint16_t row[512];
-    for (int i = 0; i < 512; i++) row[i] = ts__m_f2bf(rnd(s));
+    for (int i = 0; i < 512; i++) row[i] = ts__f32_to_bf16_inl(rnd(s));
     return ts__model_kv_store(cache, page, slot, row);
 }
 

@@ -8,24 +8,10 @@
 #include "tilestack/numerics.h"
 
 #include "../core/internal.h"
+#include "../numerics/bf16_inline.h"
 
 #include <stdbool.h>
 #include <string.h>
-
-/* ts_bf16_to_f32 / ts_f32_to_bf16 inlined (same bits): the model converts element by element. */
-static inline float ts__m_bf2f(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint16_t ts__m_f2bf(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 /* ---- strict JSON reader (model_json.c), shared by the config parser and the weight file */
 typedef enum ts__json_kind {

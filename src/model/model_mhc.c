@@ -24,16 +24,16 @@ void ts__model_rmsnorm_bf16(const uint16_t *x, int64_t n, const float *w, float 
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
         for (int l = 0; l < 4; l++) {
-            const double v = ts__m_bf2f(x[i + l]);
+            const double v = ts__bf16_to_f32_inl(x[i + l]);
             acc[l] += v * v;
         }
     for (int l = 0; i < n; i++, l++) {
-        const double v = ts__m_bf2f(x[i]);
+        const double v = ts__bf16_to_f32_inl(x[i]);
         acc[l] += v * v;
     }
     const double r = 1.0 / sqrt(((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n + (double)eps);
     for (i = 0; i < n; i++)
-        out[i] = ts__m_f2bf((float)((double)ts__m_bf2f(x[i]) * r * (double)w[i]));
+        out[i] = ts__f32_to_bf16_inl((float)((double)ts__bf16_to_f32_inl(x[i]) * r * (double)w[i]));
 }
 
 static inline double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -71,7 +71,7 @@ void ts__model_sinkhorn(double *M, int64_t hc, int64_t iters, double eps) {
 static void mixes(const ts_model *m, const uint16_t *X, int64_t n, const float *fn, int64_t nmix,
                   float *xf, float *mixf, double *mix) {
     const int64_t hd = m->cfg.hc_mult * m->cfg.dim;
-    for (int64_t i = 0; i < n * hd; i++) xf[i] = ts__m_bf2f(X[i]);
+    for (int64_t i = 0; i < n * hd; i++) xf[i] = ts__bf16_to_f32_inl(X[i]);
     ts__model_gemv_f32(xf, n, hd, fn, nmix, hd, mixf, nmix);
     const float eps = (float)m->cfg.norm_eps;
     for (int64_t b = 0; b < n; b++) {
@@ -85,7 +85,7 @@ static void collapse(const double *pre, const float *x, int64_t hc, int64_t D, u
     for (int64_t d = 0; d < D; d++) {
         double acc = pre[0] * x[d];
         for (int64_t s = 1; s < hc; s++) acc += pre[s] * x[s * D + d];
-        y[d] = ts__m_f2bf((float)acc);
+        y[d] = ts__f32_to_bf16_inl((float)acc);
     }
 }
 
@@ -139,9 +139,9 @@ static void post_rows(void *vctx, int64_t b0, int64_t b1, int tid) {
             const double pj = c->post[b * hc + j];
             uint16_t *o = c->Xout + (b * hc + j) * D;
             for (int64_t d = 0; d < D; d++) {
-                double s = pj * ts__m_bf2f(c->f[b * D + d]);
-                for (int64_t i = 0; i < hc; i++) s += C[i * hc + j] * ts__m_bf2f(Xb[i * D + d]);
-                o[d] = ts__m_f2bf((float)s);
+                double s = pj * ts__bf16_to_f32_inl(c->f[b * D + d]);
+                for (int64_t i = 0; i < hc; i++) s += C[i * hc + j] * ts__bf16_to_f32_inl(Xb[i * D + d]);
+                o[d] = ts__f32_to_bf16_inl((float)s);
             }
         }
     }

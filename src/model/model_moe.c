@@ -88,7 +88,7 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     /* 1. gate */
     double t0 = PROF_T0(m);
     float *af = ws->xf;
-    for (int64_t i = 0; i < n * D; i++) af[i] = ts__m_bf2f(a[i]);
+    for (int64_t i = 0; i < n * D; i++) af[i] = ts__bf16_to_f32_inl(a[i]);
     ts__model_gemv_f32(af, n, D, ly->gate_w, E, D, ws->gs, E);
     for (int64_t b = 0; b < n; b++)
         ts__model_route(c, ws->gs + b * E, ly->gate_bias,
@@ -165,12 +165,12 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw3, a, n, D, ws->su, I));
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = 0; i < I; i++) {
-            double g = ts__m_bf2f(ws->sg[b * I + i]), u = ts__m_bf2f(ws->su[b * I + i]);
+            double g = ts__bf16_to_f32_inl(ws->sg[b * I + i]), u = ts__bf16_to_f32_inl(ws->su[b * I + i]);
             if (limit > 0) {
                 g = g < limit ? g : limit;
                 u = u < limit ? (u > -limit ? u : -limit) : limit;
             }
-            ws->sh[b * I + i] = ts__m_f2bf((float)(g / (1.0 + exp(-g)) * u));
+            ws->sh[b * I + i] = ts__f32_to_bf16_inl((float)(g / (1.0 + exp(-g)) * u));
         }
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
 
@@ -179,16 +179,16 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
         for (int64_t d = 0; d < D; d++) {
             float r;
             if (routed) {
-                r = ts__m_bf2f(routed[b * D + d]);
+                r = ts__bf16_to_f32_inl(routed[b * D + d]);
             } else {
                 float acc = 0.0f;
                 for (int64_t j = 0; j < K; j++) {
                     const int64_t e = ws->sel[b * K + j], sl = ws->slot[b * K + j];
-                    acc += ts__m_bf2f(ws->ye[(e * n + sl) * D + d]);
+                    acc += ts__bf16_to_f32_inl(ws->ye[(e * n + sl) * D + d]);
                 }
-                r = ts__m_bf2f(ts__m_f2bf(acc));
+                r = ts__bf16_to_f32_inl(ts__f32_to_bf16_inl(acc));
             }
-            out[b * D + d] = ts__m_f2bf(r + ts__m_bf2f(ws->so[b * D + d]));
+            out[b * D + d] = ts__f32_to_bf16_inl(r + ts__bf16_to_f32_inl(ws->so[b * D + d]));
         }
     return TS_OK;
 }

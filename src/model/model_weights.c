@@ -203,7 +203,7 @@ static void gen_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
             uint64_t i = (uint64_t)(r * g->cols + j);
             float u = u_at(g->seed, i);
             float v = u * g->mul + g->add;
-            if (g->bf16) g->bf16[i] = ts__m_f2bf(v);
+            if (g->bf16) g->bf16[i] = ts__f32_to_bf16_inl(v);
             else g->f32[i] = v;
         }
     }
