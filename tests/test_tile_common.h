@@ -28,6 +28,59 @@ static inline const char *tt_first_diag(const char *src, char *buf, size_t n) {
     return buf;
 }
 
+/* Two kernels both code-generation tests compile and run: a per-token FP8 cast and an
+ * RMSNorm (the examples of docs/tile-language.md §10). Needs constants G, BT, BH. */
+#define TT_CAST_RMSNORM_KERNELS \
+    "kernel per_token_cast_e4m3(x: tensor<bf16, [T, H]>, out: tensor<e4m3, [T, H]>,\n" \
+    "                           sf: tensor<f32, [T, NG]>) {\n" \
+    "    check(H == NG * G, \"H must be NG * 128\");\n" \
+    "    launch (ceildiv(T, BT), NG) as (bt, g) {\n" \
+    "        tile xt: f32[BT, G];\n" \
+    "        tile amax: f32[BT];\n" \
+    "        tile q: e4m3[BT, G];\n" \
+    "        tile s: f32[BT];\n" \
+    "        copy(x[bt * BT, g * G], xt);\n" \
+    "        reduce<absmax>(xt, amax, axis=1);\n" \
+    "        for i in parallel(BT) {\n" \
+    "            s[i] = max(amax[i], 1e-4) / 448.0;\n" \
+    "        }\n" \
+    "        for i, j in parallel(BT, G) {\n" \
+    "            let inv = 1.0 / s[i];\n" \
+    "            q[i, j] = clamp(xt[i, j] * inv, -448.0, 448.0);\n" \
+    "        }\n" \
+    "        copy(q, out[bt * BT, g * G]);\n" \
+    "        copy(s, sf[bt * BT:bt * BT + BT, g]);\n" \
+    "    }\n" \
+    "}\n" \
+    "\n" \
+    "kernel rmsnorm(x: tensor<bf16, [T, H]>, w: tensor<bf16, [H]>, y: tensor<bf16, [T, H]>, eps: f32) {\n" \
+    "    launch (T) as (t) {\n" \
+    "        tile xt: f32[1, BH];\n" \
+    "        tile sq: f32[1, BH];\n" \
+    "        tile yt: bf16[1, BH];\n" \
+    "        tile wt: f32[BH];\n" \
+    "        tile ss: f32[1];\n" \
+    "        clear(ss);\n" \
+    "        for c in serial(ceildiv(H, BH)) {\n" \
+    "            copy(x[t, c * BH], xt);\n" \
+    "            for i, j in parallel(1, BH) {\n" \
+    "                sq[i, j] = xt[i, j] * xt[i, j];\n" \
+    "            }\n" \
+    "            reduce<sum>(sq, ss, axis=1, accumulate=true);\n" \
+    "        }\n" \
+    "        let r = rsqrt(ss[0] / cast<f32>(H) + eps);\n" \
+    "        for c in serial(ceildiv(H, BH)) {\n" \
+    "            copy(x[t, c * BH], xt);\n" \
+    "            copy(w[c * BH], wt);\n" \
+    "            for i, j in parallel(1, BH) {\n" \
+    "                yt[i, j] = xt[i, j] * r * wt[j];\n" \
+    "            }\n" \
+    "            copy(yt, y[t, c * BH]);\n" \
+    "        }\n" \
+    "    }\n" \
+    "}\n" \
+    "\n"
+
 /* A kernel wrapper around `body` statements inside a launch over x: tensor<f32,[N,M]>. */
 #define TT_KERNEL(body)                                                                    \
     "kernel k(x: tensor<f32, [N, M]>, y: tensor<f32, [N, M]>, s: f32) {\n"                 \
