@@ -478,3 +478,38 @@ TS_TEST(tile_jit_launch_argument_checks) {
     ts_tile_kernel_release(k);
     rm_tree(dir);
 }
+
+/* A check and a let written inside a macro at kernel level reach the wrapper (the expansion is
+ * a nested block there): the check refuses with its message, outputs untouched; the let's value
+ * is the one the launch sees. */
+TS_TEST(tile_jit_kernel_level_macro_check) {
+    char dir[64];
+    tmp_dir(dir, sizeof dir);
+    static const char src[] =
+        "macro need_two(v) {\n"
+        "    let half = v / 2;\n"
+        "    check(half > 0, \"n must be at least 2\");\n"
+        "}\n"
+        "kernel addn(x: tensor<f32, [N]>, n: i64) {\n"
+        "    need_two(n);\n"
+        "    launch (N) as (b) { x[b] = x[b] + cast<f32>(n); }\n"
+        "}\n";
+    ts_tile_options o = {.cache_dir = dir};
+    ts_tile_kernel *k = NULL;
+    TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+    if (!k) {
+        rm_tree(dir);
+        return;
+    }
+    float x[3] = {1, 2, 3};
+    ts_tensor tx = ts_tensor_1d(x, TS_F32, 3);
+    ts_tile_arg a[2] = {ts_tile_arg_tensor(&tx), ts_tile_arg_i64(1)};
+    TS_CHECK_STATUS(ts_tile_launch(k, "addn", a, 2), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "n must be at least 2") != NULL);
+    TS_CHECK(x[0] == 1 && x[1] == 2 && x[2] == 3);
+    a[1] = ts_tile_arg_i64(2);
+    TS_CHECK_STATUS(ts_tile_launch(k, "addn", a, 2), TS_OK);
+    TS_CHECK(x[0] == 3 && x[1] == 4 && x[2] == 5);
+    ts_tile_kernel_release(k);
+    rm_tree(dir);
+}

@@ -1728,6 +1728,44 @@ static int64_t layout_tiles(ts__tile_node *n, int64_t off) {
     return off;
 }
 
+/* The argument struct's fields for kernel-level lets, also those inside macro blocks. */
+static void kernel_level_fields(ts__tile_buf *o, const ts__tile_node *blk) {
+    for (int32_t i = 0; i < blk->nlist; i++) {
+        const ts__tile_node *s = blk->list[i];
+        if (s->kind == TN_LET)
+            ts__tile_buf_printf(o, "    %s l_%s;\n", vtype(((const ts__tile_sym *)s->sym)->dt), s->name);
+        else if (s->kind == TN_BLOCK)
+            kernel_level_fields(o, s);
+    }
+}
+
+/* A kernel-level let, check or assume, also inside the blocks that macro expansion leaves
+ * (a launch cannot be in one: the checker keeps launches top-level). */
+static void kernel_level_stmt(em *e, const char *kn, const ts__tile_node *s, int lv) {
+    ts__tile_buf *o = e->o;
+    if (s->kind == TN_LET) {
+        st(e, s, lv);
+    } else if (s->kind == TN_BLOCK) {
+        for (int32_t i = 0; i < s->nlist; i++) kernel_level_stmt(e, kn, s->list[i], lv);
+    } else if (s->kind == TN_CALLSTMT) {
+        const ts__tile_node *c = s->a;
+        char *x = ex_str(e, c->list[0], TT_BOOL);
+        ind(e, lv);
+        ts__tile_buf_printf(o, "if (!(%s)) return ts__fail(TS_ERR_INVALID_ARGUMENT, \"%s: %s() failed at %s:%d:%d%s", x,
+                            kn, c->name, e->d->file ? e->d->file : "<input>", c->loc.line, c->loc.col,
+                            c->nlist > 1 ? ": " : "");
+        if (c->nlist > 1)
+            for (const char *p = c->list[1]->name; *p; p++) {
+                if (*p == '"' || *p == '\\') ts__tile_buf_printf(o, "\\%c", *p);
+                else if (*p == '\n') ts__tile_buf_puts(o, "\\n");
+                else if (*p == '%') ts__tile_buf_puts(o, "%%");
+                else ts__tile_buf_printf(o, "%c", *p);
+            }
+        ts__tile_buf_puts(o, "\");\n");
+        free(x);
+    }
+}
+
 static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
     ts__tile_buf *o = e->o;
     const char *kn = k->decl->name;
@@ -1747,11 +1785,7 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
         } else ts__tile_buf_printf(o, "    %s s_%s;\n", vtype(p->dt), p->name);
     }
     for (int i = 0; i < k->ndims; i++) ts__tile_buf_printf(o, "    int64_t d_%s;\n", k->dims[i]->name);
-    for (int32_t i = 0; i < k->body->nlist; i++) {
-        const ts__tile_node *s = k->body->list[i];
-        if (s->kind == TN_LET)
-            ts__tile_buf_printf(o, "    %s l_%s;\n", vtype(((const ts__tile_sym *)s->sym)->dt), s->name);
-    }
+    kernel_level_fields(o, k->body);
     ts__tile_buf_puts(o, "    int64_t g[3];\n    int failed;\n");
     ts__tile_buf_printf(o, "} ts__tk_%s_args;\n", kn);
     /* one range function per launch */
@@ -1868,23 +1902,8 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
     nl = 0;
     for (int32_t i = 0; i < k->body->nlist; i++) {
         const ts__tile_node *s = k->body->list[i];
-        if (s->kind == TN_LET) st(e, s, 1);
-        else if (s->kind == TN_CALLSTMT) {
-            const ts__tile_node *c = s->a;
-            char *x = ex_str(e, c->list[0], TT_BOOL);
-            ts__tile_buf_printf(o, "    if (!(%s)) return ts__fail(TS_ERR_INVALID_ARGUMENT, \"%s: %s() failed at %s:%d:%d%s", x,
-                                kn, c->name, e->d->file ? e->d->file : "<input>", c->loc.line, c->loc.col,
-                                c->nlist > 1 ? ": " : "");
-            if (c->nlist > 1)
-                for (const char *p = c->list[1]->name; *p; p++) {
-                    if (*p == '"' || *p == '\\') ts__tile_buf_printf(o, "\\%c", *p);
-                    else if (*p == '\n') ts__tile_buf_puts(o, "\\n");
-                    else if (*p == '%') ts__tile_buf_puts(o, "%%");
-                    else ts__tile_buf_printf(o, "%c", *p);
-                }
-            ts__tile_buf_puts(o, "\");\n");
-            free(x);
-        } else if (s->kind == TN_LAUNCH) {
+        if (s->kind != TN_LAUNCH) kernel_level_stmt(e, kn, s, 1);
+        else {
             ts__tile_buf_puts(o, "    {\n        int64_t total = 1;\n");
             for (int32_t g = 0; g < 3; g++) {
                 if (g < s->nlist) {
