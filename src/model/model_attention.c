@@ -161,10 +161,10 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
 
     /* 1. q */
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wq_a, a, n, D, ws->qr0, QL));
-    t0 = PROF_T0(m);
-    for (int64_t b = 0; b < n; b++)
-        ts__model_rmsnorm_bf16(ws->qr0 + b * QL, QL, ly->q_norm, eps, ws->qr + b * QL);
-    ts__prof_add(pf, TS__P_NORM, t0, (double)n * QL * 4, 0);
+    TS__PROF_SECTION(pf, TS__P_NORM, (double)n * QL * 4, 0,
+        for (int64_t b = 0; b < n; b++)
+            ts__model_rmsnorm_bf16(ws->qr0 + b * QL, QL, ly->q_norm, eps, ws->qr + b * QL));
+    /* q's norm + RoPE in place: not re-runnable (the replay keeps its in-step time) */
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wq_b, ws->qr, n, QL, ws->q, H * 512));
     t0 = PROF_T0(m);
     for (int64_t b = 0; b < n; b++) {
@@ -208,17 +208,17 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
     if (r > 0) {
         const ts__compressor *cp = &ly->comp;
         const int64_t w = cp->coff * 512;
-        t0 = PROF_T0(m);
         float *af = ws->xf;
-        for (int64_t i = 0; i < n * D; i++) af[i] = ts__bf16_to_f32_inl(a[i]);
-        ts__model_gemv_f32(af, n, D, cp->wkv, w, D, ws->ck, w);
-        ts__model_gemv_f32(af, n, D, cp->wgate, w, D, ws->cg, w);
-        if (r == 4) {
-            ts__model_gemv_f32(af, n, D, ly->icomp.wkv, 256, D, ws->ik, 256);
-            ts__model_gemv_f32(af, n, D, ly->icomp.wgate, 256, D, ws->ig, 256);
-        }
-        ts__prof_add(pf, TS__P_LIN32, t0, (double)(2 * w + (r == 4 ? 512 : 0)) * D * 4,
-                     2.0 * n * (2 * w + (r == 4 ? 512 : 0)) * D);
+        TS__PROF_SECTION(pf, TS__P_LIN32, (double)(2 * w + (r == 4 ? 512 : 0)) * D * 4,
+                         2.0 * n * (2 * w + (r == 4 ? 512 : 0)) * D,
+            for (int64_t i = 0; i < n * D; i++) af[i] = ts__bf16_to_f32_inl(a[i]);
+            ts__model_gemv_f32(af, n, D, cp->wkv, w, D, ws->ck, w);
+            ts__model_gemv_f32(af, n, D, cp->wgate, w, D, ws->cg, w);
+            if (r == 4) {
+                ts__model_gemv_f32(af, n, D, ly->icomp.wkv, 256, D, ws->ik, 256);
+                ts__model_gemv_f32(af, n, D, ly->icomp.wgate, 256, D, ws->ig, 256);
+            });
+        /* the compressor states and cache rows: not re-runnable */
         t0 = PROF_T0(m);
         const int64_t base_blk = m->comp_blocks[L] * TS__COMP_PAGE;
         for (int64_t b = 0; b < n; b++) {
@@ -247,30 +247,30 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         const int64_t IH = c->index_n_heads, rows = c->max_seq_len / 4;
         const int64_t K = ts__min64(c->index_topk, rows);
         TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->iwq_b, ws->qr, n, QL, ws->qi, IH * 128));
-        t0 = PROF_T0(m);
-        TS__RETURN_IF_ERROR(ts__model_linbf(ly->weights_proj, IH, D, a, n, ws->wi, IH));
         const double cw = (1.0 / sqrt(128.0)) * (1.0 / sqrt((double)IH));
-        for (int64_t i = 0; i < n * IH; i++) ws->wi[i] = (float)(ws->wi[i] * cw);
-        for (int64_t b = 0; b < n; b++) {
-            const int64_t p = m->pos[seqs[b]];
-            for (int64_t h = 0; h < IH; h++) {
-                double x[128];
-                const uint16_t *qh = ws->qi + (b * IH + h) * 128;
-                for (int i = 0; i < 128; i++) x[i] = ts__bf16_to_f32_inl(qh[i]);
-                ts__model_rope(m->rope_cos[1] + p * 32, m->rope_sin[1] + p * 32, x + 64, false);
-                ts__model_hadamard128(x);
-                TS__RETURN_IF_ERROR(fp4_row(x, ws->qi4 + (b * IH + h) * 64,
-                                             ws->qi4sf + b * IH + h));
-            }
-        }
-        ts__prof_add(pf, TS__P_INDEXER, t0, 0, 0);
+        /* idempotent: wi is rewritten by the GEMM before its scaling */
+        TS__PROF_SECTION(pf, TS__P_INDEXER, 0, 0,
+            TS__RETURN_IF_ERROR(ts__model_linbf(ly->weights_proj, IH, D, a, n, ws->wi, IH));
+            for (int64_t i = 0; i < n * IH; i++) ws->wi[i] = (float)(ws->wi[i] * cw);
+            for (int64_t b = 0; b < n; b++) {
+                const int64_t p = m->pos[seqs[b]];
+                for (int64_t h = 0; h < IH; h++) {
+                    double x[128];
+                    const uint16_t *qh = ws->qi + (b * IH + h) * 128;
+                    for (int i = 0; i < 128; i++) x[i] = ts__bf16_to_f32_inl(qh[i]);
+                    ts__model_rope(m->rope_cos[1] + p * 32, m->rope_sin[1] + p * 32, x + 64,
+                                   false);
+                    ts__model_hadamard128(x);
+                    TS__RETURN_IF_ERROR(fp4_row(x, ws->qi4 + (b * IH + h) * 64,
+                                                 ws->qi4sf + b * IH + h));
+                }
+            });
         for (int64_t b = 0; b < n; b++) {
             const int64_t s = seqs[b], p = m->pos[s], nr = (p + 1) / 4;
             int32_t *ei = ws->ext_idx + b * K;
             for (int64_t k = 0; k < K; k++) ei[k] = -1;
             ws->ext_len[b] = 0;
             if (nr == 0) continue;
-            t0 = PROF_T0(m);
             int64_t sq[3] = {1, IH, 64};
             ts_tensor q = ts_tensor_make(ws->qi4 + b * IH * 64, TS_E2M1X2, 3, sq);
             ts_tensor qsf = ts_tensor_2d(ws->qi4sf + b * IH, TS_I32, 1, IH);
@@ -280,21 +280,20 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
             int32_t ks = 0, ke = (int32_t)nr;
             ts_tensor kst = ts_tensor_1d(&ks, TS_I32, 1), ket = ts_tensor_1d(&ke, TS_I32, 1);
             ts_tensor lg = ts_tensor_2d(ws->ilogits, TS_F32, 1, nr);
-            TS__RETURN_IF_ERROR(ts_fp8_fp4_mqa_logits(&q, &qsf, &kv, &kvsf, &wt, &kst, &ket,
-                                                      false, 0, &lg));
-            ts__prof_add(pf, TS__P_INDEXER, t0, (double)nr * 68, 2.0 * nr * IH * 128);
-            t0 = PROF_T0(m);
+            TS__PROF_SECTION(pf, TS__P_INDEXER, (double)nr * 68, 2.0 * nr * IH * 128,
+                TS__RETURN_IF_ERROR(ts_fp8_fp4_mqa_logits(&q, &qsf, &kv, &kvsf, &wt, &kst,
+                                                          &ket, false, 0, &lg)));
             ts_topk_options o = ts_topk_default_options();
             o.idx_oob_fill_value = -1;
             o.indices_type = TS_I32;
             o.return_value = false;
             ts_tensor ti = ts_tensor_2d(ws->itopk, TS_I32, 1, K);
-            TS__RETURN_IF_ERROR(ts_topk(&lg, K, &o, NULL, NULL, NULL, &ti));
             const int64_t base = s * m->comp_blocks[L] * TS__COMP_PAGE;
             const int64_t kk = ts__min64(K, nr);
-            for (int64_t k = 0; k < kk; k++) ei[k] = (int32_t)(base + ws->itopk[k]);
-            ws->ext_len[b] = (int32_t)kk;
-            ts__prof_add(pf, TS__P_TOPK, t0, 0, 0);
+            TS__PROF_SECTION(pf, TS__P_TOPK, 0, 0,
+                TS__RETURN_IF_ERROR(ts_topk(&lg, K, &o, NULL, NULL, NULL, &ti));
+                for (int64_t k = 0; k < kk; k++) ei[k] = (int32_t)(base + ws->itopk[k]);
+                ws->ext_len[b] = (int32_t)kk);
         }
     } else if (r > 0) {
         const int64_t K = c->max_seq_len / r;
@@ -307,15 +306,14 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         }
     }
 
-    t0 = PROF_T0(m);
-    TS__RETURN_IF_ERROR(flash(m, L, n, ly->attn_sink));
     {
         double toks = 0;
         for (int64_t b = 0; b < n; b++) toks += ws->win_len[b] + (r > 0 ? ws->ext_len[b] : 0);
-        ts__prof_add(pf, TS__P_ATTN, t0, toks * 584 + (double)n * H * 512 * 4,
-                     toks * H * 512 * 4.0);
+        TS__PROF_SECTION(pf, TS__P_ATTN, toks * 584 + (double)n * H * 512 * 4,
+                         toks * H * 512 * 4.0,
+                         TS__RETURN_IF_ERROR(flash(m, L, n, ly->attn_sink)));
     }
-    /* inverse RoPE on the output */
+    /* inverse RoPE on the output, in place: not re-runnable */
     t0 = PROF_T0(m);
     for (int64_t b = 0; b < n; b++) {
         const int64_t p = m->pos[seqs[b]];

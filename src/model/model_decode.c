@@ -122,44 +122,42 @@ ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
     ts__prof *pf = &m->prof;
     const int64_t hc = c->hc_mult, D = c->dim;
     const float eps = (float)c->norm_eps;
-    double t0 = pf->on ? ts__model_now() : 0;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t s = 0; s < hc; s++)
-            memcpy(ws->X + (b * hc + s) * D, m->embed + (int64_t)tokens[b] * D,
-                   (size_t)D * sizeof(uint16_t));
-    ts__prof_add(pf, TS__P_OTHER, t0, (double)n * D * 2, 0);
+    /* every section here is idempotent (fresh outputs from unchanged inputs); hc_post writes
+     * X2 and the swap stays outside its section */
+    TS__PROF_SECTION(pf, TS__P_OTHER, (double)n * D * 2, 0,
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t s = 0; s < hc; s++)
+                memcpy(ws->X + (b * hc + s) * D, m->embed + (int64_t)tokens[b] * D,
+                       (size_t)D * sizeof(uint16_t)));
     for (int64_t L = 0; L < c->n_layers; L++) {
         const ts__layer *ly = &m->layers[L];
         for (int sub = 0; sub < 2; sub++) {
-            t0 = pf->on ? ts__model_now() : 0;
-            ts__model_hc_pre(m, ws->X, n, sub ? ly->hc_ffn_fn : ly->hc_attn_fn,
-                             sub ? ly->hc_ffn_base : ly->hc_attn_base,
-                             sub ? ly->hc_ffn_scale : ly->hc_attn_scale, ws->xf, ws->mixf, ws->mix, ws->y,
-                             ws->post, ws->comb);
-            for (int64_t b = 0; b < n; b++)
-                ts__model_rmsnorm_bf16(ws->y + b * D, D, sub ? ly->ffn_norm : ly->attn_norm, eps,
-                                       ws->a + b * D);
-            ts__prof_add(pf, TS__P_HC, t0, (double)(2 + hc) * hc * hc * D * 4,
-                         2.0 * n * (2 + hc) * hc * hc * D);
+            TS__PROF_SECTION(pf, TS__P_HC, (double)(2 + hc) * hc * hc * D * 4,
+                             2.0 * n * (2 + hc) * hc * hc * D,
+                ts__model_hc_pre(m, ws->X, n, sub ? ly->hc_ffn_fn : ly->hc_attn_fn,
+                                 sub ? ly->hc_ffn_base : ly->hc_attn_base,
+                                 sub ? ly->hc_ffn_scale : ly->hc_attn_scale, ws->xf, ws->mixf,
+                                 ws->mix, ws->y, ws->post, ws->comb);
+                for (int64_t b = 0; b < n; b++)
+                    ts__model_rmsnorm_bf16(ws->y + b * D, D, sub ? ly->ffn_norm : ly->attn_norm,
+                                           eps, ws->a + b * D));
             if (sub == 0) TS__RETURN_IF_ERROR(ts__model_attention(m, L, n, seqs, ws->a, ws->f));
             else TS__RETURN_IF_ERROR(ts__model_moe(m, L, n, tokens, ws->a, ws->f));
-            t0 = pf->on ? ts__model_now() : 0;
-            ts__model_hc_post(m, ws->f, ws->X, n, ws->post, ws->comb, ws->X2);
+            TS__PROF_SECTION(pf, TS__P_HC, 0, 0,
+                             ts__model_hc_post(m, ws->f, ws->X, n, ws->post, ws->comb, ws->X2));
             uint16_t *t = ws->X;
             ws->X = ws->X2;
             ws->X2 = t;
-            ts__prof_add(pf, TS__P_HC, t0, 0, 0);
         }
     }
     for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;
     if (!logits) return TS_OK;
-    t0 = pf->on ? ts__model_now() : 0;
-    ts__model_hc_head(m, ws->X, n, ws->xf, ws->mixf, ws->mix, ws->y);
-    for (int64_t b = 0; b < n; b++)
-        ts__model_rmsnorm_bf16(ws->y + b * D, D, m->norm, eps, ws->a + b * D);
-    TS__RETURN_IF_ERROR(ts__model_linbf(m->head, c->vocab_size, D, ws->a, n, logits,
-                                        c->vocab_size));
-    ts__prof_add(pf, TS__P_HEAD, t0, (double)c->vocab_size * D * 2,
-                 2.0 * n * c->vocab_size * D);
+    TS__PROF_SECTION(pf, TS__P_HEAD, (double)c->vocab_size * D * 2,
+                     2.0 * n * c->vocab_size * D,
+        ts__model_hc_head(m, ws->X, n, ws->xf, ws->mixf, ws->mix, ws->y);
+        for (int64_t b = 0; b < n; b++)
+            ts__model_rmsnorm_bf16(ws->y + b * D, D, m->norm, eps, ws->a + b * D);
+        TS__RETURN_IF_ERROR(ts__model_linbf(m->head, c->vocab_size, D, ws->a, n, logits,
+                                            c->vocab_size)));
     return TS_OK;
 }

@@ -174,11 +174,54 @@ typedef struct ts__prof {
     double bytes[TS__P_COUNT];
     double flops[TS__P_COUNT];
     int64_t calls[TS__P_COUNT];
+    /* Standalone replay (an untimed step after the timed ones, ts__prof_replay_begin): every
+     * idempotent section (TS__PROF_SECTION) is re-run right there, one warm-up + replay_reps
+     * times, and its median goes to alone[]; a non-idempotent section (ts__prof_add) keeps its
+     * in-step time, added to both alone[] and kept[]. sec / bytes / flops / calls stay those of
+     * the timed steps. */
+    bool replay;
+    int replay_reps;
+    double alone[TS__P_COUNT];
+    double kept[TS__P_COUNT];
 } ts__prof;
+
+#define TS__PROF_MAX_REPS 31
 
 double ts__model_now(void);
 void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double flops);
 const char *ts__prof_name(ts__prof_id id);
+/* Starts / ends the replay step: clears alone / kept, sets replay (reps clamped to
+ * [1, TS__PROF_MAX_REPS]; the profiler must be on). */
+void ts__prof_replay_begin(ts__prof *p, int reps);
+void ts__prof_replay_end(ts__prof *p);
+/* The median of t[0..n) into alone[id] (t is reordered). */
+void ts__prof_replayed(ts__prof *p, ts__prof_id id, double *t, int n);
+
+static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__model_now() : 0.0; }
+
+/* One idempotent section: its statements (`...`, which may return on error) rewrite the same
+ * outputs from unchanged inputs and change no other state, so in the replay step they run again
+ * standalone, warm, like a bench. Off the replay step this is ts__prof_add's timing; with the
+ * profiler off, one branch. Declarations inside `...` are local to the section. */
+#define TS__PROF_SECTION(pf, id, bytes, flops, ...)                                        \
+    do {                                                                                   \
+        const double t0_ = ts__prof_t0(pf);                                                \
+        { __VA_ARGS__; }                                                                   \
+        if ((pf) && (pf)->on) {                                                            \
+            if (!(pf)->replay) {                                                           \
+                ts__prof_add((pf), (id), t0_, (bytes), (flops));                           \
+            } else {                                                                       \
+                double rt_[TS__PROF_MAX_REPS + 1];                                         \
+                const int n_ = (pf)->replay_reps;                                          \
+                for (int r_ = 0; r_ <= n_; r_++) {                                         \
+                    const double s_ = ts__model_now();                                     \
+                    { __VA_ARGS__; }                                                       \
+                    rt_[r_] = ts__model_now() - s_;                                        \
+                }                                                                          \
+                ts__prof_replayed((pf), (id), rt_ + 1, n_); /* rt_[0]: the warm-up */     \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
 
 struct ts_model {
     ts_model_config cfg;

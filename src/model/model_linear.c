@@ -5,9 +5,8 @@
 #include "tilestack/quant.h"
 #include "model_kernels.h"
 
-ts_status ts__model_lin8(ts__ws *ws, ts__prof *prof, const ts__lin8 *w, const uint16_t *x,
-                         int64_t m, int64_t ldx, uint16_t *y, int64_t ldy) {
-    double t0 = prof && prof->on ? ts__model_now() : 0;
+static ts_status lin8_run(ts__ws *ws, const ts__lin8 *w, const uint16_t *x, int64_t m,
+                          int64_t ldx, uint16_t *y, int64_t ldy) {
     const int64_t K = w->k;
     ts_tensor xt = ts_tensor_2d((void *)x, TS_BF16, m, K);
     xt.strides[0] = ldx;
@@ -16,11 +15,16 @@ ts_status ts__model_lin8(ts__ws *ws, ts__prof *prof, const ts__lin8 *w, const ui
     TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&xt, true, 128, false, &a, &sfa));
     ts_tensor d = ts_tensor_2d(y, TS_BF16, m, w->n);
     d.strides[0] = ldy;
-    TS__RETURN_IF_ERROR(
-        ts_fp8_fp4_gemm_nt_packed(&a, &sfa, w->pw, &d, NULL, NULL, NULL, NULL, NULL, false));
-    if (prof && prof->on)
-        ts__prof_add(prof, TS__P_LIN8, t0, (double)w->n * (double)K + (double)m * (K + 2 * w->n),
-                     2.0 * (double)m * (double)w->n * (double)K);
+    return ts_fp8_fp4_gemm_nt_packed(&a, &sfa, w->pw, &d, NULL, NULL, NULL, NULL, NULL, false);
+}
+
+ts_status ts__model_lin8(ts__ws *ws, ts__prof *prof, const ts__lin8 *w, const uint16_t *x,
+                         int64_t m, int64_t ldx, uint16_t *y, int64_t ldy) {
+    /* idempotent: x -> the ws->a8 scratch -> y (y never overlaps x) */
+    const double K = (double)w->k;
+    TS__PROF_SECTION(prof, TS__P_LIN8, (double)w->n * K + (double)m * (K + 2 * w->n),
+                     2.0 * (double)m * (double)w->n * K,
+                     TS__RETURN_IF_ERROR(lin8_run(ws, w, x, m, ldx, y, ldy)));
     return TS_OK;
 }
 

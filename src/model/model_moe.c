@@ -9,8 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-#define PROF_T0(m) ((m)->prof.on ? ts__model_now() : 0.0)
-
 ts_status ts__moe_swiglu_weight_cast(const uint16_t *gate, const uint16_t *up, int64_t ld,
                                      const float *weights, int64_t m, int64_t inter,
                                      float limit, float *tmp, uint8_t *out, float *sf) {
@@ -86,15 +84,16 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     ts__prof *pf = &m->prof;
 
     /* 1. gate */
-    double t0 = PROF_T0(m);
+    /* every section of the single-process path is idempotent (fresh outputs from unchanged
+     * inputs: masked_m is cleared before it counts); the EP call is not (an exchange) */
     float *af = ws->xf;
-    for (int64_t i = 0; i < n * D; i++) af[i] = ts__bf16_to_f32_inl(a[i]);
-    ts__model_gemv_f32(af, n, D, ly->gate_w, E, D, ws->gs, E);
-    for (int64_t b = 0; b < n; b++)
-        ts__model_route(c, ws->gs + b * E, ly->gate_bias,
-                        ly->hash ? ly->tid2eid + (int64_t)tokens[b] * K : NULL, E, K,
-                        ws->sel + b * K, ws->selw + b * K);
-    ts__prof_add(pf, TS__P_GATE, t0, (double)E * D * 4, 2.0 * n * E * D);
+    TS__PROF_SECTION(pf, TS__P_GATE, (double)E * D * 4, 2.0 * n * E * D,
+        for (int64_t i = 0; i < n * D; i++) af[i] = ts__bf16_to_f32_inl(a[i]);
+        ts__model_gemv_f32(af, n, D, ly->gate_w, E, D, ws->gs, E);
+        for (int64_t b = 0; b < n; b++)
+            ts__model_route(c, ws->gs + b * E, ly->gate_bias,
+                            ly->hash ? ly->tid2eid + (int64_t)tokens[b] * K : NULL, E, K,
+                            ws->sel + b * K, ws->selw + b * K));
 
     /* 2. routed experts: rows grouped by expert, M_max = n; on an EP model through Mega MoE
      * (model_ep_moe.c), which gives the same bits */
@@ -103,15 +102,16 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
         /* profiled there: the bytes and flops are those of this rank's experts */
         TS__RETURN_IF_ERROR(m->ep_routed(m, L, n, a, &routed));
     } else {
-        t0 = PROF_T0(m);
-        {
+        float *roww = ws->act_f32; /* [E][n] routing weight per grouped row */
+        const int64_t rec[3] = {1, 1, 32};
+        ts_tensor mm = ts_tensor_1d(ws->masked_m, TS_I32, E);
+        TS__PROF_SECTION(pf, TS__P_EXPERTS, 0, 0, {
             ts_tensor x = ts_tensor_2d((void *)a, TS_BF16, n, D);
             ts_tensor q = ts_tensor_2d(ws->x8, TS_E4M3, n, D);
             ts_tensor s = ts_tensor_2d(ws->x8sf, TS_F32, n, D / 32);
             TS__RETURN_IF_ERROR(ts_per_token_cast_to_fp8(&x, true, 32, false, &q, &s));
         }
         memset(ws->masked_m, 0, (size_t)E * sizeof(int32_t));
-        float *roww = ws->act_f32; /* [E][n] routing weight per grouped row */
         for (int64_t b = 0; b < n; b++)
             for (int64_t j = 0; j < K; j++) {
                 const int64_t e = ws->sel[b * K + j];
@@ -122,8 +122,6 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
                        (size_t)(D / 32) * sizeof(float));
                 roww[e * n + sl] = ws->selw[b * K + j];
             }
-        const int64_t rec[3] = {1, 1, 32};
-        ts_tensor mm = ts_tensor_1d(ws->masked_m, TS_I32, E);
         {
             ts_tensor ga = ts_tensor_3d(ws->ga, TS_E4M3, E, n, D);
             ts_tensor gs = ts_tensor_3d(ws->gasf, TS_F32, E, n, D / 32);
@@ -133,48 +131,45 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
                 &ga, &gs, ly->w1, &dg, &mm, n, rec, NULL, NULL, NULL, false));
             TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
                 &ga, &gs, ly->w3, &du, &mm, n, rec, NULL, NULL, NULL, false));
-        }
-        ts__prof_add(pf, TS__P_EXPERTS, t0, 0, 0);
-        t0 = PROF_T0(m);
+        });
         float *tmp = ws->act_f32 + E * n;
-        for (int64_t e = 0; e < E; e++) {
-            if (ws->masked_m[e] == 0) continue;
-            TS__RETURN_IF_ERROR(ts__moe_swiglu_weight_cast(
-                ws->gate + e * n * I, ws->up + e * n * I, I, roww + e * n, ws->masked_m[e], I, limit,
-                tmp, ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32)));
-        }
-        ts__prof_add(pf, TS__P_SWIGLU, t0, 0, 0);
-        t0 = PROF_T0(m);
-        {
+        TS__PROF_SECTION(pf, TS__P_SWIGLU, 0, 0,
+            for (int64_t e = 0; e < E; e++) {
+                if (ws->masked_m[e] == 0) continue;
+                TS__RETURN_IF_ERROR(ts__moe_swiglu_weight_cast(
+                    ws->gate + e * n * I, ws->up + e * n * I, I, roww + e * n, ws->masked_m[e], I,
+                    limit, tmp, ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32)));
+            });
+        int64_t used = 0;
+        for (int64_t e = 0; e < E; e++) used += ws->masked_m[e] > 0;
+        TS__PROF_SECTION(pf, TS__P_EXPERTS, (double)used * 3 * I * D * (0.5 + 1.0 / 32 * 4),
+                         2.0 * 3 * n * K * I * D, {
             ts_tensor ha = ts_tensor_3d(ws->h8, TS_E4M3, E, n, I);
             ts_tensor hs = ts_tensor_3d(ws->h8sf, TS_F32, E, n, I / 32);
             ts_tensor dy = ts_tensor_3d(ws->ye, TS_BF16, E, n, D);
             TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
                 &ha, &hs, ly->w2, &dy, &mm, n, rec, NULL, NULL, NULL, false));
-        }
-        {
-            int64_t used = 0;
-            for (int64_t e = 0; e < E; e++) used += ws->masked_m[e] > 0;
-            ts__prof_add(pf, TS__P_EXPERTS, t0, (double)used * 3 * I * D * (0.5 + 1.0 / 32 * 4),
-                         2.0 * 3 * n * K * I * D);
-        }
+        });
     }
 
     /* 3. shared expert */
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw1, a, n, D, ws->sg, I));
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw3, a, n, D, ws->su, I));
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t i = 0; i < I; i++) {
-            double g = ts__bf16_to_f32_inl(ws->sg[b * I + i]), u = ts__bf16_to_f32_inl(ws->su[b * I + i]);
-            if (limit > 0) {
-                g = g < limit ? g : limit;
-                u = u < limit ? (u > -limit ? u : -limit) : limit;
-            }
-            ws->sh[b * I + i] = ts__f32_to_bf16_inl((float)(g / (1.0 + exp(-g)) * u));
-        }
+    TS__PROF_SECTION(pf, TS__P_SWIGLU, 0, 0,
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < I; i++) {
+                double g = ts__bf16_to_f32_inl(ws->sg[b * I + i]);
+                double u = ts__bf16_to_f32_inl(ws->su[b * I + i]);
+                if (limit > 0) {
+                    g = g < limit ? g : limit;
+                    u = u < limit ? (u > -limit ? u : -limit) : limit;
+                }
+                ws->sh[b * I + i] = ts__f32_to_bf16_inl((float)(g / (1.0 + exp(-g)) * u));
+            });
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
 
     /* 4. routed (summed in f32 in top-k order from +0, as Mega MoE's combine) + shared */
+    TS__PROF_SECTION(pf, TS__P_OTHER, 0, 0,
     for (int64_t b = 0; b < n; b++)
         for (int64_t d = 0; d < D; d++) {
             float r;
@@ -189,6 +184,6 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
                 r = ts__bf16_to_f32_inl(ts__f32_to_bf16_inl(acc));
             }
             out[b * D + d] = ts__f32_to_bf16_inl(r + ts__bf16_to_f32_inl(ws->so[b * D + d]));
-        }
+        });
     return TS_OK;
 }

@@ -24,10 +24,39 @@ const char *ts__prof_name(ts__prof_id id) {
 
 void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double flops) {
     if (!p->on) return;
+    if (p->replay) {
+        /* not re-runnable (cache stores, state updates, in-place edits, the EP exchange): its
+         * time inside the replay step stands for its standalone time */
+        const double dt = ts__model_now() - t0;
+        p->alone[id] += dt;
+        p->kept[id] += dt;
+        return;
+    }
     p->sec[id] += ts__model_now() - t0;
     p->bytes[id] += bytes;
     p->flops[id] += flops;
     p->calls[id]++;
+}
+
+void ts__prof_replay_begin(ts__prof *p, int reps) {
+    memset(p->alone, 0, sizeof p->alone);
+    memset(p->kept, 0, sizeof p->kept);
+    p->replay_reps = reps < 1 ? 1 : reps > TS__PROF_MAX_REPS ? TS__PROF_MAX_REPS : reps;
+    p->replay = true;
+}
+
+void ts__prof_replay_end(ts__prof *p) { p->replay = false; }
+
+void ts__prof_replayed(ts__prof *p, ts__prof_id id, double *t, int n) {
+    if (n < 1) return;
+    /* insertion sort: n <= TS__PROF_MAX_REPS */
+    for (int i = 1; i < n; i++) {
+        const double x = t[i];
+        int j = i - 1;
+        while (j >= 0 && t[j] > x) t[j + 1] = t[j], j--;
+        t[j + 1] = x;
+    }
+    p->alone[id] += n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 /* enable = true clears the table and starts accumulating; false prints it (when out is not
