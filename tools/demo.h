@@ -42,6 +42,8 @@ typedef struct ts__demo_opts {
     bool quick;
     bool selftest;
     bool rank_mode;           /* internal: this process is one rank under mpirun */
+    bool replay, replay_set;  /* --replay / --no-replay: one untimed step re-running every
+                               * idempotent kernel standalone (default: on, off in --sweep) */
     double timeout_s;         /* EP collective timeout (a peer that died) */
     bool batch_set, context_set, steps_set, warmup_set;
 } ts__demo_opts;
@@ -96,6 +98,9 @@ typedef struct ts__demo_kernel {
     double sec, bytes, flops; /* per step, mean over ranks */
     double calls;
     bool cache_resident; /* no DRAM roofline (its bytes stay in cache) */
+    /* the replay step (per step, mean over ranks): standalone time = median of the re-run
+     * idempotent calls + the in-step time of the others (kept, part of alone) */
+    double alone, kept;
 } ts__demo_kernel;
 
 #define TS__DEMO_MAX_KERNELS 24
@@ -109,6 +114,8 @@ typedef struct ts__demo_result {
     int n_kernels;
     ts__demo_kernel k[TS__DEMO_MAX_KERNELS];
     double kernel_sum_s;       /* sum of k[].sec */
+    bool replayed;             /* k[].alone / kept are set */
+    double alone_sum_s, kept_sum_s; /* sums of k[].alone / k[].kept */
     ts__demo_ep_stats ep;
     int64_t expert_tokens_total; /* in-process: routed (token, expert) pairs per step */
     double create_s, prefill_s;

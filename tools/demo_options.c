@@ -30,6 +30,10 @@ void ts__demo_usage(FILE *f) {
             "  --sampling S        greedy (default) | topk:K\n"
             "  --timeout SEC       how long a rank waits for a peer before failing (default 60)\n"
             "  --quick             short run (CI)\n"
+            "  --replay            after the timed steps, one untimed step that re-runs every\n"
+            "                      idempotent kernel standalone (median of 5 after a warm-up):\n"
+            "                      the breakdown's standalone column (default on; off in --sweep)\n"
+            "  --no-replay         no replay step\n"
             "output:\n"
             "  --sweep             B = 1, 2, 4, ... 32: TPOT p50 and tokens/s per rank per B\n"
             "  --tpot-ms X,Y,...   TPOT limits for the sweep's table (default 25,50,100,200)\n"
@@ -172,6 +176,8 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--sweep")) o->sweep = true;
         else if (!strcmp(name, "--check")) o->check = true;
         else if (!strcmp(name, "--quick")) o->quick = true;
+        else if (!strcmp(name, "--replay")) o->replay = true, o->replay_set = true;
+        else if (!strcmp(name, "--no-replay")) o->replay = false, o->replay_set = true;
         else if (!strcmp(name, "--selftest")) o->selftest = true;
         else if (!strcmp(name, "--rank-mode")) o->rank_mode = true;
         else return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", a);
@@ -192,4 +198,6 @@ void ts__demo_apply_defaults(ts__demo_opts *o) {
     if (!o->context_set) o->context = o->quick ? 1024 : 2048;
     if (!o->steps_set) o->steps = o->quick ? 12 : 100;
     if (!o->warmup_set) o->warmup = o->quick ? 2 : 10;
+    /* the replay step costs ~6 steps of the re-runnable kernels: once per run, not per B */
+    if (!o->replay_set) o->replay = !o->sweep;
 }

@@ -107,12 +107,14 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
     memset(r, 0, sizeof *r);
     r->B = B, r->context = context, r->steps = steps, r->warmup = warmup;
     r->ranks = c->size, r->threads = ts_get_num_threads();
-    if (context + warmup + steps > cfg->max_seq_len)
+    const int replay = o->replay ? 1 : 0; /* the replay step takes one more position */
+    if (context + warmup + steps + replay > cfg->max_seq_len)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
-                        "--context %lld + --warmup %d + --steps %d = %lld tokens exceed the "
+                        "--context %lld + --warmup %d + --steps %d%s = %lld tokens exceed the "
                         "model's max_seq_len %lld (the cache capacity per sequence)",
-                        (long long)context, warmup, steps,
-                        (long long)(context + warmup + steps), (long long)cfg->max_seq_len);
+                        (long long)context, warmup, steps, replay ? " + 1 (--replay)" : "",
+                        (long long)(context + warmup + steps + replay),
+                        (long long)cfg->max_seq_len);
     int64_t *seqs = malloc((size_t)B * sizeof *seqs);
     int32_t *toks = malloc((size_t)B * sizeof *toks);
     float *logits = malloc((size_t)(B * V) * sizeof(float));
@@ -210,6 +212,45 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
         r->kernel_sum_s += k->sec;
     }
     ts__demo_ep_collect(c, m, &r->ep);
+    if (replay) {
+        /* After the timed steps and their statistics: one more step on every rank in which
+         * each idempotent kernel call runs again standalone (warm, median of 5 after one
+         * warm-up, model_profile.c); the other sections and sampling keep their time. */
+        double rt[2 * (TS__P_COUNT + 1)];
+        ts__model_step_breakdown(m, true, NULL);
+        ts__prof_replay_begin(&m->prof, 5);
+        ts__demo_barrier(c);
+        st = ts_model_decode(m, B, seqs, toks, logits);
+        const double s1 = ts__model_now();
+        if (st == TS_OK) st = ts_model_sample(logits, B, V, o->topk, &rng, toks);
+        const double ss = ts__model_now() - s1;
+        ts__prof_replay_end(&m->prof);
+        for (int i = 0; i < TS__P_COUNT; i++) {
+            rt[2 * i + 0] = m->prof.alone[i];
+            rt[2 * i + 1] = m->prof.kept[i];
+        }
+        ts__model_step_breakdown(m, false, NULL);
+        rt[2 * TS__P_COUNT + 0] = rt[2 * TS__P_COUNT + 1] = ss;
+        snprintf(msg, sizeof msg, "%s", st != TS_OK ? ts_last_error() : "");
+        st = ts__demo_agree(c, st, msg, sizeof msg);
+        if (st != TS_OK) {
+            free(seqs), free(toks), free(logits), free(load);
+            free(r->step_s);
+            r->step_s = NULL;
+            return ts__fail(st, "replay step: %s", msg);
+        }
+        ts__demo_sum(c, rt, 2 * (TS__P_COUNT + 1));
+        /* the same rows as the table above */
+        for (int i = 0, j = 0; i <= TS__P_COUNT; i++) {
+            if (tab[4 * i + 3] == 0) continue;
+            ts__demo_kernel *k = &r->k[j++];
+            k->alone = rt[2 * i + 0] / c->size;
+            k->kept = rt[2 * i + 1] / c->size;
+            r->alone_sum_s += k->alone;
+            r->kept_sum_s += k->kept;
+        }
+        r->replayed = true;
+    }
     if (inproc) {
         double mx = 0, tot = 0;
         for (int64_t e = 0; e < cfg->n_routed_experts; e++) {
