@@ -258,15 +258,6 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
         free(b);
         return nst;
     }
-    if (low_latency_mode && b->num_nodes > 1) {
-        MPI_Comm_free(&node);
-        MPI_Comm_free(&b->comm);
-        const int k = b->ranks_per_node, R = b->num_ranks;
-        free(b);
-        return ts__fail(TS_ERR_UNSUPPORTED,
-                        "%s: low-latency mode across nodes (%d ranks per node of %d) is not implemented; normal "
-                        "mode is", what, k, R);
-    }
     b->data_off = ts__align(TS__EP_CTRL_BYTES + 2 * TS__EP_META_SLOT_BYTES, 4096);
     b->num_rdma_bytes = low_latency_mode ? num_rdma_bytes : 0; /* the LL area in the segment */
     b->ll_off = ts__align(b->data_off + num_nvl_bytes, 4096);
@@ -284,7 +275,8 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
                   ? ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for %d peers", what, b->num_ranks)
                   : TS_OK;
     if (b->num_nodes > 1) { /* collective inside: every rank calls it */
-        const int e = alloc_internode(b, num_rdma_bytes > 0 ? num_rdma_bytes : num_nvl_bytes, what);
+        /* an LL buffer's num_rdma_bytes is its LL area: normal-mode staging then follows nvl */
+        const int e = alloc_internode(b, num_rdma_bytes > 0 && !low_latency_mode ? num_rdma_bytes : num_nvl_bytes, what);
         if (!err) err = e;
     }
     char myname[TS__EP_NAME_LEN];
@@ -393,6 +385,8 @@ ts_status ts_ep_buffer_destroy(ts_ep_buffer *buf) {
     /* No synchronisation: a peer's mapping outlives ours, and the segments were unlinked at
      * create, so the memory goes when the last rank unmaps (or dies). */
     ts__ep_async_stop(buf);
+    /* LL sends to other nodes read this rank's segment until they complete */
+    if (buf->ll && !ts__ep_ll_quiesce(buf) && buf->peer) buf->peer[buf->rank] = NULL; /* kept mapped */
     unmap_all(buf);
     free_internode(buf);
     free(buf->rank_book);

@@ -81,6 +81,9 @@ static inline bool ts__ep_is_local(const ts_ep_buffer *b, int r) {
 /* LL state of a buffer (ep_low_latency.c). */
 ts_status ts__ep_ll_init(ts_ep_buffer *b);
 void ts__ep_ll_free(ts_ep_buffer *b);
+/* Completes the LL sends still in flight to other nodes (polled, deadline); false when some
+ * could not be completed (MPI may still read this rank's segment: keep it mapped). */
+bool ts__ep_ll_quiesce(ts_ep_buffer *b);
 
 struct ts_ep_handle {
     const ts_ep_buffer *buf;

@@ -47,6 +47,7 @@ ts_status ts__ep_ll_init(ts_ep_buffer *b) {
     b->ll->sig_bytes = sig_bytes_of(b->num_ranks);
     const int64_t rest = b->num_rdma_bytes - b->ll->sig_bytes;
     b->ll->half_bytes = rest > 0 ? (rest / 2) & ~(int64_t)4095 : 0;
+    if (b->num_nodes > 1) return ts__ep_ll_net_init(b);
     return TS_OK;
 }
 
@@ -59,6 +60,7 @@ static void drop_hook(ts_ep_ll_hook *hk) {
 void ts__ep_ll_free(ts_ep_buffer *b) {
     if (b->ll)
         for (int h = 0; h < 2; h++) drop_hook(&b->ll->hooks[h]);
+    ts__ep_ll_net_free(b);
     free(b->ll);
     b->ll = NULL;
 }
@@ -76,7 +78,13 @@ ts_status ts_ep_get_low_latency_rdma_size_hint(int64_t T, int64_t hidden, int32_
     const int64_t El = num_experts / num_ranks;
     const int64_t d = ts__ep_ll_dispatch_layout(num_ranks, T, TS__EP_LL_HINT_TOPK, hidden, false).total;
     const int64_t c = ts__ep_ll_combine_layout(El, num_ranks, T, hidden).total;
-    const int64_t half = ts__align(d, 4096) + ts__align(c, 4096) + 4096;
+    /* Across nodes a half also stages: a dispatch's messages to other nodes (a second
+     * dispatch region, after the first) and a combine's rows from them (before the combine
+     * region: this rank's selections of remote experts, budgeted for K <= 32 like the ids). */
+    const int64_t k_hint = num_experts < TS__EP_LL_HINT_TOPK ? num_experts : TS__EP_LL_HINT_TOPK;
+    const int64_t crecv = T * k_hint * (2 * hidden + hidden / 128 * 4);
+    const int64_t stage = d > crecv ? d : crecv;
+    const int64_t half = ts__align(d, 4096) + ts__align(stage, 4096) + ts__align(c, 4096) + 4096;
     *num_rdma_bytes = ts__align(sig_bytes_of(num_ranks) + 2 * half, INT64_C(2) << 20);
     return TS_OK;
 }
@@ -122,6 +130,7 @@ ts_status ts_ep_clean_low_latency_buffer(ts_ep_buffer *buf, int64_t T, int64_t h
             }
             atomic_store_explicit(&ts__ep_ll_csig(buf, buf->rank, h)->seq, 0, memory_order_relaxed);
             drop_hook(&buf->ll->hooks[h]);
+            ts__ep_ll_net_abandon(buf, h);
         }
         buf->ll->seq = 0;
     }
@@ -170,6 +179,8 @@ typedef struct send_ctx {
     int nthreads;
     int oom;
     ts__ep_ll_cast_fn cast;
+    const int32_t *pos; /* across nodes: [N, R] packed index of token t in the message to rank d */
+    int64_t stage_off;  /* the send staging (a dispatch layout, one block per rank) in my half */
 } send_ctx;
 
 static void send_task(void *vctx, int tid, int nthreads) {
@@ -195,9 +206,14 @@ static void send_task(void *vctx, int tid, int nthreads) {
         bool cast = false;
         for (int64_t k = 0; k < K; k++) ids[k] = (int32_t)ts__ep_idx_at(c->idx, t, k);
         const int64_t slot = (int64_t)me * c->T + t;
+        uint8_t *stage = c->pos ? ts__ep_ll_half(b, me, c->half) + c->stage_off : NULL;
         /* every destination gets the token's top-k row, so stale ids can never match */
-        for (int d = 0; d < R; d++)
-            memcpy(ts__ep_ll_half(b, d, c->half) + c->lay.ids + slot * K * 4, ids, (size_t)K * 4);
+        for (int d = 0; d < R; d++) {
+            if (stage && !ts__ep_is_local(b, d))
+                memcpy(stage + c->lay.ids + ((int64_t)d * c->T + t) * K * 4, ids, (size_t)K * 4);
+            else
+                memcpy(ts__ep_ll_half(b, d, c->half) + c->lay.ids + slot * K * 4, ids, (size_t)K * 4);
+        }
         for (int64_t k = 0; k < K; k++) {
             if (ids[k] < 0) continue;
             const int d = (int)(ids[k] / c->El);
@@ -208,9 +224,16 @@ static void send_task(void *vctx, int tid, int nthreads) {
                 c->cast(xr, c->hidden, c->round_scale, q, sc);
                 cast = true;
             }
-            uint8_t *reg = ts__ep_ll_half(b, d, c->half);
-            memcpy(reg + c->lay.rows + slot * rb, c->fp8 ? q : (const uint8_t *)xr, (size_t)rb);
-            if (c->fp8) memcpy(reg + c->lay.scales + slot * nsc * 4, sc, (size_t)nsc * 4);
+            uint8_t *reg;
+            int64_t at = slot;
+            if (stage && !ts__ep_is_local(b, d)) { /* packed: the message carries only d's tokens */
+                reg = stage;
+                at = (int64_t)d * c->T + c->pos[t * R + d];
+            } else {
+                reg = ts__ep_ll_half(b, d, c->half);
+            }
+            memcpy(reg + c->lay.rows + at * rb, c->fp8 ? q : (const uint8_t *)xr, (size_t)rb);
+            if (c->fp8) memcpy(reg + c->lay.scales + at * nsc * 4, sc, (size_t)nsc * 4);
         }
     }
 }
@@ -256,10 +279,16 @@ static ts_status validate(ts_ep_buffer *b, const ts_ep_ll_dispatch_args *a, cons
                         (long long)N);
     const int64_t El = E / R, S = (int64_t)R * T;
     *lay = ts__ep_ll_dispatch_layout(R, T, a->topk_idx->shape[1], H, a->use_fp8);
-    if (lay->total > b->ll->half_bytes)
+    /* across nodes a second dispatch layout stages the messages, between the dispatch and
+     * combine regions */
+    const int64_t room = b->num_nodes > 1 ? ts__ep_ll_comb_off(b, ts__ep_ll_combine_layout(El, R, T, H).total)
+                                          : b->ll->half_bytes;
+    const int64_t need =
+        b->num_nodes > 1 ? ts__ep_ll_stage_off(R, T, a->topk_idx->shape[1], H) + lay->total : lay->total;
+    if (need > room)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
                         LD ": these limits need %lld bytes per LL half, num_rdma_bytes gives %lld; see "
-                        "ts_ep_get_low_latency_rdma_size_hint", (long long)lay->total, (long long)b->ll->half_bytes);
+                        "ts_ep_get_low_latency_rdma_size_hint", (long long)need, (long long)room);
     /* outputs */
     TS__RETURN_IF_ERROR(ts_tensor_check(o->recv_x, LD ": recv_x"));
     TS__RETURN_IF_ERROR(ts_tensor_check_dtype(o->recv_x, LD ": recv_x", a->use_fp8 ? TS_E4M3 : TS_BF16));
@@ -304,8 +333,27 @@ static ts_status validate(ts_ep_buffer *b, const ts_ep_ll_dispatch_args *a, cons
     return TS_OK;
 }
 
+static void fill_sig(ts__ep_ll_sig *g, ts_status st, const ts_ep_ll_dispatch_args *a) {
+    g->status = st;
+    g->flags = a ? (a->use_fp8 ? 1 : 0) | (a->round_scale ? 2 : 0) | (a->use_ue8m0 ? 4 : 0) : 0;
+    g->hidden = a && a->x ? a->x->shape[1] : -1;
+    g->num_experts = a ? a->num_experts : -1;
+    g->max_tokens = a ? a->num_max_dispatch_tokens_per_rank : -1;
+    g->num_topk = a && a->topk_idx ? a->topk_idx->shape[1] : -1;
+    g->num_tokens = a && a->x ? a->x->shape[0] : -1;
+    g->nrows = 0;
+}
+
+/* Ranks of other nodes get the signal as a header message (with the data on success). */
 static void publish(ts_ep_buffer *b, int half, uint64_t seq, ts_status st, const ts_ep_ll_dispatch_args *a) {
+    if (st != TS_OK) {
+        ts__ep_ll_sig hdr;
+        memset(&hdr, 0, sizeof hdr);
+        fill_sig(&hdr, st, a);
+        ts__ep_ll_net_send_error(b, half, seq, &hdr);
+    }
     for (int d = 0; d < b->num_ranks; d++) {
+        if (!ts__ep_is_local(b, d)) continue;
         ts__ep_ll_sig *g = ts__ep_ll_dsig(b, d, half, b->rank);
         g->status = st;
         g->flags = a ? (a->use_fp8 ? 1 : 0) | (a->round_scale ? 2 : 0) | (a->use_ue8m0 ? 4 : 0) : 0;
@@ -326,6 +374,7 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
     const int half = (int)(seq & 1);
     ts__ep_ll_dlayout lay;
     ts_ep_ll_handle *h = NULL;
+    TS__RETURN_IF_ERROR(ts__ep_ll_net_drain(b, half, LD));
     ts_status st = validate(b, a, o, &h, &lay);
     if (st == TS_OK && a->return_recv_hook && !hook)
         st = ts__fail(TS_ERR_NULL_POINTER, LD ": hook is NULL with return_recv_hook");
@@ -354,14 +403,58 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
         return st;
     }
     send_ctx sc = {b, a->x, a->topk_idx, N, K, h->hidden, El, h->T, a->use_fp8, a->round_scale, lay, half, 1, 0,
-                   ts__ep_ll_cast__generic};
+                   ts__ep_ll_cast__generic, NULL, 0};
 #ifdef TS_HAVE_AVX2_KERNELS
     if (ts__active_isa() == TS_ISA_AVX2) sc.cast = ts__ep_ll_cast__avx2;
 #endif
+    const int R = b->num_ranks;
+    int32_t *nrows = NULL;
+    if (b->num_nodes > 1) {
+        /* packed index of each token in its message to each rank of another node (token order) */
+        int32_t *pos = ts__ep_ll_tmp(b, (size_t)(N * R + R) * sizeof *pos);
+        if (!pos) {
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no memory for the message index");
+            publish(b, half, seq, st, a);
+            ts_ep_ll_handle_destroy(h);
+            return st;
+        }
+        nrows = pos + N * R;
+        memset(nrows, 0, (size_t)R * sizeof *nrows);
+        for (int64_t t = 0; t < N; t++) {
+            int32_t *pt = pos + t * R;
+            for (int d = 0; d < R; d++) pt[d] = -1;
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t e = ts__ep_idx_at(a->topk_idx, t, k);
+                if (e < 0) continue;
+                const int d = (int)(e / El);
+                if (pt[d] < 0 && !ts__ep_is_local(b, d)) pt[d] = nrows[d]++;
+            }
+        }
+        sc.pos = pos;
+        sc.stage_off = ts__ep_ll_stage_off(R, h->T, K, h->hidden);
+        /* receives first, so peers' data never waits in MPI's unexpected queue */
+        ts__ep_ll_net_post_headers(b, half, seq);
+    }
     int nt = ts_get_num_threads();
     if (nt > N / 4) nt = (int)(N / 4 > 0 ? N / 4 : 1);
     sc.nthreads = nt;
     if (N > 0) ts__parallel_run(nt, send_task, &sc);
+    if (nrows && !sc.oom) {
+        uint8_t *stage = ts__ep_ll_half(b, b->rank, half) + sc.stage_off;
+        for (int d = 0; d < R; d++) {
+            if (ts__ep_is_local(b, d)) continue;
+            ts__ep_ll_sig hdr;
+            memset(&hdr, 0, sizeof hdr);
+            fill_sig(&hdr, TS_OK, a);
+            hdr.nrows = nrows[d];
+            const int64_t blk = (int64_t)d * h->T;
+            void *data[3] = {stage + lay.ids + blk * K * 4, stage + lay.scales + blk * lay.nsc * 4,
+                             stage + lay.rows + blk * lay.row_bytes};
+            const int count[3] = {(int)(N * K * 4), (int)(nrows[d] * lay.nsc * 4), (int)(nrows[d] * lay.row_bytes)};
+            const MPI_Datatype type[3] = {MPI_BYTE, MPI_BYTE, MPI_BYTE};
+            ts__ep_ll_net_send(b, half, seq, d, &hdr, data, count, type);
+        }
+    }
     if (sc.oom) {
         /* Some rows may be missing: report it to the receivers rather than send garbage. */
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no scratch memory for the FP8 cast");
@@ -435,20 +528,31 @@ static void recv_task(void *vctx, int64_t e0, int64_t e1, int tid) {
         return;
     }
     for (int64_t el = e0; el < e1; el++) cur[el - e0] = 0;
+    const int64_t mlo = (int64_t)b->rank * c->El, mhi = mlo + c->El;
     for (int s = 0; s < R; s++) {
         for (int64_t el = e0; el < e1; el++) h->layout_range[el * R + s] = cur[el - e0] << 32;
+        /* a source on another node sent its rows packed: only the tokens that come here */
+        const bool packed = !ts__ep_is_local(b, s);
+        int64_t next = 0;
         for (int64_t t = 0; t < c->ntok[s]; t++) {
             const int64_t slot = (int64_t)s * c->T + t;
             const int32_t *it = ids + slot * K;
+            int64_t at = slot;
+            if (packed) {
+                bool here = false;
+                for (int64_t k = 0; k < K && !here; k++) here = it[k] >= mlo && it[k] < mhi;
+                if (!here) continue;
+                at = (int64_t)s * c->T + next++;
+            }
             for (int64_t k = 0; k < K; k++) {
                 if (it[k] < lo || it[k] >= hi) continue;
                 const int64_t el = it[k] - b->rank * c->El;
                 const int64_t row = cur[el - e0]++;
                 memcpy((uint8_t *)rx->data + (el * rx->strides[0] + row * rx->strides[1]) * es,
-                       c->reg + c->lay.rows + slot * rb, (size_t)rb);
+                       c->reg + c->lay.rows + at * rb, (size_t)rb);
                 h->src_info[el * S + row] = (int32_t)t;
                 if (!fp8) continue;
-                const float *si = scl + slot * nsc;
+                const float *si = scl + at * nsc;
                 if (!ue8m0) {
                     float *o = (float *)rs->data + el * rs->strides[0] + row * rs->strides[1];
                     for (int64_t g = 0; g < nsc; g++) o[g * rs->strides[2]] = si[g];
@@ -473,6 +577,30 @@ static void recv_task(void *vctx, int64_t e0, int64_t e1, int tid) {
     for (int64_t el = e0; el < e1; el++) h->recv_count[el] = (int32_t)cur[el - e0];
 }
 
+static ts__ep_ll_sig *dsig_of(void *ctx, ts_ep_buffer *b, int p) {
+    return ts__ep_ll_dsig(b, b->rank, (int)(((ts_ep_ll_hook *)ctx)->seq & 1), p);
+}
+
+/* A source on another node: its header agrees, so post its ids / scales / rows receives
+ * straight into its block of this rank's dispatch region. */
+static bool post_dispatch(void *ctx, ts_ep_buffer *b, ts__ep_ll_net *n, int p, const ts__ep_ll_sig *g) {
+    const ts_ep_ll_hook *hk = ctx;
+    const ts_ep_ll_handle *h = hk->h;
+    const int flags = (hk->da.use_fp8 ? 1 : 0) | (hk->da.round_scale ? 2 : 0) | (hk->da.use_ue8m0 ? 4 : 0);
+    if (g->hidden != h->hidden || g->max_tokens != h->T || g->num_topk != h->my_topk || g->num_experts != h->E ||
+        g->flags != flags || g->num_tokens < 0 || g->num_tokens > h->T || g->nrows < 0 || g->nrows > g->num_tokens)
+        return false;
+    const ts__ep_ll_dlayout lay = ts__ep_ll_dispatch_layout(b->num_ranks, h->T, h->my_topk, h->hidden, hk->da.use_fp8);
+    uint8_t *reg = ts__ep_ll_half(b, b->rank, (int)(hk->seq & 1));
+    const int64_t blk = (int64_t)p * h->T, K = h->my_topk;
+    void *data[3] = {reg + lay.ids + blk * K * 4, reg + lay.scales + blk * lay.nsc * 4, reg + lay.rows + blk * lay.row_bytes};
+    const int count[3] = {(int)(g->num_tokens * K * 4), (int)(g->nrows * lay.nsc * 4), (int)(g->nrows * lay.row_bytes)};
+    MPI_Request *q = &n->req[p * TS__EP_LL_REQS];
+    for (int i = 0; i < 3; i++)
+        if (count[i] > 0) MPI_Irecv(data[i], count[i], MPI_BYTE, p, ts__ep_ll_tag(hk->seq, 1 + i), b->comm, &q[1 + i]);
+    return true;
+}
+
 ts_status ts__ep_ll_dispatch_recv(ts_ep_ll_hook *hk) {
     ts_ep_buffer *b = hk->buf;
     ts_ep_ll_handle *h = hk->h;
@@ -481,11 +609,7 @@ ts_status ts__ep_ll_dispatch_recv(ts_ep_ll_hook *hk) {
     int64_t *wt = R <= 1024 ? waited : calloc((size_t)R, sizeof *wt);
     if (!wt) return ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no memory");
     memset(wt, 0, (size_t)R * sizeof *wt);
-    ts_status st = TS_OK;
-    for (int i = 0; i < R && st == TS_OK; i++) {
-        const int s = (b->rank + i) % R;
-        st = ts__ep_ll_wait(b, &ts__ep_ll_dsig(b, b->rank, half, s)->seq, hk->seq, s, LD, &wt[s]);
-    }
+    ts_status st = ts__ep_ll_wait_all(b, half, hk->seq, dsig_of, post_dispatch, hk, LD, wt);
     const int flags = (hk->da.use_fp8 ? 1 : 0) | (hk->da.round_scale ? 2 : 0) | (hk->da.use_ue8m0 ? 4 : 0);
     for (int s = 0; s < R && st == TS_OK; s++) {
         const ts__ep_ll_sig *g = ts__ep_ll_dsig(b, b->rank, half, s);

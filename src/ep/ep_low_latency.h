@@ -29,7 +29,7 @@ typedef struct ts__ep_ll_sig {
     int32_t status, flags; /* flags: bit 0 fp8 / logfmt, bit 1 round_scale, bit 2 ue8m0 */
     int64_t hidden, num_experts, max_tokens;
     int64_t num_topk, num_tokens; /* dispatch: the source's K and N */
-    char pad_[8];
+    int64_t nrows;                /* across nodes: rows (dispatch) the data messages carry */
 } ts__ep_ll_sig;
 
 enum { TS__EP_LL_DISPATCH = 1, TS__EP_LL_COMBINE = 2 };
@@ -69,10 +69,26 @@ struct ts_ep_ll_hook {
     bool use_logfmt;
 };
 
+/* Across nodes (ep_low_latency_net.c): the MPI traffic of one half. Per peer on another node
+ * TS__EP_LL_REQS requests: [0] header receive, [1..3] data receives, [4] header send,
+ * [5..7] data sends. A header (a signal line's fields) is sent first; the receiver posts the
+ * data receives once it has read the header (exact sizes, no guessing). */
+enum { TS__EP_LL_REQS = 8 };
+typedef struct ts__ep_ll_net {
+    MPI_Request *req;      /* [R * TS__EP_LL_REQS] */
+    ts__ep_ll_sig *hdr_in; /* [R] headers received */
+    ts__ep_ll_sig *hdr_out;/* [R] headers sent (live until the send completes) */
+    ts__ep_ll_sig *csig;   /* [R] combine signals of ranks on other nodes (copied from hdr_in) */
+    int8_t *state;         /* [R] receive state: 0 idle, 1 header posted, 2 data posted, 3 done */
+} ts__ep_ll_net;
+
 typedef struct ts__ep_ll_state {
     uint64_t seq;             /* LL calls started */
     ts_ep_ll_hook hooks[2];   /* one per half */
     int64_t sig_bytes, half_bytes;
+    ts__ep_ll_net net[2];     /* num_nodes > 1 only */
+    void *tmp;                /* per-call bookkeeping, grown on demand (amortised, no per-call malloc) */
+    size_t tmp_cap;
 } ts__ep_ll_state;
 
 static inline ts__ep_ll_sig *ts__ep_ll_dsig(const ts_ep_buffer *b, int owner, int half, int src) {
@@ -86,17 +102,61 @@ static inline uint8_t *ts__ep_ll_half(const ts_ep_buffer *b, int owner, int half
     return b->peer[owner] + b->ll_off + s->sig_bytes + (int64_t)half * s->half_bytes;
 }
 
+/* Where the combine region starts in a half (its end aligned down to a page). */
+static inline int64_t ts__ep_ll_comb_off(const ts_ep_buffer *b, int64_t comb_total) {
+    return (b->ll->half_bytes - comb_total) & ~(int64_t)4095;
+}
+
 /* The combine region sits at the end of the half, the dispatch region at its start: with the
  * hint's size they do not overlap, so a peer's dispatch c + 2 never lands on the rows of a
  * combine c still being reduced (hooks let ranks drift two calls apart). */
 static inline uint8_t *ts__ep_ll_comb(const ts_ep_buffer *b, int owner, int half, int64_t comb_total) {
-    return ts__ep_ll_half(b, owner, half) + ((b->ll->half_bytes - comb_total) & ~(int64_t)4095);
+    return ts__ep_ll_half(b, owner, half) + ts__ep_ll_comb_off(b, comb_total);
 }
 
 ts__ep_ll_dlayout ts__ep_ll_dispatch_layout(int64_t R, int64_t T, int64_t K, int64_t hidden, bool fp8);
 /* K the size hint budgets for (larger K works when num_rdma_bytes has room) */
 #define TS__EP_LL_HINT_TOPK 32
 ts__ep_ll_clayout ts__ep_ll_combine_layout(int64_t El, int64_t R, int64_t T, int64_t hidden);
+/* Across nodes: where a half's staging starts (a dispatch's messages out, a combine's rows in),
+ * after the largest dispatch region of top-k width K (bf16), before the combine region. Peers
+ * may drift a call apart (a node-local peer's dispatch c + 2 writes the dispatch region while
+ * this rank still combines c), so the staging overlaps neither region. */
+static inline int64_t ts__ep_ll_stage_off(int64_t R, int64_t T, int64_t K, int64_t hidden) {
+    return ts__align(ts__ep_ll_dispatch_layout(R, T, K, hidden, false).total, 4096);
+}
+
+/* ---- across nodes (ep_low_latency_net.c) ---- */
+ts_status ts__ep_ll_net_init(ts_ep_buffer *b);
+void ts__ep_ll_net_free(ts_ep_buffer *b);
+/* Gives up every request of both halves (cancel receives, release sends). */
+void ts__ep_ll_net_abandon(ts_ep_buffer *b, int half);
+/* Start of a call on `half`: completes the sends of the call that used it before (done by the
+ * two-in-flight rule; polled under the deadline) and releases anything left from an error. */
+ts_status ts__ep_ll_net_drain(ts_ep_buffer *b, int half, const char *what);
+/* The MPI tag of (seq, kind) */
+static inline int ts__ep_ll_tag(uint64_t seq, int kind) { return 1000 + (int)(seq & 2047) * 4 + kind; }
+/* Posts the header receive from every rank on another node. */
+void ts__ep_ll_net_post_headers(ts_ep_buffer *b, int half, uint64_t seq);
+/* Sends header *hdr to remote rank p and then up to three data pieces (skipping count 0). */
+void ts__ep_ll_net_send(ts_ep_buffer *b, int half, uint64_t seq, int p, const ts__ep_ll_sig *hdr, void *const data[3],
+                        const int count[3], const MPI_Datatype type[3]);
+/* Error path: the header alone to every remote rank (released at once: small, eager). */
+void ts__ep_ll_net_send_error(ts_ep_buffer *b, int half, uint64_t seq, const ts__ep_ll_sig *hdr);
+/* Receiver callback: the header of remote peer p arrived and agrees: post its data receives
+ * on n->req[p * TS__EP_LL_REQS + 1..3] and return true; false: no data will be taken (the
+ * peer failed or disagrees; the checks after the wait report it). */
+typedef bool (*ts__ep_ll_post_fn)(void *ctx, ts_ep_buffer *b, ts__ep_ll_net *n, int p, const ts__ep_ll_sig *hdr);
+/* The signal of peer p this rank waits on (remote peers: where its header is copied). */
+typedef ts__ep_ll_sig *(*ts__ep_ll_sig_fn)(void *ctx, ts_ep_buffer *b, int p);
+/* Waits until every rank's signal reached seq: node-local ones in shared memory, the others
+ * through their header and data messages (then their header is copied into the signal and seq
+ * released). One deadline; TS_ERR_TIMEOUT names the lowest missing rank (buffer broken),
+ * TS_ERR_PEER a rank past seq. waited_ns[p] += the time until p was complete. */
+ts_status ts__ep_ll_wait_all(ts_ep_buffer *b, int half, uint64_t seq, ts__ep_ll_sig_fn sigp, ts__ep_ll_post_fn post,
+                             void *ctx, const char *what, int64_t *waited_ns);
+/* Per-call bookkeeping memory (grown on demand, owned by the LL state). */
+void *ts__ep_ll_tmp(ts_ep_buffer *b, size_t bytes);
 
 /* Waits until the signal reaches seq (acquire). TS_ERR_TIMEOUT naming `rank` (and marks the
  * buffer broken) or TS_ERR_PEER if it went past seq. *waited_ns += the time spent. */

@@ -94,6 +94,23 @@ void ts_ep_logfmt10_decode(const uint8_t *enc, const uint16_t meta[2], float *y)
 
 /* ---- combine ---- */
 
+/* Rows this rank receives from expert rank d (its selections of d's experts). */
+static int64_t rows_from(const ts_ep_ll_handle *h, int d) {
+    int64_t n = 0;
+    for (int64_t el = 0; el < h->El; el++) n += h->my_expert_counts[d * h->El + el];
+    return n;
+}
+
+/* Offset in the combine staging of the rows from remote rank `upto` (-1: the total):
+ * remote ranks ascending, each [rows bf16 | logfmt meta u32 per 128 values]. */
+static int64_t recv_stage_bytes(const ts_ep_buffer *b, const ts_ep_ll_handle *h, bool logfmt, int upto) {
+    const int64_t per_row = 2 * h->hidden + (logfmt ? h->hidden / 128 * 4 : 0);
+    int64_t off = 0;
+    for (int d = 0; d < b->num_ranks && d != upto; d++)
+        if (!ts__ep_is_local(b, d)) off += ts__align(rows_from(h, d) * per_row, 64);
+    return off;
+}
+
 static ts_status validate(ts_ep_buffer *b, const ts_ep_ll_combine_args *a, const ts_tensor *out, int32_t **slot_out) {
     if (!b->ll) return ts__fail(TS_ERR_INVALID_ARGUMENT, LC ": buf was created without low_latency_mode");
     if (!a || !out) return ts__fail(TS_ERR_NULL_POINTER, LC ": %s is NULL", !a ? "args" : "out");
@@ -131,8 +148,18 @@ static ts_status validate(ts_ep_buffer *b, const ts_ep_ll_combine_args *a, const
     if (N != h->my_tokens || K != h->my_topk)
         return ts__fail(TS_ERR_SHAPE, LC ": topk_idx is [%lld, %lld], this rank dispatched [%lld, %lld]", (long long)N,
                         (long long)K, (long long)h->my_tokens, (long long)h->my_topk);
-    if (ts__ep_ll_combine_layout(h->El, R, h->T, H).total > b->ll->half_bytes)
+    const int64_t ctot = ts__ep_ll_combine_layout(h->El, R, h->T, H).total;
+    if (ctot > b->ll->half_bytes)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, LC ": num_rdma_bytes is too small for this combine");
+    if (b->num_nodes > 1) {
+        /* rows from experts on other nodes are staged in front of the combine region */
+        const int64_t room = ts__ep_ll_comb_off(b, ctot);
+        const int64_t need = ts__ep_ll_stage_off(R, h->T, h->my_topk, H) + recv_stage_bytes(b, h, a->use_logfmt, -1);
+        if (need > room)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT,
+                            LC ": the rows from other nodes need %lld bytes of staging, num_rdma_bytes leaves %lld; see "
+                            "ts_ep_get_low_latency_rdma_size_hint", (long long)need, (long long)room);
+    }
     /* Row of each (token, k) inside its block on the expert's rank: the order dispatch used. */
     int32_t *slot = malloc((size_t)(N * K + h->E + 1) * sizeof *slot);
     if (!slot) return ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no memory for %lld slots", (long long)(N * K));
@@ -189,14 +216,65 @@ static void stage_task(void *vctx, int64_t e0, int64_t e1, int tid) {
     ts__ep_copy_fence();
 }
 
-static void publish(ts_ep_buffer *b, int half, uint64_t seq, ts_status st, const ts_ep_ll_handle *h, bool logfmt) {
-    ts__ep_ll_sig *g = ts__ep_ll_csig(b, b->rank, half);
+static void fill_sig(ts__ep_ll_sig *g, ts_status st, const ts_ep_ll_handle *h, bool logfmt) {
     g->status = st;
     g->flags = logfmt ? 1 : 0;
     g->hidden = h ? h->hidden : -1;
     g->num_experts = h ? h->E : -1;
     g->max_tokens = h ? h->T : -1;
+}
+
+/* Node-local sources read the signal in this rank's segment; on error the ranks of other
+ * nodes get it as a header (on success send_remote sends it with the rows). */
+static void publish(ts_ep_buffer *b, int half, uint64_t seq, ts_status st, const ts_ep_ll_handle *h, bool logfmt) {
+    if (st != TS_OK) {
+        ts__ep_ll_sig hdr;
+        memset(&hdr, 0, sizeof hdr);
+        fill_sig(&hdr, st, h, logfmt);
+        ts__ep_ll_net_send_error(b, half, seq, &hdr);
+    }
+    ts__ep_ll_sig *g = ts__ep_ll_csig(b, b->rank, half);
+    fill_sig(g, st, h, logfmt);
     atomic_store_explicit(&g->seq, seq, memory_order_release);
+}
+
+/* To each source on another node: its rows of every local expert (blocks [begin, +count) of
+ * the staged region, expert order) and then their LogFMT metadata, as one message described
+ * by an hindexed datatype, so MPI reads them straight from the combine region. */
+static ts_status send_remote(ts_ep_buffer *b, int half, uint64_t seq, const ts_ep_ll_handle *h, const stage_ctx *sc) {
+    const int R = b->num_ranks;
+    const int64_t El = h->El, S = (int64_t)R * h->T, H = h->hidden, nd = H / 128;
+    int *len = ts__ep_ll_tmp(b, (size_t)(2 * El) * (sizeof(int) + sizeof(MPI_Aint)));
+    if (!len) return ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no memory for the message layout");
+    MPI_Aint *disp = (MPI_Aint *)(void *)(len + 2 * El + (2 * El) % 2);
+    for (int s = 0; s < R; s++) {
+        if (ts__ep_is_local(b, s)) continue;
+        int nb = 0;
+        for (int pass = 0; pass < (sc->logfmt ? 2 : 1); pass++)
+            for (int64_t el = 0; el < El; el++) {
+                const int64_t lr = h->layout_range[el * R + s], begin = lr >> 32, cnt = lr & 0xFFFFFFFF;
+                if (cnt == 0) continue;
+                const int64_t row = el * S + begin;
+                disp[nb] = pass == 0 ? (MPI_Aint)(sc->lay.rows + row * H * 2) : (MPI_Aint)(sc->lay.meta + row * nd * 4);
+                len[nb++] = (int)(pass == 0 ? cnt * H * 2 : cnt * nd * 4);
+            }
+        ts__ep_ll_sig hdr;
+        memset(&hdr, 0, sizeof hdr);
+        fill_sig(&hdr, TS_OK, h, sc->logfmt);
+        MPI_Datatype t = MPI_BYTE;
+        int count = 0;
+        if (nb > 0) {
+            MPI_Type_create_hindexed(nb, len, disp, MPI_BYTE, &t);
+            MPI_Type_commit(&t);
+            count = 1;
+        }
+        void *data[3] = {sc->reg, NULL, NULL};
+        const int counts[3] = {count, 0, 0};
+        const MPI_Datatype types[3] = {t, MPI_BYTE, MPI_BYTE};
+        ts__ep_ll_net_send(b, half, seq, s, &hdr, data, counts, types);
+        if (nb > 0) MPI_Type_free(&t); /* the pending send keeps its own reference */
+    }
+    return TS_OK;
 }
 
 ts_status ts_ep_get_next_low_latency_combine_buffer(ts_ep_buffer *b, const ts_ep_ll_handle *h, ts_tensor *x) {
@@ -218,6 +296,7 @@ ts_status ts_ep_low_latency_combine(ts_ep_buffer *b, const ts_ep_ll_combine_args
     const uint64_t seq = ++b->ll->seq;
     const int half = (int)(seq & 1);
     int32_t *slot = NULL;
+    TS__RETURN_IF_ERROR(ts__ep_ll_net_drain(b, half, LC));
     ts_status st = validate(b, a, out, &slot);
     if (st == TS_OK && a->return_recv_hook && !hook)
         st = ts__fail(TS_ERR_NULL_POINTER, LC ": hook is NULL with return_recv_hook");
@@ -234,6 +313,7 @@ ts_status ts_ep_low_latency_combine(ts_ep_buffer *b, const ts_ep_ll_combine_args
         publish(b, half, seq, st, NULL, false);
         return st;
     }
+    if (b->num_nodes > 1) ts__ep_ll_net_post_headers(b, half, seq);
     const ts_ep_ll_handle *h = a->handle;
     const int R = b->num_ranks;
     const ts__ep_ll_clayout cl = ts__ep_ll_combine_layout(h->El, R, h->T, h->hidden);
@@ -242,6 +322,13 @@ ts_status ts_ep_low_latency_combine(ts_ep_buffer *b, const ts_ep_ll_combine_args
     for (int64_t i = 0; i < h->El * R; i++) begin[i] = (int32_t)(h->layout_range[i] >> 32);
     ts__parallel_for(h->El, 1, stage_task, &sc);
     publish(b, half, seq, TS_OK, h, a->use_logfmt);
+    if (b->num_nodes > 1) {
+        st = send_remote(b, half, seq, h, &sc);
+        if (st != TS_OK) {
+            free(slot);
+            return st;
+        }
+    }
 
     ts_ep_ll_hook *hk = &b->ll->hooks[half];
     /* The hook slot of this half may hold the dispatch's spent hook: reuse it. */
@@ -273,9 +360,9 @@ ts_status ts_ep_low_latency_combine(ts_ep_buffer *b, const ts_ep_ll_combine_args
 typedef struct reduce_ctx {
     ts_ep_ll_hook *hk;
     const int32_t *slot;
-    const uint8_t *const *regs; /* [R] */
-    const int32_t *const *begins;
-    ts__ep_ll_clayout lay;
+    const uint8_t *const *rowsp; /* [R] rows of each expert rank (combine region or staging) */
+    const uint8_t *const *metap; /* [R] their LogFMT metadata */
+    const int64_t *rowbase;      /* [E] row of this rank's first selection of expert e there */
     int oom;
     ts__ep_ll_fma_bf16_fn fma_bf16;
     ts__ep_ll_fma_f32_fn fma_f32;
@@ -286,8 +373,7 @@ static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
     reduce_ctx *c = vctx;
     const ts_ep_ll_hook *hk = c->hk;
     const ts_ep_ll_handle *h = hk->h;
-    const int R = h->num_ranks;
-    const int64_t H = h->hidden, K = hk->topk_idx.shape[1], S = (int64_t)R * h->T, nd = H / 128, El = h->El;
+    const int64_t H = h->hidden, K = hk->topk_idx.shape[1], nd = H / 128, El = h->El;
     float *acc = ts__scratch(tid, (size_t)(H + 128) * sizeof(float));
     if (!acc) {
         c->oom = 1;
@@ -302,13 +388,12 @@ static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
             if (e < 0) continue;
             const float wk = w[t * hk->topk_weights.strides[0] + k * hk->topk_weights.strides[1]];
             const int d = (int)(e / El);
-            const int64_t el = e % El;
-            const int64_t row = el * S + c->begins[d][el * R + hk->buf->rank] + c->slot[t * K + k];
-            const uint16_t *y = (const uint16_t *)(const void *)(c->regs[d] + c->lay.rows) + row * H;
+            const int64_t row = c->rowbase[e] + c->slot[t * K + k];
+            const uint16_t *y = (const uint16_t *)(const void *)c->rowsp[d] + row * H;
             if (!hk->use_logfmt) {
                 c->fma_bf16(acc, y, wk, H);
             } else {
-                const uint32_t *meta = (const uint32_t *)(const void *)(c->regs[d] + c->lay.meta) + row * nd;
+                const uint32_t *meta = (const uint32_t *)(const void *)c->metap[d] + row * nd;
                 for (int64_t g = 0; g < nd; g++) {
                     const uint16_t m[2] = {(uint16_t)(meta[g] & 0xFFFF), (uint16_t)(meta[g] >> 16)};
                     ts_ep_logfmt10_decode((const uint8_t *)(y + g * 128), m, dec);
@@ -321,26 +406,42 @@ static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
+static ts__ep_ll_sig *csig_of(void *ctx, ts_ep_buffer *b, int p) {
+    const int half = (int)(((ts_ep_ll_hook *)ctx)->seq & 1);
+    return ts__ep_is_local(b, p) ? ts__ep_ll_csig(b, p, half) : &b->ll->net[half].csig[p];
+}
+
+/* An expert rank on another node: its header agrees, so post the receive of this rank's rows
+ * (size from this rank's own selections) into its place in the staging. */
+static bool post_combine(void *ctx, ts_ep_buffer *b, ts__ep_ll_net *n, int p, const ts__ep_ll_sig *g) {
+    const ts_ep_ll_hook *hk = ctx;
+    const ts_ep_ll_handle *h = hk->h;
+    if (g->hidden != h->hidden || g->max_tokens != h->T || g->num_experts != h->E || g->flags != (hk->use_logfmt ? 1 : 0))
+        return false;
+    const int64_t bytes = rows_from(h, p) * (2 * h->hidden + (hk->use_logfmt ? h->hidden / 128 * 4 : 0));
+    if (bytes > 0)
+        MPI_Irecv(ts__ep_ll_half(b, b->rank, (int)(hk->seq & 1)) + ts__ep_ll_stage_off(b->num_ranks, h->T, h->my_topk, h->hidden) +
+                      recv_stage_bytes(b, h, hk->use_logfmt, p), (int)bytes,
+                  MPI_BYTE, p, ts__ep_ll_tag(hk->seq, 1), b->comm, &n->req[p * TS__EP_LL_REQS + 1]);
+    return true;
+}
+
 ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
     ts_ep_buffer *b = hk->buf;
     const ts_ep_ll_handle *h = hk->h;
     const int R = b->num_ranks, half = (int)(hk->seq & 1);
     int32_t *slot = hk->recv_x.data;
     hk->recv_x.data = NULL;
-    _Static_assert(sizeof(uint8_t *) + sizeof(int32_t *) + sizeof(int64_t) <= TS__EP_RANK_BOOK_BYTES,
+    _Static_assert(3 * sizeof(uint8_t *) <= TS__EP_RANK_BOOK_BYTES,
                    "combine-hook bookkeeping outgrew the buffer's per-rank block");
-    const uint8_t **regs = (const uint8_t **)(void *)b->rank_book;
-    const int32_t **begins = (const int32_t **)(void *)(regs + R);
-    int64_t *wt = (int64_t *)(void *)(begins + R);
+    const uint8_t **rowsp = (const uint8_t **)(void *)b->rank_book;
+    const uint8_t **metap = rowsp + R;
+    int64_t *wt = (int64_t *)(void *)(metap + R);
     memset(wt, 0, (size_t)R * sizeof *wt);
     const ts__ep_ll_clayout lay = ts__ep_ll_combine_layout(h->El, R, h->T, h->hidden);
-    ts_status st = TS_OK;
-    for (int i = 0; i < R && st == TS_OK; i++) {
-        const int d = (b->rank + i) % R;
-        st = ts__ep_ll_wait(b, &ts__ep_ll_csig(b, d, half)->seq, hk->seq, d, LC, &wt[d]);
-    }
+    ts_status st = ts__ep_ll_wait_all(b, half, hk->seq, csig_of, post_combine, hk, LC, wt);
     for (int d = 0; d < R && st == TS_OK; d++) {
-        const ts__ep_ll_sig *g = ts__ep_ll_csig(b, d, half);
+        const ts__ep_ll_sig *g = csig_of(hk, b, d);
         if (g->status != TS_OK)
             st = ts__fail(TS_ERR_PEER, LC ": rank %d rejected its arguments (%s)", d, ts_status_str((ts_status)g->status));
         else if (g->hidden != h->hidden || g->max_tokens != h->T || g->num_experts != h->E)
@@ -349,11 +450,37 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
                           (long long)h->hidden, (long long)h->T, (long long)h->E);
         else if (g->flags != (hk->use_logfmt ? 1 : 0))
             st = ts__fail(TS_ERR_INVALID_ARGUMENT, LC ": rank %d differs in use_logfmt", d);
-        regs[d] = ts__ep_ll_comb(b, d, half, lay.total);
-        begins[d] = (const int32_t *)(const void *)(regs[d] + lay.begin);
+    }
+    int64_t *rowbase = NULL;
+    if (st == TS_OK) {
+        rowbase = ts__ep_ll_tmp(b, (size_t)h->E * sizeof *rowbase);
+        if (!rowbase) st = ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no memory");
     }
     if (st == TS_OK) {
-        reduce_ctx rc = {hk,  slot, regs, begins, lay, 0, ts__ep_ll_fma_bf16__generic, ts__ep_ll_fma_f32__generic,
+        const int64_t S = (int64_t)R * h->T;
+        for (int d = 0; d < R; d++) {
+            if (ts__ep_is_local(b, d)) {
+                const uint8_t *reg = ts__ep_ll_comb(b, d, half, lay.total);
+                const int32_t *begin = (const int32_t *)(const void *)(reg + lay.begin);
+                rowsp[d] = reg + lay.rows;
+                metap[d] = reg + lay.meta;
+                for (int64_t el = 0; el < h->El; el++) rowbase[d * h->El + el] = el * S + begin[el * R + b->rank];
+            } else {
+                /* staged: expert order, this rank's selections of each in (t, k) order */
+                const int64_t n = rows_from(h, d);
+                rowsp[d] = ts__ep_ll_half(b, b->rank, half) + ts__ep_ll_stage_off(R, h->T, h->my_topk, h->hidden) +
+                           recv_stage_bytes(b, h, hk->use_logfmt, d);
+                metap[d] = rowsp[d] + n * 2 * h->hidden;
+                int64_t at = 0;
+                for (int64_t el = 0; el < h->El; el++) {
+                    rowbase[d * h->El + el] = at;
+                    at += h->my_expert_counts[d * h->El + el];
+                }
+            }
+        }
+    }
+    if (st == TS_OK) {
+        reduce_ctx rc = {hk, slot, rowsp, metap, rowbase, 0, ts__ep_ll_fma_bf16__generic, ts__ep_ll_fma_f32__generic,
                          ts__ep_store_bf16__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
         if (ts__active_isa() == TS_ISA_AVX2) {

@@ -177,21 +177,14 @@ TS_TEST(ep_ll_buffer_create_and_hint) {
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 1 << 20, 1 << 20, false, NULL, &b), TS_OK);
     TS_CHECK_STATUS(ts_ep_buffer_destroy(b), TS_OK);
     b = NULL;
-    /* low-latency mode across nodes: refused (normal mode only) */
-    if (g_ep_size > 1) {
-        ts_ep_buffer_options o = ts_ep_default_buffer_options();
-        o.ranks_per_node = 1;
-        TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 0, 1 << 20, true, &o, &b), TS_ERR_UNSUPPORTED);
-    }
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 1 << 20, 0, true, NULL, &b), TS_ERR_INVALID_ARGUMENT);
     /* LL only, no nvl area: normal mode then refuses for lack of room, LL works */
     ll_world w;
     ll_make_world(&k_err, &w);
     int64_t need = 0;
     TS_CHECK_STATUS(ts_ep_get_low_latency_rdma_size_hint(w.T, w.H, w.R, w.E, &need), TS_OK);
-    ts_ep_buffer_options one_node = ts_ep_default_buffer_options();
-    one_node.ranks_per_node = w.R;
-    TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 0, need, true, &one_node, &b), TS_OK);
+    /* (across nodes too: LL needs no nvl area there either) */
+    TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 0, need, true, NULL, &b), TS_OK);
     if (b) {
         still_works(ts_t_, b, &w);
         ts_ep_buffer_destroy(b);

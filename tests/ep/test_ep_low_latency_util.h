@@ -97,7 +97,7 @@ static inline ts_ep_buffer *ll_buffer(ts_test_ctx *ts_t_, const ll_world *w, dou
     ts_ep_buffer *b = NULL;
     ts_ep_buffer_options o = ts_ep_default_buffer_options();
     o.timeout_s = timeout_s;
-    o.ranks_per_node = w->R; /* LL is intranode only: keep it so under TS_EP_RANKS_PER_NODE */
+    /* ranks_per_node from TS_EP_RANKS_PER_NODE: the runs with it set take the internode path */
     TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 1 << 20, bytes, true, &o, &b), TS_OK);
     return b;
 }
