@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the multi-rank EP tests of each given build directory under mpirun at 1, 2, 4 and 8
 # ranks (sanitizer builds: 1 and 2), again with the internode path forced
-# (TS_EP_RANKS_PER_NODE), then the fault drill on one node and with every rank its own node
-# (a rank is SIGKILLed after creating its buffer; no shared-memory segment may be left in
+# (TS_EP_RANKS_PER_NODE), then the fault drill (normal and low-latency buffers) on one node and
+# with every rank its own node (a rank is SIGKILLed after creating its buffer; no shared-memory segment may be left in
 # /dev/shm). Ends with one combined
 # "N passed, N failed" line; exit status non-zero on any failure. Directories without
 # tilestack_ep_tests (built without MPI) are skipped.
@@ -36,8 +36,8 @@ for dir in "$@"; do
       timeout 300 mpirun --oversubscribe -np "$np" "$bin"
   done
   # The internode path forced on this machine: nodes of k consecutive ranks (k = 1: every
-  # rank its own node) reach each other through MPI. Only the ep_ tests (the normal-mode ones
-  # take the internode path; LL keeps one node).
+  # rank its own node) reach each other through MPI. Only the ep_ tests (normal mode and
+  # low latency both take the internode path).
   internode="1:2 1:4 2:4 1:8 2:8"
   [ "$ranks" = "1 2" ] && internode="1:2"
   for kn in $internode; do
@@ -46,21 +46,23 @@ for dir in "$@"; do
     run_counted "$bin at $np ranks, $k per node" env TS_EP_RANKS_PER_NODE="$k" ASAN_OPTIONS="$asan_opts" \
       timeout 300 mpirun --oversubscribe -np "$np" "$bin" ep_
   done
-  for k in 3 1; do
-    echo "=== ep fault drill: $dir (rank 2 of 3 killed, TS_EP_RANKS_PER_NODE=$k) ==="
+  # normal mode and low latency (mode "ll"), each on one node and with every rank its own node
+  for km in 3: 1: 3:ll 1:ll; do
+    k=${km%%:*} mode=${km##*:}
+    echo "=== ep fault drill: $dir (rank 2 of 3 killed, TS_EP_RANKS_PER_NODE=$k${mode:+, $mode}) ==="
     before=$(shm_entries)
     # Survivors must report TS_ERR_TIMEOUT naming the dead rank (not hang), then exit.
     drill=$(TS_EP_RANKS_PER_NODE=$k ASAN_OPTIONS=$asan_opts:detect_leaks=0 timeout 120 mpirun --oversubscribe \
-      --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" --kill-test 2>&1)
+      --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" --kill-test $mode 2>&1)
     after=$(shm_entries)
     timeouts=$(echo "$drill" | grep -c 'TS_ERR_TIMEOUT.*for rank 2')
     if [ "$timeouts" -ne 2 ]; then
-      echo "FAIL ep_kill_survivors_time_out ($k per node): $timeouts of 2 survivors reported the timeout"
+      echo "FAIL ep_kill_survivors_time_out ($k per node${mode:+, $mode}): $timeouts of 2 survivors reported the timeout"
       echo "$drill" | tail -n 20
       total_fail=$((total_fail + 1))
       status=1
     else
-      echo "ok   ep_kill_survivors_time_out ($k per node)"
+      echo "ok   ep_kill_survivors_time_out ($k per node${mode:+, $mode})"
       total_pass=$((total_pass + 1))
     fi
     # Names are tilestack_ep.<pid>.<serial>.<rank>: a segment of a live process is another run's
@@ -70,11 +72,11 @@ for dir in "$@"; do
       kill -0 "$pid" 2>/dev/null || echo "$seg"
     done || true)
     if [ -n "$leftover" ]; then
-      echo "FAIL ep_kill_leaves_no_segment ($k per node): left in /dev/shm: $leftover"
+      echo "FAIL ep_kill_leaves_no_segment ($k per node${mode:+, $mode}): left in /dev/shm: $leftover"
       total_fail=$((total_fail + 1))
       status=1
     else
-      echo "ok   ep_kill_leaves_no_segment ($k per node)"
+      echo "ok   ep_kill_leaves_no_segment ($k per node${mode:+, $mode})"
       total_pass=$((total_pass + 1))
     fi
   done

@@ -24,6 +24,42 @@ void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, .
     va_end(ap);
 }
 
+/* `--kill-test ll`: the same with a low-latency buffer; survivors wait for the dead rank's
+ * dispatch signal (shared memory) or header message (another node). */
+static int kill_test_ll(void) {
+    const int R = g_ep_size;
+    int64_t bytes = 0;
+    ts_ep_buffer *buf = NULL;
+    ts_ep_buffer_options o = ts_ep_default_buffer_options();
+    o.timeout_s = 2.0;
+    if (ts_ep_get_low_latency_rdma_size_hint(1, 128, R, R, &bytes) != TS_OK ||
+        ts_ep_buffer_create(MPI_COMM_WORLD, 0, bytes, true, &o, &buf) != TS_OK) {
+        printf("kill-test: create failed: %s\n", ts_last_error());
+        return 1;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_ep_rank == R - 1) raise(SIGKILL);
+    uint16_t x[128] = {0}, rx[128 * 64];
+    int64_t idx[1] = {R - 1};
+    int32_t cnt[1];
+    ts_tensor xt = ts_tensor_2d(x, TS_BF16, 1, 128), it = ts_tensor_2d(idx, TS_I64, 1, 1);
+    ts_tensor rxt = ts_tensor_3d(rx, TS_BF16, 1, R, 128), ct = ts_tensor_1d(cnt, TS_I32, 1);
+    ts_ep_ll_dispatch_args a;
+    memset(&a, 0, sizeof a);
+    a.x = &xt;
+    a.topk_idx = &it;
+    a.num_max_dispatch_tokens_per_rank = 1;
+    a.num_experts = R;
+    ts_ep_ll_dispatch_out out = {&rxt, NULL, &ct};
+    ts_ep_ll_handle *h = NULL;
+    ts_status st = ts_ep_low_latency_dispatch(buf, &a, &out, &h, NULL);
+    printf("kill-test: rank %d: %s: %s\n", g_ep_rank, ts_status_str(st), ts_last_error());
+    fflush(stdout);
+    if (st == TS_OK) ts_ep_ll_handle_destroy(h);
+    ts_ep_buffer_destroy(buf);
+    return st == TS_ERR_TIMEOUT ? 0 : 1;
+}
+
 static int kill_test(void) {
     ts_ep_buffer *buf = NULL;
     ts_ep_buffer_options o = ts_ep_default_buffer_options();
@@ -62,7 +98,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &g_ep_size);
     if (argc > 1 && !strcmp(argv[1], "--kill-test")) {
         /* A peer is dead: MPI_Finalize could wait for it forever. */
-        _exit(kill_test());
+        _exit(argc > 2 && !strcmp(argv[2], "ll") ? kill_test_ll() : kill_test());
     }
     const char *filter = argc > 1 ? argv[1] : NULL;
     qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);
