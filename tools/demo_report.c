@@ -132,7 +132,7 @@ void ts__demo_print_result(FILE *f, const ts_model_config *c, const ts__demo_res
         fprintf(f, "  (alone ms: one untimed step after the timed ones re-runs every idempotent "
                 "kernel call\n   standalone, warm, median of 5 after a warm-up; * / +: all / part "
                 "of the row is not\n   re-runnable (cache stores, compressor state, in-place RoPE, "
-                "the EP exchange, sampling)\n   and keeps its in-step time there: %.3f ms of the "
+                "the EP exchange, sampling)\n   and counts with its in-step time: %.3f ms of the "
                 "%.3f)\n", r->kept_sum_s * 1e3, r->alone_sum_s * 1e3);
 }
 

@@ -185,8 +185,9 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
     r->tps_total = r->tps_rank * c->size;
 
     /* kernel table: per step, mean over ranks */
-    double tab[4 * (TS__P_COUNT + 1)];
+    double tab[4 * (TS__P_COUNT + 1)], kept[TS__P_COUNT + 1];
     for (int i = 0; i < TS__P_COUNT; i++) {
+        kept[i] = m->prof.kept[i];
         tab[4 * i + 0] = m->prof.sec[i];
         tab[4 * i + 1] = m->prof.bytes[i];
         tab[4 * i + 2] = m->prof.flops[i];
@@ -196,7 +197,9 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
     tab[4 * TS__P_COUNT + 1] = (double)(B * V) * 4.0 * steps;
     tab[4 * TS__P_COUNT + 2] = 0;
     tab[4 * TS__P_COUNT + 3] = steps;
+    kept[TS__P_COUNT] = sample_s; /* sampling advances the RNG: not re-runnable */
     ts__demo_sum(c, tab, 4 * (TS__P_COUNT + 1));
+    ts__demo_sum(c, kept, TS__P_COUNT + 1);
     const double div = (double)steps * c->size;
     r->n_kernels = 0;
     r->kernel_sum_s = 0;
@@ -215,22 +218,18 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
     if (replay) {
         /* After the timed steps and their statistics: one more step on every rank in which
          * each idempotent kernel call runs again standalone (warm, median of 5 after one
-         * warm-up, model_profile.c); the other sections and sampling keep their time. */
-        double rt[2 * (TS__P_COUNT + 1)];
+         * warm-up, model_profile.c); the other sections and sampling count with their time in
+         * the timed steps (in the replay step they would wait for the peers' replays). */
+        double rt[TS__P_COUNT + 1];
         ts__model_step_breakdown(m, true, NULL);
         ts__prof_replay_begin(&m->prof, 5);
         ts__demo_barrier(c);
         st = ts_model_decode(m, B, seqs, toks, logits);
-        const double s1 = ts__model_now();
         if (st == TS_OK) st = ts_model_sample(logits, B, V, o->topk, &rng, toks);
-        const double ss = ts__model_now() - s1;
         ts__prof_replay_end(&m->prof);
-        for (int i = 0; i < TS__P_COUNT; i++) {
-            rt[2 * i + 0] = m->prof.alone[i];
-            rt[2 * i + 1] = m->prof.kept[i];
-        }
+        for (int i = 0; i < TS__P_COUNT; i++) rt[i] = m->prof.alone[i];
+        rt[TS__P_COUNT] = 0;
         ts__model_step_breakdown(m, false, NULL);
-        rt[2 * TS__P_COUNT + 0] = rt[2 * TS__P_COUNT + 1] = ss;
         snprintf(msg, sizeof msg, "%s", st != TS_OK ? ts_last_error() : "");
         st = ts__demo_agree(c, st, msg, sizeof msg);
         if (st != TS_OK) {
@@ -239,13 +238,13 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
             r->step_s = NULL;
             return ts__fail(st, "replay step: %s", msg);
         }
-        ts__demo_sum(c, rt, 2 * (TS__P_COUNT + 1));
+        ts__demo_sum(c, rt, TS__P_COUNT + 1);
         /* the same rows as the table above */
         for (int i = 0, j = 0; i <= TS__P_COUNT; i++) {
             if (tab[4 * i + 3] == 0) continue;
             ts__demo_kernel *k = &r->k[j++];
-            k->alone = rt[2 * i + 0] / c->size;
-            k->kept = rt[2 * i + 1] / c->size;
+            k->kept = kept[i] / div;
+            k->alone = rt[i] / c->size + k->kept;
             r->alone_sum_s += k->alone;
             r->kept_sum_s += k->kept;
         }

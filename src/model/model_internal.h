@@ -174,23 +174,30 @@ typedef struct ts__prof {
     double bytes[TS__P_COUNT];
     double flops[TS__P_COUNT];
     int64_t calls[TS__P_COUNT];
+    /* of sec: the sections that cannot be re-run (ts__prof_add called directly: cache stores,
+     * compressor states, in-place edits, the EP exchange); their in-step time is their
+     * standalone time */
+    double kept[TS__P_COUNT];
     /* Standalone replay (an untimed step after the timed ones, ts__prof_replay_begin): every
      * idempotent section (TS__PROF_SECTION) is re-run right there, one warm-up + replay_reps
-     * times, and its median goes to alone[]; a non-idempotent section (ts__prof_add) keeps its
-     * in-step time, added to both alone[] and kept[]. sec / bytes / flops / calls stay those of
-     * the timed steps. */
+     * times, and its median adds to alone[]; nothing else is recorded in that step. A kernel's
+     * standalone time per step is then alone[id] + kept[id] / timed steps. */
     bool replay;
     int replay_reps;
     double alone[TS__P_COUNT];
-    double kept[TS__P_COUNT];
 } ts__prof;
 
 #define TS__PROF_MAX_REPS 31
 
 double ts__model_now(void);
+/* A section that cannot be re-run: sec (and kept) += now - t0; bytes, flops, calls. Nothing in
+ * the replay step. */
 void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double flops);
+/* The same for an idempotent section (TS__PROF_SECTION): not added to kept. */
+void ts__prof_add_rerunnable(ts__prof *p, ts__prof_id id, double t0, double bytes,
+                             double flops);
 const char *ts__prof_name(ts__prof_id id);
-/* Starts / ends the replay step: clears alone / kept, sets replay (reps clamped to
+/* Starts / ends the replay step: clears alone, sets replay (reps clamped to
  * [1, TS__PROF_MAX_REPS]; the profiler must be on). */
 void ts__prof_replay_begin(ts__prof *p, int reps);
 void ts__prof_replay_end(ts__prof *p);
@@ -209,7 +216,7 @@ static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__mo
         { __VA_ARGS__; }                                                                   \
         if ((pf) && (pf)->on) {                                                            \
             if (!(pf)->replay) {                                                           \
-                ts__prof_add((pf), (id), t0_, (bytes), (flops));                           \
+                ts__prof_add_rerunnable((pf), (id), t0_, (bytes), (flops));                \
             } else {                                                                       \
                 double rt_[TS__PROF_MAX_REPS + 1];                                         \
                 const int n_ = (pf)->replay_reps;                                          \

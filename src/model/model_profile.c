@@ -22,17 +22,22 @@ const char *ts__prof_name(ts__prof_id id) {
     return id >= 0 && id < TS__P_COUNT ? k_names[id] : "?";
 }
 
-void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double flops) {
-    if (!p->on) return;
-    if (p->replay) {
-        /* not re-runnable (cache stores, state updates, in-place edits, the EP exchange): its
-         * time inside the replay step stands for its standalone time */
-        const double dt = ts__model_now() - t0;
-        p->alone[id] += dt;
-        p->kept[id] += dt;
-        return;
-    }
+void ts__prof_add_rerunnable(ts__prof *p, ts__prof_id id, double t0, double bytes,
+                             double flops) {
+    if (!p->on || p->replay) return;
     p->sec[id] += ts__model_now() - t0;
+    p->bytes[id] += bytes;
+    p->flops[id] += flops;
+    p->calls[id]++;
+}
+
+void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double flops) {
+    /* not re-runnable: its time in the timed steps stands for its standalone time (inside the
+     * replay step it would include the peers' replays it waits for) */
+    if (!p->on || p->replay) return;
+    const double dt = ts__model_now() - t0;
+    p->sec[id] += dt;
+    p->kept[id] += dt;
     p->bytes[id] += bytes;
     p->flops[id] += flops;
     p->calls[id]++;
@@ -40,7 +45,6 @@ void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double f
 
 void ts__prof_replay_begin(ts__prof *p, int reps) {
     memset(p->alone, 0, sizeof p->alone);
-    memset(p->kept, 0, sizeof p->kept);
     p->replay_reps = reps < 1 ? 1 : reps > TS__PROF_MAX_REPS ? TS__PROF_MAX_REPS : reps;
     p->replay = true;
 }
