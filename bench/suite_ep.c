@@ -312,7 +312,9 @@ static ts_status ll_run(ll_bench *l, ep_op op) {
     }
 }
 
-static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
+/* k > 0: a buffer with k ranks per node (k = 1: every rank its own node, the internode LL
+ * path over MPI); rows then are named ll_internode_*. */
+static int ll_section(const ts__bench_opts *opts, int threads, int cores, int k) {
     int R, me;
     MPI_Comm_size(MPI_COMM_WORLD, &R);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -372,7 +374,9 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
     int rc_all = 0;
     int64_t bytes = 0;
     ts_status st = ts_ep_get_low_latency_rdma_size_hint(l.T, H, R, l.E, &bytes);
-    if (st == TS_OK) st = ts_ep_buffer_create(MPI_COMM_WORLD, 0, bytes, true, NULL, &l.buf);
+    ts_ep_buffer_options bo = ts_ep_default_buffer_options();
+    bo.ranks_per_node = k;
+    if (st == TS_OK) st = ts_ep_buffer_create(MPI_COMM_WORLD, 0, bytes, true, &bo, &l.buf);
     if (st == TS_OK) st = ll_run(&l, OP_LL_DISPATCH);
     if (st == TS_OK) st = ll_run(&l, OP_LL_REF_DISPATCH);
     int64_t sel = 0, all_sel = 0;
@@ -397,17 +401,19 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores) {
         goto out;
     }
     if (me == 0)
-        printf("low latency: %lld tokens/rank, LL area %.1f MiB/rank, valid selections (all ranks) %lld\n",
-               (long long)l.T, (double)bytes / (1 << 20), (long long)all_sel);
+        printf("low latency%s: %lld tokens/rank, LL area %.1f MiB/rank, valid selections (all ranks) %lld\n",
+               k == 1 ? " (every rank its own node: internode path)" : "", (long long)l.T, (double)bytes / (1 << 20),
+               (long long)all_sel);
     {
         char shape[96];
         snprintf(shape, sizeof shape, "R=%d T=%lld H=%lld k=%lld E=%lld", R, (long long)l.T, (long long)H,
                  (long long)K, (long long)l.E);
         const double deep_disp = (double)all_sel * (double)(H + nsc * 4 + 16), deep_comb = (double)all_sel * 2.0 * H;
         ep_row_spec rows[] = {
-            {"ll_dispatch", "bf16>e4m3", OP_LL_DISPATCH, OP_LL_REF_DISPATCH, deep_disp},
-            {"ll_combine", "bf16", OP_LL_COMBINE, OP_LL_REF_COMBINE, deep_comb},
-            {"ll_combine_zero_copy", "bf16", OP_LL_COMBINE_ZERO_COPY, OP_LL_REF_COMBINE, deep_comb},
+            {k == 1 ? "ll_internode_dispatch" : "ll_dispatch", "bf16>e4m3", OP_LL_DISPATCH, OP_LL_REF_DISPATCH, deep_disp},
+            {k == 1 ? "ll_internode_combine" : "ll_combine", "bf16", OP_LL_COMBINE, OP_LL_REF_COMBINE, deep_comb},
+            {k == 1 ? "ll_internode_combine_zero_copy" : "ll_combine_zero_copy", "bf16", OP_LL_COMBINE_ZERO_COPY,
+             OP_LL_REF_COMBINE, deep_comb},
         };
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             if (!row_wanted(rows[i].name, shape)) continue;
@@ -502,7 +508,9 @@ int ts__suite_ep(const ts__bench_opts *opts) {
         const char *flt = getenv("TS_BENCH_FILTER");
         if (flt && strstr(flt, "ll_")) {
             if (me == 0) ts__bench_table_header(stdout);
-            rc = ll_section(opts, threads, cores);
+            rc = ll_section(opts, threads, cores, 0);
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (R > 1) rc |= ll_section(opts, threads, cores, 1);
             MPI_Barrier(MPI_COMM_WORLD);
             if (we_init) MPI_Finalize();
             return rc;
@@ -671,7 +679,9 @@ done:
     free(cx);
     free(out);
     MPI_Barrier(MPI_COMM_WORLD);
-    rc |= ll_section(opts, threads, cores);
+    rc |= ll_section(opts, threads, cores, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (R > 1) rc |= ll_section(opts, threads, cores, 1);
     MPI_Barrier(MPI_COMM_WORLD);
     if (we_init) MPI_Finalize();
     return rc;

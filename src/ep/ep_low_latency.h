@@ -80,6 +80,9 @@ typedef struct ts__ep_ll_net {
     ts__ep_ll_sig *hdr_out;/* [R] headers sent (live until the send completes) */
     ts__ep_ll_sig *csig;   /* [R] combine signals of ranks on other nodes (copied from hdr_in) */
     int8_t *state;         /* [R] receive state: 0 idle, 1 header posted, 2 data posted, 3 done */
+    uint8_t *csend;        /* combine rows packed per remote source (contiguous messages take
+                              MPI's single-copy path; an hindexed send was ~4x slower) */
+    size_t csend_cap;
 } ts__ep_ll_net;
 
 typedef struct ts__ep_ll_state {

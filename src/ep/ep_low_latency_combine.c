@@ -239,40 +239,48 @@ static void publish(ts_ep_buffer *b, int half, uint64_t seq, ts_status st, const
 }
 
 /* To each source on another node: its rows of every local expert (blocks [begin, +count) of
- * the staged region, expert order) and then their LogFMT metadata, as one message described
- * by an hindexed datatype, so MPI reads them straight from the combine region. */
+ * the staged region, expert order) and then their LogFMT metadata, packed into one contiguous
+ * message (large contiguous messages take MPI's single-copy path between processes). The
+ * packing buffer is private to the half and only grows (its previous sends are drained). */
 static ts_status send_remote(ts_ep_buffer *b, int half, uint64_t seq, const ts_ep_ll_handle *h, const stage_ctx *sc) {
     const int R = b->num_ranks;
     const int64_t El = h->El, S = (int64_t)R * h->T, H = h->hidden, nd = H / 128;
-    int *len = ts__ep_ll_tmp(b, (size_t)(2 * El) * (sizeof(int) + sizeof(MPI_Aint)));
-    if (!len) return ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no memory for the message layout");
-    MPI_Aint *disp = (MPI_Aint *)(void *)(len + 2 * El + (2 * El) % 2);
+    const int64_t per_row = 2 * H + (sc->logfmt ? nd * 4 : 0);
+    ts__ep_ll_net *n = &b->ll->net[half];
+    int64_t total = 0;
     for (int s = 0; s < R; s++) {
         if (ts__ep_is_local(b, s)) continue;
-        int nb = 0;
+        for (int64_t el = 0; el < El; el++) total += (h->layout_range[el * R + s] & 0xFFFFFFFF) * per_row;
+        total = ts__align(total, 64);
+    }
+    if ((size_t)total > n->csend_cap) {
+        ts__aligned_free(n->csend);
+        n->csend_cap = 0;
+        n->csend = ts__aligned_alloc((size_t)total);
+        if (!n->csend) return ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no memory for %lld bytes of messages", (long long)total);
+        n->csend_cap = (size_t)total;
+    }
+    const uint8_t *rows = sc->reg + sc->lay.rows, *meta = sc->reg + sc->lay.meta;
+    uint8_t *dst = n->csend;
+    for (int s = 0; s < R; s++) {
+        if (ts__ep_is_local(b, s)) continue;
+        uint8_t *start = dst;
         for (int pass = 0; pass < (sc->logfmt ? 2 : 1); pass++)
             for (int64_t el = 0; el < El; el++) {
                 const int64_t lr = h->layout_range[el * R + s], begin = lr >> 32, cnt = lr & 0xFFFFFFFF;
                 if (cnt == 0) continue;
-                const int64_t row = el * S + begin;
-                disp[nb] = pass == 0 ? (MPI_Aint)(sc->lay.rows + row * H * 2) : (MPI_Aint)(sc->lay.meta + row * nd * 4);
-                len[nb++] = (int)(pass == 0 ? cnt * H * 2 : cnt * nd * 4);
+                const int64_t row = el * S + begin, bytes = pass == 0 ? cnt * H * 2 : cnt * nd * 4;
+                memcpy(dst, pass == 0 ? rows + row * H * 2 : meta + row * nd * 4, (size_t)bytes);
+                dst += bytes;
             }
         ts__ep_ll_sig hdr;
         memset(&hdr, 0, sizeof hdr);
         fill_sig(&hdr, TS_OK, h, sc->logfmt);
-        MPI_Datatype t = MPI_BYTE;
-        int count = 0;
-        if (nb > 0) {
-            MPI_Type_create_hindexed(nb, len, disp, MPI_BYTE, &t);
-            MPI_Type_commit(&t);
-            count = 1;
-        }
-        void *data[3] = {sc->reg, NULL, NULL};
-        const int counts[3] = {count, 0, 0};
-        const MPI_Datatype types[3] = {t, MPI_BYTE, MPI_BYTE};
+        void *data[3] = {start, NULL, NULL};
+        const int counts[3] = {(int)(dst - start), 0, 0};
+        const MPI_Datatype types[3] = {MPI_BYTE, MPI_BYTE, MPI_BYTE};
         ts__ep_ll_net_send(b, half, seq, s, &hdr, data, counts, types);
-        if (nb > 0) MPI_Type_free(&t); /* the pending send keeps its own reference */
+        dst = start + ts__align(dst - start, 64);
     }
     return TS_OK;
 }

@@ -62,6 +62,7 @@ void ts__ep_ll_net_free(ts_ep_buffer *b) {
         free(n->hdr_out);
         free(n->csig);
         free(n->state);
+        ts__aligned_free(n->csend);
         memset(n, 0, sizeof *n);
     }
     free(b->ll->tmp);
