@@ -470,3 +470,69 @@ TS_TEST(ep_ll_abandoned_combine_hook) {
     ll_free_out(&o);
     ll_free_world(&w);
 }
+
+TS_TEST(ep_ll_internode_matches_one_node) {
+    /* The same FP8 dispatch and LogFMT combine (hooked) on buffers with one node, every rank
+     * its own node and (even R > 2) nodes of two: valid rows, scales, src_info, layout_range,
+     * counts and the combined output hash to the same bytes whatever the split. */
+    ll_world w;
+    ll_make_world(&k_ll, &w);
+    const int R = w.R;
+    const int ks[3] = {R, 1, R > 2 && R % 2 == 0 ? 2 : 0};
+    uint64_t hashes[3] = {0};
+    int64_t bytes = 0;
+    TS_CHECK_STATUS(ts_ep_get_low_latency_rdma_size_hint(w.T, w.H, R, w.E, &bytes), TS_OK);
+    for (int i = 0; i < 3 && !TS_FAILED(); i++) {
+        if (ks[i] == 0) continue;
+        ts_ep_buffer_options bo = ts_ep_default_buffer_options();
+        bo.timeout_s = TS_EP_TEST_TIMEOUT_S;
+        bo.ranks_per_node = ks[i];
+        ts_ep_buffer *b = NULL;
+        TS_CHECK_STATUS(ts_ep_buffer_create(MPI_COMM_WORLD, 0, bytes, true, &bo, &b), TS_OK);
+        if (!b) break;
+        ll_out o;
+        ll_alloc_out(&w, &o, true, false);
+        ts_ep_ll_handle *h = NULL;
+        ts_ep_ll_hook *hk = NULL;
+        TS_CHECK_STATUS(ll_dispatch(b, &w, &o, true, true, false, true, &h, &hk), TS_OK);
+        if (!TS_FAILED()) TS_CHECK_STATUS(ts_ep_ll_hook_run(hk), TS_OK);
+        const int64_t S = R * w.T, H = w.H, nsc = H / 128;
+        uint16_t *ex = malloc((size_t)(w.El * S * H * 2));
+        uint16_t *out = malloc((size_t)(w.N[g_ep_rank] * H * 2 + 2));
+        int64_t cw[64] = {0};
+        if (!TS_FAILED()) {
+            ll_check_dispatch(ts_t_, &w, &o, h, true, true, false);
+            ts_tensor xin = ts_tensor_3d(ex, TS_BF16, w.El, S, H);
+            ll_fill_expert_out(&w, h, ex, false);
+            TS_CHECK_STATUS(ll_combine(b, &w, h, &xin, true, false, true, out, &hk, cw), TS_OK);
+            if (!TS_FAILED()) TS_CHECK_STATUS(ts_ep_ll_hook_run(hk), TS_OK);
+        }
+        if (!TS_FAILED()) {
+            const int32_t *src_info;
+            const int64_t *range;
+            ts_ep_ll_handle_info(h, &src_info, &range, NULL, NULL, NULL);
+            uint64_t hsh = 1469598103934665603ull;
+            for (int64_t el = 0; el < w.El; el++) {
+                hsh = ll_hash((uint8_t *)o.x + el * S * H, (size_t)(o.count[el] * H), hsh);
+                for (int64_t r = 0; r < o.count[el]; r++)
+                    for (int64_t g = 0; g < nsc; g++)
+                        hsh = ll_hash((float *)o.scales + el * S * nsc + g * S + r, 4, hsh);
+                hsh = ll_hash(src_info + el * S, (size_t)o.count[el] * 4, hsh);
+            }
+            hsh = ll_hash(range, (size_t)(w.El * R) * 8, hsh);
+            hsh = ll_hash(o.count, (size_t)w.El * 4, hsh);
+            hsh = ll_hash(out, (size_t)(w.N[g_ep_rank] * H * 2), hsh);
+            hashes[i] = hsh;
+        }
+        free(ex);
+        free(out);
+        ts_ep_ll_handle_destroy(h);
+        ll_free_out(&o);
+        ts_ep_buffer_destroy(b);
+    }
+    if (!TS_FAILED()) {
+        TS_CHECK(hashes[0] == hashes[1]);
+        if (ks[2]) TS_CHECK(hashes[0] == hashes[2]);
+    }
+    ll_free_world(&w);
+}
