@@ -5,8 +5,13 @@
 #include "ts_test.h"
 #include "tilestack/tile.h"
 
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* Translate; returns the status, and the output / diagnostics (caller frees with free()). */
 static inline ts_status tt_translate(const char *src, ts_tile_emit what, char **out, char **diag) {
@@ -26,6 +31,42 @@ static inline const char *tt_first_diag(const char *src, char *buf, size_t n) {
     free(out);
     free(diag);
     return buf;
+}
+
+/* Runs argv with stdout and stderr into `log`; the exit status (127: exec failed, 128: killed). */
+static inline int tt_run_argv(char *const argv[], const char *log) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) < 0) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Writes text to path; false on any I/O error. */
+static inline bool tt_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Prints the first 40 lines of a compiler log, indented. */
+static inline void tt_print_log(const char *log) {
+    FILE *f = fopen(log, "r");
+    if (!f) return;
+    char line[512];
+    for (int n = 0; n < 40 && fgets(line, sizeof line, f); n++) printf("      %s", line);
+    fclose(f);
 }
 
 /* Two kernels both code-generation tests compile and run: a per-token FP8 cast and an

@@ -340,38 +340,6 @@ TS_TEST(tile_lower_c_structure) {
 
 /* ---- compile and run ---- */
 
-static int run_argv(char *const argv[], const char *log) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int st = 0;
-    if (waitpid(pid, &st, 0) < 0) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static bool write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
-static void print_log(const char *log) {
-    FILE *f = fopen(log, "r");
-    if (!f) return;
-    char line[512];
-    for (int n = 0; n < 40 && fgets(line, sizeof line, f); n++) printf("      %s", line);
-    fclose(f);
-}
 
 TS_TEST(tile_lower_compile_and_run) {
     char exe[4096];
@@ -403,7 +371,7 @@ TS_TEST(tile_lower_compile_and_run) {
     snprintf(src_inc, sizeof src_inc, "-I%s/../../src", TS_GOLDEN_DIR);
     char *c = NULL, *diag = NULL;
     TS_CHECK_STATUS(ts_tile_translate(k_kernels, strlen(k_kernels), "kern.tile", TS_TILE_EMIT_C, NULL, &c, &diag), TS_OK);
-    if (c && write_text(kc, c) && write_text(dc, k_driver)) {
+    if (c && tt_write_text(kc, c) && tt_write_text(dc, k_driver)) {
         char *cc_argv[] = {"cc", "-std=c11",
 #if defined(__SANITIZE_ADDRESS__)
                            "-O0", /* compiling the SIMD code with the sanitizers at -O1 takes seconds */
@@ -416,17 +384,17 @@ TS_TEST(tile_lower_compile_and_run) {
                            "-fsanitize=address,undefined",
 #endif
                            NULL};
-        int rc = run_argv(cc_argv, log);
+        int rc = tt_run_argv(cc_argv, log);
         if (rc == 127) {
             printf("    (skipped: no C compiler 'cc' on PATH)\n");
         } else {
             TS_CHECK_MSG(rc == 0, "cc failed (%d)", rc);
-            if (rc != 0) print_log(log);
+            if (rc != 0) tt_print_log(log);
             else {
                 char *run_argv_[] = {prog, NULL};
-                int rr = run_argv(run_argv_, log);
+                int rr = tt_run_argv(run_argv_, log);
                 TS_CHECK_MSG(rr == 0, "generated kernels differ from the references (%d)", rr);
-                if (rr != 0) print_log(log);
+                if (rr != 0) tt_print_log(log);
             }
         }
     }

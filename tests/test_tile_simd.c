@@ -538,38 +538,6 @@ TS_TEST(tile_simd_rt_vrange) {
 
 /* ---- compile and run ---- */
 
-static int run_argv(char *const argv[], const char *log) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int st = 0;
-    if (waitpid(pid, &st, 0) < 0) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static bool write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
-static void print_log(const char *log) {
-    FILE *f = fopen(log, "r");
-    if (!f) return;
-    char line[512];
-    for (int n = 0; n < 40 && fgets(line, sizeof line, f); n++) printf("      %s", line);
-    fclose(f);
-}
 
 /* -O1 keeps the compiles quick; with the sanitizers -O0 halves their time again */
 #if defined(__SANITIZE_ADDRESS__)
@@ -585,7 +553,7 @@ static int cc_obj(const char *src, const char *obj, const char *inc, const char 
     char *argv[] = {"cc", "-std=c11", TT_OPT, "-ffp-contract=off", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
                     (char *)inc, (char *)src_inc, TT_SAN, "-c", (char *)src, "-o", (char *)obj,
                     avx2 ? "-mavx2" : NULL, "-mfma", NULL};
-    return run_argv(argv, log);
+    return tt_run_argv(argv, log);
 }
 
 TS_TEST(tile_simd_matches_scalar_emission) {
@@ -622,7 +590,7 @@ TS_TEST(tile_simd_matches_scalar_emission) {
     avx2 = false; /* under the sanitizers the generic build suffices (memory errors do not depend
                    * on the ISA; the Release run compares both paths) and halves the time */
 #endif
-    if (v && s && write_text(p[0], v) && write_text(p[1], s) && write_text(p[2], k_simd_driver)) {
+    if (v && s && tt_write_text(p[0], v) && tt_write_text(p[1], s) && tt_write_text(p[2], k_simd_driver)) {
         const char *log = p[9];
         int rc = cc_obj(p[2], p[6], inc, src_inc, log, false);
         if (rc == 127) {
@@ -634,21 +602,21 @@ TS_TEST(tile_simd_matches_scalar_emission) {
         if (rc == 0 && avx2) rc = cc_obj(p[0], p[4], inc, src_inc, log, true);
         TS_CHECK_MSG(rc == 0, "cc failed (%d)", rc);
         if (rc != 0) {
-            print_log(log);
+            tt_print_log(log);
             goto out;
         }
         for (int pass = 0; pass < (avx2 ? 2 : 1); pass++) {
             char *ld[] = {"cc", p[6], p[5], pass ? p[4] : p[3], lib, "-lm", "-lpthread", "-o", p[7 + pass], TT_SAN, NULL};
-            rc = run_argv(ld, log);
+            rc = tt_run_argv(ld, log);
             TS_CHECK_MSG(rc == 0, "link failed (%d)", rc);
             if (rc != 0) {
-                print_log(log);
+                tt_print_log(log);
                 continue;
             }
             char *run[] = {p[7 + pass], NULL};
-            rc = run_argv(run, log);
+            rc = tt_run_argv(run, log);
             TS_CHECK_MSG(rc == 0, "%s SIMD code differs from the scalar emission or the references", pass ? "AVX2" : "generic");
-            if (rc != 0) print_log(log);
+            if (rc != 0) tt_print_log(log);
         }
 #if !defined(__SANITIZE_ADDRESS__)
         if (!avx2) printf("    (no AVX2+FMA here: only the generic vector path ran)\n");
