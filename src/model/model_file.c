@@ -66,6 +66,9 @@ ts_status ts_model_save_weights(const ts_model *m, const char *path) {
     static const char fn[] = "ts_model_save_weights";
     if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
     if (!path) return ts__fail(TS_ERR_NULL_POINTER, "%s: path is NULL", fn);
+    if (m->local_experts_only)
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: this expert-parallel model holds only its rank's "
+                        "experts; save from a single-process model (ts_model_create)", fn);
     char cfg[4096];
     TS__RETURN_IF_ERROR(ts_model_config_to_json(&m->cfg, cfg, sizeof cfg));
     sbuf h = {0};

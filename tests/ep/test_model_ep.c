@@ -81,6 +81,11 @@ TS_TEST(model_ep_logits_match_single_process_fused_unfused_loaded) {
         else TS_CHECK_STATUS(ts_model_load_ep(path, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
         for (int64_t i = 0; i < MEP_MAXB; i++) ts_model_reset_sequence(ref, i);
         if (ep) decode_and_compare(ts_t_, &c, ep, ref, what[v]);
+        if (ep && v == 0) { /* it holds only its rank's experts: saving is refused, no file */
+            TS_CHECK_STATUS(ts_model_save_weights(ep, "/tmp/ts_model_ep_never"), TS_ERR_UNSUPPORTED);
+            TS_CHECK(strstr(ts_last_error(), "expert-parallel") != NULL);
+            TS_CHECK(access("/tmp/ts_model_ep_never", F_OK) != 0);
+        }
         ts_model_free(ep);
     }
     MPI_Barrier(MPI_COMM_WORLD);
