@@ -39,7 +39,7 @@ static void run(ts_test_ctx *ts_t_, ts_model *m, unsigned mask, float *lg, ts__p
         if (i == 1 && timed) ts__model_step_breakdown(m, true, NULL); /* an ordinary profiled step */
         if (rep) {
             ts__model_step_breakdown(m, true, NULL);
-            ts__prof_replay_begin(&m->prof, 5);
+            TS_CHECK(ts__prof_replay_begin(&m->prof, 5, false));
         }
         TS_CHECK_STATUS(ts_model_decode(m, RB, seqs, toks, lg + (size_t)i * RB * RV), TS_OK);
         if (rep) {
@@ -104,8 +104,15 @@ TS_TEST(model_replay_keeps_every_bit_and_fills_the_standalone_column) {
     TS_CHECK(q.alone[TS__P_OTHER] == 3.0);
     ts__prof_replayed(&q, TS__P_HEAD, t4, 4);
     TS_CHECK(q.alone[TS__P_HEAD] == 2.5);
-    ts__prof_replay_begin(&q, 1000);
+    TS_CHECK(ts__prof_replay_begin(&q, 1000, false));
     TS_CHECK(q.replay_reps == TS__PROF_MAX_REPS && q.alone[TS__P_OTHER] == 0);
+    ts__prof_replay_end(&q);
+    /* cold replay: a flush buffer of twice the last-level cache while replaying, none after */
+    TS_CHECK(ts__prof_replay_begin(&q, 3, true));
+    TS_CHECK(q.flush != NULL && q.flush_bytes >= (size_t)2 << 20);
+    ts__prof_flush_caches(&q);
+    ts__prof_replay_end(&q);
+    TS_CHECK(q.flush == NULL && q.flush_bytes == 0 && !q.replay);
     free(ref);
     free(got);
     ts_model_free(m);

@@ -42,6 +42,7 @@ typedef struct ts__demo_opts {
     bool quick;
     bool selftest;
     bool rank_mode;           /* internal: this process is one rank under mpirun */
+    bool replay_warm;         /* --replay-warm: no cache flush before each re-run */
     bool replay, replay_set;  /* --replay / --no-replay: one untimed step re-running every
                                * idempotent kernel standalone (default: on, off in --sweep) */
     double timeout_s;         /* EP collective timeout (a peer that died) */

@@ -31,8 +31,10 @@ void ts__demo_usage(FILE *f) {
             "  --timeout SEC       how long a rank waits for a peer before failing (default 60)\n"
             "  --quick             short run (CI)\n"
             "  --replay            after the timed steps, one untimed step that re-runs every\n"
-            "                      idempotent kernel standalone (median of 5 after a warm-up):\n"
+            "                      idempotent kernel standalone (median of 5 after a warm-up),\n"
+            "                      caches flushed before each run as in a DRAM-sized bench:\n"
             "                      the breakdown's standalone column (default on; off in --sweep)\n"
+            "  --replay-warm       the same without flushing (kernels find their weights cached)\n"
             "  --no-replay         no replay step\n"
             "output:\n"
             "  --sweep             B = 1, 2, 4, ... 32: TPOT p50 and tokens/s per rank per B\n"
@@ -178,6 +180,7 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--quick")) o->quick = true;
         else if (!strcmp(name, "--replay")) o->replay = true, o->replay_set = true;
         else if (!strcmp(name, "--no-replay")) o->replay = false, o->replay_set = true;
+        else if (!strcmp(name, "--replay-warm")) o->replay = true, o->replay_set = true, o->replay_warm = true;
         else if (!strcmp(name, "--selftest")) o->selftest = true;
         else if (!strcmp(name, "--rank-mode")) o->rank_mode = true;
         else return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", a);

@@ -217,12 +217,12 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
     ts__demo_ep_collect(c, m, &r->ep);
     if (replay) {
         /* After the timed steps and their statistics: one more step on every rank in which
-         * each idempotent kernel call runs again standalone (warm, median of 5 after one
-         * warm-up, model_profile.c); the other sections and sampling count with their time in
+         * each idempotent kernel call runs again standalone (median of 5 after one warm-up,
+         * caches flushed before each run unless --replay-warm; model_profile.c); the other sections and sampling count with their time in
          * the timed steps (in the replay step they would wait for the peers' replays). */
         double rt[TS__P_COUNT + 1];
         ts__model_step_breakdown(m, true, NULL);
-        ts__prof_replay_begin(&m->prof, 5);
+        (void)ts__prof_replay_begin(&m->prof, 5, !o->replay_warm); /* warm if no memory */
         ts__demo_barrier(c);
         st = ts_model_decode(m, B, seqs, toks, logits);
         if (st == TS_OK) st = ts_model_sample(logits, B, V, o->topk, &rng, toks);

@@ -184,6 +184,11 @@ typedef struct ts__prof {
      * standalone time per step is then alone[id] + kept[id] / timed steps. */
     bool replay;
     int replay_reps;
+    /* cold replay: before every re-run a buffer of twice the last-level cache is written, so a
+     * kernel streams its weights from DRAM as it does inside a step (a warm replay finds the
+     * weights it just read in cache and understates a weight-streaming kernel's time) */
+    uint8_t *flush;
+    size_t flush_bytes;
     double alone[TS__P_COUNT];
 } ts__prof;
 
@@ -198,8 +203,11 @@ void ts__prof_add_rerunnable(ts__prof *p, ts__prof_id id, double t0, double byte
                              double flops);
 const char *ts__prof_name(ts__prof_id id);
 /* Starts / ends the replay step: clears alone, sets replay (reps clamped to
- * [1, TS__PROF_MAX_REPS]; the profiler must be on). */
-void ts__prof_replay_begin(ts__prof *p, int reps);
+ * [1, TS__PROF_MAX_REPS]; the profiler must be on); cold: evict the caches before each re-run
+ * (a failed allocation of the flush buffer falls back to warm and returns false). */
+bool ts__prof_replay_begin(ts__prof *p, int reps, bool cold);
+/* Writes the flush buffer (no-op without one). */
+void ts__prof_flush_caches(ts__prof *p);
 void ts__prof_replay_end(ts__prof *p);
 /* The median of t[0..n) into alone[id] (t is reordered). */
 void ts__prof_replayed(ts__prof *p, ts__prof_id id, double *t, int n);
@@ -208,7 +216,7 @@ static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__mo
 
 /* One idempotent section: its statements (`...`, which may return on error) rewrite the same
  * outputs from unchanged inputs and change no other state, so in the replay step they run again
- * standalone, warm, like a bench. Off the replay step this is ts__prof_add's timing; with the
+ * standalone (cold or warm), like a bench. Off the replay step this is ts__prof_add's timing; with the
  * profiler off, one branch. Declarations inside `...` are local to the section. */
 #define TS__PROF_SECTION(pf, id, bytes, flops, ...)                                        \
     do {                                                                                   \
@@ -221,6 +229,7 @@ static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__mo
                 double rt_[TS__PROF_MAX_REPS + 1];                                         \
                 const int n_ = (pf)->replay_reps;                                          \
                 for (int r_ = 0; r_ <= n_; r_++) {                                         \
+                    ts__prof_flush_caches(pf);                                             \
                     const double s_ = ts__model_now();                                     \
                     { __VA_ARGS__; }                                                       \
                     rt_[r_] = ts__model_now() - s_;                                        \

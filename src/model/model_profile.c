@@ -43,13 +43,35 @@ void ts__prof_add(ts__prof *p, ts__prof_id id, double t0, double bytes, double f
     p->calls[id]++;
 }
 
-void ts__prof_replay_begin(ts__prof *p, int reps) {
+bool ts__prof_replay_begin(ts__prof *p, int reps, bool cold) {
     memset(p->alone, 0, sizeof p->alone);
     p->replay_reps = reps < 1 ? 1 : reps > TS__PROF_MAX_REPS ? TS__PROF_MAX_REPS : reps;
     p->replay = true;
+    if (!cold) return true;
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    const size_t llc = ci && ci->l3_bytes ? (size_t)ci->l3_bytes : (size_t)32 << 20;
+    p->flush_bytes = 2 * llc;
+    p->flush = (uint8_t *)ts__aligned_alloc(p->flush_bytes);
+    if (!p->flush) {
+        p->flush_bytes = 0;
+        return false;
+    }
+    memset(p->flush, 0, p->flush_bytes);
+    return true;
 }
 
-void ts__prof_replay_end(ts__prof *p) { p->replay = false; }
+void ts__prof_flush_caches(ts__prof *p) {
+    if (!p->flush) return;
+    /* writes, so every line of the last-level cache is replaced by one of the buffer's */
+    for (size_t i = 0; i < p->flush_bytes; i += 64) p->flush[i] = (uint8_t)(p->flush[i] + 1);
+}
+
+void ts__prof_replay_end(ts__prof *p) {
+    p->replay = false;
+    ts__aligned_free(p->flush);
+    p->flush = NULL;
+    p->flush_bytes = 0;
+}
 
 void ts__prof_replayed(ts__prof *p, ts__prof_id id, double *t, int n) {
     if (n < 1) return;
