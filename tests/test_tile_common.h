@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,26 @@ static inline void tt_print_log(const char *log) {
     char line[512];
     for (int n = 0; n < 40 && fgets(line, sizeof line, f); n++) printf("      %s", line);
     fclose(f);
+}
+
+/* The build's libtilestack.a (beside the test binary) into buf; false, with a "skipped" line,
+ * when it cannot be found. */
+static inline bool tt_find_static_lib(char *buf, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 32);
+    if (n <= 0) {
+        printf("    (skipped: cannot locate the test binary)\n");
+        return false;
+    }
+    buf[n] = 0;
+    char *slash = strrchr(buf, '/');
+    if (!slash) return false;
+    strcpy(slash + 1, "libtilestack.a");
+    struct stat sb;
+    if (stat(buf, &sb) != 0) {
+        printf("    (skipped: no %s)\n", buf);
+        return false;
+    }
+    return true;
 }
 
 /* Two kernels both code-generation tests compile and run: a per-token FP8 cast and an

@@ -340,23 +340,9 @@ TS_TEST(tile_lower_c_structure) {
 
 /* ---- compile and run ---- */
 
-
 TS_TEST(tile_lower_compile_and_run) {
     char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-    if (n <= 0) {
-        printf("    (skipped: cannot locate the test binary)\n");
-        return;
-    }
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return;
-    strcpy(slash + 1, "libtilestack.a");
-    struct stat sb;
-    if (stat(exe, &sb) != 0) {
-        printf("    (skipped: no %s)\n", exe);
-        return;
-    }
+    if (!tt_find_static_lib(exe, sizeof exe)) return;
     char dir[] = "/tmp/ts_tile_test_XXXXXX";
     if (!mkdtemp(dir)) {
         printf("    (skipped: mkdtemp failed)\n");

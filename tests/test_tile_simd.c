@@ -558,20 +558,7 @@ static int cc_obj(const char *src, const char *obj, const char *inc, const char 
 
 TS_TEST(tile_simd_matches_scalar_emission) {
     char lib[4096];
-    ssize_t n = readlink("/proc/self/exe", lib, sizeof lib - 32);
-    if (n <= 0) {
-        printf("    (skipped: cannot locate the test binary)\n");
-        return;
-    }
-    lib[n] = 0;
-    char *slash = strrchr(lib, '/');
-    if (!slash) return;
-    strcpy(slash + 1, "libtilestack.a");
-    struct stat sb;
-    if (stat(lib, &sb) != 0) {
-        printf("    (skipped: no %s)\n", lib);
-        return;
-    }
+    if (!tt_find_static_lib(lib, sizeof lib)) return;
     char dir[] = "/tmp/ts_tile_simd_XXXXXX";
     if (!mkdtemp(dir)) {
         printf("    (skipped: mkdtemp failed)\n");
