@@ -176,6 +176,28 @@ static ts__bench_row ep_row(const ep_row_spec *r, const char *shape, int R, int 
     return row;
 }
 
+/* Times row r and its baseline and reports both on rank 0 (with DeepEP's per-rank figure);
+ * 1 on failure, else 0. */
+static int run_row(ep_bench *b, const ep_row_spec *r, const char *shape, int R, int threads, int cores,
+                   ts_ep_reference_result *ref, const ts__bench_opts *opts, int me) {
+    ts__bench_row row = ep_row(r, shape, R, threads, cores);
+    ts__timing tb;
+    ts_status s1 = time_op(b, r->op, ref, opts->quick, &row.t);
+    ts_status s2 = s1 == TS_OK ? time_op(b, r->base, ref, opts->quick, &tb) : s1;
+    if (s1 != TS_OK || s2 != TS_OK) {
+        if (me == 0) ts__bench_report_error(opts, &row, ts_last_error());
+        return 1;
+    }
+    row.baseline_seconds = tb.median_s;
+    if (me == 0) {
+        ts__bench_report(opts, &row);
+        printf("    DeepEP accounting: %.2f GB/s per rank (ours), %.2f GB/s (Alltoallv), %.2fx\n",
+               r->deep / R / row.t.median_s * 1e-9, r->deep / R / tb.median_s * 1e-9,
+               tb.median_s / row.t.median_s);
+    }
+    return 0;
+}
+
 static bool row_wanted(const char *name, const char *shape) {
     return ts__bench_wanted(getenv("TS_BENCH_FILTER"), name, shape);
 }
@@ -596,22 +618,7 @@ int ts__suite_ep(const ts__bench_opts *opts) {
                 if (ts_ep_get_combine_buffer(b.buf, b.h, H, &zx) == TS_OK)
                     memcpy(zx.data, cx, (size_t)(my_recv * H) * 2);
             }
-            ts__bench_row row = ep_row(&rows[i], shape, R, threads, cores);
-            ts__timing tb;
-            ts_status s1 = time_op(&b, rows[i].op, &ref, opts->quick, &row.t);
-            ts_status s2 = s1 == TS_OK ? time_op(&b, rows[i].base, &ref, opts->quick, &tb) : s1;
-            if (s1 != TS_OK || s2 != TS_OK) {
-                if (me == 0) ts__bench_report_error(opts, &row, ts_last_error());
-                rc = 1;
-                continue;
-            }
-            row.baseline_seconds = tb.median_s;
-            if (me == 0) {
-                ts__bench_report(opts, &row);
-                printf("    DeepEP accounting: %.2f GB/s per rank (ours), %.2f GB/s (Alltoallv), %.2fx\n",
-                       rows[i].deep / R / row.t.median_s * 1e-9, rows[i].deep / R / tb.median_s * 1e-9,
-                       tb.median_s / row.t.median_s);
-            }
+            if (run_row(&b, &rows[i], shape, R, threads, cores, &ref, opts, me)) rc = 1;
         }
         /* The internode path forced on this machine: every rank its own node, so every token
          * goes through MPI to its destination's node proxy (itself here) and back. Same
@@ -642,22 +649,7 @@ int ts__suite_ep(const ts__bench_opts *opts) {
             }
             for (size_t i = 0; i < sizeof irows / sizeof irows[0] && ist == TS_OK; i++) {
                 if (!row_wanted(irows[i].name, ishape)) continue;
-                ts__bench_row row = ep_row(&irows[i], ishape, R, threads, cores);
-                ts__timing tb;
-                ts_status s1 = time_op(&b, irows[i].op, &ref, opts->quick, &row.t);
-                ts_status s2 = s1 == TS_OK ? time_op(&b, irows[i].base, &ref, opts->quick, &tb) : s1;
-                if (s1 != TS_OK || s2 != TS_OK) {
-                    if (me == 0) ts__bench_report_error(opts, &row, ts_last_error());
-                    rc = 1;
-                    continue;
-                }
-                row.baseline_seconds = tb.median_s;
-                if (me == 0) {
-                    ts__bench_report(opts, &row);
-                    printf("    DeepEP accounting: %.2f GB/s per rank (ours), %.2f GB/s (Alltoallv), %.2fx\n",
-                           irows[i].deep / R / row.t.median_s * 1e-9, irows[i].deep / R / tb.median_s * 1e-9,
-                           tb.median_s / row.t.median_s);
-                }
+                if (run_row(&b, &irows[i], ishape, R, threads, cores, &ref, opts, me)) rc = 1;
             }
             ts_ep_handle_destroy(b.h); /* its routing belongs to ib */
             b.h = NULL;
