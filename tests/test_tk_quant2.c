@@ -6,8 +6,10 @@
  * values, odd widths, tokens 1 and 4001; the FP4 cast back; every case on both ISA variants
  * with 1 and 2 threads; argument errors. */
 #include "test_tk_common.h"
+#include "ts_prng.h"
 
 #include "tilestack/kernels.h"
+#include "tilestack/numerics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,20 @@ static void sf_get(sf_buf *s) {
     for (int64_t i = 0; i < s->rows; i++)
         for (int64_t j = 0; j < s->cols; j++)
             s->row[i * s->cols + j] = s->mem[s->colmajor ? j * s->pal + i : i * s->cols + j];
+}
+
+/* the quantised inputs of the big cases (gen_tk_quant2.py regen_bytes / regen_exponents):
+ * bytes, and packed UE8M0 words [rows, ceil(cols / 4)] of exponents lo + u32 % span */
+static void regen_bytes(uint64_t seed, size_t n, uint8_t *out) {
+    ts_prng r = ts_prng_seed(seed);
+    for (size_t i = 0; i < n; i++) out[i] = (uint8_t)(ts_prng_u32(&r) & 0xFF);
+}
+static void regen_ue8m0(uint64_t seed, int64_t rows, int64_t cols, uint32_t lo, uint32_t span, uint32_t *words) {
+    ts_prng r = ts_prng_seed(seed);
+    const int64_t npk = cdiv(cols, 4);
+    memset(words, 0, (size_t)(rows * npk) * 4);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) words[i * npk + j / 4] |= ((lo + ts_prng_u32(&r) % span) & 255u) << (8 * (j % 4));
 }
 
 /* ---------------------------------------------------------------- per_token_cast family */
@@ -162,15 +178,23 @@ static void ptc_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
 
 static void cbfp4_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
     const int64_t T = rec->p[0], H = rec->p[1], bh = rec->p[2], bw = rec->p[3];
-    const bool packed = rec->p[4], f32 = rec->p[5];
+    const bool packed = rec->p[4], f32 = rec->p[5], regen = rec->p[7];
     const int64_t sm = cdiv(T, bh), sn = cdiv(H, bw);
     sf_buf xsf;
     bool ok = sf_alloc(&xsf, sm, packed ? cdiv(sn, 4) : sn, nth % 2 == 0);
     void *y = malloc((size_t)(T * H) * 4);
-    TS_CHECK(ok && y);
-    if (ok && y) {
-        sf_put(&xsf, rec->a[1].data);
-        ts_tensor x = ts_tensor_2d((void *)rec->a[0].data, TS_E2M1X2, T, H / 2);
+    uint8_t *xq = malloc((size_t)(T * H / 2) + 1);
+    TS_CHECK(ok && y && xq);
+    if (ok && y && xq) {
+        if (regen) {
+            regen_bytes((uint64_t)rec->p[6], (size_t)(T * H / 2), xq);
+            regen_ue8m0((uint64_t)rec->p[6] + 1, sm, sn, 110, 30, xsf.row);
+            sf_put(&xsf, xsf.row);
+        } else {
+            memcpy(xq, rec->a[0].data, (size_t)(T * H / 2));
+            sf_put(&xsf, rec->a[1].data);
+        }
+        ts_tensor x = ts_tensor_2d(xq, TS_E2M1X2, T, H / 2);
         ts_tensor s = sf_tensor(&xsf, packed ? TS_UE8M0X4 : TS_F32);
         ts_tensor o = ts_tensor_2d(y, f32 ? TS_F32 : TS_BF16, T, H);
         const ts_isa isa = ts_get_isa();
@@ -184,13 +208,263 @@ static void cbfp4_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
             TS_CHECK_STATUS(st, TS_OK);
             char what[64];
             snprintf(what, sizeof what, "fp4 cast back (variant %d)", v);
-            tk_expect(ts_t_, rec, 2, y, (size_t)(T * H) * (f32 ? 4 : 2), what);
+            tk_expect(ts_t_, rec, regen ? 0 : 2, y, (size_t)(T * H) * (f32 ? 4 : 2), what);
         }
         ts_set_isa(isa);
         ts_set_num_threads(nth0);
     }
     sf_free(&xsf);
+    free(y), free(xq);
+}
+
+/* ---------------------------------------------------------------- per_block_cast_lossless */
+
+typedef struct lossless_ctx {
+    ts_test_ctx *t;
+    const tk_record *rec;
+    int64_t T, H, ibm, ibk, obm, obk;
+    bool inp, outp;
+    uint32_t base; /* index of the first output array */
+    sf_buf xsf, sf;
+    uint8_t *xq, *q;
+} lossless_ctx;
+
+static ts_status lossless_call(lossless_ctx *c) {
+    ts_tensor x = ts_tensor_2d(c->xq, TS_E2M1X2, c->T, c->H / 2);
+    ts_tensor xs = sf_tensor(&c->xsf, c->inp ? TS_UE8M0X4 : TS_F32), s = sf_tensor(&c->sf, c->outp ? TS_UE8M0X4 : TS_F32);
+    ts_tensor q = ts_tensor_2d(c->q, TS_E4M3, c->T, c->H);
+    if (c->inp && c->outp) return ts_per_block_cast_lossless_ue8m0(&x, &xs, &q, &s, c->ibm, c->ibk, c->obm, c->obk);
+    if (c->inp) return ts_per_block_cast_lossless_ue8m0_to_f32(&x, &xs, &q, &s, c->ibm, c->ibk, c->obm, c->obk);
+    if (c->outp) return ts_per_block_cast_lossless_f32_to_ue8m0(&x, &xs, &q, &s, c->ibm, c->ibk, c->obm, c->obk);
+    return ts_per_block_cast_lossless(&x, &xs, &q, &s, c->ibm, c->ibk, c->obm, c->obk);
+}
+
+static float scale_at(const sf_buf *s, bool packed, int64_t r, int64_t blk) {
+    const uint32_t w = s->row[r * s->cols + (packed ? blk / 4 : blk)];
+    uint32_t e = packed ? (w >> (8 * (blk % 4))) & 255u : w;
+    if (packed) e <<= 23;
+    float f;
+    memcpy(&f, &e, 4);
+    return f;
+}
+
+static void lossless_run(void *vc, int variant) {
+    lossless_ctx *c = vc;
+    ts_test_ctx *ts_t_ = c->t;
+    memset(c->q, 0xEE, (size_t)(c->T * c->H));
+    memset(c->sf.mem, 0xEE, (size_t)(c->sf.pal * c->sf.cols) * 4);
+    TS_CHECK_STATUS(lossless_call(c), TS_OK);
+    sf_get(&c->sf);
+    char what[64];
+    snprintf(what, sizeof what, "lossless codes (variant %d)", variant);
+    tk_expect(ts_t_, c->rec, c->base, c->q, (size_t)(c->T * c->H), what);
+    snprintf(what, sizeof what, "lossless scales (variant %d)", variant);
+    tk_expect(ts_t_, c->rec, c->base + 1, c->sf.row, (size_t)(c->sf.rows * c->sf.cols) * 4, what);
+    if (variant != 0) return;
+    /* the property that names the kernel: every value is unchanged (upstream's oracle), except
+     * where e_out saturated to 0: that scale reads as 0.0 (upstream's decoding too) */
+    const uint8_t *x = c->xq;
+    int64_t bad = 0, checked = 0;
+    for (int64_t i = 0; i < c->T; i++)
+        for (int64_t j = 0; j < c->H; j++) {
+            const uint8_t code = (uint8_t)((x[i * (c->H / 2) + j / 2] >> (4 * (j % 2))) & 15);
+            const float a = ts_e2m1_to_f32(code) * scale_at(&c->xsf, c->inp, i / c->ibm, j / c->ibk);
+            const float so = scale_at(&c->sf, c->outp, i / c->obm, j / c->obk);
+            const float b = ts_e4m3_to_f32(c->q[i * c->H + j]) * so;
+            bad += so != 0.0f && memcmp(&a, &b, 4) != 0;
+            checked += so != 0.0f;
+        }
+    TS_CHECK_EQ_INT(bad, 0);
+    TS_CHECK(checked > 0);
+}
+
+static void lossless_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
+    lossless_ctx c = {.t = ts_t_, .rec = rec, .T = rec->p[0], .H = rec->p[1], .ibm = rec->p[2], .ibk = rec->p[3],
+                      .obm = rec->p[4], .obk = rec->p[5], .inp = rec->p[6], .outp = rec->p[7]};
+    const int64_t sn = cdiv(c.H, c.ibk), on = cdiv(c.H, c.obk);
+    bool ok = sf_alloc(&c.xsf, cdiv(c.T, c.ibm), c.inp ? cdiv(sn, 4) : sn, nth % 2 == 1);
+    ok &= sf_alloc(&c.sf, cdiv(c.T, c.obm), c.outp ? cdiv(on, 4) : on, nth % 3 == 1);
+    c.q = malloc((size_t)(c.T * c.H));
+    c.xq = malloc((size_t)(c.T * c.H / 2) + 1);
+    TS_CHECK(ok && c.q && c.xq);
+    if (ok && c.q && c.xq) {
+        if (rec->p[9]) { /* regenerated (packed input) */
+            regen_bytes((uint64_t)rec->p[8], (size_t)(c.T * c.H / 2), c.xq);
+            regen_ue8m0((uint64_t)rec->p[8] + 1, c.xsf.rows, sn, (uint32_t)rec->p[10], (uint32_t)rec->p[11], c.xsf.row);
+        } else {
+            c.base = 2;
+            memcpy(c.xq, rec->a[0].data, (size_t)(c.T * c.H / 2));
+            memcpy(c.xsf.row, rec->a[1].data, (size_t)(c.xsf.rows * c.xsf.cols) * 4);
+        }
+        sf_put(&c.xsf, c.xsf.row);
+        tk_for_variants(&c, lossless_run, c.T > 1000 ? 2 : 4);
+    }
+    sf_free(&c.xsf), sf_free(&c.sf);
+    free(c.q), free(c.xq);
+}
+
+/* ---------------------------------------------------------------- E5M6 */
+
+typedef struct e5m6_ctx {
+    ts_test_ctx *t;
+    const tk_record *rec;
+    bool f32, packed, round_sf, special;
+    int64_t T, H;
+    void *x;
+    sf_buf sf;
+    uint8_t *q;
+} e5m6_ctx;
+
+static void e5m6_run(void *vc, int variant) {
+    e5m6_ctx *c = vc;
+    ts_test_ctx *ts_t_ = c->t;
+    const size_t qb = (size_t)(c->T * c->H * 3 / 2);
+    memset(c->q, 0xEE, qb + 1);
+    memset(c->sf.mem, 0xEE, (size_t)(c->sf.pal * c->sf.cols) * 4);
+    ts_tensor x = ts_tensor_2d(c->x, c->f32 ? TS_F32 : TS_BF16, c->T, c->H);
+    ts_tensor q = ts_tensor_2d(c->q, TS_E5M6X8, c->T, (int64_t)qb / c->T);
+    ts_tensor s = sf_tensor(&c->sf, c->packed ? TS_UE8M0X4 : TS_F32);
+    ts_status st;
+    if (c->f32) st = c->packed ? ts_per_token_cast_f32_to_e5m6_ue8m0(&x, &q, &s) : ts_per_token_cast_f32_to_e5m6(&x, &q, &s, c->round_sf);
+    else st = c->packed ? ts_per_token_cast_to_e5m6_ue8m0(&x, &q, &s) : ts_per_token_cast_to_e5m6(&x, &q, &s, c->round_sf);
+    TS_CHECK_STATUS(st, TS_OK);
+    sf_get(&c->sf);
+    const uint32_t base = c->special ? 1 : 0;
+    char what[64];
+    snprintf(what, sizeof what, "e5m6 codes (variant %d)", variant);
+    tk_expect(ts_t_, c->rec, base, c->q, qb, what);
+    snprintf(what, sizeof what, "e5m6 scales (variant %d)", variant);
+    tk_expect(ts_t_, c->rec, base + 1, c->sf.row, (size_t)c->T * 4, what);
+    TS_CHECK_EQ_INT(c->q[qb], 0xEE);
+}
+
+static void e5m6_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
+    e5m6_ctx c = {.t = ts_t_, .rec = rec, .f32 = rec->p[0], .packed = rec->p[1], .T = rec->p[2], .H = rec->p[3],
+                  .round_sf = rec->p[4], .special = rec->p[6]};
+    const size_t xb = (size_t)(c.T * c.H) * (c.f32 ? 4 : 2);
+    bool ok = sf_alloc(&c.sf, c.T, 1, nth % 2 == 1);
+    c.x = malloc(xb);
+    c.q = malloc((size_t)(c.T * c.H * 3 / 2) + 1);
+    TS_CHECK(ok && c.x && c.q);
+    if (ok && c.x && c.q) {
+        if (c.special) memcpy(c.x, rec->a[0].data, xb);
+        else if (c.f32) tk_f32_input((uint64_t)rec->p[5], (size_t)(c.T * c.H), 100.0f, c.x);
+        else tk_bf16_input((uint64_t)rec->p[5], (size_t)(c.T * c.H), 100.0f, c.x);
+        tk_for_variants(&c, e5m6_run, c.T > 1000 ? 2 : 4);
+    }
+    sf_free(&c.sf);
+    free(c.x), free(c.q);
+}
+
+static void cbe5m6_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
+    const int64_t T = rec->p[0], H = rec->p[1], bh = rec->p[2], bw = rec->p[3];
+    const bool packed = rec->p[4], f32 = rec->p[5], regen = rec->p[7];
+    const int64_t sn = cdiv(H, bw);
+    sf_buf xsf;
+    bool ok = sf_alloc(&xsf, cdiv(T, bh), packed ? cdiv(sn, 4) : sn, nth % 2 == 0);
+    void *y = malloc((size_t)(T * H) * 4);
+    uint8_t *xq = malloc((size_t)(T * H * 3 / 2) + 1);
+    TS_CHECK(ok && y && xq);
+    if (ok && y && xq) {
+        if (regen) {
+            regen_bytes((uint64_t)rec->p[6], (size_t)(T * H * 3 / 2), xq);
+            regen_ue8m0((uint64_t)rec->p[6] + 1, xsf.rows, sn, 100, 40, xsf.row);
+            sf_put(&xsf, xsf.row);
+        } else {
+            memcpy(xq, rec->a[0].data, (size_t)(T * H * 3 / 2));
+            sf_put(&xsf, rec->a[1].data);
+        }
+        ts_tensor x = ts_tensor_2d(xq, TS_E5M6X8, T, H * 3 / 2);
+        ts_tensor s = sf_tensor(&xsf, packed ? TS_UE8M0X4 : TS_F32);
+        ts_tensor o = ts_tensor_2d(y, f32 ? TS_F32 : TS_BF16, T, H);
+        const ts_isa isa = ts_get_isa();
+        const int nth0 = ts_get_num_threads();
+        for (int v = 0; v < 4; v++) {
+            ts_set_isa(v % 2 ? TS_ISA_GENERIC : isa);
+            ts_set_num_threads(v < 2 ? 1 : 2);
+            memset(y, 0xEE, (size_t)(T * H) * 4);
+            ts_status st = packed ? (f32 ? ts_cast_back_e5m6_f32_ue8m0(&x, &s, &o, bh, bw) : ts_cast_back_e5m6_ue8m0(&x, &s, &o, bh, bw))
+                                  : (f32 ? ts_cast_back_e5m6_f32(&x, &s, &o, bh, bw) : ts_cast_back_e5m6(&x, &s, &o, bh, bw));
+            TS_CHECK_STATUS(st, TS_OK);
+            char what[64];
+            snprintf(what, sizeof what, "e5m6 cast back (variant %d)", v);
+            tk_expect(ts_t_, rec, regen ? 0 : 2, y, (size_t)(T * H) * (f32 ? 4 : 2), what);
+        }
+        ts_set_isa(isa);
+        ts_set_num_threads(nth0);
+    }
+    sf_free(&xsf);
+    free(y), free(xq);
+}
+
+/* ---------------------------------------------------------------- transposes */
+
+static void transpose_case(ts_test_ctx *ts_t_, const tk_record *rec) {
+    const int kind = (int)rec->p[0];
+    const int64_t B = rec->p[1], M = rec->p[2], N = rec->p[3];
+    const size_t esz = kind == 0 ? 2 : kind == 1 ? 4 : 1, n = (size_t)(B * M * N);
+    const ts_dtype dt = kind == 0 ? TS_BF16 : kind == 1 ? TS_F32 : TS_E4M3;
+    void *y = malloc(n * esz);
+    TS_CHECK(y != NULL);
+    if (!y) return;
+    ts_tensor x = ts_tensor_3d((void *)rec->a[0].data, dt, B, M, N), o = ts_tensor_3d(y, dt, B, N, M);
+    const ts_isa isa = ts_get_isa();
+    const int nth0 = ts_get_num_threads();
+    for (int v = 0; v < 4; v++) {
+        ts_set_isa(v % 2 ? TS_ISA_GENERIC : isa);
+        ts_set_num_threads(v < 2 ? 1 : 2);
+        memset(y, 0xEE, n * esz);
+        ts_status st = kind == 0 ? ts_batched_transpose(&x, &o) : kind == 1 ? ts_batched_transpose_f32(&x, &o) : ts_batched_transpose_e4m3(&x, &o);
+        TS_CHECK_STATUS(st, TS_OK);
+        char what[64];
+        snprintf(what, sizeof what, "transpose kind %d (variant %d)", kind, v);
+        tk_expect(ts_t_, rec, 1, y, n * esz, what);
+    }
+    ts_set_isa(isa);
+    ts_set_num_threads(nth0);
     free(y);
+}
+
+typedef struct pcct_ctx {
+    ts_test_ctx *t;
+    const tk_record *rec;
+    int64_t T, H, np;
+    bool round_sf, special;
+    uint16_t *x;
+    uint8_t *q;
+    float *sf;
+} pcct_ctx;
+
+static void pcct_run(void *vc, int variant) {
+    pcct_ctx *c = vc;
+    ts_test_ctx *ts_t_ = c->t;
+    const int64_t st_rows = cdiv(c->T, c->np);
+    memset(c->q, 0xEE, (size_t)(c->T * c->H));
+    memset(c->sf, 0xEE, (size_t)(st_rows * c->H) * 4);
+    ts_tensor x = ts_tensor_2d(c->x, TS_BF16, c->T, c->H), q = ts_tensor_2d(c->q, TS_E4M3, c->H, c->T);
+    ts_tensor s = ts_tensor_2d(c->sf, TS_F32, st_rows, c->H);
+    TS_CHECK_STATUS(ts_per_channel_cast_and_transpose(&x, &q, &s, c->np, c->round_sf), TS_OK);
+    const uint32_t base = c->special ? 1 : 0;
+    char what[64];
+    snprintf(what, sizeof what, "channel cast+transpose codes (variant %d)", variant);
+    tk_expect(ts_t_, c->rec, base, c->q, (size_t)(c->T * c->H), what);
+    snprintf(what, sizeof what, "channel cast+transpose scales (variant %d)", variant);
+    tk_expect(ts_t_, c->rec, base + 1, c->sf, (size_t)(st_rows * c->H) * 4, what);
+}
+
+static void pcct_case(ts_test_ctx *ts_t_, const tk_record *rec) {
+    pcct_ctx c = {.t = ts_t_, .rec = rec, .T = rec->p[0], .H = rec->p[1], .np = rec->p[2], .round_sf = rec->p[3],
+                  .special = rec->p[5]};
+    c.x = malloc((size_t)(c.T * c.H) * 2);
+    c.q = malloc((size_t)(c.T * c.H));
+    c.sf = malloc((size_t)(cdiv(c.T, c.np) * c.H) * 4);
+    TS_CHECK(c.x && c.q && c.sf);
+    if (c.x && c.q && c.sf) {
+        if (c.special) memcpy(c.x, rec->a[0].data, (size_t)(c.T * c.H) * 2);
+        else tk_bf16_input((uint64_t)rec->p[4], (size_t)(c.T * c.H), 8.0f, c.x);
+        tk_for_variants(&c, pcct_run, c.T > 1000 ? 2 : 4);
+    }
+    free(c.x), free(c.q), free(c.sf);
 }
 
 TS_TEST(tk_quant2_golden) {
@@ -202,9 +476,14 @@ TS_TEST(tk_quant2_golden) {
     while (tk_next(ts_t_, &r, &rec)) {
         if (!strcmp(rec.name, "ptc")) ptc_case(ts_t_, &rec, n[0]++);
         else if (!strcmp(rec.name, "cbfp4")) cbfp4_case(ts_t_, &rec, n[1]++);
+        else if (!strcmp(rec.name, "lossless")) lossless_case(ts_t_, &rec, n[2]++);
+        else if (!strcmp(rec.name, "e5m6")) e5m6_case(ts_t_, &rec, n[3]++);
+        else if (!strcmp(rec.name, "cbe5m6")) cbe5m6_case(ts_t_, &rec, n[4]++);
+        else if (!strcmp(rec.name, "transpose")) transpose_case(ts_t_, &rec), n[5]++;
+        else if (!strcmp(rec.name, "pcct")) pcct_case(ts_t_, &rec), n[6]++;
         else TS_CHECK_MSG(false, "unknown record %s", rec.name);
         tk_record_free(&rec);
     }
-    TS_CHECK(n[0] >= 20 && n[1] >= 4);
+    TS_CHECK(n[0] >= 20 && n[1] >= 4 && n[2] >= 5 && n[3] >= 6 && n[4] >= 4 && n[5] >= 4 && n[6] >= 5);
     free(r.buf);
 }
