@@ -12,6 +12,14 @@
  *   mhc_post          y [T, H], R [T, 4, H] -> [T, 4, H] bf16           2TH + 8TH + 8TH
  *   per_block_cast    bf16 -> e4m3, 128 x 128 scales                     2TH + TH
  *   cast_back         e4m3 -> bf16, 1 x 128 scales                       TH + 2TH
+ *   per_token_cast fp4  bf16 -> e2m1x2, f32 scales per 32 (round_sf)     2TH + TH/2 + TH/8
+ *   requant e4m3->fp4   e4m3 + 128 x 128 f32 scales -> e2m1x2, 1 x 32    TH + TH/2 + TH/8
+ *   block_cast_lossless e2m1x2 + 1 x 32 UE8M0 -> e4m3 + 128 x 128 UE8M0  TH/2 + TH/32 + TH
+ *   cast_to_e5m6        bf16 -> e5m6 (12 bits), one scale per row         2TH + 3TH/2
+ *   cast_back_e5m6      e5m6 -> bf16                                      3TH/2 + 2TH
+ *   cast_back_fp4       e2m1x2 + 1 x 32 f32 scales -> bf16                TH/2 + TH/8 + 2TH
+ *   batched_transpose   bf16 [1, T, H] -> [1, H, T]                       4TH
+ *   channel_cast+transp bf16 -> e4m3 [H, T], 128-token scales             3TH
  * Rows are named "tk <kernel>"; TS_BENCH_FILTER selects by "name shape" substring. */
 #include "bench.h"
 #include "core/internal.h"
@@ -20,13 +28,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_SWIGLU, K_RMS, K_EXPAND, K_REDUCE, K_EXP_MHC, K_APPLY, K_POST, K_BLOCK, K_BACK, K_COUNT };
+enum { K_SWIGLU, K_RMS, K_EXPAND, K_REDUCE, K_EXP_MHC, K_APPLY, K_POST, K_BLOCK, K_BACK,
+       K_FP4, K_REQ, K_LOSSLESS, K_E5M6, K_BACK_E5M6, K_BACK_FP4, K_TRANSPOSE, K_PCCT, K_COUNT };
 
 static const char *const k_names[K_COUNT] = {
     "tk swiglu+cast",    "tk rmsnorm+cast", "tk expand_to_fused", "tk reduce_fused", "tk expand_to_mhc",
-    "tk mhc_pre_apply_mix", "tk mhc_post",  "tk per_block_cast",  "tk cast_back"};
+    "tk mhc_pre_apply_mix", "tk mhc_post",  "tk per_block_cast",  "tk cast_back",
+    "tk per_token_cast fp4", "tk requant e4m3->fp4", "tk block_cast_lossless", "tk cast_to_e5m6",
+    "tk cast_back_e5m6", "tk cast_back_fp4", "tk batched_transpose", "tk channel_cast+transpose"};
 static const char *const k_dtypes[K_COUNT] = {"bf16->e4m3", "bf16->e4m3", "bf16", "bf16", "bf16",
-                                              "bf16",       "bf16",       "bf16->e4m3", "e4m3->bf16"};
+                                              "bf16",       "bf16",       "bf16->e4m3", "e4m3->bf16",
+                                              "bf16->fp4", "e4m3->fp4", "fp4->e4m3", "bf16->e5m6",
+                                              "e5m6->bf16", "fp4->bf16", "bf16", "bf16->e4m3"};
 
 typedef struct tk_ctx {
     int which;
@@ -48,6 +61,14 @@ static ts_status run_tk(void *p) {
     case K_APPLY: return ts_mhc_pre_apply_mix(&t[0], &t[1], &t[2]);
     case K_POST: return ts_mhc_post(&t[0], &t[1], &t[2], &t[3], &t[4]);
     case K_BLOCK: return ts_per_block_cast(&t[0], &t[1], &t[2], true);
+    case K_FP4: return ts_per_token_cast_bf16_to_fp4(&t[0], &t[1], &t[2], 32, true);
+    case K_REQ: return ts_per_token_cast_e4m3_to_fp4(&t[0], &t[1], &t[2], &t[3], 32, 128, 128, true);
+    case K_LOSSLESS: return ts_per_block_cast_lossless_ue8m0(&t[0], &t[1], &t[2], &t[3], 1, 32, 128, 128);
+    case K_E5M6: return ts_per_token_cast_to_e5m6(&t[0], &t[1], &t[2], true);
+    case K_BACK_E5M6: return ts_cast_back_e5m6(&t[0], &t[1], &t[2], 1, t[2].shape[1]);
+    case K_BACK_FP4: return ts_cast_back_fp4(&t[0], &t[1], &t[2], 1, 32);
+    case K_TRANSPOSE: return ts_batched_transpose(&t[0], &t[1]);
+    case K_PCCT: return ts_per_channel_cast_and_transpose(&t[0], &t[1], &t[2], 128, true);
     default: return ts_cast_back(&t[0], &t[1], &t[2], 1, 128);
     }
 }
@@ -94,6 +115,9 @@ int ts__suite_kernels_tk(const ts__bench_opts *opts, const char *filter, const i
         case K_APPLY: sz[0] = (size_t)e * 8, sz[1] = (size_t)e * 2, sz[2] = (size_t)TM * 16; break;
         case K_POST: sz[0] = (size_t)e * 2, sz[1] = (size_t)e * 8, sz[2] = (size_t)e * 8, sz[3] = (size_t)TM * 80; break;
         case K_BLOCK: sz[0] = (size_t)e * 2, sz[1] = (size_t)e, sz[2] = (size_t)(TM / 128 + 1) * 56 * 4; break;
+        case K_FP4: case K_REQ: case K_LOSSLESS: case K_E5M6: case K_BACK_E5M6: case K_BACK_FP4: case K_TRANSPOSE: case K_PCCT:
+            sz[0] = (size_t)e * 2, sz[1] = (size_t)e * 2, sz[2] = (size_t)TM * (HM / 16) * 4, sz[3] = (size_t)TM * (HM / 16) * 4;
+            break;
         default: sz[0] = (size_t)e, sz[1] = (size_t)TM * 56 * 4, sz[2] = (size_t)e * 2; break;
         }
         bool ok = true;
@@ -179,6 +203,60 @@ int ts__suite_kernels_tk(const ts__bench_opts *opts, const char *filter, const i
                 t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[1], TS_E4M3, T, H);
                 t[2] = ts_tensor_2d(b[2], TS_F32, (T + 127) / 128, ng);
                 bytes = 3.0 * (double)(T * H);
+                break;
+            case K_FP4:
+                fill_bf16(b[0], T * H);
+                t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[1], TS_E2M1X2, T, H / 2);
+                t[2] = ts_tensor_2d(b[2], TS_F32, T, H / 32);
+                bytes = 2.0 * (double)(T * H) + 0.5 * (double)(T * H) + 4.0 * (double)(T * H / 32);
+                break;
+            case K_REQ:
+                fill_bf16(b[1], T * H / 2); /* e4m3 codes from bf16 bytes: finite, NaN codes just propagate */
+                memcpy(b[0], b[1], (size_t)(T * H));
+                fill_f32(b[3], ((T + 127) / 128) * ((H + 127) / 128), 0.01f);
+                t[0] = ts_tensor_2d(b[0], TS_E4M3, T, H), t[1] = ts_tensor_2d(b[3], TS_F32, (T + 127) / 128, (H + 127) / 128);
+                t[2] = ts_tensor_2d(b[1], TS_E2M1X2, T, H / 2), t[3] = ts_tensor_2d(b[2], TS_F32, T, H / 32);
+                bytes = (double)(T * H) + 0.5 * (double)(T * H) + 4.0 * (double)(T * H / 32);
+                break;
+            case K_LOSSLESS: {
+                fill_bf16(b[0], T * H / 4); /* any bytes are FP4 codes */
+                uint32_t *w = (uint32_t *)b[3];
+                for (int64_t i = 0; i < T * (H / 128); i++) w[i] = 0x7B7C7D7Eu; /* exponents 123..126 */
+                t[0] = ts_tensor_2d(b[0], TS_E2M1X2, T, H / 2), t[1] = ts_tensor_2d(w, TS_UE8M0X4, T, H / 128);
+                t[2] = ts_tensor_2d(b[1], TS_E4M3, T, H), t[3] = ts_tensor_2d(b[2], TS_UE8M0X4, (T + 127) / 128, (H / 128 + 3) / 4);
+                bytes = 0.5 * (double)(T * H) + (double)(T * H / 32) + (double)(T * H);
+                break;
+            }
+            case K_E5M6:
+                fill_bf16(b[0], T * H);
+                t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[1], TS_E5M6X8, T, H * 3 / 2);
+                t[2] = ts_tensor_2d(b[2], TS_F32, T, 1);
+                bytes = 3.5 * (double)(T * H);
+                break;
+            case K_BACK_E5M6:
+                fill_bf16(b[0], T * H * 3 / 4); /* any bytes are e5m6 codes */
+                fill_f32(b[2], T, 0.01f);
+                t[0] = ts_tensor_2d(b[0], TS_E5M6X8, T, H * 3 / 2), t[1] = ts_tensor_2d(b[2], TS_F32, T, 1);
+                t[2] = ts_tensor_2d(b[1], TS_BF16, T, H);
+                bytes = 3.5 * (double)(T * H);
+                break;
+            case K_BACK_FP4:
+                fill_bf16(b[0], T * H / 4);
+                fill_f32(b[2], T * (H / 32), 0.01f);
+                t[0] = ts_tensor_2d(b[0], TS_E2M1X2, T, H / 2), t[1] = ts_tensor_2d(b[2], TS_F32, T, H / 32);
+                t[2] = ts_tensor_2d(b[1], TS_BF16, T, H);
+                bytes = 0.5 * (double)(T * H) + (double)(T * H / 8) + 2.0 * (double)(T * H);
+                break;
+            case K_TRANSPOSE:
+                fill_bf16(b[0], T * H);
+                t[0] = ts_tensor_3d(b[0], TS_BF16, 1, T, H), t[1] = ts_tensor_3d(b[1], TS_BF16, 1, H, T);
+                bytes = 4.0 * (double)(T * H);
+                break;
+            case K_PCCT:
+                fill_bf16(b[0], T * H);
+                t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[1], TS_E4M3, H, T);
+                t[2] = ts_tensor_2d(b[2], TS_F32, (T + 127) / 128, H);
+                bytes = 3.0 * (double)(T * H) + 4.0 * (double)((T + 127) / 128 * H);
                 break;
             default:
                 fill_bf16(b[2], T * H / 2); /* any bytes are e4m3 codes; NaN codes just propagate */

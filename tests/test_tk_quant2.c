@@ -487,3 +487,67 @@ TS_TEST(tk_quant2_golden) {
     TS_CHECK(n[0] >= 20 && n[1] >= 4 && n[2] >= 5 && n[3] >= 6 && n[4] >= 4 && n[5] >= 4 && n[6] >= 5);
     free(r.buf);
 }
+
+TS_TEST(tk_quant2_errors) {
+    static uint16_t x[4 * 512];
+    static uint8_t q[4 * 512], xq[4 * 512];
+    static float sf[64], xsf[64];
+    memset(x, 0, sizeof x), memset(xq, 0, sizeof xq), memset(xsf, 0, sizeof xsf);
+    memset(q, 0x11, sizeof q);
+    ts_tensor tx = ts_tensor_2d(x, TS_BF16, 4, 256), tq = ts_tensor_2d(q, TS_E2M1X2, 4, 128);
+    ts_tensor tsf = ts_tensor_2d(sf, TS_F32, 4, 8);
+    /* gs not a multiple of 16, sf columns, odd H, a wrong output dtype */
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_fp4(&tx, &tq, &tsf, 24, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "multiple of 16") != NULL);
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_fp4(&tx, &tq, &tsf, 64, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "ceil(H / gs) columns") != NULL);
+    ts_tensor tx_odd = ts_tensor_2d(x, TS_BF16, 4, 255), tq_odd = ts_tensor_2d(q, TS_E2M1X2, 4, 127);
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_fp4(&tx_odd, &tq_odd, &tsf, 32, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "H / 2 bytes") != NULL);
+    ts_tensor tq8 = ts_tensor_2d(q, TS_U8, 4, 128);
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_fp4(&tx, &tq8, &tsf, 32, false), TS_ERR_DTYPE);
+    /* re-quantising: input block width, x_sf shape */
+    ts_tensor txe = ts_tensor_2d(xq, TS_E4M3, 4, 256), txsf = ts_tensor_2d(xsf, TS_F32, 1, 2);
+    ts_tensor tqe = ts_tensor_2d(q, TS_E4M3, 4, 256);
+    TS_CHECK_STATUS(ts_per_token_cast_e4m3_to_e4m3(&txe, &txsf, &tqe, &tsf, 32, 128, 100, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "bw a multiple of 16") != NULL);
+    TS_CHECK_STATUS(ts_per_token_cast_e4m3_to_e4m3(&txe, &txsf, &tqe, &tsf, 32, 128, 64, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "x_sf must be") != NULL);
+    size_t written = 0;
+    for (size_t i = 0; i < sizeof q; i++) written += q[i] != 0x11;
+    TS_CHECK_EQ_INT(written, 0);
+    /* zero tokens: nothing to do */
+    ts_tensor tx0 = ts_tensor_2d(x, TS_BF16, 0, 256), tq0 = ts_tensor_2d(q, TS_E2M1X2, 0, 128), tsf0 = ts_tensor_2d(sf, TS_F32, 0, 8);
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_fp4(&tx0, &tq0, &tsf0, 32, true), TS_OK);
+    /* lossless: a scale ratio above 2^11 inside one output block is reported after the launch */
+    uint32_t e[8] = {120, 120, 120, 120, 133, 120, 120, 120};
+    for (int i = 0; i < 8; i++) e[i] <<= 23;
+    memcpy(xsf, e, sizeof e);
+    ts_tensor tfp4 = ts_tensor_2d(xq, TS_E2M1X2, 1, 128), tls = ts_tensor_2d(xsf, TS_F32, 1, 8);
+    ts_tensor tlo = ts_tensor_2d(q, TS_E4M3, 1, 256), tlsf = ts_tensor_2d(sf, TS_F32, 1, 2);
+    TS_CHECK_STATUS(ts_per_block_cast_lossless(&tfp4, &tls, &tlo, &tlsf, 1, 32, 1, 128), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "2^11") != NULL);
+    e[4] = 132u << 23; /* max / min = 2^12: e_out = 126 > 120 + 5 */
+    memcpy(xsf, e, sizeof e);
+    TS_CHECK_STATUS(ts_per_block_cast_lossless(&tfp4, &tls, &tlo, &tlsf, 1, 32, 1, 128), TS_ERR_INVALID_ARGUMENT);
+    e[4] = 131u << 23; /* max / min = 2^11: e_out = 125 = 120 + 5 */
+    memcpy(xsf, e, sizeof e);
+    TS_CHECK_STATUS(ts_per_block_cast_lossless(&tfp4, &tls, &tlo, &tlsf, 1, 32, 1, 128), TS_OK);
+    TS_CHECK_STATUS(ts_per_block_cast_lossless(&tfp4, &tls, &tlo, &tlsf, 1, 32, 1, 48), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "multiple of the input block") != NULL);
+    /* e5m6: H a multiple of 8, one scale column */
+    ts_tensor tx5 = ts_tensor_2d(x, TS_BF16, 4, 12), tq5 = ts_tensor_2d(q, TS_E5M6X8, 4, 18), ts5 = ts_tensor_2d(sf, TS_F32, 4, 1);
+    TS_CHECK_STATUS(ts_per_token_cast_to_e5m6(&tx5, &tq5, &ts5, true), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "multiple of 8") != NULL);
+    ts_tensor tx6 = ts_tensor_2d(x, TS_BF16, 4, 16), tq6 = ts_tensor_2d(q, TS_E5M6X8, 4, 24), ts6 = ts_tensor_2d(sf, TS_F32, 4, 2);
+    TS_CHECK_STATUS(ts_per_token_cast_to_e5m6(&tx6, &tq6, &ts6, true), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "one column") != NULL);
+    /* per_channel_cast_and_transpose: np */
+    ts_tensor tpx = ts_tensor_2d(x, TS_BF16, 8, 64), tpq = ts_tensor_2d(q, TS_E4M3, 64, 8), tps = ts_tensor_2d(sf, TS_F32, 1, 64);
+    TS_CHECK_STATUS(ts_per_channel_cast_and_transpose(&tpx, &tpq, &tps, 48, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "np must be") != NULL);
+    /* transpose: shapes and dtypes */
+    ts_tensor ta = ts_tensor_3d(x, TS_BF16, 2, 3, 5), tb = ts_tensor_3d(q, TS_BF16, 2, 3, 5), tc = ts_tensor_3d(q, TS_F32, 2, 5, 3);
+    TS_CHECK_STATUS(ts_batched_transpose(&ta, &tb), TS_ERR_SHAPE);
+    TS_CHECK_STATUS(ts_batched_transpose(&ta, &tc), TS_ERR_DTYPE);
+}
