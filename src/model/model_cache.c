@@ -31,6 +31,7 @@ ts_status ts__model_cache_alloc(ts_model *m) {
     const int64_t B = m->max_batch;
     m->pos = (int64_t *)calloc((size_t)B, sizeof *m->pos);
     if (!m->pos) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (caches)");
+    if (c->attention == TS_MODEL_ATTN_V32) return ts__model_v32_cache_alloc(m);
     for (int64_t L = 0; L < c->n_layers; L++) {
         ts__layer_cache *lc = &m->caches[L];
         const ts__layer *ly = &m->layers[L];
@@ -70,6 +71,7 @@ ts_status ts__model_cache_alloc(ts_model *m) {
 }
 
 void ts__model_cache_free(ts_model *m) {
+    ts__model_v32_cache_free(m);
     for (int64_t L = 0; L < TS_MODEL_MAX_LAYERS; L++) {
         ts__layer_cache *lc = &m->caches[L];
         free(lc->win);
@@ -143,6 +145,11 @@ ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t context_len,
     ts__model_cache_reset(m, seq);
     uint64_t s = seed ^ ((uint64_t)seq * 0xD1B54A32D192ED03ull);
     const int64_t W = c->window_size, Lc = context_len;
+    if (c->attention == TS_MODEL_ATTN_V32) {
+        TS__RETURN_IF_ERROR(ts__model_v32_prefill_random(m, seq, Lc, &s));
+        m->pos[seq] = context_len;
+        return TS_OK;
+    }
     for (int64_t L = 0; L < c->n_layers; L++) {
         ts__layer_cache *lc = &m->caches[L];
         const ts__layer *ly = &m->layers[L];

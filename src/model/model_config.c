@@ -92,10 +92,18 @@ ts_status ts_model_config_builtin(const char *name, ts_model_config *cfg) {
         c.moe_inter_dim = 128;
         c.max_seq_len = 256;
         c.seed = 7;
+    } else if (strcmp(name, "dsv32-tiny") == 0) {
+        /* dsv4-tiny's widths with V3.2 attention (docs/model.md §8): every layer MLA + indexer,
+         * top-16 so that the indexer's choice matters within the check's 72 tokens */
+        TS__RETURN_IF_ERROR(ts_model_config_builtin("dsv4-tiny", &c));
+        snprintf(c.name, sizeof c.name, "dsv32-tiny");
+        memset(c.compress_ratios, 0, sizeof c.compress_ratios);
+        c.index_topk = 16;
+        c.attention = TS_MODEL_ATTN_V32;
     } else {
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
                         "ts_model_config_builtin: unknown config \"%s\" (valid: dsv4-mini, "
-                        "dsv4-flash-layer, dsv4-tiny)",
+                        "dsv4-flash-layer, dsv4-tiny, dsv32-tiny)",
                         name);
     }
     *cfg = c;
@@ -140,9 +148,21 @@ ts_status ts_model_config_validate(const ts_model_config *c, int64_t num_ranks) 
         if (pos[i].v < pos[i].lo || pos[i].v > pos[i].hi)
             return bad(pos[i].k, "= %lld is outside [%lld, %lld]", (long long)pos[i].v,
                        (long long)pos[i].lo, (long long)pos[i].hi);
-    if (c->head_dim != 512) return bad("head_dim", "= %lld must be 512", (long long)c->head_dim);
+    const bool v32 = c->attention == TS_MODEL_ATTN_V32;
+    if (c->head_dim != 512)
+        return bad("head_dim", v32 ? "= %lld must be 512 (attention = v32: the kv_lora_rank, the "
+                                     "latent width of the 656-byte cache)"
+                                   : "= %lld must be 512",
+                   (long long)c->head_dim);
     if (c->rope_head_dim != 64)
-        return bad("rope_head_dim", "= %lld must be 64", (long long)c->rope_head_dim);
+        return bad("rope_head_dim", v32 ? "= %lld must be 64 (attention = v32: the cache's 64 "
+                                          "bf16 RoPE values)"
+                                        : "= %lld must be 64",
+                   (long long)c->rope_head_dim);
+    if (v32 && c->max_seq_len > c->original_seq_len)
+        return bad("max_seq_len", "= %lld exceeds original_seq_len = %lld: attention = v32 has no "
+                   "YaRN (V3's rule would scale RoPE and the softmax there)",
+                   (long long)c->max_seq_len, (long long)c->original_seq_len);
     if (c->index_head_dim != 128)
         return bad("index_head_dim", "= %lld must be 128", (long long)c->index_head_dim);
     struct { const char *k; int64_t v; } m128[] = {{"dim", c->dim},

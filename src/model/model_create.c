@@ -20,9 +20,6 @@ static ts_status check_args(const char *fn, const ts_model_config *cfg, int64_t 
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: max_batch = %lld is outside [1, 2^20]", fn,
                         (long long)max_batch);
     TS__RETURN_IF_ERROR(ts_model_config_validate(cfg, 1));
-    if (cfg->attention != TS_MODEL_ATTN_V4)
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: attention = v32 is not built yet (docs/model.md "
-                        "§8)", fn);
     return TS_OK;
 }
 

@@ -62,11 +62,13 @@ ts_status ts__model_ws_alloc(ts_model *m) {
      * unused rows keep a valid scale */
     for (int64_t i = 0; i < Eg * B * (D / 32); i++) ws->gasf[i] = 1.0f;
     for (int64_t i = 0; i < Eg * B * (I / 32); i++) ws->h8sf[i] = 1.0f;
+    if (c->attention == TS_MODEL_ATTN_V32) return ts__model_v32_ws_alloc(m);
     return TS_OK;
 }
 
 void ts__model_ws_free(ts__ws *ws) {
     if (!ws) return;
+    ts__model_v32_ws_free(ws);
 #define FREE(name, type, count) ts__aligned_free(ws->name);
     WS_FIELDS(FREE)
 #undef FREE
@@ -141,7 +143,10 @@ ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
                 for (int64_t b = 0; b < n; b++)
                     ts__model_rmsnorm_bf16(ws->y + b * D, D, sub ? ly->ffn_norm : ly->attn_norm,
                                            eps, ws->a + b * D));
-            if (sub == 0) TS__RETURN_IF_ERROR(ts__model_attention(m, L, n, seqs, ws->a, ws->f));
+            if (sub == 0 && c->attention == TS_MODEL_ATTN_V32)
+                TS__RETURN_IF_ERROR(ts__model_attention_v32(m, L, n, seqs, ws->a, ws->f));
+            else if (sub == 0)
+                TS__RETURN_IF_ERROR(ts__model_attention(m, L, n, seqs, ws->a, ws->f));
             else TS__RETURN_IF_ERROR(ts__model_moe(m, L, n, tokens, ws->a, ws->f));
             TS__PROF_SECTION(pf, TS__P_HC, 0, 0,
                              ts__model_hc_post(m, ws->f, ws->X, n, ws->post, ws->comb, ws->X2));

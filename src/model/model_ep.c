@@ -292,9 +292,6 @@ static ts_status check_config(const char *fn, const ts_model_config *cfg, int R)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: n_routed_experts = %lld is not divisible by "
                         "the %d ranks of comm", fn, (long long)cfg->n_routed_experts, R);
     TS__RETURN_IF_ERROR(ts_model_config_validate(cfg, R));
-    if (cfg->attention != TS_MODEL_ATTN_V4)
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: attention = v32 is not built yet (docs/model.md "
-                        "§8)", fn);
     return TS_OK;
 }
 

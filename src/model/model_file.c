@@ -249,9 +249,6 @@ ts_status ts_model_load(const char *path, int64_t max_batch, ts_model **out) {
             if (st != TS_OK) st = bad(path, "__metadata__.config: %s", ts_last_error());
         }
     }
-    if (st == TS_OK && cfg.attention != TS_MODEL_ATTN_V4)
-        st = ts__fail(TS_ERR_UNSUPPORTED, "ts_model_load: %s: attention = v32 is not built yet",
-                      path);
     int64_t ns = 0;
     if (st == TS_OK) st = ts__model_weight_specs(&cfg, &specs, &ns);
     if (st == TS_OK) st = ts__model_alloc(&cfg, max_batch, &m);

@@ -106,6 +106,7 @@ typedef struct ts__layer {
     const int32_t *tid2eid;
     ts_packed_weight *w1, *w3, *w2; /* FP4 [E, inter, dim], [E, dim, inter] */
     ts__lin8 sw1, sw3, sw2;
+    struct ts__v32_layer *v32; /* attention = v32 (model_attention_v32.c); NULL for v4 */
 } ts__layer;
 
 /* ---- per-sequence caches (model_cache.c) */
@@ -119,6 +120,9 @@ typedef struct ts__layer_cache {
     uint8_t *icache;   /* [max_batch][max_seq/4][64] FP4 rows */
     int32_t *icache_sf;/* [max_batch][max_seq/4] packed ue8m0 */
     ts__comp_state *cs, *ics; /* [max_batch] */
+    /* attention = v32: [max_batch * v32 blocks] blocks of 64 tokens, 656-byte rows (V32) and
+     * the indexer's fused FP8 keys (64 x 128 e4m3, then 64 f32 scales per block) */
+    uint8_t *kv32, *ik32;
 } ts__layer_cache;
 
 #define TS__COMP_PAGE 64
@@ -159,6 +163,7 @@ typedef struct ts__ws {
     uint8_t *h8; float *h8sf;  /* [E][B][inter], [E][B][inter/32] */
     uint16_t *ye;              /* [E][B][dim] */
     uint16_t *sg, *su, *sh, *so; /* shared expert [B][inter] x3, [B][dim] */
+    struct ts__ws32 *v32;      /* attention = v32 scratch (model_attention_v32.c) */
 } ts__ws;
 
 /* ---- per-kernel step breakdown (model_profile.c) */
@@ -274,6 +279,12 @@ struct ts_model {
 /* model_weights.c: records -> layer structs, packing (after generate or load). */
 ts_status ts__model_bind_weights(ts_model *m);
 const ts__mtensor *ts__model_find(const ts_model *m, const char *name);
+/* A stored tensor by name (TS_ERR_INTERNAL if missing), an f32 one's data, an FP8 one packed
+ * for lin8, a bf16 one packed for linbf. */
+ts_status ts__model_w_tensor(const ts_model *m, const char *name, const ts__mtensor **out);
+ts_status ts__model_w_f32(const ts_model *m, const char *name, const float **p);
+ts_status ts__model_w_pack8(const ts_model *m, const char *name, ts__lin8 *w);
+ts_status ts__model_w_pack_bf16(const ts_model *m, const char *name, ts_packed_weight **pw);
 void ts__model_free_weights(ts_model *m);
 /* model_create.c */
 ts_status ts__model_alloc(const ts_model_config *cfg, int64_t max_batch, ts_model **out);
@@ -325,6 +336,20 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
 double ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot,
                               int64_t stride, int64_t c);
 void ts__model_hadamard128(double *x);
+
+/* model_attention_v32.c: attention = v32 (docs/model.md §8) */
+#define TS__V32_PAGE 64
+int64_t ts__model_v32_blocks(const ts_model_config *c); /* 64-token blocks per sequence */
+ts_status ts__model_v32_bind(ts_model *m, int64_t L);
+void ts__model_v32_free_layer(ts__layer *ly);
+ts_status ts__model_v32_cache_alloc(ts_model *m);
+void ts__model_v32_cache_free(ts_model *m);
+ts_status ts__model_v32_prefill_random(ts_model *m, int64_t seq, int64_t context_len,
+                                       uint64_t *rng);
+ts_status ts__model_v32_ws_alloc(ts_model *m);
+void ts__model_v32_ws_free(ts__ws *ws);
+ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
+                                  const uint16_t *a, uint16_t *out);
 
 /* model_moe.c */
 ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens,

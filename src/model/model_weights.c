@@ -85,6 +85,22 @@ ts_status ts__model_weight_specs(const ts_model_config *c, ts__wspec **specs, in
         }
         add(&l, TS__W_NORM, D, 0, "%lld.attn_norm", (long long)L);
         add(&l, TS__W_NORM, D, 0, "%lld.ffn_norm", (long long)L);
+        if (c->attention == TS_MODEL_ATTN_V32) {
+            /* §8: MLA (nope 128 + rope 64 per head, v 128) and the V3.2 indexer */
+            const int64_t QL = c->q_lora_rank, IH = c->index_n_heads;
+            add(&l, TS__W_FP8, QL, D, "%lld.attn.wq_a", (long long)L);
+            add(&l, TS__W_NORM, QL, 0, "%lld.attn.q_norm", (long long)L);
+            add(&l, TS__W_FP8, H * 192, QL, "%lld.attn.wq_b", (long long)L);
+            add(&l, TS__W_FP8, 576, D, "%lld.attn.wkv_a", (long long)L);
+            add(&l, TS__W_NORM, 512, 0, "%lld.attn.kv_norm", (long long)L);
+            add(&l, TS__W_FP8, H * 256, 512, "%lld.attn.wkv_b", (long long)L);
+            add(&l, TS__W_FP8, D, H * 128, "%lld.attn.wo", (long long)L);
+            add(&l, TS__W_FP8, IH * 128, QL, "%lld.attn.indexer.wq_b", (long long)L);
+            add(&l, TS__W_FP8, 128, D, "%lld.attn.indexer.wk", (long long)L);
+            add(&l, TS__W_NORM, 128, 0, "%lld.attn.indexer.k_norm", (long long)L);
+            add(&l, TS__W_BIAS, 128, 0, "%lld.attn.indexer.k_norm_bias", (long long)L);
+            add(&l, TS__W_BF16LIN, IH, D, "%lld.attn.indexer.weights_proj", (long long)L);
+        } else {
         add(&l, TS__W_FP8, c->q_lora_rank, D, "%lld.attn.wq_a", (long long)L);
         add(&l, TS__W_NORM, c->q_lora_rank, 0, "%lld.attn.q_norm", (long long)L);
         add(&l, TS__W_FP8, H * 512, c->q_lora_rank, "%lld.attn.wq_b", (long long)L);
@@ -109,6 +125,7 @@ ts_status ts__model_weight_specs(const ts_model_config *c, ts__wspec **specs, in
             add(&l, TS__W_F32LIN, 256, D, "%lld.attn.indexer.compressor.wgate", (long long)L);
             add(&l, TS__W_APE, 4, 256, "%lld.attn.indexer.compressor.ape", (long long)L);
             add(&l, TS__W_NORM, 128, 0, "%lld.attn.indexer.compressor.norm", (long long)L);
+        }
         }
         add(&l, TS__W_F32LIN, E, D, "%lld.ffn.gate.weight", (long long)L);
         if (L < c->n_hash_layers)
@@ -335,6 +352,20 @@ static ts_status pack_experts(const ts_model *m, int64_t L, const char *which, i
     return st;
 }
 
+/* for the v32 attention's binding (model_v32_setup.c) */
+ts_status ts__model_w_tensor(const ts_model *m, const char *name, const ts__mtensor **out) {
+    return need(m, name, out);
+}
+ts_status ts__model_w_f32(const ts_model *m, const char *name, const float **p) {
+    return f32_of(m, name, p);
+}
+ts_status ts__model_w_pack8(const ts_model *m, const char *name, ts__lin8 *w) {
+    return pack8(m, name, 0, -1, w);
+}
+ts_status ts__model_w_pack_bf16(const ts_model *m, const char *name, ts_packed_weight **pw) {
+    return pack_bf16(m, name, pw);
+}
+
 ts_status ts__model_bind_weights(ts_model *m) {
     const ts_model_config *c = &m->cfg;
     const ts__mtensor *t = NULL;
@@ -369,6 +400,10 @@ ts_status ts__model_bind_weights(ts_model *m) {
         F32(hc_ffn_scale, "%lld.hc_ffn_scale", l);
         F32(attn_norm, "%lld.attn_norm", l);
         F32(ffn_norm, "%lld.ffn_norm", l);
+        if (c->attention == TS_MODEL_ATTN_V32) {
+            ly->ratio = 0; /* §8: every layer is MLA + indexer; compress_ratios are not used */
+            TS__RETURN_IF_ERROR(ts__model_v32_bind(m, L));
+        } else {
         F32(q_norm, "%lld.attn.q_norm", l);
         F32(kv_norm, "%lld.attn.kv_norm", l);
         F32(attn_sink, "%lld.attn.attn_sink", l);
@@ -403,6 +438,7 @@ ts_status ts__model_bind_weights(ts_model *m) {
             P8(iwq_b, "%lld.attn.indexer.wq_b", l);
             NAMEF(nm, "%lld.attn.indexer.weights_proj", l);
             TS__RETURN_IF_ERROR(pack_bf16(m, nm, &ly->weights_proj));
+        }
         }
         F32(gate_w, "%lld.ffn.gate.weight", l);
         if (ly->hash) {
@@ -445,6 +481,7 @@ void ts__model_free_weights(ts_model *m) {
         ts_packed_weight_destroy(ly->sw1.pw);
         ts_packed_weight_destroy(ly->sw3.pw);
         ts_packed_weight_destroy(ly->sw2.pw);
+        ts__model_v32_free_layer(ly);
         memset(ly, 0, sizeof *ly);
     }
     ts_packed_weight_destroy(m->head);

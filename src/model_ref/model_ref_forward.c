@@ -557,7 +557,8 @@ static ts_status check_config(const ts_model_config *c) {
                             "ts_model_reference_create: cfg->%s is invalid (needs %s)", key, \
                             #cond);                                                        \
     } while (0)
-    REQ(c->attention == TS_MODEL_ATTN_V4, "attention");
+    REQ(c->attention == TS_MODEL_ATTN_V4 || c->attention == TS_MODEL_ATTN_V32, "attention");
+    REQ(c->attention != TS_MODEL_ATTN_V32 || c->max_seq_len <= c->original_seq_len, "max_seq_len");
     REQ(c->head_dim == 512, "head_dim");
     REQ(c->rope_head_dim == 64, "rope_head_dim");
     REQ(c->index_head_dim == 128, "index_head_dim");
@@ -622,6 +623,8 @@ void ts_model_reference_free(ts_model_reference *r) {
             free(ly->window);
             free(ly->comp);
             free(ly->index_keys);
+            free(ly->kv32);
+            free(ly->ikeys);
             compressor_free(&ly->comp_state);
             compressor_free(&ly->index_state);
         }
@@ -641,8 +644,15 @@ ts_status ts_model_reference_create(const ts_model_config *cfg, ts_model_referen
     ts_status st = r->layers ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_reference_create");
     for (int64_t L = 0; L < cfg->n_layers && st == TS_OK; L++) {
         ts__ref_layer *ly = &r->layers[L];
-        const int32_t ratio = cfg->compress_ratios[L];
+        const bool v32 = cfg->attention == TS_MODEL_ATTN_V32;
+        const int32_t ratio = v32 ? 0 : cfg->compress_ratios[L]; /* §8: ratios unused */
         ly->ratio = ratio;
+        if (v32) {
+            ly->kv32 = calloc((size_t)(cfg->max_seq_len * 576), sizeof(double));
+            ly->ikeys = calloc((size_t)(cfg->max_seq_len * D_IDX), sizeof(double));
+            if (!ly->kv32 || !ly->ikeys)
+                st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_reference_create: cache");
+        }
         rope_freqs(cfg, ratio > 0, ly->freqs);
         ly->window = calloc((size_t)(cfg->window_size * D_HEAD), sizeof(double));
         if (!ly->window) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_reference_create: cache");
@@ -695,7 +705,8 @@ ts_status ts_model_reference_decode(ts_model_reference *r, int32_t token, double
             ts__ref_layer *ly = &r->layers[L];
             hc_pre(r, X, &ly->hc_attn_fn, &ly->hc_attn_base, &ly->hc_attn_scale, y, &mx);
             rmsnorm(y, D, &ly->attn_norm, c->norm_eps);
-            st = attention(r, L, y, f);
+            st = c->attention == TS_MODEL_ATTN_V32 ? ts__ref_attention_v32(r, L, y, f)
+                                                   : attention(r, L, y, f);
             if (st != TS_OK) break;
             hc_post(r, f, &mx, X, Xn);
             hc_pre(r, X, &ly->hc_ffn_fn, &ly->hc_ffn_base, &ly->hc_ffn_scale, y, &mx);
@@ -726,4 +737,25 @@ ts_status ts_model_reference_decode(ts_model_reference *r, int32_t token, double
     free(f);
     free(Xn);
     return st;
+}
+
+/* ---- for model_ref_v32.c ------------------------------------------------------------ */
+
+double ts__ref_bf16r(double x) { return bf16r(x); }
+ts_status ts__ref_lin8(const ts__ref_mat *W, int64_t row0, int64_t n, const double *x,
+                       double *y) {
+    return lin8(W, row0, n, x, y);
+}
+void ts__ref_rmsnorm(double *y, int64_t n, const ts__ref_mat *w, double eps) {
+    rmsnorm(y, n, w, eps);
+}
+void ts__ref_matvec(const ts__ref_mat *W, int64_t row0, int64_t n, const double *x, double *y) {
+    matvec(W, row0, n, x, y);
+}
+void ts__ref_rope(double *x, double pos, const double *freqs, int inverse) {
+    rope(x, pos, freqs, inverse);
+}
+void ts__ref_hadamard128(double *x) { hadamard128(x); }
+ts_status ts__ref_fp8_act(const double *x, int64_t n, int64_t gran, double *out) {
+    return fp8_act(x, n, gran, out);
 }

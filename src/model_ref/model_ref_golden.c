@@ -81,7 +81,7 @@ static ts_status parse(reader *r, ts__model_golden *g) {
     for (int i = 0; i < GOLDEN_N_CFG_I; i++) ci[i] = (int64_t)le64(r, "config");
     for (int i = 0; i < GOLDEN_N_CFG_F; i++) cf[i] = lef64(r, "config");
     ts_model_config *c = &g->cfg;
-    snprintf(c->name, sizeof(c->name), "dsv4-tiny");
+
     c->vocab_size = ci[0], c->dim = ci[1], c->n_layers = ci[2], c->n_hash_layers = ci[3];
     c->n_heads = ci[4], c->head_dim = ci[5], c->rope_head_dim = ci[6], c->q_lora_rank = ci[7];
     c->o_groups = ci[8], c->o_lora_rank = ci[9], c->window_size = ci[10];
@@ -91,6 +91,8 @@ static ts_status parse(reader *r, ts__model_golden *g) {
     c->hc_sinkhorn_iters = ci[19], c->original_seq_len = ci[20], c->beta_fast = ci[21];
     c->beta_slow = ci[22], c->max_seq_len = ci[23], c->attention = (ts_model_attention)ci[24];
     c->seed = (uint64_t)ci[25];
+    snprintf(c->name, sizeof(c->name), "%s",
+             c->attention == TS_MODEL_ATTN_V32 ? "dsv32-tiny" : "dsv4-tiny");
     c->route_scale = cf[0], c->swiglu_limit = cf[1], c->hc_eps = cf[2], c->norm_eps = cf[3];
     c->rope_theta = cf[4], c->compress_rope_theta = cf[5], c->rope_factor = cf[6];
     if (!r->bad && c->n_layers != (int64_t)n_layers) r->bad = "n_layers";

@@ -33,6 +33,10 @@ typedef struct ts__ref_layer {
     int32_t *tid2eid;                                         /* hash layers: [vocab, topk] */
     ts__ref_mat *w1, *w3, *w2;                                /* [E] */
     ts__ref_mat s_w1, s_w3, s_w2;
+    /* attention = v32 (§8; wq_a, q_norm, wq_b, kv_norm, i_wq_b, i_weights_proj as above) */
+    ts__ref_mat wkv_a, wkv_b, wo, i_wk, i_k_norm, i_k_norm_bias;
+    double *kv32;  /* [max_seq_len, 576] latent rows through the 656-byte cache */
+    double *ikeys; /* [max_seq_len, 128] indexer keys through their FP8 cast */
     /* caches (dequantised rows) */
     double *window;       /* [window_size, 512] */
     double *comp;         /* [max_seq_len / ratio, 512] */
@@ -54,6 +58,18 @@ struct ts_model_reference {
  * zeroed); records the checksums. */
 ts_status ts__ref_generate_weights(ts_model_reference *r);
 void ts__ref_free_weights(ts_model_reference *r);
+
+/* The forward's rounding points and helpers, for the v32 attention (model_ref_v32.c). */
+double ts__ref_bf16r(double x);
+ts_status ts__ref_lin8(const ts__ref_mat *W, int64_t row0, int64_t n, const double *x,
+                       double *y);
+void ts__ref_rmsnorm(double *y, int64_t n, const ts__ref_mat *w, double eps);
+void ts__ref_matvec(const ts__ref_mat *W, int64_t row0, int64_t n, const double *x, double *y);
+void ts__ref_rope(double *x, double pos, const double *freqs, int inverse);
+void ts__ref_hadamard128(double *x);
+ts_status ts__ref_fp8_act(const double *x, int64_t n, int64_t gran, double *out);
+/* §8 attention of layer L for the bf16 row a (r->pos is the token's position); f: [dim]. */
+ts_status ts__ref_attention_v32(ts_model_reference *r, int64_t L, const double *a, double *f);
 
 /* The FP4 cast docs/model.md names without a rounding variant (expert weights, indexer q / k):
  * DeepGEMM's per_token_cast_to_fp4 rule, in one place for both uses. */

@@ -247,6 +247,23 @@ static void gen_layer(gen *g, int64_t L) {
     gen_hc(g, NAME("%lld.hc_ffn", (long long)L), &ly->hc_ffn_fn, &ly->hc_ffn_base,
            &ly->hc_ffn_scale, (2 + hc) * hc, 3);
     gen_affine(g, NAME("%lld.ffn_norm", (long long)L), &ly->ffn_norm, 1, D, 1.0f, 0.125f);
+    if (c->attention == TS_MODEL_ATTN_V32) { /* §8 */
+        gen_fp8(g, NAME("%lld.attn.wq_a", (long long)L), &ly->wq_a, QL, D);
+        gen_affine(g, NAME("%lld.attn.q_norm", (long long)L), &ly->q_norm, 1, QL, 1.0f, 0.125f);
+        gen_fp8(g, NAME("%lld.attn.wq_b", (long long)L), &ly->wq_b, H * 192, QL);
+        gen_fp8(g, NAME("%lld.attn.wkv_a", (long long)L), &ly->wkv_a, 576, D);
+        gen_affine(g, NAME("%lld.attn.kv_norm", (long long)L), &ly->kv_norm, 1, 512, 1.0f, 0.125f);
+        gen_fp8(g, NAME("%lld.attn.wkv_b", (long long)L), &ly->wkv_b, H * 256, 512);
+        gen_fp8(g, NAME("%lld.attn.wo", (long long)L), &ly->wo, D, H * 128);
+        gen_fp8(g, NAME("%lld.attn.indexer.wq_b", (long long)L), &ly->i_wq_b, IH * 128, QL);
+        gen_fp8(g, NAME("%lld.attn.indexer.wk", (long long)L), &ly->i_wk, 128, D);
+        gen_affine(g, NAME("%lld.attn.indexer.k_norm", (long long)L), &ly->i_k_norm, 1, 128, 1.0f,
+                   0.125f);
+        gen_affine(g, NAME("%lld.attn.indexer.k_norm_bias", (long long)L), &ly->i_k_norm_bias, 1,
+                   128, 0.0f, 0.0625f);
+        gen_bf16(g, NAME("%lld.attn.indexer.weights_proj", (long long)L), &ly->i_weights_proj, IH,
+                 D, 1);
+    } else {
     gen_fp8(g, NAME("%lld.attn.wq_a", (long long)L), &ly->wq_a, QL, D);
     gen_affine(g, NAME("%lld.attn.q_norm", (long long)L), &ly->q_norm, 1, QL, 1.0f, 0.125f);
     gen_fp8(g, NAME("%lld.attn.wq_b", (long long)L), &ly->wq_b, H * 512, QL);
@@ -278,6 +295,7 @@ static void gen_layer(gen *g, int64_t L) {
                    2 * 128, 0.0f, 0.25f);
         gen_affine(g, NAME("%lld.attn.indexer.compressor.norm", (long long)L), &ly->ic_norm, 1,
                    128, 1.0f, 0.125f);
+    }
     }
     gen_f32_linear(g, NAME("%lld.ffn.gate.weight", (long long)L), &ly->gate_w, E, D);
     if (L < c->n_hash_layers)
@@ -331,7 +349,8 @@ void ts__ref_free_weights(ts_model_reference *r) {
                                    &ly->wo_b, &ly->c_wkv, &ly->c_wgate, &ly->c_ape, &ly->c_norm,
                                    &ly->i_wq_b, &ly->i_weights_proj, &ly->ic_wkv, &ly->ic_wgate,
                                    &ly->ic_ape, &ly->ic_norm, &ly->gate_w, &ly->gate_bias,
-                                   &ly->s_w1, &ly->s_w3, &ly->s_w2};
+                                   &ly->s_w1, &ly->s_w3, &ly->s_w2, &ly->wkv_a, &ly->wkv_b,
+                                   &ly->wo, &ly->i_wk, &ly->i_k_norm, &ly->i_k_norm_bias};
             for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) free(mats[i]->v);
             for (int64_t e = 0; e < r->cfg.n_routed_experts; e++) {
                 if (ly->w1) free(ly->w1[e].v);

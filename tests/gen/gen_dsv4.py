@@ -184,43 +184,48 @@ class Weights:
         self.f32t(prefix + "_scale",
                   (F32(0.5) + self._u(prefix + "_scale", (n_scale,)) / F32(4)).astype(F32))
 
+    def attn_weights(self, L, r):
+        """Layer L's attention tensors (§2; gen_dsv32.py overrides this for §8)."""
+        cfg = self.cfg
+        D, H, QL = cfg["dim"], cfg["n_heads"], cfg["q_lora_rank"]
+        OG, OL, IH = cfg["o_groups"], cfg["o_lora_rank"], cfg["index_n_heads"]
+        a = f"{L}.attn."
+        self.fp8(a + "wq_a", (QL, D))
+        self.norm(a + "q_norm", QL)
+        self.fp8(a + "wq_b", (H * 512, QL))
+        self.fp8(a + "wkv", (512, D))
+        self.norm(a + "kv_norm", 512)
+        self.f32t(a + "attn_sink", self._u(a + "attn_sink", (H,)))
+        self.fp8(a + "wo_a", (OG * OL, (H // OG) * 512))
+        self.fp8(a + "wo_b", (D, OG * OL))
+        if r > 0:
+            coff = 2 if r == 4 else 1
+            self.linear32(a + "compressor.wkv", (coff * 512, D))
+            self.linear32(a + "compressor.wgate", (coff * 512, D))
+            self.f32t(a + "compressor.ape",
+                      (self._u(a + "compressor.ape", (r, coff * 512)) / F32(4)).astype(F32))
+            self.norm(a + "compressor.norm", 512)
+        if r == 4:
+            self.fp8(a + "indexer.wq_b", (IH * 128, QL))
+            self.bf16t(a + "indexer.weights_proj",
+                       self.linear_value(a + "indexer.weights_proj", (IH, D)))
+            ic = a + "indexer.compressor."
+            self.linear32(ic + "wkv", (2 * 128, D))
+            self.linear32(ic + "wgate", (2 * 128, D))
+            self.f32t(ic + "ape", (self._u(ic + "ape", (4, 2 * 128)) / F32(4)).astype(F32))
+            self.norm(ic + "norm", 128)
+
     def generate(self):
         cfg = self.cfg
         V, D, hc = cfg["vocab_size"], cfg["dim"], cfg["hc_mult"]
-        H, QL, OG, OL = cfg["n_heads"], cfg["q_lora_rank"], cfg["o_groups"], cfg["o_lora_rank"]
         E, I, K = cfg["n_routed_experts"], cfg["moe_inter_dim"], cfg["n_activated_experts"]
-        IH = cfg["index_n_heads"]
         self.bf16t("embed", self._u("embed", (V, D)))
         for L in range(cfg["n_layers"]):
             r = cfg["compress_ratios"][L]
             for sub in ("attn", "ffn"):
                 self.hc(f"{L}.hc_{sub}", (2 + hc) * hc, hc * D)
                 self.norm(f"{L}.{sub}_norm", D)
-            a = f"{L}.attn."
-            self.fp8(a + "wq_a", (QL, D))
-            self.norm(a + "q_norm", QL)
-            self.fp8(a + "wq_b", (H * 512, QL))
-            self.fp8(a + "wkv", (512, D))
-            self.norm(a + "kv_norm", 512)
-            self.f32t(a + "attn_sink", self._u(a + "attn_sink", (H,)))
-            self.fp8(a + "wo_a", (OG * OL, (H // OG) * 512))
-            self.fp8(a + "wo_b", (D, OG * OL))
-            if r > 0:
-                coff = 2 if r == 4 else 1
-                self.linear32(a + "compressor.wkv", (coff * 512, D))
-                self.linear32(a + "compressor.wgate", (coff * 512, D))
-                self.f32t(a + "compressor.ape",
-                          (self._u(a + "compressor.ape", (r, coff * 512)) / F32(4)).astype(F32))
-                self.norm(a + "compressor.norm", 512)
-            if r == 4:
-                self.fp8(a + "indexer.wq_b", (IH * 128, QL))
-                self.bf16t(a + "indexer.weights_proj",
-                           self.linear_value(a + "indexer.weights_proj", (IH, D)))
-                ic = a + "indexer.compressor."
-                self.linear32(ic + "wkv", (2 * 128, D))
-                self.linear32(ic + "wgate", (2 * 128, D))
-                self.f32t(ic + "ape", (self._u(ic + "ape", (4, 2 * 128)) / F32(4)).astype(F32))
-                self.norm(ic + "norm", 128)
+            self.attn_weights(L, r)
             f = f"{L}.ffn."
             self.linear32(f + "gate.weight", (E, D))
             if L < cfg["n_hash_layers"]:
@@ -527,16 +532,13 @@ def conditioning(seeds):
               f"greedy differs at steps {flips}", flush=True)
 
 
-def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--conditioning":
-        conditioning([int(a) for a in sys.argv[2:]] or [PROMPT_SEED])
-        return
-    cfg = CFG
-    w = Weights(cfg)
+def golden_run(cfg, weights_cls, model_cls, prompt_seed):
+    """The golden run: the prompt decoded token by token, then N_GEN greedy steps."""
+    w = weights_cls(cfg)
     w.generate()
-    model = Model(cfg, w)
+    model = model_cls(cfg, w)
     V = cfg["vocab_size"]
-    prompt = prompt_tokens(PROMPT_SEED, PROMPT_LEN, V)
+    prompt = prompt_tokens(prompt_seed, PROMPT_LEN, V)
     tokens = list(prompt)
     logits = []
     margins = []
@@ -552,22 +554,26 @@ def main():
             else:
                 final = nxt
     assert model.min_act_amax >= 1e-4, model.min_act_amax
+    return w, model, prompt, tokens, logits, final, margins
 
+
+def write_golden(name, cfg, prompt_seed, w, model, prompt, tokens, logits, final, margins):
+    V = cfg["vocab_size"]
     out = bytearray(b"TSDSV4G1")
     out += struct.pack("<IIII", 1, len(CFG_I), len(CFG_F), cfg["n_layers"])
     out += struct.pack(f"<{len(CFG_I)}q", *[int(cfg[k]) for k in CFG_I])
     out += struct.pack(f"<{len(CFG_F)}d", *[float(cfg[k]) for k in CFG_F])
     out += struct.pack(f"<{cfg['n_layers']}i", *cfg["compress_ratios"])
-    out += struct.pack("<QII", PROMPT_SEED, PROMPT_LEN, N_GEN)
+    out += struct.pack("<QII", prompt_seed, PROMPT_LEN, N_GEN)
     out += struct.pack(f"<{len(tokens)}i", *tokens)
     out += struct.pack("<II", len(logits), V)
     out += np.array(logits, dtype="<f4").tobytes()
     out += struct.pack("<i", final)
     out += struct.pack("<I", len(w.sums))
-    for name, code, nbytes, h in w.sums:
-        nb = name.encode()
+    for nm, code, nbytes, h in w.sums:
+        nb = nm.encode()
         out += struct.pack("<H", len(nb)) + nb + struct.pack("<BBQQ", code, 0, nbytes, h)
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "dsv4_tiny.bin")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", name)
     with open(path, "wb") as f:
         f.write(bytes(out))
     lg = np.array(logits)
@@ -576,6 +582,14 @@ def main():
     print(f"greedy {tokens[PROMPT_LEN:]} final {final}")
     print(f"logit std {lg.std():.4f}, min top1-top2 margin over greedy steps {min(margins):.3e}, "
           f"min act block amax {model.min_act_amax:.3e}")
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--conditioning":
+        conditioning([int(a) for a in sys.argv[2:]] or [PROMPT_SEED])
+        return
+    run = golden_run(CFG, Weights, Model, PROMPT_SEED)
+    write_golden("dsv4_tiny.bin", CFG, PROMPT_SEED, *run)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,304 @@
+/* attention = v32 (docs/model.md §8) on dsv32-tiny: the three implementations against each
+ * other (numpy golden tests/golden/dsv32_tiny.bin from tests/gen/gen_dsv32.py, the float64
+ * reference, the optimised path), thread- and batch-invariance, the indexer's top-k actually
+ * choosing, save / load, random prefill, and the v32 config checks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model_ref/model_ref.h"
+#include "tilestack/quant.h"
+#include "ts_test.h"
+
+#ifndef TS_GOLDEN_DIR
+#define TS_GOLDEN_DIR "tests/golden"
+#endif
+#define GOLDEN_PATH TS_GOLDEN_DIR "/dsv32_tiny.bin"
+
+static ts__model_golden g_golden;
+static double *g_ref_logits;
+static int64_t g_sum_mismatches = -1;
+static char g_first_bad[80];
+
+static int ensure_reference(ts_test_ctx *ts_t_) {
+    if (g_ref_logits) return 1;
+    ts_status st = ts__model_golden_load(GOLDEN_PATH, &g_golden);
+    TS_CHECK_STATUS(st, TS_OK);
+    if (st != TS_OK) return 0;
+    double *lg = malloc((size_t)(g_golden.n_steps * g_golden.cfg.vocab_size) * sizeof(double));
+    TS_CHECK(lg != NULL);
+    if (!lg) return 0;
+    st = ts__model_reference_run_golden(&g_golden, lg, &g_sum_mismatches, g_first_bad);
+    TS_CHECK_STATUS(st, TS_OK);
+    if (st != TS_OK) {
+        free(lg);
+        return 0;
+    }
+    g_ref_logits = lg;
+    return 1;
+}
+
+__attribute__((destructor)) static void free_reference(void) {
+    free(g_ref_logits);
+    ts__model_golden_free(&g_golden);
+}
+
+static int verbose(void) { return getenv("TS_MODEL_CHECK_VERBOSE") != NULL; }
+
+TS_TEST(model_v32_golden_file_is_the_builtin_config) {
+    ts__model_golden g;
+    TS_CHECK_STATUS(ts__model_golden_load(GOLDEN_PATH, &g), TS_OK);
+    if (TS_FAILED()) return;
+    ts_model_config b;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &b), TS_OK);
+    /* every §1 field of the file equals the built-in (the name included) */
+    char jg[4096], jb[4096];
+    TS_CHECK_STATUS(ts_model_config_to_json(&g.cfg, jg, sizeof jg), TS_OK);
+    TS_CHECK_STATUS(ts_model_config_to_json(&b, jb, sizeof jb), TS_OK);
+    TS_CHECK_MSG(strcmp(jg, jb) == 0, "golden config %s\n  built-in %s", jg, jb);
+    TS_CHECK(g.cfg.attention == TS_MODEL_ATTN_V32);
+    TS_CHECK_STATUS(ts_model_config_validate(&g.cfg, 1), TS_OK);
+    TS_CHECK_EQ_INT(g.cfg.index_topk, 16);
+    TS_CHECK_EQ_INT(g.n_prompt, 40);
+    TS_CHECK_EQ_INT(g.n_gen, 32);
+    /* per layer: 12 attention tensors (7 FP8 ones with scales) + the V4 MoE / mHC set */
+    TS_CHECK(g.n_sums > 100);
+    ts__model_golden_free(&g);
+}
+
+TS_TEST(model_v32_reference_matches_numpy_golden) {
+    if (!ensure_reference(ts_t_)) return;
+    const ts__model_golden *g = &g_golden;
+    TS_CHECK_MSG(g_sum_mismatches == 0, "%lld weight checksums differ (first: %s)",
+                 (long long)g_sum_mismatches, g_first_bad);
+    const int64_t V = g->cfg.vocab_size, n = g->n_steps * V;
+    double *gold = malloc((size_t)n * sizeof(double));
+    TS_CHECK(gold != NULL);
+    if (!gold) return;
+    for (int64_t i = 0; i < n; i++) gold[i] = g->logits[i];
+    ts__model_compare cmp;
+    TS_CHECK_STATUS(ts__model_compare_logits(g, gold, g_ref_logits, &cmp), TS_OK);
+    /* two float64 simulations of §8's rounding points: summation order and the golden's f32
+     * storage only */
+    TS_CHECK_MSG(cmp.max_diff < 1e-9, "max calc_diff %.3g at step %lld", cmp.max_diff,
+                 (long long)cmp.worst_step);
+    TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
+    TS_CHECK_EQ_INT(cmp.greedy_mismatches, 0);
+    if (verbose())
+        printf("  v32 reference vs numpy golden: max calc_diff %.3g (step %lld), mean %.3g\n",
+               cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
+    int distinct = 0;
+    for (int64_t i = g->n_prompt; i < g->n_steps; i++) {
+        int seen = 0;
+        for (int64_t j = g->n_prompt; j < i; j++) seen |= g->tokens[j] == g->tokens[i];
+        distinct += !seen;
+    }
+    TS_CHECK(distinct > 8);
+    free(gold);
+}
+
+/* The optimised path over the golden tokens (teacher-forced), batch of `nb` sequences where
+ * the golden sequence is seqs[0] = nb - 1 and the others decode other tokens alongside. */
+static int run_optimised(ts_test_ctx *ts_t_, const ts__model_golden *g, int64_t nb,
+                         double *out) {
+    const int64_t V = g->cfg.vocab_size;
+    ts_model *m = NULL;
+    TS_CHECK_STATUS(ts_model_create(&g->cfg, nb, &m), TS_OK);
+    if (!m) return 0;
+    float *lf = malloc((size_t)(nb * V) * sizeof(float));
+    int64_t seqs[4];
+    int32_t toks[4];
+    for (int64_t b = 0; b < nb; b++) seqs[b] = nb - 1 - b;
+    int ok = lf != NULL;
+    for (int64_t i = 0; ok && i < g->n_steps; i++) {
+        toks[0] = g->tokens[i];
+        for (int64_t b = 1; b < nb; b++) toks[b] = (int32_t)((g->tokens[i] * 7 + 13 * b + i) % V);
+        const ts_status st = ts_model_decode(m, nb, seqs, toks, lf);
+        TS_CHECK_STATUS(st, TS_OK);
+        ok = st == TS_OK;
+        for (int64_t v = 0; ok && v < V; v++) out[i * V + v] = lf[v];
+    }
+    free(lf);
+    ts_model_free(m);
+    return ok;
+}
+
+/* calc_diff < 1e-3 at every step and the same 33 greedy choices; the same bits with 1 and 2
+ * threads and inside a batch of 3 */
+TS_TEST(model_v32_optimised_matches_reference) {
+    if (!ensure_reference(ts_t_)) return;
+    const ts__model_golden *g = &g_golden;
+    const int64_t n = g->n_steps * g->cfg.vocab_size;
+    double *opt = malloc((size_t)n * sizeof(double));
+    double *alt = malloc((size_t)n * sizeof(double));
+    TS_CHECK(opt && alt);
+    if (opt && alt && run_optimised(ts_t_, g, 1, opt)) {
+        ts__model_compare cmp;
+        TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, opt, &cmp), TS_OK);
+        TS_CHECK_MSG(cmp.max_diff < 1e-3,
+                     "max calc_diff %.3g at step %lld (mean %.3g; first step above 1e-9: %lld)",
+                     cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
+                     (long long)cmp.first_above_1e9);
+        TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
+        TS_CHECK_MSG(cmp.greedy_mismatches == 0,
+                     "%lld greedy tokens differ, first at step %lld (reference top-2 margin %.3g)",
+                     (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch,
+                     cmp.first_mismatch_margin);
+        /* the first steps make every rounding choice the reference makes */
+        TS_CHECK(cmp.first_above_1e9 < 0 || cmp.first_above_1e9 >= 16);
+        if (verbose())
+            printf("  v32 optimised vs reference: max calc_diff %.3g (step %lld), mean %.3g, "
+                   "first step above 1e-9: %lld\n",
+                   cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
+                   (long long)cmp.first_above_1e9);
+        const int threads = ts_get_num_threads();
+        TS_CHECK_STATUS(ts_set_num_threads(threads > 1 ? 1 : 2), TS_OK);
+        if (run_optimised(ts_t_, g, 1, alt))
+            TS_CHECK_MSG(memcmp(opt, alt, (size_t)n * sizeof(double)) == 0,
+                         "logits with %d threads differ from %d", threads > 1 ? 1 : 2, threads);
+        TS_CHECK_STATUS(ts_set_num_threads(threads), TS_OK);
+        if (run_optimised(ts_t_, g, 3, alt))
+            TS_CHECK_MSG(memcmp(opt, alt, (size_t)n * sizeof(double)) == 0,
+                         "logits inside a batch of 3 differ from the sequence alone");
+    }
+    free(opt);
+    free(alt);
+}
+
+/* The indexer chooses: with index_topk >= the context every row is attended, so the logits
+ * equal those of index_topk = 16 while at most 16 rows exist (bit for bit) and differ after. */
+TS_TEST(model_v32_topk_selects_rows) {
+    ts_model_config c;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
+    ts_model_config all = c;
+    all.index_topk = c.max_seq_len;
+    ts_model *a = NULL, *b = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, 1, &a), TS_OK);
+    TS_CHECK_STATUS(ts_model_create(&all, 1, &b), TS_OK);
+    const int64_t V = c.vocab_size, seq = 0;
+    float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+    int differ_after = 0;
+    for (int i = 0; a && b && la && lb && i < 24; i++) {
+        const int32_t tok = (int32_t)((i * 37 + 5) % V);
+        TS_CHECK_STATUS(ts_model_decode(a, 1, &seq, &tok, la), TS_OK);
+        TS_CHECK_STATUS(ts_model_decode(b, 1, &seq, &tok, lb), TS_OK);
+        const int same = memcmp(la, lb, (size_t)V * sizeof(float)) == 0;
+        if (i < 16) TS_CHECK_MSG(same, "step %d: top-16 of %d rows differs from all rows", i, i + 1);
+        else differ_after += !same;
+    }
+    TS_CHECK(differ_after >= 4);
+    free(la);
+    free(lb);
+    ts_model_free(a);
+    ts_model_free(b);
+}
+
+TS_TEST(model_v32_save_load_roundtrip) {
+    ts_model_config c;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
+    c.n_layers = 2;
+    c.seed = 11;
+    ts_model *m = NULL, *l = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, 2, &m), TS_OK);
+    if (!m) return;
+    char path[] = "/tmp/ts_model_v32_XXXXXX";
+    const int fd = mkstemp(path);
+    TS_CHECK(fd >= 0);
+    if (fd < 0) {
+        ts_model_free(m);
+        return;
+    }
+    close(fd);
+    TS_CHECK_STATUS(ts_model_save_weights(m, path), TS_OK);
+    TS_CHECK_STATUS(ts_model_load(path, 2, &l), TS_OK);
+    if (l) {
+        const ts_model_config *lc = ts_model_get_config(l);
+        TS_CHECK(lc->attention == TS_MODEL_ATTN_V32 && lc->n_layers == 2 && lc->seed == 11);
+        const int64_t V = c.vocab_size, seqs[2] = {1, 0};
+        float *x = malloc((size_t)(2 * V) * sizeof(float)), *y = malloc((size_t)(2 * V) * sizeof(float));
+        for (int i = 0; x && y && i < 20; i++) {
+            const int32_t toks[2] = {(int32_t)((i * 11 + 3) % V), (int32_t)((i * 5 + 1) % V)};
+            TS_CHECK_STATUS(ts_model_decode(m, 2, seqs, toks, x), TS_OK);
+            TS_CHECK_STATUS(ts_model_decode(l, 2, seqs, toks, y), TS_OK);
+            TS_CHECK_MSG(memcmp(x, y, (size_t)(2 * V) * sizeof(float)) == 0, "step %d differs", i);
+        }
+        free(x);
+        free(y);
+        ts_model_free(l);
+    }
+    ts_model_free(m);
+    remove(path);
+}
+
+TS_TEST(model_v32_prefill_random_then_decode) {
+    ts_model_config c;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
+    ts_model *m = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, 2, &m), TS_OK);
+    if (!m) return;
+    TS_CHECK_STATUS(ts_model_prefill_random(m, 1, 100, 5), TS_OK);
+    TS_CHECK_EQ_INT(ts_model_sequence_position(m, 1), 100);
+    TS_CHECK_EQ_INT(ts_model_sequence_position(m, 0), 0);
+    const int64_t V = c.vocab_size, seqs[2] = {0, 1};
+    const int32_t toks[2] = {3, 4};
+    float *lg = malloc((size_t)(2 * V) * sizeof(float));
+    TS_CHECK_STATUS(ts_model_decode(m, 2, seqs, toks, lg), TS_OK);
+    int finite = 1;
+    for (int64_t i = 0; lg && i < 2 * V; i++) finite &= isfinite(lg[i]) != 0;
+    TS_CHECK(finite);
+    TS_CHECK_EQ_INT(ts_model_sequence_position(m, 1), 101);
+    TS_CHECK_STATUS(ts_model_prefill_random(m, 0, c.max_seq_len, 5), TS_ERR_INVALID_ARGUMENT);
+    free(lg);
+    ts_model_free(m);
+}
+
+static void expect_bad(ts_test_ctx *ts_t_, const ts_model_config *c, const char *a,
+                       const char *b) {
+    ts_model *m = NULL;
+    TS_CHECK_STATUS(ts_model_config_validate(c, 1), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_MSG(strstr(ts_last_error(), a) && (!b || strstr(ts_last_error(), b)),
+                 "message \"%s\" lacks \"%s\" / \"%s\"", ts_last_error(), a, b ? b : "");
+    TS_CHECK_STATUS(ts_model_create(c, 1, &m), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(m == NULL);
+}
+
+TS_TEST(model_v32_bad_configs) {
+    ts_model_config c, bad;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
+    TS_CHECK_STATUS(ts_model_config_validate(&c, 1), TS_OK);
+    bad = c;
+    bad.head_dim = 576; /* the V3.2 q/k width is not a config key: head_dim is kv_lora_rank */
+    expect_bad(ts_t_, &bad, "head_dim", "v32");
+    bad = c;
+    bad.rope_head_dim = 32;
+    expect_bad(ts_t_, &bad, "rope_head_dim", "v32");
+    bad = c;
+    bad.max_seq_len = 2 * c.original_seq_len;
+    expect_bad(ts_t_, &bad, "max_seq_len", "YaRN");
+    bad = c;
+    bad.index_head_dim = 64;
+    expect_bad(ts_t_, &bad, "index_head_dim", NULL);
+    bad = c;
+    bad.q_lora_rank = 192;
+    expect_bad(ts_t_, &bad, "q_lora_rank", "128");
+    bad = c;
+    bad.index_topk = 0;
+    expect_bad(ts_t_, &bad, "index_topk", NULL);
+    /* JSON: the same checks name the key */
+    TS_CHECK_STATUS(ts_model_config_parse_json("{\"attention\": \"v32\", \"head_dim\": 576}", &bad),
+                    TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "head_dim") && strstr(ts_last_error(), "v32"));
+    TS_CHECK_STATUS(ts_model_config_parse_json("{\"attention\": \"v3.2\"}", &bad),
+                    TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "attention") != NULL);
+    /* v32 on dsv4-mini's widths: valid (compress_ratios are not used by §8) */
+    TS_CHECK_STATUS(ts_model_config_parse_json("{\"attention\": \"v32\"}", &bad), TS_OK);
+    TS_CHECK(bad.attention == TS_MODEL_ATTN_V32 && bad.dim == 1024);
+    /* the reference refuses what it cannot run, naming the field */
+    ts_model_reference *r = NULL;
+    bad = c;
+    bad.max_seq_len = 2 * c.original_seq_len;
+    TS_CHECK_STATUS(ts_model_reference_create(&bad, &r), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "max_seq_len") != NULL && r == NULL);
+}
