@@ -240,3 +240,18 @@ TS_TEST(model_ep_step_errors_and_missing_rank) {
     ts_model_free(ep);
     ts_model_free(ref);
 }
+
+/* attention = v32 (docs/model.md §8): the same bits as the single-process model at every R
+ * (attention is per rank; only the MoE layers are expert-parallel). */
+TS_TEST(model_ep_v32_logits_match_single_process) {
+    ts_model_config c;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
+    if (c.n_routed_experts % g_ep_size != 0) return;
+    ts_model *ref = NULL, *ep = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, MEP_MAXB, &ref), TS_OK);
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
+    if (ref && ep) decode_and_compare(ts_t_, &c, ep, ref, "v32 fused");
+    ts_model_free(ep);
+    ts_model_free(ref);
+}
