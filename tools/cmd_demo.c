@@ -170,8 +170,8 @@ int ts__cmd_demo(int argc, char **argv) {
     ts_model_config cfg;
     if (o.check) {
         if (8 % o.ranks) {
-            fprintf(stderr, "tilestack demo: --check runs dsv4-tiny (8 experts): --ranks %d does "
-                    "not divide them\n", o.ranks);
+            fprintf(stderr, "tilestack demo: --check runs dsv4-tiny and dsv32-tiny (8 experts): "
+                    "--ranks %d does not divide them\n", o.ranks);
             return 2;
         }
     } else if (!o.weights_path) {

@@ -26,6 +26,7 @@ typedef struct ts__demo_opts {
     const char *weights_path; /* --weights FILE */
     const char *save_weights_path;
     const char *golden_path;  /* --golden FILE (for --check) */
+    int attention;            /* --attention v4 | v32: -1 = the config's (docs/model.md §8) */
     const char *json_path;
     const char *plot_path;
     int ranks;                /* 0: default (2 with MPI + mpirun, else 1) */

@@ -1,6 +1,6 @@
-/* --check: dsv4-tiny through the optimised path, against the float64 reference
- * (src/model_ref/) and the numpy golden run (tests/golden/dsv4_tiny.bin), teacher-forced over
- * the golden tokens (docs/model.md, "Reference implementations and golden file"). Under mpirun
+/* --check: dsv4-tiny and dsv32-tiny (attention = v32, docs/model.md §8) through the optimised
+ * path, against the float64 reference (src/model_ref/) and the numpy golden runs
+ * (tests/golden/dsv4_tiny.bin, dsv32_tiny.bin), teacher-forced over the golden tokens (docs/model.md, "Reference implementations and golden file"). Under mpirun
  * the expert-parallel model decodes the same tokens on every rank and must give rank 0's
  * in-process logits bit for bit. Exit code 0 when everything holds, 1 otherwise. */
 #include "demo.h"
@@ -13,22 +13,29 @@
 #include <unistd.h>
 
 #define GOLDEN_REL "tests/golden/dsv4_tiny.bin"
+#define GOLDEN32_REL "tests/golden/dsv32_tiny.bin"
 
 static bool readable(const char *p) { return access(p, R_OK) == 0; }
 
 /* The golden file: --golden, the source tree named at build time (TS_SOURCE_DIR, if the build
  * defines it), the working directory, the source tree recorded in the CMake cache next to this
  * binary, or the binary's parent directory (build/ inside the checkout). */
+static bool find_golden(const char *given, const char *rel, char *path, size_t cap);
+
 bool ts__demo_find_golden(const char *given, char *path, size_t cap) {
+    return find_golden(given, GOLDEN_REL, path, cap);
+}
+
+static bool find_golden(const char *given, const char *rel, char *path, size_t cap) {
     if (given) {
         snprintf(path, cap, "%s", given);
         return readable(path);
     }
 #ifdef TS_SOURCE_DIR
-    snprintf(path, cap, "%s/%s", TS_SOURCE_DIR, GOLDEN_REL);
+    snprintf(path, cap, "%s/%s", TS_SOURCE_DIR, rel);
     if (readable(path)) return true;
 #endif
-    snprintf(path, cap, "%s", GOLDEN_REL);
+    snprintf(path, cap, "%s", rel);
     if (readable(path)) return true;
     char exe[4096];
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -46,7 +53,7 @@ bool ts__demo_find_golden(const char *given, char *path, size_t cap) {
             static const char key[] = "CMAKE_HOME_DIRECTORY:INTERNAL=";
             if (strncmp(line, key, sizeof key - 1)) continue;
             line[strcspn(line, "\r\n")] = 0;
-            snprintf(path, cap, "%s/%s", line + sizeof key - 1, GOLDEN_REL);
+            snprintf(path, cap, "%s/%s", line + sizeof key - 1, rel);
             if (readable(path)) {
                 fclose(f);
                 return true;
@@ -54,7 +61,7 @@ bool ts__demo_find_golden(const char *given, char *path, size_t cap) {
         }
         fclose(f);
     }
-    snprintf(path, cap, "%s/../%s", exe, GOLDEN_REL);
+    snprintf(path, cap, "%s/../%s", exe, rel);
     return readable(path);
 }
 
@@ -87,14 +94,14 @@ static ts_status run_inprocess(const ts__model_golden *g, double *out) {
     return st;
 }
 
-int ts__demo_check(const ts__demo_comm *c, const ts__demo_opts *o) {
+static int check_one(const ts__demo_comm *c, const ts__demo_opts *o, const char *rel) {
     const bool root = c->rank == 0;
     char path[4096];
     char msg[512] = "";
     ts_status st = TS_OK;
-    if (!ts__demo_find_golden(o->golden_path, path, sizeof path))
+    if (!find_golden(o->golden_path, rel, path, sizeof path))
         st = ts__fail(TS_ERR_IO, "--check: golden file %s not found (give it with --golden FILE)",
-                      o->golden_path ? o->golden_path : GOLDEN_REL);
+                      o->golden_path ? o->golden_path : rel);
     ts__model_golden g;
     memset(&g, 0, sizeof g);
     if (st == TS_OK) st = ts__model_golden_load(path, &g);
@@ -228,4 +235,13 @@ int ts__demo_check(const ts__demo_comm *c, const ts__demo_opts *o) {
     free(ref), free(gold), free(opt), free(opt1), free(ep);
     ts__model_golden_free(&g);
     return v == 0 && ok ? 0 : 1;
+}
+
+int ts__demo_check(const ts__demo_comm *c, const ts__demo_opts *o) {
+    if (o->golden_path) return check_one(c, o, NULL);
+    const int v4 = check_one(c, o, GOLDEN_REL);
+    if (c->rank == 0) printf("\n");
+    const int v32 = check_one(c, o, GOLDEN32_REL);
+    if (c->rank == 0) printf("\ncheck (dsv4-tiny, dsv32-tiny) %s\n", v4 || v32 ? "FAILED" : "passed");
+    return v4 || v32;
 }

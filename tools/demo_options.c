@@ -15,8 +15,10 @@ void ts__demo_usage(FILE *f) {
             "reports TPOT, tokens/s per rank, dispatch/combine traffic, expert load and a per-kernel\n"
             "breakdown against this machine's rooflines (docs/demo.md).\n\n"
             "model:\n"
-            "  --model NAME        dsv4-mini (default) | dsv4-flash-layer | dsv4-tiny\n"
+            "  --model NAME        dsv4-mini (default) | dsv4-flash-layer | dsv4-tiny | dsv32-tiny\n"
             "  --config FILE.json  a config file (docs/model.md §1 keys)\n"
+            "  --attention v4|v32  override the config's attention (v32: V3.2 MLA + indexer,\n"
+            "                      docs/model.md §8)\n"
             "  --weights FILE      weights (and config) from a file written by --save-weights\n"
             "  --save-weights FILE write the generated weights and exit\n"
             "run:\n"
@@ -41,8 +43,10 @@ void ts__demo_usage(FILE *f) {
             "  --tpot-ms X,Y,...   TPOT limits for the sweep's table (default 25,50,100,200)\n"
             "  --plot FILE.svg     the sweep as an SVG plot (implies --sweep)\n"
             "  --json FILE         results as JSON\n"
-            "  --check             dsv4-tiny against the float64 reference and the golden logits\n"
-            "  --golden FILE       golden file for --check (default tests/golden/dsv4_tiny.bin)\n"
+            "  --check             dsv4-tiny and dsv32-tiny against the float64 reference and the\n"
+            "                      golden logits\n"
+            "  --golden FILE       one golden file for --check (default: tests/golden/dsv4_tiny.bin\n"
+            "                      and dsv32_tiny.bin)\n"
             "exit codes: 0 ok, 1 failure while running (or --check failed), 2 bad command line\n");
 }
 
@@ -96,6 +100,7 @@ static int parse_tpot_list(const char *s, ts__demo_opts *o, char *err, size_t ca
 int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t cap) {
     memset(o, 0, sizeof *o);
     o->model = "dsv4-mini";
+    o->attention = -1;
     o->topk = 1;
     o->timeout_s = 60;
     o->tpot_ms[0] = 25, o->tpot_ms[1] = 50, o->tpot_ms[2] = 100, o->tpot_ms[3] = 200;
@@ -117,7 +122,7 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         static const char *const with_value[] = {
             "--model", "--config", "--weights", "--save-weights", "--ranks", "--batch",
             "--context", "--steps", "--warmup", "--threads", "--sampling", "--tpot-ms",
-            "--plot", "--json", "--golden", "--timeout"};
+            "--plot", "--json", "--golden", "--timeout", "--attention"};
         bool takes = false;
         for (size_t j = 0; j < sizeof with_value / sizeof *with_value; j++)
             takes |= !strcmp(name, with_value[j]);
@@ -134,6 +139,11 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--weights")) o->weights_path = val;
         else if (!strcmp(name, "--save-weights")) o->save_weights_path = val;
         else if (!strcmp(name, "--golden")) o->golden_path = val;
+        else if (!strcmp(name, "--attention")) {
+            if (!strcmp(val, "v4")) o->attention = TS_MODEL_ATTN_V4;
+            else if (!strcmp(val, "v32")) o->attention = TS_MODEL_ATTN_V32;
+            else return bad(err, cap, "--attention: '%s' is not v4 or v32", val);
+        }
         else if (!strcmp(name, "--json")) o->json_path = val;
         else if (!strcmp(name, "--plot")) o->plot_path = val, o->sweep = true;
         else if (!strcmp(name, "--ranks")) {
@@ -185,11 +195,14 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--rank-mode")) o->rank_mode = true;
         else return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", a);
     }
+    if (o->attention >= 0 && o->weights_path)
+        return bad(err, cap, "--attention and --weights: the weight file's config fixes the "
+                   "attention (its tensors differ)");
     if (o->config_path && o->weights_path)
         return bad(err, cap, "--config and --weights both give the config: use one");
     if (o->check && (o->sweep || o->save_weights_path))
-        return bad(err, cap, "--check runs dsv4-tiny on its own: drop --sweep / --plot / "
-                   "--save-weights");
+        return bad(err, cap, "--check runs dsv4-tiny and dsv32-tiny on their own: drop --sweep / "
+                   "--plot / --save-weights");
     return 0;
 }
 

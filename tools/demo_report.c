@@ -19,17 +19,25 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
     const ts_cpu_info *ci = ts_get_cpu_info();
     fprintf(f, "tilestack %s demo: %s, DeepSeek-V4-style MoE decode (docs/model.md, docs/demo.md)\n",
             ts_version_string(), c->name);
-    fprintf(f, "  model    dim %lld, %lld layers (compress ratios %s; %lld hash-routed), %lld heads "
-            "x %lld (one latent KV, RoPE %lld), window %lld, vocab %lld, mHC x%lld\n",
-            (long long)c->dim, (long long)c->n_layers, ratios, (long long)c->n_hash_layers,
-            (long long)c->n_heads, (long long)c->head_dim, (long long)c->rope_head_dim,
-            (long long)c->window_size, (long long)c->vocab_size, (long long)c->hc_mult);
+    if (c->attention == TS_MODEL_ATTN_V32)
+        fprintf(f, "  model    dim %lld, %lld layers (%lld hash-routed), V3.2 attention: MLA "
+                "absorbed, %lld heads x (128 nope + 64 rope), latent 512, v 128; indexer %lld "
+                "heads x 128, top-%lld of every cached token; vocab %lld, mHC x%lld\n",
+                (long long)c->dim, (long long)c->n_layers, (long long)c->n_hash_layers,
+                (long long)c->n_heads, (long long)c->index_n_heads, (long long)c->index_topk,
+                (long long)c->vocab_size, (long long)c->hc_mult);
+    else
+        fprintf(f, "  model    dim %lld, %lld layers (compress ratios %s; %lld hash-routed), %lld "
+                "heads x %lld (one latent KV, RoPE %lld), window %lld, vocab %lld, mHC x%lld\n",
+                (long long)c->dim, (long long)c->n_layers, ratios, (long long)c->n_hash_layers,
+                (long long)c->n_heads, (long long)c->head_dim, (long long)c->rope_head_dim,
+                (long long)c->window_size, (long long)c->vocab_size, (long long)c->hc_mult);
     fprintf(f, "  experts  %lld routed, top-%lld + 1 shared, inter %lld; %lld per rank\n",
             (long long)c->n_routed_experts, (long long)c->n_activated_experts,
             (long long)c->moe_inter_dim, (long long)(c->n_routed_experts / (ranks > 0 ? ranks : 1)));
     fprintf(f, "  formats  FP8 e4m3 dense weights (128x128 ue8m0 scales), FP4 e2m1 experts (ue8m0 "
             "per 32), FP8 activations, %s, bf16 LM head\n",
-            c->attention == TS_MODEL_ATTN_V32 ? "V3.2 656-byte FP8 KV cache"
+            c->attention == TS_MODEL_ATTN_V32 ? "V3.2 656-byte FP8 KV cache, FP8 indexer keys"
                                               : "584-byte FP8 KV cache, FP4 indexer keys");
     fprintf(f, "  run      R = %d rank%s (%s), B = %lld per rank, context L = %lld, %d warm-up + %d "
             "timed steps, %s, %d thread%s per rank\n",
@@ -37,9 +45,14 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
             (long long)o->context, o->warmup, o->steps,
             o->topk == 1 ? "greedy sampling" : "top-k sampling", threads,
             threads == 1 ? "" : "s");
-    fprintf(f, "  notes    the indexer scores every compressed row (L/4 per ratio-4 layer) before its "
-            "top-%lld;%s\n", (long long)c->index_topk,
-            ranks > 1 ? " EP exchange over shared memory on one node" : "");
+    if (c->attention == TS_MODEL_ATTN_V32)
+        fprintf(f, "  notes    the indexer scores all L cached tokens of every layer (FP8 paged MQA "
+                "logits) before its top-%lld;%s\n", (long long)c->index_topk,
+                ranks > 1 ? " EP exchange over shared memory on one node" : "");
+    else
+        fprintf(f, "  notes    the indexer scores every compressed row (L/4 per ratio-4 layer) "
+                "before its top-%lld;%s\n", (long long)c->index_topk,
+                ranks > 1 ? " EP exchange over shared memory on one node" : "");
     if (mach)
         fprintf(f, "  machine  %s, %d cores; per rank (%d thread%s, probed %s): FP32 FMA peak %.1f "
                 "GFLOP/s, DRAM read %.1f GB/s, L3 %.1f GB/s\n",

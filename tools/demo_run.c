@@ -68,9 +68,12 @@ ts_status ts__demo_config(const ts__demo_opts *o, ts_model_config *cfg) {
             snprintf(msg, sizeof msg, "%s", ts_last_error());
             return ts__fail(st, "--config %s: %s", o->config_path, msg);
         }
-        return TS_OK;
+    } else {
+        TS__RETURN_IF_ERROR(ts_model_config_builtin(o->model, cfg));
     }
-    return ts_model_config_builtin(o->model, cfg);
+    /* --attention: v32 uses none of the V4-only keys (compress_ratios, window, o_groups) */
+    if (o->attention >= 0) cfg->attention = (ts_model_attention)o->attention;
+    return TS_OK;
 }
 
 double ts__demo_percentile(const double *v, int n, double p) {
