@@ -48,7 +48,12 @@ expect() {
 
 expect "selftest" 0 "0 failed" -- --selftest
 expect "--check (default ranks)" 0 "check passed" -- --check --golden "$here/tests/golden/dsv4_tiny.bin"
-expect "--check, 1 rank" 0 "check passed" -- --check --ranks 1
+expect "--check, 1 rank" 0 "check passed" -- --check --ranks 1 --golden "$here/tests/golden/dsv32_tiny.bin"
+expect "--check both (dsv4-tiny, dsv32-tiny)" 0 "check (dsv4-tiny, dsv32-tiny) passed" -- --check --ranks 1
+expect "run dsv32-tiny (attention = v32)" 0 "V3.2 attention" -- --model dsv32-tiny --context 64 \
+  --batch 2 --quick --ranks 1 --no-replay
+expect "--attention v32 on dsv4-tiny" 0 "656-byte" -- --model dsv4-tiny --attention v32 \
+  --context 64 --batch 2 --quick --ranks 1 --no-replay
 expect "sweep + plot (dsv4-tiny)" 0 "TPS@TPOT" -- --model dsv4-tiny --context 64 --sweep \
   --batch 4 --quick --ranks 1 --plot "$tmp/p.svg" --json "$tmp/p.json" --tpot-ms 1,5,1000
 if command -v python3 >/dev/null 2>&1; then
@@ -73,6 +78,7 @@ printf '{"dim": 1000}' >"$tmp/dim.json"
 printf '{"n_routed_experts": 64, "bogus": 1}' >"$tmp/key.json"
 head -c 4096 /dev/urandom >"$tmp/junk.bin"
 expect "bad option value" 2 "--batch" -- --batch 0
+expect "bad --attention" 2 "--attention" -- --attention v5
 expect "unknown option" 2 "unknown option" -- --frobnicate
 expect "unknown model" 2 "dsv4-mini" -- --model nope --ranks 1
 expect "config file missing" 1 "cannot open" -- --config "$tmp/none.json" --ranks 1
