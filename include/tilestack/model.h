@@ -48,8 +48,9 @@ typedef struct ts_model_config {
     uint64_t seed;
 } ts_model_config;
 
-/* "dsv4-mini" (the default), "dsv4-flash-layer", "dsv4-tiny". TS_ERR_INVALID_ARGUMENT for
- * other names (the message lists the valid ones). */
+/* "dsv4-mini" (the default), "dsv4-flash-layer", "dsv4-tiny", "dsv32-tiny" (dsv4-tiny with
+ * attention = v32). TS_ERR_INVALID_ARGUMENT for other names (the message lists the valid
+ * ones). */
 TS_API ts_status ts_model_config_builtin(const char *name, ts_model_config *cfg);
 /* A JSON object with §1 keys; missing keys take dsv4-mini's values, unknown keys, bad types and
  * values failing ts_model_config_validate are errors naming the key. */
