@@ -21,6 +21,7 @@
 
 #ifdef TILESTACK_HAVE_EP
 #include "core/internal.h"
+#include "ep/mega_moe_internal.h"
 #include "tilestack/mega_moe.h"
 #include "tilestack/numerics.h"
 #include "tilestack/quant.h"
@@ -65,9 +66,10 @@ static void sort_samples(double *x, int n) {
 
 /* The two paths alternate call by call (A/B in one run: the machine's drift hits both); same
  * number of calls on every rank; per-sample time = the slowest rank's. */
-static ts_status mm_time2(mm_bench *p[2], bool quick, ts__timing t[2]) {
+static ts_status mm_time2(mm_bench *p[2], bool quick, ts__timing t[2], double phases[2][TS__MM_NPHASE]) {
     const int warm = 1, runs = quick ? 5 : 9;
     double samples[2][16];
+    memset(phases, 0, 2 * TS__MM_NPHASE * sizeof(double));
     for (int i = 0; i < warm + runs; i++)
         for (int q = 0; q < 2; q++) {
             MPI_Barrier(MPI_COMM_WORLD);
@@ -78,7 +80,12 @@ static ts_status mm_time2(mm_bench *p[2], bool quick, ts__timing t[2]) {
             MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
             if (anybad) return st != TS_OK ? st : TS_ERR_PEER;
             MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            if (i >= warm) samples[q][i - warm] = mx;
+            if (i >= warm) {
+                samples[q][i - warm] = mx;
+                double ph[TS__MM_NPHASE];
+                ts__mega_moe_phase_times(p[q]->buf, p[q]->fused, ph);
+                for (int j = 0; j < TS__MM_NPHASE; j++) phases[q][j] += ph[j] / runs;
+            }
         }
     for (int q = 0; q < 2; q++) {
         sort_samples(samples[q], runs);
@@ -190,7 +197,8 @@ static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int
         }
         mm_bench *pair[2] = {&ub, &fb};
         ts__timing tt[2];
-        st = mm_time2(pair, opts->quick, tt);
+        double ph[2][TS__MM_NPHASE];
+        st = mm_time2(pair, opts->quick, tt, ph);
         tu = tt[0], tf = tt[1];
         if (st != TS_OK) {
             if (me == 0) printf("mega_moe %s: %s\n", shape, ts_last_error());
@@ -221,6 +229,23 @@ static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int
                    shape, skewed ? " (last rank late)" : "", sum[1] / (double)E, sum[0], (long long)E,
                    tu.median_s * 1e3, tf.median_s * 1e3, tu.median_s / tf.median_s, tu.min_s * 1e3, tf.min_s * 1e3,
                    tu.min_s / tf.min_s, allsame ? "identical" : "DIFFER");
+        }
+        if (getenv("TS_BENCH_MEGA_MOE_PHASES")) {
+            /* rank by rank, mean over the samples (ms): where each path's time goes */
+            for (int r = 0; r < R; r++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                if (r != me) continue;
+                printf("    rank %d phases (ms) unfused: total %.2f dispatch %.2f expand %.2f L1 %.2f swiglu %.2f "
+                       "L2 %.2f combine %.2f sum %.2f\n",
+                       me, ph[0][0] * 1e3, ph[0][1] * 1e3, ph[0][2] * 1e3, ph[0][3] * 1e3, ph[0][4] * 1e3,
+                       ph[0][5] * 1e3, ph[0][6] * 1e3, ph[0][7] * 1e3);
+                printf("    rank %d phases (ms) fused:   total %.2f gather %.2f L1 %.2f swiglu %.2f L2 %.2f "
+                       "wait %.2f combine %.2f\n",
+                       me, ph[1][0] * 1e3, ph[1][1] * 1e3, ph[1][2] * 1e3, ph[1][3] * 1e3, ph[1][4] * 1e3,
+                       ph[1][5] * 1e3, ph[1][6] * 1e3);
+                fflush(stdout);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
         }
         if (!allsame) break;
     }

@@ -21,6 +21,13 @@ typedef struct ts__mm_hdr {
     char pad1_[56];
 } ts__mm_hdr;
 
+/* Phases timed per call (the bench prints them): fused: total, gather, L1, SwiGLU cast, L2,
+ * wait for done, combine; unfused: total, layout + dispatch, expansion, L1, SwiGLU cast, L2,
+ * scatter + combine, top-k sum. Only thread 0's share inside parallel regions is counted. */
+enum { TS__MM_NPHASE = 8 };
+void ts__mega_moe_phase_times(const ts_mega_moe_buffer *b, bool fused, double out[TS__MM_NPHASE]);
+double ts__mega_moe_now(void);
+
 /* One routed (token, slot) a local expert received. */
 typedef struct ts__mm_entry {
     int32_t src, tok, slot, expert; /* expert: local id */
@@ -60,6 +67,8 @@ struct ts_mega_moe_buffer {
     bool *u_in_rank;          /* [T * R] */
     void *u_scr;              /* grown on demand */
     size_t u_scr_bytes;
+    /* seconds per phase of the last call on the calling thread (ts__mega_moe_phase_times) */
+    double prof_f[TS__MM_NPHASE], prof_u[TS__MM_NPHASE];
 };
 
 static inline uint8_t *ts__mm_base(const ts_mega_moe_buffer *b, int r) {

@@ -50,6 +50,11 @@ ts_status ts_mega_moe_unfused(ts_tensor *y, const ts_mega_moe_weights *w, ts_meg
                               float clamp, bool fast_math) {
     (void)fast_math;
     if (!b) return ts__fail(TS_ERR_NULL_POINTER, "%s: buf is NULL", U);
+    const double t_start = ts__mega_moe_now();
+    double t0 = t_start, t1;
+    double *pf = b->prof_u;
+    memset(pf, 0, sizeof b->prof_u);
+#define LAP(i) (t1 = ts__mega_moe_now(), pf[i] += t1 - t0, t0 = t1)
     TS__RETURN_IF_ERROR(ts__ep_check_usable(b->ep_unf, U));
     const int64_t H = b->H, I = b->I, K = b->K, El = b->El, R = b->R;
     const bool bf = b->bf16;
@@ -84,6 +89,7 @@ ts_status ts_mega_moe_unfused(ts_tensor *y, const ts_mega_moe_weights *w, ts_meg
     a.expert_alignment = 1;
     ts_ep_handle *h = NULL;
     TS__RETURN_IF_ERROR(ts_ep_dispatch(b->ep_unf, &a, &res, &h));
+    LAP(1);
 
     /* expansion into the psum layout */
     const int64_t rows = res.num_recv_tokens, A = ts_get_mk_alignment_for_contiguous_layout();
@@ -145,6 +151,7 @@ ts_status ts_mega_moe_unfused(ts_tensor *y, const ts_mega_moe_weights *w, ts_meg
                 we[i] = rw[r * K + k];
                 map[2 * i] = (int32_t)r, map[2 * i + 1] = (int32_t)k;
             }
+        LAP(2);
         static const int64_t recipe[3] = {1, 1, 32};
         uint16_t *d1 = (uint16_t *)(void *)(s + o_d1), *d2 = (uint16_t *)(void *)(s + o_d2);
         uint8_t *a2 = s + o_a2;
@@ -155,16 +162,19 @@ ts_status ts_mega_moe_unfused(ts_tensor *y, const ts_mega_moe_weights *w, ts_meg
         est = bf ? ts_m_grouped_bf16_gemm_contiguous_packed(&ta, w->l1, &td1, &gl, NULL, true, false)
                  : ts_m_grouped_fp8_fp4_gemm_contiguous_packed(&ta, &tsa, w->l1, &td1, &gl, recipe, NULL, NULL, NULL,
                                                                false, true, false);
+        LAP(3);
         if (est == TS_OK)
             for (int64_t e = 0; e < El; e++)
                 ts__mega_moe_swiglu_cast(d1 + start[e] * 2 * I, 2 * I, cnt[e], I, we + start[e], clamp, bf,
                                          a2 + start[e] * I * a2b, I, sf2 + start[e] * (I / 128), I / 128);
+        LAP(4);
         ts_tensor ta2 = ts_tensor_2d(a2, bf ? TS_BF16 : TS_E4M3, M, I), tsa2 = ts_tensor_2d(sf2, TS_I32, M, I / 128);
         ts_tensor td2 = ts_tensor_2d(d2, TS_BF16, M, H);
         if (est == TS_OK)
             est = bf ? ts_m_grouped_bf16_gemm_contiguous_packed(&ta2, w->l2, &td2, &gl, NULL, true, false)
                      : ts_m_grouped_fp8_fp4_gemm_contiguous_packed(&ta2, &tsa2, w->l2, &td2, &gl, recipe, NULL, NULL,
                                                                    NULL, false, true, false);
+        LAP(5);
         if (est == TS_OK) {
             /* each slot's output into its own column block of the zero-copy combine rows */
             uint16_t *c = (uint16_t *)cb.data;
@@ -189,8 +199,12 @@ ts_status ts_mega_moe_unfused(ts_tensor *y, const ts_mega_moe_weights *w, ts_meg
         return est;
     }
     TS__RETURN_IF_ERROR(cst);
+    LAP(6);
     sum_ctx sc = {b, (const int64_t *)idx.data, (const uint16_t *)comb.data, y};
     ts__parallel_for(n, 4, sum_task, &sc);
+    LAP(7);
+    pf[0] = t0 - t_start;
+#undef LAP
     if (stats) {
         int32_t *sp = (int32_t *)stats->data;
         for (int64_t e = 0; e < El; e++) sp[e * stats->strides[0]] += (int32_t)cnt[e];

@@ -3,6 +3,7 @@
  * emulation of the rounding points, -1 selections, a rank with zero tokens, experts with zero
  * tokens, the cumulative stats exactly, thread counts, a late rank (arrival order), the clamp,
  * and bad input (specific code on the rank at fault, TS_ERR_PEER elsewhere, y untouched). */
+#include "ep/mega_moe_gemm.h"
 #include "ep_test_util.h"
 #include "tilestack/mega_moe.h"
 #include "tilestack/quant.h"
@@ -342,6 +343,18 @@ TS_TEST(mega_moe_many_experts_threads) {
                        .mask_prob = 0.1};
     check_case(ts_t_, &c);
     ts_set_num_threads(thr);
+}
+
+/* The fused path's own expert GEMM (mega_moe_gemm.c) forced on at every expert size it takes
+ * (default: 1-2 rows), then forced off: fused == unfused and the oracles either way. */
+TS_TEST(mega_moe_fp8_fp4_own_gemm_every_size) {
+    const mm_case c = {.H = 384, .I = 256, .El = 3, .K = 4, .T = 10, .seed = 17, .clamp = 10.0f,
+                       .zero_rank = -1, .mask_prob = 0.1};
+    ts__mega_moe_set_gemm_mode(2);
+    check_case(ts_t_, &c);
+    ts__mega_moe_set_gemm_mode(1);
+    check_case(ts_t_, &c);
+    ts__mega_moe_set_gemm_mode(-1);
 }
 
 TS_TEST(mega_moe_zero_tokens_everywhere) {
