@@ -22,13 +22,19 @@ void ts__model_rope_half(const float *cs, const float *sn, double *x) {
     }
 }
 
-/* y[n][N] f32 = x[n][K] (bf16, row stride ldx) · Wᵀ (packed bf16 [N, K]) */
-static ts_status gemm_bf16(ts_packed_weight *w, int64_t N, int64_t K, const uint16_t *x,
-                           int64_t n, int64_t ldx, float *y) {
-    ts_tensor a = ts_tensor_2d((void *)x, TS_BF16, n, K);
-    a.strides[0] = ldx;
-    ts_tensor d = ts_tensor_2d(y, TS_F32, n, N);
-    return ts_bf16_gemm_nt_packed(&a, w, &d, NULL, NULL);
+/* Every head at once: y[h][b][N] f32 = x_h[b][K] · W_hᵀ (packed bf16 [H, N, K]), where row b of
+ * head h's input is x + h·head_stride + b·row_stride (a strided view, no gather); one masked
+ * grouped GEMM, whose rows are bit for bit those of a per-head dense GEMM. */
+static ts_status heads_gemm(ts__ws32 *w, ts_packed_weight *pw, int64_t H, int64_t N, int64_t K,
+                            const uint16_t *x, int64_t n, int64_t head_stride,
+                            int64_t row_stride) {
+    ts_tensor a = ts_tensor_3d((void *)x, TS_BF16, H, n, K);
+    a.strides[0] = head_stride;
+    a.strides[1] = row_stride;
+    ts_tensor d = ts_tensor_3d(w->t, TS_F32, H, n, N);
+    for (int64_t h = 0; h < H; h++) w->masked[h] = (int32_t)n;
+    ts_tensor mm = ts_tensor_1d(w->masked, TS_I32, H);
+    return ts_m_grouped_bf16_gemm_masked_packed(&a, pw, &d, &mm, n, NULL);
 }
 
 /* bf16 -> double, RoPE / Hadamard in place, -> bf16 (the indexer's q heads and key). */
@@ -141,17 +147,16 @@ ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64
                 for (int i = 0; i < 64; i++) dst[i] = ts__f32_to_bf16_inl((float)x[i]);
             }
         });
-    /* absorb: q̃_h = bf16(q_nope_h · W_UK_h), 512-wide, one bf16 GEMM per head */
+    /* absorb: q̃_h = bf16(q_nope_h · W_UK_h), 512-wide, one grouped bf16 GEMM over the heads */
     TS__PROF_SECTION(pf, TS__P_LINBF, (double)H * TS__V32_LAT * TS__V32_NOPE * 2,
                      2.0 * n * H * TS__V32_LAT * TS__V32_NOPE,
-        for (int64_t h = 0; h < H; h++) {
-            TS__RETURN_IF_ERROR(gemm_bf16(v->uk[h], TS__V32_LAT, TS__V32_NOPE,
-                                          w->q + h * TS__V32_QK, n, QW, w->t));
+        TS__RETURN_IF_ERROR(heads_gemm(w, v->uk, H, TS__V32_LAT, TS__V32_NOPE, w->q, n,
+                                       TS__V32_QK, QW));
+        for (int64_t h = 0; h < H; h++)
             for (int64_t b = 0; b < n; b++)
                 for (int i = 0; i < TS__V32_LAT; i++)
                     w->qf[b * QF + h * TS__V32_DQK + i] =
-                        ts__f32_to_bf16_inl(w->t[b * TS__V32_LAT + i]);
-        });
+                        ts__f32_to_bf16_inl(w->t[(h * n + b) * TS__V32_LAT + i]));
 
     /* 2. kv: latent 512 (kv_norm) + rope 64, stored in the 656-byte cache at position p */
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &v->wkv_a, a, n, D, w->kv0, TS__V32_DQK));
@@ -220,16 +225,15 @@ ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64
                          toks * H * (TS__V32_DQK + TS__V32_LAT) * 2.0,
                          TS__RETURN_IF_ERROR(flash(m, L, n)));
     }
-    /* 5. W_UV per head, then wo */
+    /* 5. W_UV (one grouped GEMM over the heads), then wo */
     TS__PROF_SECTION(pf, TS__P_LINBF, (double)H * TS__V32_LAT * TS__V32_V * 2,
                      2.0 * n * H * TS__V32_LAT * TS__V32_V,
-        for (int64_t h = 0; h < H; h++) {
-            TS__RETURN_IF_ERROR(gemm_bf16(v->uv[h], TS__V32_V, TS__V32_LAT,
-                                          w->olat + h * TS__V32_LAT, n, H * TS__V32_LAT, w->t));
+        TS__RETURN_IF_ERROR(heads_gemm(w, v->uv, H, TS__V32_V, TS__V32_LAT, w->olat, n,
+                                       TS__V32_LAT, H * TS__V32_LAT));
+        for (int64_t h = 0; h < H; h++)
             for (int64_t b = 0; b < n; b++)
                 for (int i = 0; i < TS__V32_V; i++)
                     w->ov[b * H * TS__V32_V + h * TS__V32_V + i] =
-                        ts__f32_to_bf16_inl(w->t[b * TS__V32_V + i]);
-        });
+                        ts__f32_to_bf16_inl(w->t[(h * n + b) * TS__V32_V + i]));
     return ts__model_lin8(ws, pf, &v->wo, w->ov, n, H * TS__V32_V, out, D);
 }

@@ -20,8 +20,8 @@ typedef struct ts__v32_layer {
     ts__lin8 wq_a, wq_b, wkv_a, wo, iwq_b, iwk;
     const float *q_norm, *kv_norm, *ik_norm, *ik_bias;
     ts_packed_weight *weights_proj; /* bf16 [index_heads, dim] */
-    ts_packed_weight **uk;          /* [H]: bf16 W_UK_hᵀ [512, 128] (dequantised wkv_b rows) */
-    ts_packed_weight **uv;          /* [H]: bf16 W_UV_h [128, 512] */
+    ts_packed_weight *uk;           /* bf16 [H, 512, 128]: W_UK_hᵀ (dequantised wkv_b rows) */
+    ts_packed_weight *uv;           /* bf16 [H, 128, 512]: W_UV_h */
 } ts__v32_layer;
 
 typedef struct ts__ws32 {
@@ -29,7 +29,8 @@ typedef struct ts__ws32 {
     uint16_t *q;        /* [B][H*192] wq_b output */
     uint16_t *qf;       /* [B][H*576] FlashMLA query: absorbed nope (512) + rotated rope (64) */
     uint16_t *kv0, *kv; /* [B][576] */
-    float *t;           /* [B][512] f32 GEMM output before its bf16 rounding */
+    float *t;           /* [H][B][512] f32 GEMM output before its bf16 rounding */
+    int32_t *masked;    /* [H]: rows per head of the grouped GEMMs (= n) */
     uint16_t *olat;     /* [B][H*512] FlashMLA output (latent) */
     float *lse;         /* [B][H] */
     uint16_t *ov;       /* [B][H*128] after W_UV */

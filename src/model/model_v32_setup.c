@@ -13,22 +13,25 @@ int64_t ts__model_v32_blocks(const ts_model_config *c) {
     return ts__ceil_div(c->max_seq_len, TS__V32_PAGE);
 }
 
-/* wkv_b rows [row0, row0 + rows) of head h dequantised (code x scale, exact in bf16) into a
- * packed bf16 weight; transpose: [512, rows] (W_UKᵀ) instead of [rows, 512] (W_UV). */
-static ts_status pack_wkv_b(const ts__mtensor *q, const ts__mtensor *sf, int64_t row0,
+/* wkv_b dequantised (code x scale, exact in bf16) into one packed [H, ., .] bf16 weight: per
+ * head the rows [h·256 + row0, + rows), as [512, rows] (transpose: W_UKᵀ) or [rows, 512]
+ * (W_UV), so that one grouped GEMM serves every head. */
+static ts_status pack_wkv_b(const ts__mtensor *q, const ts__mtensor *sf, int64_t H, int64_t row0,
                             int64_t rows, bool transpose, ts_packed_weight **pw) {
-    const int64_t C = TS__V32_LAT, sc = sf->shape[1];
-    uint16_t *w = (uint16_t *)malloc((size_t)(rows * C) * sizeof(uint16_t));
+    const int64_t C = TS__V32_LAT, sc = sf->shape[1], per = rows * C;
+    uint16_t *w = (uint16_t *)malloc((size_t)(H * per) * sizeof(uint16_t));
     if (!w) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (wkv_b)");
     const uint8_t *codes = (const uint8_t *)q->data;
     const float *s = (const float *)sf->data;
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t c = 0; c < C; c++) {
-            const int64_t r = row0 + i;
-            const float v = ts_e4m3_to_f32(codes[r * C + c]) * s[(r / 128) * sc + c / 128];
-            w[transpose ? c * rows + i : i * C + c] = ts__f32_to_bf16_inl(v);
-        }
-    ts_tensor b = transpose ? ts_tensor_2d(w, TS_BF16, C, rows) : ts_tensor_2d(w, TS_BF16, rows, C);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t c = 0; c < C; c++) {
+                const int64_t r = h * (TS__V32_NOPE + TS__V32_V) + row0 + i;
+                const float v = ts_e4m3_to_f32(codes[r * C + c]) * s[(r / 128) * sc + c / 128];
+                w[h * per + (transpose ? c * rows + i : i * C + c)] = ts__f32_to_bf16_inl(v);
+            }
+    ts_tensor b = transpose ? ts_tensor_3d(w, TS_BF16, H, C, rows)
+                            : ts_tensor_3d(w, TS_BF16, H, rows, C);
     ts_status st = ts_gemm_prepack_b(&b, NULL, NULL, false, pw);
     free(w);
     return st;
@@ -42,9 +45,6 @@ ts_status ts__model_v32_bind(ts_model *m, int64_t L) {
     ly->v32 = v;
     const int64_t H = c->n_heads;
     v->H = H;
-    v->uk = (ts_packed_weight **)calloc((size_t)H, sizeof *v->uk);
-    v->uv = (ts_packed_weight **)calloc((size_t)H, sizeof *v->uv);
-    if (!v->uk || !v->uv) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory");
     char nm[128];
     const long long l = (long long)L;
 #define NM(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
@@ -64,12 +64,8 @@ ts_status ts__model_v32_bind(ts_model *m, int64_t L) {
     TS__RETURN_IF_ERROR(ts__model_w_tensor(m, NM("%lld.attn.wkv_b", l), &q));
     TS__RETURN_IF_ERROR(ts__model_w_tensor(m, NM("%lld.attn.wkv_b.scale", l), &sf));
 #undef NM
-    for (int64_t h = 0; h < H; h++) {
-        const int64_t r0 = h * (TS__V32_NOPE + TS__V32_V);
-        TS__RETURN_IF_ERROR(pack_wkv_b(q, sf, r0, TS__V32_NOPE, true, &v->uk[h]));
-        TS__RETURN_IF_ERROR(pack_wkv_b(q, sf, r0 + TS__V32_NOPE, TS__V32_V, false, &v->uv[h]));
-    }
-    return TS_OK;
+    TS__RETURN_IF_ERROR(pack_wkv_b(q, sf, H, 0, TS__V32_NOPE, true, &v->uk));
+    return pack_wkv_b(q, sf, H, TS__V32_NOPE, TS__V32_V, false, &v->uv);
 }
 
 void ts__model_v32_free_layer(ts__layer *ly) {
@@ -78,12 +74,8 @@ void ts__model_v32_free_layer(ts__layer *ly) {
     ts__lin8 *l8[] = {&v->wq_a, &v->wq_b, &v->wkv_a, &v->wo, &v->iwq_b, &v->iwk};
     for (size_t i = 0; i < sizeof l8 / sizeof l8[0]; i++) ts_packed_weight_destroy(l8[i]->pw);
     ts_packed_weight_destroy(v->weights_proj);
-    for (int64_t h = 0; h < v->H; h++) {
-        if (v->uk) ts_packed_weight_destroy(v->uk[h]);
-        if (v->uv) ts_packed_weight_destroy(v->uv[h]);
-    }
-    free(v->uk);
-    free(v->uv);
+    ts_packed_weight_destroy(v->uk);
+    ts_packed_weight_destroy(v->uv);
     free(v);
     ly->v32 = NULL;
 }
@@ -163,7 +155,7 @@ ts_status ts__model_v32_prefill_random(ts_model *m, int64_t seq, int64_t Lc, uin
 #define WS32_FIELDS(F_)                                                                     \
     F_(q, uint16_t, B * H * TS__V32_QK) F_(qf, uint16_t, B * H * TS__V32_DQK)                \
     F_(kv0, uint16_t, B * TS__V32_DQK) F_(kv, uint16_t, B * TS__V32_DQK)                      \
-    F_(t, float, B * TS__V32_LAT) F_(olat, uint16_t, B * H * TS__V32_LAT) F_(lse, float, B * H) \
+    F_(t, float, H * B * TS__V32_LAT) F_(masked, int32_t, H) F_(olat, uint16_t, B * H * TS__V32_LAT) F_(lse, float, B * H) \
     F_(ov, uint16_t, B * H * TS__V32_V) F_(qi, uint16_t, B * IH * 128)                        \
     F_(qi8, uint8_t, B * IH * 128) F_(qis, float, B * IH) F_(wi, float, B * IH)               \
     F_(k, uint16_t, B * 128) F_(k8, uint8_t, B * 128) F_(ks, float, B)                        \
