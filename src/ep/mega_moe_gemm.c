@@ -63,52 +63,67 @@ bool ts__mega_moe_gemm_fits(const ts_packed_weight *pw, int64_t m) {
            pw->n % W == 0 && m >= 1 && m <= TS__MMG_MAX_M;
 }
 
+int64_t ts__mega_moe_gemm_n(const ts_packed_weight *pw) { return pw->n; }
+
 size_t ts__mega_moe_gemm_scratch(int64_t m, int64_t K) {
     const int64_t nkb = K / G;
     return (size_t)(2 * ts__align(m * K * 4, 64) + 3 * ts__align(m * nkb * 4, 64) + ts__align(m * K * 2, 64) + 64);
+}
+
+/* e4m3 byte -> odd signed mantissa and exponent (value = mant * 2^ex; mant 0 for zeros, NaN
+ * flagged by ex = 99), built once. */
+static struct { int8_t mant[256], ex[256]; } g_e4;
+static _Atomic int g_e4_ready;
+
+static void e4_init(void) {
+    if (atomic_load_explicit(&g_e4_ready, memory_order_acquire)) return;
+    for (int u = 0; u < 256; u++) {
+        const int e = (u >> 3) & 15, t = u & 7;
+        int mm = e ? 8 + t : t, xx = e ? e - 10 : -9;
+        if (mm) {
+            const int z = __builtin_ctz((unsigned)mm);
+            mm >>= z, xx += z;
+        }
+        g_e4.mant[u] = (int8_t)((u & 0x80) ? -mm : mm);
+        g_e4.ex[u] = (int8_t)((e == 15 && t == 7) ? 99 : xx);
+    }
+    atomic_store_explicit(&g_e4_ready, 1, memory_order_release);
 }
 
 /* Row i's per-block data: decoded values, scales, the integer form and its check. */
 static void prep_rows(const uint8_t *a, const int32_t *sfa, int64_t m, int64_t K, float *af, float *sa,
                       float *pscale, int32_t *apair, uint8_t *ok) {
     const int64_t nkb = K / G;
+    e4_init();
     for (int64_t i = 0; i < m; i++)
         for (int64_t s = 0; s < nkb; s++) {
             const uint8_t *u = a + i * K + s * G;
             const uint32_t word = (uint32_t)sfa[i * (K / 128) + (s >> 2)];
             sa[i * nkb + s] = ts__gemm_lut.ue8m0[(word >> ((s & 3) * 8)) & 0xFF];
-            int mant[G], ex[G], xmin = 1000;
-            bool good = true;
+            int xmin = 99, xmax = -99;
+            bool nan = false;
             for (int k = 0; k < G; k++) {
                 af[i * K + s * G + k] = ts__gemm_lut.e4m3[u[k]];
-                const int e = (u[k] >> 3) & 15, t = u[k] & 7;
-                if (e == 15 && t == 7) good = false; /* NaN */
-                int mm = e ? 8 + t : t, xx = e ? e - 10 : -9;
-                if (mm) {
-                    const int z = __builtin_ctz((unsigned)mm);
-                    mm >>= z, xx += z;
-                    if (xx < xmin) xmin = xx;
-                }
-                mant[k] = (u[k] & 0x80) ? -mm : mm;
-                ex[k] = xx;
+                const int x = g_e4.ex[u[k]];
+                nan |= x == 99;
+                if (!g_e4.mant[u[k]] || x == 99) continue;
+                xmin = x < xmin ? x : xmin;
+                xmax = x > xmax ? x : xmax;
             }
+            bool good = !nan && (xmin == 99 || xmax - xmin <= 15);
             int64_t sum = 0;
             int32_t A[G];
-            for (int k = 0; k < G && good; k++) {
-                if (!mant[k]) {
-                    A[k] = 0;
-                    continue;
-                }
-                const int sh = ex[k] - xmin;
-                const int64_t v = sh > 15 ? (int64_t)1 << 40 : (int64_t)(mant[k] < 0 ? -mant[k] : mant[k]) << sh;
-                if (v > 32767) good = false;
-                sum += v;
-                A[k] = mant[k] < 0 ? -(int32_t)v : (int32_t)v;
+            for (int k = 0; k < G; k++) {
+                const int mt = good ? g_e4.mant[u[k]] : 0;
+                const int32_t v = mt ? (int32_t)mt * (int32_t)(1 << (g_e4.ex[u[k]] - xmin)) : 0;
+                const int32_t av = v < 0 ? -v : v;
+                good &= av <= 32767;
+                sum += av;
+                A[k] = v;
             }
             if (sum > 699050) good = false;
             ok[i * nkb + s] = good;
-            if (xmin == 1000) xmin = 0; /* all zero: S = 0 */
-            pscale[i * nkb + s] = ldexpf(1.0f, xmin - 9);
+            pscale[i * nkb + s] = ldexpf(1.0f, (xmin == 99 ? 0 : xmin) - 9); /* all zero: S = 0 */
             for (int k = 0; k < G; k += 2) {
                 const int32_t lo = good ? A[k] : 0, hi = good ? A[k + 1] : 0;
                 apair[i * (K / 2) + (s * G + k) / 2] = (int32_t)(((uint32_t)(uint16_t)(int16_t)lo) |

@@ -40,6 +40,8 @@ void ts__mmg_block_p(const ts__mmg_args *x, int64_t i, int64_t s, float p[TS__MM
 
 /* Whether the kernel takes this weight (e2m1, gran_k 32, K % 128 == 0, N % 32 == 0) and m. */
 bool ts__mega_moe_gemm_fits(const ts_packed_weight *pw, int64_t m);
+/* The weight's N (columns per expert). */
+int64_t ts__mega_moe_gemm_n(const ts_packed_weight *pw);
 /* Scratch bytes of one call. */
 size_t ts__mega_moe_gemm_scratch(int64_t m, int64_t K);
 /* d[i][n] (bf16, row stride ldd) = row i of a (e4m3 [m, K]) with its packed ue8m0 scales sfa
