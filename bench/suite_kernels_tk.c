@@ -64,7 +64,7 @@ static ts_status run_tk(void *p) {
     case K_FP4: return ts_per_token_cast_bf16_to_fp4(&t[0], &t[1], &t[2], 32, true);
     case K_REQ: return ts_per_token_cast_e4m3_to_fp4(&t[0], &t[1], &t[2], &t[3], 32, 128, 128, true);
     case K_LOSSLESS: return ts_per_block_cast_lossless_ue8m0(&t[0], &t[1], &t[2], &t[3], 1, 32, 128, 128);
-    case K_E5M6: return ts_per_token_cast_to_e5m6(&t[0], &t[1], &t[2], true);
+    case K_E5M6: return ts_per_token_cast_bf16_to_e5m6(&t[0], &t[1], &t[2], true);
     case K_BACK_E5M6: return ts_cast_back_e5m6(&t[0], &t[1], &t[2], 1, t[2].shape[1]);
     case K_BACK_FP4: return ts_cast_back_fp4(&t[0], &t[1], &t[2], 1, 32);
     case K_TRANSPOSE: return ts_batched_transpose(&t[0], &t[1]);

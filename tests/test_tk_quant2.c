@@ -326,7 +326,7 @@ static void e5m6_run(void *vc, int variant) {
     ts_tensor s = sf_tensor(&c->sf, c->packed ? TS_UE8M0X4 : TS_F32);
     ts_status st;
     if (c->f32) st = c->packed ? ts_per_token_cast_f32_to_e5m6_ue8m0(&x, &q, &s) : ts_per_token_cast_f32_to_e5m6(&x, &q, &s, c->round_sf);
-    else st = c->packed ? ts_per_token_cast_to_e5m6_ue8m0(&x, &q, &s) : ts_per_token_cast_to_e5m6(&x, &q, &s, c->round_sf);
+    else st = c->packed ? ts_per_token_cast_bf16_to_e5m6_ue8m0(&x, &q, &s) : ts_per_token_cast_bf16_to_e5m6(&x, &q, &s, c->round_sf);
     TS_CHECK_STATUS(st, TS_OK);
     sf_get(&c->sf);
     const uint32_t base = c->special ? 1 : 0;
@@ -537,10 +537,10 @@ TS_TEST(tk_quant2_errors) {
     TS_CHECK(strstr(ts_last_error(), "multiple of the input block") != NULL);
     /* e5m6: H a multiple of 8, one scale column */
     ts_tensor tx5 = ts_tensor_2d(x, TS_BF16, 4, 12), tq5 = ts_tensor_2d(q, TS_E5M6X8, 4, 18), ts5 = ts_tensor_2d(sf, TS_F32, 4, 1);
-    TS_CHECK_STATUS(ts_per_token_cast_to_e5m6(&tx5, &tq5, &ts5, true), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_e5m6(&tx5, &tq5, &ts5, true), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "multiple of 8") != NULL);
     ts_tensor tx6 = ts_tensor_2d(x, TS_BF16, 4, 16), tq6 = ts_tensor_2d(q, TS_E5M6X8, 4, 24), ts6 = ts_tensor_2d(sf, TS_F32, 4, 2);
-    TS_CHECK_STATUS(ts_per_token_cast_to_e5m6(&tx6, &tq6, &ts6, true), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_per_token_cast_bf16_to_e5m6(&tx6, &tq6, &ts6, true), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "one column") != NULL);
     /* per_channel_cast_and_transpose: np */
     ts_tensor tpx = ts_tensor_2d(x, TS_BF16, 8, 64), tpq = ts_tensor_2d(q, TS_E4M3, 64, 8), tps = ts_tensor_2d(sf, TS_F32, 1, 64);
