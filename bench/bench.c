@@ -1,5 +1,6 @@
 /* Bench harness: timing, derived figures, the result table and the JSON-lines writer. */
 #include "bench.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -60,6 +61,34 @@ ts_status ts__bench_time(ts__bench_fn fn, void *ctx, bool quick, ts__timing *out
     out->min_s = samples[0];
     out->runs = runs;
     out->inner = inner;
+    return TS_OK;
+}
+
+ts_status ts__bench_time_interleaved(ts__bench_fn fn, void *const *ctx, int n, bool quick, ts__timing *out) {
+    enum { MAX_VARIANTS = 8 };
+    if (n < 1 || n > MAX_VARIANTS) return TS_ERR_INVALID_ARGUMENT;
+    for (int v = 0; v < n; v++) /* warm-up of each; also its per-call time */
+        TS__RETURN_IF_ERROR(ts__bench_time(fn, ctx[v], true, &out[v]));
+    const int min_rounds = quick ? 9 : 15;
+    const double budget_s = quick ? 0.6 : 2.0;
+    double samples[MAX_VARIANTS][TS__MAX_SAMPLES], start = ts__now_s();
+    int rounds = 0;
+    while (rounds < min_rounds || (ts__now_s() - start < budget_s && rounds < TS__MAX_SAMPLES)) {
+        for (int v = 0; v < n; v++) {
+            const int64_t inner = out[v].inner;
+            double a = ts__now_s();
+            for (int64_t i = 0; i < inner; i++) TS__RETURN_IF_ERROR(fn(ctx[v]));
+            samples[v][rounds] = (ts__now_s() - a) / (double)inner;
+        }
+        rounds++;
+    }
+    for (int v = 0; v < n; v++) {
+        qsort(samples[v], (size_t)rounds, sizeof samples[v][0], cmp_double);
+        out[v].median_s = (rounds % 2) ? samples[v][rounds / 2]
+                                       : 0.5 * (samples[v][rounds / 2 - 1] + samples[v][rounds / 2]);
+        out[v].min_s = samples[v][0];
+        out[v].runs = rounds;
+    }
     return TS_OK;
 }
 

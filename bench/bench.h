@@ -55,6 +55,12 @@ double ts__now_s(void); /* CLOCK_MONOTONIC */
  * the first failing call and returns its status. */
 ts_status ts__bench_time(ts__bench_fn fn, void *ctx, bool quick, ts__timing *out);
 
+/* The same for n variants of one job measured in alternation (one call of each per round,
+ * after a warm-up of each), so that a slow drift of the machine's speed (other tenants of a
+ * shared host) hits all of them alike and their ratios stay meaningful. ctx[i] is passed to
+ * fn(ctx[i]); out[i] gets variant i's median and min per call. */
+ts_status ts__bench_time_interleaved(ts__bench_fn fn, void *const *ctx, int n, bool quick, ts__timing *out);
+
 /* ---- results ---- */
 
 typedef enum ts__roof {

@@ -37,6 +37,29 @@ typedef struct em {
     int vtmp;                  /* counter for unique temporaries */
     const ts__tile_node *thenv[64]; /* ifs known true in the vector range */
     int nthen;
+    /* 32-lane narrowing stores: in a 4 x 8 unrolled copy of a vector loop, the stores to
+     * 8-bit destinations that nothing else in the body touches are kept in registers and
+     * packed once per 32 lanes (vec_parallel) */
+    bool nodefer;              /* retry without them (a deferred store could not be emitted) */
+    int ndef, defu, defid;     /* defu: the copy being emitted (0..3), -1 outside */
+    const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
+    bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
+    /* bounds tests of a vector loop that do not change from row to row (the outer dims) are
+     * computed once before them, into pre (vec_parallel); rowv: what does change */
+    ts__tile_buf *pre;
+    int prelv;                 /* its indentation */
+    /* a row fold fused into the vector loop before it (body() finds the pair, vec_parallel
+     * emits it): for o in parallel(R) { var acc = init; for k in serial(C) { acc = acc OP
+     * f(X[o, k]) } Y[o] = acc } after the loop over (i, j) in (R, C) that writes X[i, j] */
+    struct {
+        const ts__tile_node *loop;            /* the vector loop it joins */
+        const ts__tile_node *var, *fold, *store; /* var acc, acc = acc OP f, Y[o] = acc */
+        const ts__tile_sym *o, *k, *acc;
+        const char *op;
+        bool done;
+    } rf;
+    const void *rowv[64];
+    int nrowv;
 } em;
 
 /* ---------------- types ---------------- */
@@ -555,10 +578,19 @@ static void ind(em *e, int lv) {
 
 static void st(em *e, const ts__tile_node *n, int lv);
 static bool vec_parallel(em *e, const ts__tile_node *n, int lv);
+static const ts__tile_node *fold_of(const ts__tile_node *s, const ts__tile_sym **acc, const char **op);
+static void fold_step(em *e, const char *acc, int id, const char *op, const char *S, const char *U, bool flt, bool mm);
 static bool vec_reduce(em *e, const ts__tile_node *n, int lv);
 
+static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b);
 static void body(em *e, const ts__tile_node *blk, int lv) {
-    for (int32_t i = 0; blk && i < blk->nlist; i++) st(e, blk->list[i], lv);
+    for (int32_t i = 0; blk && i < blk->nlist; i++) {
+        bool fused = i + 1 < blk->nlist && rowfold_match(e, blk->list[i], blk->list[i + 1]);
+        st(e, blk->list[i], lv);
+        if (!fused) continue;
+        if (e->rf.done) i++; /* the fold was emitted inside the loop */
+        e->rf.loop = NULL, e->rf.done = false;
+    }
 }
 
 static void add_check(em *e, const ts__tile_node *call) {
@@ -1212,6 +1244,25 @@ static bool then_only(const em *e, const ts__tile_node *n) {
     return false;
 }
 
+/* Deferred narrowing store k of the unrolled copy e->defu: the value is kept (f32 for e4m3,
+ * else codes in 32-bit lanes) and copy 0 records the address; vec_parallel packs and stores. */
+static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
+    const ts__tile_sym *s = n->a->a->sym;
+    char *x = vex(e, e->defval[k], e->defe4m3[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
+    if (e->defe4m3[k]) v = x, x = NULL;
+    else if (s->dt == TT_E5M2) v = sfmt("ts__tv_f32_to_e5m2_w(%s)", x);
+    else v = sfmt("(%s & ts__tv_splat_u32(0xFFu))", x);
+    free(x);
+    if (e->defu == 0) {
+        char *p = contig_addr(e, n->a);
+        if (!p) e->vfail = true;
+        else ind(e, lv), ts__tile_buf_printf(e->o, "na%d_%d = %s;\n", e->defid, k, p);
+        free(p);
+    }
+    ind(e, lv), ts__tile_buf_printf(e->o, "nq%d_%d_%d = %s;\n", e->defid, k, e->defu, v);
+    free(v);
+}
+
 static void vst(em *e, const ts__tile_node *n, int lv) {
     ts__tile_buf *o = e->o;
     switch (n->kind) {
@@ -1251,6 +1302,11 @@ static void vst(em *e, const ts__tile_node *n, int lv) {
         const ts__tile_node *l = n->a;
         int dt = l->kind == TN_NAME ? ((const ts__tile_sym *)l->sym)->dt : ((const ts__tile_sym *)l->a->sym)->dt;
         int vt = ts__tile_dt_packed_raw(dt);
+        for (int k = 0; e->defu >= 0 && k < e->ndef; k++)
+            if (e->defv[k] == n) {
+                vst_deferred(e, n, k, lv);
+                return;
+            }
         char *val;
         if (n->op == TO_SET) val = vex(e, n->b, vt);
         else {
@@ -1376,6 +1432,12 @@ static void decls(const ts__tile_node *n, const void **out, int *k, int cap) {
     if (n->kind == TN_FOR || n->kind == TN_WHILE || n->kind == TN_IF) decls(n->b, out, k, cap), decls(n->c, out, k, cap);
 }
 
+static bool row_invariant(const em *e, const ts__tile_node *n) {
+    for (int i = 0; i < e->nrowv; i++)
+        if (refs(n, e->rowv[i])) return false;
+    return true;
+}
+
 /* One conjunct of a j-dependent if: emit the range narrowing; false if not a range test. */
 static bool vrange_term(em *e, const ts__tile_node *c, int lv, int id, const void **late, int nlate) {
     for (int i = 0; i < nlate; i++)
@@ -1405,7 +1467,10 @@ static bool vrange_term(em *e, const ts__tile_node *c, int lv, int id, const voi
     char *b = affine(e, av);
     if (!b) return false;
     char *us = ex_str(e, u, TT_I64);
-    ind(e, lv), ts__tile_buf_printf(e->o, "ts__tile_vrange(&lo_%d, &hi_%d, %s, %d, %s);\n", id, id, b, op, us);
+    if (e->pre && row_invariant(e, c)) /* once, before the outer dims */
+        ts__tile_buf_printf(e->pre, "%*sts__tile_vrange(&lo0_%d, &hi0_%d, %s, %d, %s);\n", 4 * e->prelv, "", id, id, b, op, us);
+    else
+        ind(e, lv), ts__tile_buf_printf(e->o, "ts__tile_vrange(&lo_%d, &hi_%d, %s, %d, %s);\n", id, id, b, op, us);
     free(b), free(us);
     return true;
 }
@@ -1415,7 +1480,187 @@ static void scalar_loop(em *e, const ts__tile_node *bd, const bool *hoisted, con
     ind(e, lv), ts__tile_buf_printf(e->o, "for (int64_t v%s = %s; v%s < %s; v%s++) {\n", j, from, j, to, j);
     for (int32_t q = 0; q < bd->nlist; q++)
         if (!hoisted[q]) st(e, bd->list[q], lv + 1);
+    if (e->rf.loop) { /* the fused row fold: k is j */
+        const ts__tile_sym *k = e->rf.k;
+        ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t v%d_%s = v%s; (void)v%d_%s;\n", k->uid, k->name, j,
+                                            k->uid, k->name);
+        st(e, e->rf.fold, lv + 1);
+    }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+}
+
+/* the fused row fold in a vector body: vacc_<id> = vacc_<id> OP f(lanes) */
+static void rf_vec_step(em *e, int id, int lv) {
+    if (!e->rf.loop) return;
+    const ts__tile_sym *A = e->rf.acc;
+    const ts__tile_node *f = NULL;
+    const ts__tile_sym *acc = NULL;
+    const char *op = NULL;
+    f = fold_of(e->rf.fold, &acc, &op);
+    char *x = vex(e, f, A->dt), an[32];
+    ind(e, lv), ts__tile_buf_printf(e->o, "{\n");
+    ind(e, lv + 1), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", vs(A->dt), id, x);
+    snprintf(an, sizeof an, "vacc_%d", id);
+    ind(e, lv + 1), fold_step(e, an, id, op, vs(A->dt), vus(A->dt), false, op[0] == 'm');
+    ind(e, lv), ts__tile_buf_printf(e->o, "}\n");
+    free(x);
+}
+
+/* the single statement of a block, looking through nested one-statement blocks */
+static const ts__tile_node *sole(const ts__tile_node *n) {
+    while (n && n->kind == TN_BLOCK && n->nlist == 1) n = n->list[0];
+    return n;
+}
+static bool same_extent(const ts__tile_node *x, const ts__tile_node *y) {
+    int64_t a, b;
+    return lit_int(x, &a) && lit_int(y, &b) && a == b;
+}
+/* some assignment in n writes s (a variable or an element of tile s) */
+static bool refs_written(const ts__tile_node *n, const void *s) {
+    if (!n) return false;
+    if (n->kind == TN_ASSIGN) {
+        const ts__tile_node *l = n->a;
+        if ((l->kind == TN_NAME && l->sym == s) || (l->kind == TN_INDEX && l->a->sym == s)) return true;
+    }
+    if (refs_written(n->a, s) || refs_written(n->b, s) || refs_written(n->c, s)) return true;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (refs_written(n->list[i], s)) return true;
+    return false;
+}
+/* every assignment to tile X in n is to X[i, j], and there is one */
+static int writes_at(const ts__tile_node *n, const void *X, const void *i, const void *j) {
+    if (!n) return 0;
+    int c = 0;
+    if (n->kind == TN_ASSIGN && n->a->kind == TN_INDEX && n->a->a->sym == X) {
+        const ts__tile_node *l = n->a;
+        bool at = n->op == TO_SET && l->nlist == 2 && l->list[0]->kind == TN_NAME && l->list[0]->sym == i &&
+                  l->list[1]->kind == TN_NAME && l->list[1]->sym == j;
+        if (!at) return -1000000;
+        c = 1;
+    }
+    c += writes_at(n->a, X, i, j) + writes_at(n->b, X, i, j) + writes_at(n->c, X, i, j);
+    for (int32_t q = 0; q < n->nlist; q++) c += writes_at(n->list[q], X, i, j);
+    return c;
+}
+static bool writes_only_at(const ts__tile_node *n, const void *X, const void *i, const void *j) {
+    return writes_at(n, X, i, j) > 0;
+}
+/* n accesses X only as X[o, k] and reads no tile or variable that loop `a` writes */
+static bool fold_reads_ok(const ts__tile_node *n, const ts__tile_sym *X, const void *o, const void *k,
+                          const ts__tile_node *a) {
+    if (!n) return true;
+    if (n->kind == TN_INDEX && n->a->sym == X)
+        return n->nlist == 2 && n->list[0]->kind == TN_NAME && n->list[0]->sym == o && n->list[1]->kind == TN_NAME &&
+               n->list[1]->sym == k;
+    if (n->kind == TN_NAME && n->sym != o && n->sym != k && n->sym != X && refs_written(a, n->sym)) return false;
+    if (!fold_reads_ok(n->a, X, o, k, a) || !fold_reads_ok(n->b, X, o, k, a) || !fold_reads_ok(n->c, X, o, k, a))
+        return false;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (!fold_reads_ok(n->list[i], X, o, k, a)) return false;
+    return true;
+}
+
+/* Statement a ends in a loop over (i, j) in parallel(R, C) and statement b is a row fold over
+ * a tile X that the loop writes only as X[i, j]: then reading X[o = i, k = j] right after
+ * iteration (i, j) sees what b would see, and an exact integer fold (any order gives the same
+ * bits) can run in the loop. Records the pair in e->rf. */
+static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b) {
+    if (!e->simd || e->invec || e->rf.loop) return false;
+    if (a->kind == TN_BLOCK && a->nlist) a = a->list[a->nlist - 1];
+
+    b = sole(b);
+    if (!a || a->kind != TN_FOR || strcmp(a->a->name, "parallel") || a->nlist2 != 2 || !a->b) return false;
+    if (!b || b->kind != TN_FOR || strcmp(b->a->name, "parallel") || b->nlist2 != 1 || !b->b || b->b->nlist != 3)
+        return false;
+    const ts__tile_node *var = b->b->list[0], *ser = b->b->list[1], *stv = b->b->list[2];
+    if (var->kind != TN_VAR || ser->kind != TN_FOR || strcmp(ser->a->name, "serial") || ser->nlist2 != 1 ||
+        ser->a->nlist != 1 || !ser->b || ser->b->nlist != 1 || stv->kind != TN_ASSIGN || stv->op != TO_SET ||
+        stv->b->kind != TN_NAME || stv->b->sym != var->sym || stv->a->kind != TN_INDEX)
+        return false;
+    const ts__tile_sym *acc = NULL;
+    const char *op = NULL;
+    const ts__tile_node *f = fold_of(ser->b->list[0], &acc, &op);
+    int t = acc ? acc->dt : TT_NONE;
+    if (!f || acc != var->sym || !(t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64)) return false;
+    if (!same_extent(a->a->list[0], b->a->list[0]) || !same_extent(a->a->list[1], ser->a->list[0])) return false;
+    const void *o = b->list2[0]->sym, *k = ser->list2[0]->sym;
+    /* X: the one tile f reads; the loop writes it only at [i, j] */
+    const ts__tile_node *x = f;
+    while (x && x->kind != TN_INDEX) x = x->kind == TN_CALL && x->nlist ? x->list[0] : x->a;
+    if (!x || x->a->kind != TN_NAME) return false;
+    const ts__tile_sym *X = x->a->sym;
+    if (!writes_only_at(a->b, X, a->list2[0]->sym, a->list2[1]->sym) || !fold_reads_ok(f, X, o, k, a->b)) return false;
+    /* Y[o] = acc: Y untouched by the loop */
+    if (refs(a->b, stv->a->a->sym) || refs(a->b, acc)) return false;
+    e->rf.loop = a, e->rf.var = var, e->rf.fold = ser->b->list[0], e->rf.store = stv;
+    e->rf.o = o, e->rf.k = k, e->rf.acc = acc, e->rf.op = op, e->rf.done = false;
+    return true;
+}
+
+static int count_names(const ts__tile_node *n, const void *s) {
+    if (!n) return 0;
+    int c = n->kind == TN_NAME && n->sym == s;
+    c += count_names(n->a, s) + count_names(n->b, s) + count_names(n->c, s);
+    for (int32_t i = 0; i < n->nlist; i++) c += count_names(n->list[i], s);
+    for (int32_t i = 0; i < n->nlist2; i++) c += count_names(n->list2[i], s);
+    return c;
+}
+
+/* Statement s of vector body bd as a deferrable narrowing store: a converting store to an
+ * e4m3 / e5m2 / u8 / i8 destination that no other statement of the body reads or writes
+ * (so holding it back for up to four copies of the body is invisible). */
+static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *bd) {
+    if (s->kind != TN_ASSIGN || s->op != TO_SET || s->a->kind != TN_INDEX || e->ndef >= 8) return;
+    const ts__tile_sym *d = s->a->a->sym;
+    const ts__tile_node *v = s->b;
+    if (v->kind == TN_CALL && !strcmp(v->name, "cast") && natural(v->ty) == d->dt && v->nlist == 1) v = v->list[0];
+    int from = natural(v->ty);
+    if (from == d->dt || from == TT_BOOL || count_names(bd, d) != 1) return;
+    bool fp8 = d->dt == TT_E4M3 || d->dt == TT_E5M2;
+    bool int8 = (d->dt == TT_U8 || d->dt == TT_I8) && from != TT_F32 && from != TT_F64 &&
+                !ts__tile_dt_is_narrow(from) && irank(from) > 1;
+    if (!fp8 && !int8) return;
+    e->defe4m3[e->ndef] = d->dt == TT_E4M3;
+    e->defval[e->ndef] = v;
+    e->defv[e->ndef++] = s;
+}
+
+/* The 4 x 8 unrolled main loop of vec_parallel when its body has deferrable stores. */
+static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int lv) {
+    e->ndef = 0;
+    for (int32_t q = 0; q < bd->nlist; q++) {
+        const ts__tile_node *s = bd->list[q];
+        if (hoisted[q]) continue;
+        if (s->kind == TN_ASSIGN) defer_consider(e, s, bd);
+        if (s->kind == TN_IF && then_only(e, s) && s->b)
+            for (int32_t r = 0; r < s->b->nlist; r++) defer_consider(e, s->b->list[r], bd);
+    }
+    if (!e->ndef) return;
+    e->defid = id;
+    ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
+    ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
+    for (int k = 0; k < e->ndef; k++) {
+        ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
+        ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tv_%s nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3;\n",
+                                            e->defe4m3[k] ? "f32" : "u32", id, k, id, k, id, k, id, k);
+    }
+    for (int u = 0; u < 4 && !e->vfail; u++) {
+        e->defu = u;
+        ind(e, lv + 1), ts__tile_buf_puts(e->o, "{\n");
+        ind(e, lv + 2), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d; (void)%s;\n", e->vjname, id, 8 * u, e->vjname);
+        for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
+            if (!hoisted[q]) vst(e, bd->list[q], lv + 2);
+        rf_vec_step(e, id, lv + 2);
+        ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+    }
+    e->defu = -1;
+    for (int k = 0; k < e->ndef; k++) {
+        ind(e, lv + 1);
+        ts__tile_buf_printf(e->o, "ts__tv_st_%s(na%d_%d, nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3);\n",
+                            e->defe4m3[k] ? "e4m3x32" : "u8x32", id, k, id, k, id, k, id, k, id, k);
+    }
+    ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+    e->ndef = 0;
 }
 
 static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
@@ -1447,11 +1692,19 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t e%d_%s = %s;\n", ls->uid, ls->name, x);
         free(x);
     }
+    /* range tests invariant over the outer dims go to pre, spliced in here */
+    const size_t pre_at = e->o->len;
+    ts__tile_buf pre = {0};
+    e->pre = nv > 1 ? &pre : NULL;
+    e->nrowv = 0;
+    e->prelv = lv + 1;
+    if (e->pre) ts__tile_buf_printf(&pre, "%*sint64_t lo0_%d = 0, hi0_%d = e%s;\n", 4 * e->prelv, "", id, id, J);
     for (int32_t i = 0; i + 1 < nv; i++) {
         const ts__tile_sym *ls = n->list2[i]->sym;
         ind(e, lv + 1 + i);
         ts__tile_buf_printf(e->o, "for (int64_t v%d_%s = 0; v%d_%s < e%d_%s; v%d_%s++) {\n", ls->uid, ls->name, ls->uid,
                             ls->name, ls->uid, ls->name, ls->uid, ls->name);
+        e->rowv[e->nrowv++] = ls;
     }
     int L = lv + nv;
     ind(e, L), ts__tile_buf_printf(e->o, "if (e%s > 0) {\n", J);
@@ -1461,6 +1714,10 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     for (; p < bd->nlist; p++) {
         const ts__tile_node *s = bd->list[p];
         if (s->kind != TN_LET) break;
+        if (!row_invariant(e, s->a)) {
+            if (e->nrowv >= (int)(sizeof e->rowv / sizeof e->rowv[0])) e->pre = NULL;
+            else e->rowv[e->nrowv++] = s->sym;
+        }
         if (!dep(e, s->a)) {
             st(e, s, L + 1);
             hoisted[p] = true;
@@ -1474,7 +1731,8 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     for (int32_t q = p; q < bd->nlist; q++) decls(bd->list[q], late, &nlate, 256);
     if (nlate >= 256) e->vfail = true;
     /* bounds tests hoisted: the range of j where every j-dependent if holds */
-    ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t lo_%d = 0, hi_%d = e%s;\n", id, id, J);
+    if (e->pre) ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t lo_%d = lo0_%d, hi_%d = hi0_%d;\n", id, id, id, id);
+    else ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t lo_%d = 0, hi_%d = e%s;\n", id, id, J);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "bool ok_%d = true;\n", id);
     for (int32_t q = p; q < bd->nlist && !e->vfail; q++) {
         const ts__tile_node *s = bd->list[q];
@@ -1492,23 +1750,74 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     char lo[32], hi[310];
     snprintf(lo, sizeof lo, "lo_%d", id);
     snprintf(hi, sizeof hi, "e%s", J);
+    /* a fused row fold (rowfold_match) over this loop's rows: o is the row, k is j */
+    if (e->rf.loop != n || nv != 2) e->rf.loop = NULL;
+    const ts__tile_sym *A = e->rf.loop ? e->rf.acc : NULL;
+    if (A) {
+        const ts__tile_sym *o = e->rf.o, *i0 = n->list2[0]->sym;
+        ind(e, L + 1), ts__tile_buf_printf(e->o, "const int64_t v%d_%s = v%d_%s; (void)v%d_%s;\n", o->uid, o->name,
+                                           i0->uid, i0->name, o->uid, o->name);
+        st(e, e->rf.var, L + 1);
+        vreg(e, e->rf.k, VS_AFF, sdup("INT64_C(0)"));
+    }
     scalar_loop(e, bd, hoisted, J, "0", lo, L + 1);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
+    bool mm = A && e->rf.op[0] == 'm';
+    if (A) {
+        ind(e, L + 1), ts__tile_buf_printf(e->o, "ts__tv_%s vacc_%d = ts__tv_splat_%s((%s)(", vs(A->dt), id, vs(A->dt),
+                                           ctype(A->dt));
+        if (mm) sym_ref(e, e->o, A);
+        else ts__tile_buf_puts(e->o, e->rf.op[0] == '&' ? "~0" : "0");
+        ts__tile_buf_puts(e->o, "));\n");
+    }
+    if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
     for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
         if (!hoisted[q]) vst(e, bd->list[q], L + 2);
+    rf_vec_step(e, id, L + 2);
     ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
+    for (int l = 0; A && l < 8; l++) { /* exact in any order: integer max / min / + / & / | / ^ */
+        ts__tile_buf av = {0};
+        sym_ref(e, &av, A);
+        const char *op = e->rf.op, *a = av.data ? av.data : "";
+        ind(e, L + 1);
+        if (mm)
+            ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, vacc_%d[%d]);\n", a, ctype(A->dt), op,
+                                ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, id, l);
+        else if (op[0] == '+')
+            ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)vacc_%d[%d]);\n", a, ctype(A->dt), utype(A->dt), a,
+                                utype(A->dt), id, l);
+        else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s vacc_%d[%d]);\n", a, ctype(A->dt), a, op, id, l);
+        ts__tile_buf_free(&av);
+    }
     scalar_loop(e, bd, hoisted, J, e->vjname, hi, L + 1);
+    if (A) st(e, e->rf.store, L + 1);
     ind(e, L), ts__tile_buf_puts(e->o, "}\n");
     for (int32_t i = nv - 2; i >= 0; i--) ind(e, lv + 1 + i), ts__tile_buf_puts(e->o, "}\n");
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
     e->o = save;
     e->invec = false;
+    if (e->pre) { /* splice the row-invariant range tests in before the outer loops */
+        ts__tile_buf all = {0};
+        ts__tile_buf_printf(&all, "%.*s", (int)pre_at, tmp.data ? tmp.data : "");
+        ts__tile_buf_puts(&all, pre.data ? pre.data : "");
+        ts__tile_buf_puts(&all, tmp.data ? tmp.data + pre_at : "");
+        ts__tile_buf_free(&tmp);
+        tmp = all;
+    }
+    e->pre = NULL;
+    ts__tile_buf_free(&pre);
     bool ok = !e->vfail && !tmp.oom;
     if (ok) ts__tile_buf_puts(save, tmp.data ? tmp.data : "");
+    if (ok && e->rf.loop == n) e->rf.done = true;
     ts__tile_buf_free(&tmp);
     vreset(e);
     free(hoisted), free(late);
+    if (!ok && !e->nodefer) { /* perhaps only a deferred store failed: once more without */
+        e->nodefer = true;
+        ok = vec_parallel(e, n, lv);
+        e->nodefer = false;
+    }
     return ok;
 }
 
@@ -1927,7 +2236,7 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
 
 bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program *prog,
                      const ts__tile_emit_opts *opts) {
-    em e = {.o = out, .d = d, .simd = !(opts && opts->scalar)};
+    em e = {.o = out, .d = d, .simd = !(opts && opts->scalar), .defu = -1};
     const char *prefix = opts && opts->prefix ? opts->prefix : "ts_";
     ts__tile_buf_printf(out, "/* Generated by tilestack tilec from %s. Do not edit.\n"
                              " * Compile with -std=c11 -ffp-contract=off (exact floating point). */\n"

@@ -547,17 +547,23 @@ TS__TV_INL ts__tv_u32 ts__tv_rne_mag(ts__tv_u32 a, int mbits, int bias) {
  * rounding mode, as everywhere in the library). Codes past 0x7E (beyond 464, inf, NaN) clamp
  * to the NaN code 0x7F. Same bits as the integer-only scalar routine (tested exhaustively
  * over the exponent range). */
-TS__TV_INL ts__tv_u8 ts__tv_f32_to_e4m3(ts__tv_f32 x) {
-    ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 24) & 0x80u;
+/* The e4m3 magnitude code of |x| bits a before the clamp: every value past 448 (> 464), inf
+ * and NaN gives a code above 0x7E, and every code is a non-negative int32 (at most 0x440). */
+TS__TV_INL ts__tv_u32 ts__tv_e4m3_mag_raw(ts__tv_u32 a) {
     ts__tv_u32 cn = (a + ((a >> 20) & 1u) + (0x7FFFFu - (960u << 20))) >> 20;
     ts__tv_f32 sm = (ts__tv_f32)a + ts__tv_splat_f32(16384.0f);
     ts__tv_u32 cs = (ts__tv_u32)sm - 0x46800000u;
     ts__tv_i32 tiny = (ts__tv_i32)a < 0x3C800000;
-    ts__tv_u32 c = (ts__tv_u32)(((ts__tv_i32)cs & tiny) | ((ts__tv_i32)cn & ~tiny));
+    return (ts__tv_u32)(((ts__tv_i32)cs & tiny) | ((ts__tv_i32)cn & ~tiny));
+}
+TS__TV_INL ts__tv_u8 ts__tv_f32_to_e4m3(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, s = (u >> 24) & 0x80u;
+    ts__tv_u32 c = ts__tv_e4m3_mag_raw(u & 0x7FFFFFFFu);
     return ts__tv_narrow_u8(s | ts__tv_min_u32(c, ts__tv_splat_u32(0x7Fu)));
 }
-/* ts_f32_to_e5m2 lane-wise: RNE through rne_mag, past 57344 -> inf, NaN -> 0x7E | sign */
-TS__TV_INL ts__tv_u8 ts__tv_f32_to_e5m2(ts__tv_f32 x) {
+/* ts_f32_to_e5m2 lane-wise: RNE through rne_mag, past 57344 -> inf, NaN -> 0x7E | sign; the
+ * codes in 32-bit lanes (_w) or narrowed */
+TS__TV_INL ts__tv_u32 ts__tv_f32_to_e5m2_w(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 24) & 0x80u;
     ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x7F800000u;
     ts__tv_u32 ac = (ts__tv_u32)((big & 0x7F000000) | ((ts__tv_i32)a & ~big));
@@ -565,7 +571,43 @@ TS__TV_INL ts__tv_u8 ts__tv_f32_to_e5m2(ts__tv_f32 x) {
     ts__tv_i32 ovf = c > 0x7Bu;
     c = (ts__tv_u32)((ovf & 0x7C) | ((ts__tv_i32)c & ~ovf));
     c = (ts__tv_u32)((nan & 0x7E) | ((ts__tv_i32)c & ~nan));
-    return ts__tv_narrow_u8(s | c);
+    return s | c;
+}
+TS__TV_INL ts__tv_u8 ts__tv_f32_to_e5m2(ts__tv_f32 x) { return ts__tv_narrow_u8(ts__tv_f32_to_e5m2_w(x)); }
+
+/* 32-lane narrowing stores (a vector loop unrolled by four, §11a): elements 0..7 in the first
+ * vector, 8..15 in the second... stored as 32 consecutive bytes at p. */
+/* codes 0..0xFF in 32-bit lanes */
+TS__TV_INL void ts__tv_st_u8x32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u32 c2, ts__tv_u32 c3) {
+#if defined(__AVX2__)
+    /* unsigned-saturating packs work per 128-bit half and are exact for codes <= 0xFF */
+    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32((__m256i)c0, (__m256i)c1),
+                                    _mm256_packus_epi32((__m256i)c2, (__m256i)c3));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    memcpy(p, &b, 32);
+#else
+    ts__tv_u8 v[4] = {TS__TV_CVT(c0, ts__tv_u8), TS__TV_CVT(c1, ts__tv_u8), TS__TV_CVT(c2, ts__tv_u8),
+                      TS__TV_CVT(c3, ts__tv_u8)};
+    memcpy(p, v, 32);
+#endif
+}
+/* ts_f32_to_e4m3 of 32 values: the same codes as four ts__tv_f32_to_e4m3. With AVX2 the raw
+ * magnitudes (non-negative, <= 0x440) are packed with signed saturation, which is the clamp
+ * to 0x7F, and the raw f32 bits the same way, which leaves each sign in bit 7. */
+TS__TV_INL void ts__tv_st_e4m3x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
+#if defined(__AVX2__)
+    const ts__tv_u32 abs = ts__tv_splat_u32(0x7FFFFFFFu);
+    __m256i m0 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x0 & abs), m1 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x1 & abs);
+    __m256i m2 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x2 & abs), m3 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x3 & abs);
+    __m256i m = _mm256_packs_epi16(_mm256_packs_epi32(m0, m1), _mm256_packs_epi32(m2, m3));
+    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32((__m256i)x0, (__m256i)x1), _mm256_packs_epi32((__m256i)x2, (__m256i)x3));
+    __m256i c = _mm256_or_si256(m, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
+    c = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    memcpy(p, &c, 32);
+#else
+    ts__tv_u8 v[4] = {ts__tv_f32_to_e4m3(x0), ts__tv_f32_to_e4m3(x1), ts__tv_f32_to_e4m3(x2), ts__tv_f32_to_e4m3(x3)};
+    memcpy(p, v, 32);
+#endif
 }
 TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
     ts__tv_u32 v = ts__tv_widen_u8(v8);
