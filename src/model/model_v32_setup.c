@@ -85,6 +85,11 @@ void ts__model_v32_free_layer(ts__layer *ly) {
 ts_status ts__model_v32_cache_alloc(ts_model *m) {
     const ts_model_config *c = &m->cfg;
     const int64_t nb = m->max_batch * ts__model_v32_blocks(c);
+    /* FlashMLA's and top-k's indices are i32 slots of the whole cache */
+    if (nb * TS__V32_PAGE > INT32_MAX)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_model_create: max_batch = %lld x max_seq_len "
+                        "= %lld cache slots exceed 2^31 - 1 (attention = v32 indexes them as i32)",
+                        (long long)m->max_batch, (long long)c->max_seq_len);
     for (int64_t L = 0; L < c->n_layers; L++) {
         ts__layer_cache *lc = &m->caches[L];
         lc->kv32 = (uint8_t *)calloc((size_t)(nb * TS__V32_PAGE), TS__V32_ROW);
