@@ -664,7 +664,9 @@ TS__TV_INL ts__tv_f32 ts__tv_ue8m0_to_f32(ts__tv_u8 v8) {
  * polynomial, the two-multiply ldexp); special lanes (NaN, overflow, underflow) are selected
  * at the end, computed from a clamped input so that the integer conversion stays in range. */
 TS__TV_INL ts__tv_f32 ts__tv_exp_f32(ts__tv_f32 x) {
-    ts__tv_f32 xc = ts__tv_min_f32(ts__tv_max_f32(x, ts__tv_splat_f32(-104.0f)), ts__tv_splat_f32(89.0f));
+    /* the clamp only keeps the integer conversion in range (NaN lanes become the bound and
+     * are replaced at the end), so the plain min / max suffice */
+    ts__tv_f32 xc = ts__tv_mink_f32(ts__tv_maxk_f32(x, ts__tv_splat_f32(-104.0f)), ts__tv_splat_f32(89.0f));
     ts__tv_f32 n = ts__tv_round_f32(xc * ts__tv_splat_f32(1.44269502f), 0);
     ts__tv_f32 r = ts__tv_fma_f32(-n, ts__tv_splat_f32(0.693145751953125f), xc);
     r = ts__tv_fma_f32(-n, ts__tv_splat_f32(1.42860677e-06f), r);
