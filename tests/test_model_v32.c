@@ -290,6 +290,80 @@ TS_TEST(model_v32_save_load_roundtrip) {
     remove(path);
 }
 
+/* The saved file with the first `from` of its header replaced by `to` (length rewritten). */
+static int write_edited(const char *src, const char *dst, const char *from, const char *to) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    const size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n);
+    const int ok = b && fread(b, 1, n, f) == n;
+    fclose(f);
+    uint64_t h = 0;
+    for (int i = 0; ok && i < 8; i++) h |= (uint64_t)b[i] << (8 * i);
+    char *hdr = ok ? malloc(h + strlen(to) + 1) : NULL;
+    char *at = NULL;
+    if (hdr) {
+        memcpy(hdr, b + 8, h);
+        hdr[h] = 0;
+        at = strstr(hdr, from);
+    }
+    if (!at) {
+        free(b);
+        free(hdr);
+        return 0;
+    }
+    memmove(at + strlen(to), at + strlen(from), strlen(at + strlen(from)) + 1);
+    memcpy(at, to, strlen(to));
+    const uint64_t nh = strlen(hdr);
+    f = fopen(dst, "wb");
+    for (int i = 0; f && i < 8; i++) fputc((int)((nh >> (8 * i)) & 0xFF), f);
+    if (f) {
+        fwrite(hdr, 1, nh, f);
+        fwrite(b + 8 + h, 1, n - 8 - h, f);
+        fclose(f);
+    }
+    free(b);
+    free(hdr);
+    return f != NULL;
+}
+
+/* The file checks know §8's tensor list: a renamed v32 tensor is missing by name, and a v32
+ * file whose config claims v4 fails on the first tensor whose V4 shape differs. */
+TS_TEST(model_v32_file_checks_its_tensor_list) {
+    ts_model_config c;
+    TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
+    c.n_layers = 1;
+    c.n_hash_layers = 0;
+    ts_model *m = NULL, *l = (ts_model *)(uintptr_t)0x1;
+    TS_CHECK_STATUS(ts_model_create(&c, 1, &m), TS_OK);
+    if (!m) return;
+    char path[] = "/tmp/ts_model_v32f_XXXXXX", bad[64];
+    const int fd = mkstemp(path);
+    TS_CHECK(fd >= 0);
+    if (fd < 0) {
+        ts_model_free(m);
+        return;
+    }
+    close(fd);
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    TS_CHECK_STATUS(ts_model_save_weights(m, path), TS_OK);
+    TS_CHECK(write_edited(path, bad, "\"0.attn.wkv_b\":", "\"0.attn.wkv_B\":"));
+    TS_CHECK_STATUS(ts_model_load(bad, 1, &l), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_MSG(strstr(ts_last_error(), "0.attn.wkv_b is missing") != NULL, "%s", ts_last_error());
+    TS_CHECK(write_edited(path, bad, "\\\"attention\\\": \\\"v32\\\"",
+                          "\\\"attention\\\": \\\"v4\\\""));
+    TS_CHECK_STATUS(ts_model_load(bad, 1, &l), TS_ERR_INVALID_ARGUMENT);
+    /* wq_b is [n_heads·512, q_lora] in §2's V4 list, [n_heads·192, q_lora] in §8's */
+    TS_CHECK_MSG(strstr(ts_last_error(), "0.attn.wq_b") && strstr(ts_last_error(), "shape"), "%s",
+                 ts_last_error());
+    TS_CHECK(l == (ts_model *)(uintptr_t)0x1);
+    remove(bad);
+    remove(path);
+    ts_model_free(m);
+}
+
 TS_TEST(model_v32_prefill_random_then_decode) {
     ts_model_config c;
     TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
