@@ -6,6 +6,8 @@
  *    (which compiles for the active ISA) against the hand-written ts_per_token_cast_to_fp8
  *    (gran 128, f32 scales; same bits): GB/s, share of memcpy bandwidth, hand-written time /
  *    tile time (>= 0.9 wanted).
+ *  - rmsnorm_forward_and_per_token_cast (AOT) against a hand-written AVX2 version of the same
+ *    arithmetic (bench/avx2/rmsnorm_cast_hand_avx2.c; bytes compared first), timed in alternation.
  * TS_BENCH_FILTER selects rows by "name shape" substring. */
 #include "bench.h"
 #include "core/internal.h"
@@ -249,6 +251,100 @@ static int ptc_rows(const ts__bench_opts *opts, const char *filter, const ts_til
     return failures;
 }
 
+/* rmsnorm + per-token cast: the tile kernel (AOT) against the hand-written AVX2 version in
+ * bench/avx2/rmsnorm_cast_hand_avx2.c (same arithmetic; the bytes are compared first). */
+int ts__bench_rmsnorm_cast_hand_avx2(const uint16_t *x, const uint16_t *w, int64_t T, int64_t H, float eps,
+                                     int64_t gs, bool round_sf, uint8_t *q, float *sf);
+typedef struct rms_ctx {
+    int which;
+    ts_tensor x, w, q, sf;
+} rms_ctx;
+
+static ts_status run_rms(void *p) {
+    rms_ctx *c = p;
+    if (c->which == 1) return ts_rmsnorm_forward_and_per_token_cast(&c->x, &c->w, &c->q, &c->sf, 1e-6f, 128, true);
+#ifdef TS_HAVE_AVX2_KERNELS
+    int r = ts__bench_rmsnorm_cast_hand_avx2(c->x.data, c->w.data, c->x.shape[0], c->x.shape[1], 1e-6f, 128, true,
+                                             c->q.data, c->sf.data);
+    return r ? TS_ERR_UNSUPPORTED : TS_OK;
+#else
+    return TS_ERR_UNSUPPORTED;
+#endif
+}
+
+static int rms_rows(const ts__bench_opts *opts, const char *filter, const int *threads, int nthreads) {
+#ifndef TS_HAVE_AVX2_KERNELS
+    (void)opts, (void)filter, (void)threads, (void)nthreads;
+    return 0; /* the comparator is AVX2 code */
+#else
+    if (ts__active_isa() != TS_ISA_AVX2) return 0;
+    static const int64_t shapes[][2] = {{4001, 4096}, {4001, 7168}, {8001, 4096}, {8001, 7168}};
+    const int nshapes = opts->quick ? 2 : 4;
+    const int64_t maxe = 8001 * 7168;
+    int failures = 0;
+    uint16_t *x = ts__aligned_alloc((size_t)maxe * 2), *w = ts__aligned_alloc(7168 * 2);
+    uint8_t *q[2] = {ts__aligned_alloc((size_t)maxe), ts__aligned_alloc((size_t)maxe)};
+    float *sf[2] = {ts__aligned_alloc((size_t)8001 * 56 * 4), ts__aligned_alloc((size_t)8001 * 56 * 4)};
+    if (!x || !w || !q[0] || !q[1] || !sf[0] || !sf[1]) {
+        fprintf(stderr, "tilestack bench: out of memory for rmsnorm+cast\n");
+        failures = 1;
+        goto out;
+    }
+    ts__bench_rng r = {0x9E3779B97F4A7C15ull};
+    for (int64_t i = 0; i < maxe; i++) { /* |x| ~ 2^-8 .. 2^8, both signs */
+        uint64_t v = ts__bench_rng_next(&r);
+        x[i] = (uint16_t)(((v >> 16) & 0x8000) | ((119 + (v % 16)) << 7) | ((v >> 40) & 0x7F));
+    }
+    for (int i = 0; i < 7168; i++) w[i] = ts_f32_to_bf16(0.5f + (float)(i % 17) / 16.0f);
+    for (int si = 0; si < nshapes; si++) {
+        const int64_t t = shapes[si][0], h = shapes[si][1];
+        char shape[32];
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)t, (long long)h);
+        if (!ts__bench_wanted(filter, "rmsnorm+cast", shape)) continue;
+        rms_ctx c[2];
+        void *ctxs[2];
+        for (int v = 0; v < 2; v++) {
+            c[v] = (rms_ctx){.which = v, .x = ts_tensor_2d(x, TS_BF16, t, h), .w = ts_tensor_1d(w, TS_BF16, h),
+                             .q = ts_tensor_2d(q[v], TS_E4M3, t, h), .sf = ts_tensor_2d(sf[v], TS_F32, t, h / 128)};
+            ctxs[v] = &c[v];
+        }
+        const double bytes = 2.0 * (double)(t * h) + (double)(t * h) + 4.0 * (double)(t * h / 128);
+        ts__bench_row row = {.suite = "kernels", .shape = shape, .dtype = "bf16->e4m3", .bytes = bytes,
+                             .roof = TS__ROOF_MEMCPY, .name = "rmsnorm+cast"};
+        ts_status st = run_rms(&c[0]);
+        if (st == TS_OK) st = run_rms(&c[1]);
+        if (st == TS_OK && (memcmp(q[0], q[1], (size_t)(t * h)) || memcmp(sf[0], sf[1], (size_t)(t * h / 128) * 4))) {
+            ts__bench_report_error(opts, &row, "the tile kernel and the hand-written one differ");
+            failures++;
+            continue;
+        }
+        for (int ti = 0; ti < nthreads && st == TS_OK; ti++) {
+            (void)ts_set_num_threads(threads[ti]);
+            ts__timing tt[2];
+            st = ts__bench_time_interleaved(run_rms, ctxs, 2, opts->quick, tt);
+            if (st != TS_OK) break;
+            row.threads = threads[ti];
+            static const char *const names[2] = {"rmsnorm+cast hand-written", "rmsnorm+cast tile AOT"};
+            for (int v = 0; v < 2; v++) {
+                row.name = names[v];
+                row.t = tt[v];
+                row.baseline = v ? "hand" : NULL;
+                row.baseline_seconds = v ? tt[0].median_s : 0;
+                ts__bench_report(opts, &row);
+            }
+        }
+        if (st != TS_OK) {
+            ts__bench_report_error(opts, &row, ts_last_error());
+            failures++;
+        }
+    }
+out:
+    ts__aligned_free(x), ts__aligned_free(w);
+    for (int v = 0; v < 2; v++) ts__aligned_free(q[v]), ts__aligned_free(sf[v]);
+    return failures;
+#endif
+}
+
 /* The TileKernels rows (bench/suite_kernels_tk.c). */
 int ts__suite_kernels_tk(const ts__bench_opts *opts, const char *filter, const int *threads, int nthreads);
 
@@ -266,6 +362,7 @@ int ts__suite_kernels(const ts__bench_opts *opts) {
     char dir[64] = "";
     int failures = jit_rows(opts, filter, &jit, dir);
     failures += ptc_rows(opts, filter, jit, threads, nthreads);
+    failures += rms_rows(opts, filter, threads, nthreads);
     failures += ts__suite_kernels_tk(opts, filter, threads, nthreads);
     (void)ts_set_num_threads(saved);
     ts_tile_kernel_release(jit);
