@@ -403,6 +403,17 @@ TS_TEST(tile_check_race_free_patterns_accepted) {
                  "<no error>");
 }
 
+/* a parallel dim of extent 1 has one iteration: an index without its variable is no race (a
+ * 1-token copy such as copy(s, sf[bt * BT:bt * BT + BT, g]) with BT = 1 lowers to one) */
+TS_TEST(tile_check_race_extent_one_dim_accepted) {
+    expect_first(ts_t_,
+                 TT_KERNEL("        tile t: f32[4, 4];\n        for i, j in parallel(1, 4) { t[0, j] = 1.0; }\n"),
+                 "<no error>");
+    expect_first(ts_t_,
+                 TT_KERNEL("        tile t: f32[4, 4];\n        for i, j in parallel(2, 4) { t[0, j] = 1.0; }\n"),
+                 "t.tile:4:46: error: race: the index of this write to 't' does not depend on parallel loop variable 'i', so iterations write the same element");
+}
+
 TS_TEST(tile_check_reports_several_errors_then_stops) {
     /* the checker continues after an error (one line each) and stops after 20 */
     char src[4096] = "kernel k() {\n    launch (1) as (b) {\n";

@@ -23,6 +23,7 @@ typedef struct chk {
     int par_scope;           /* scope depth of the innermost parallel loop's variables */
     ts__tile_sym *par_vars[64];
     int npar_vars;           /* enclosing parallel-loop variables (slot = index) */
+    uint64_t par_single;     /* those whose loop has a single iteration (extent 1): no race */
     int macro_depth;
     int expansions;
     bool lowered;            /* checking the IR: reserved names allowed */
@@ -557,7 +558,7 @@ static void check_race_write(chk *c, ts__tile_node *target, ts__tile_loc loc) {
     if (!s || s->depth >= c->par_scope) return;
     uint64_t have = 0;
     for (int32_t i = 0; i < target->nlist; i++) have |= deps_of(c, target->list[i]);
-    uint64_t need = all_par_bits(c);
+    uint64_t need = all_par_bits(c) & ~c->par_single;
     if ((have & need) != need) {
         int miss = 0;
         while (miss < c->npar_vars && miss < 64 && ((have >> miss) & 1)) miss++;
@@ -1102,6 +1103,7 @@ static void check_for(chk *c, ts__tile_node *n) {
     c->depth++;
     bool save_par = c->in_par;
     int save_scope = c->par_scope, save_npar = c->npar_vars;
+    uint64_t save_single = c->par_single;
     if (par) {
         c->in_par = true;
         c->par_scope = c->depth;
@@ -1114,6 +1116,8 @@ static void check_for(chk *c, ts__tile_node *n) {
         n->list2[i]->sym = s;
         if (par && c->npar_vars < 64) {
             s->deps = (uint64_t)1 << c->npar_vars;
+            int64_t ext;
+            if (n->nlist2 == it->nlist && cfold(c, it->list[i], &ext) && ext == 1) c->par_single |= s->deps;
             c->par_vars[c->npar_vars++] = s;
         } else if (!par) {
             s->deps = 0;
@@ -1127,6 +1131,7 @@ static void check_for(chk *c, ts__tile_node *n) {
     c->in_par = save_par;
     c->par_scope = save_scope;
     c->npar_vars = save_npar;
+    c->par_single = save_single;
     pop_to(c, d);
 }
 
