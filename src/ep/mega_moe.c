@@ -61,7 +61,7 @@ typedef struct mm_call {
 
 /* Which GEMM the fused path runs per expert: env TS_MEGA_MOE_GEMM = "grouped" (always the
  * grouped GEMM), "own" (mega_moe_gemm.c wherever it fits: up to 16 rows; the tests use it),
- * default: the own kernel for 1 or 2 rows. Same bits every way. Measured on Zen 3 (one
+ * default: the own kernel for 1 or 2 rows (own_gemm). Same bits every way. Measured on Zen 3 (one
  * expert, weights from DRAM): 1 row 1.23x, 2 rows 1.13x the grouped GEMM's speed, 4 rows
  * 0.99x, 8 rows 0.90x: vpmaddwd does twice the multiply-adds of an FMA but issues at half
  * the rate here, so only the cheaper weight decode is a gain, and it fades as rows share it. */
