@@ -44,6 +44,9 @@ typedef struct em {
     int ndef, defu, defid;     /* defu: the copy being emitted (0..3), -1 outside */
     const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
+    bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
+    const void *nzv[8];        /* lets with that fact in the current vector body */
+    int nnz;
     /* bounds tests of a vector loop that do not change from row to row (the outer dims) are
      * computed once before them, into pre (vec_parallel); rowv: what does change */
     ts__tile_buf *pre;
@@ -52,10 +55,13 @@ typedef struct em {
      * emits it): for o in parallel(R) { var acc = init; for k in serial(C) { acc = acc OP
      * f(X[o, k]) } Y[o] = acc } after the loop over (i, j) in (R, C) that writes X[i, j] */
     struct {
-        const ts__tile_node *loop;            /* the vector loop it joins */
-        const ts__tile_node *var, *fold, *store; /* var acc, acc = acc OP f, Y[o] = acc */
-        const ts__tile_sym *o, *k, *acc;
-        const char *op;
+        const ts__tile_node *loop; /* the vector loop they join */
+        int n;                     /* folds (consecutive statements after the loop) */
+        struct {
+            const ts__tile_node *var, *fold, *store; /* var acc, acc = acc OP f, Y[o] = acc */
+            const ts__tile_sym *o, *k, *acc;
+            const char *op;
+        } f[4];
         bool done;
     } rf;
     const void *rowv[64];
@@ -585,11 +591,12 @@ static bool vec_reduce(em *e, const ts__tile_node *n, int lv);
 static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b);
 static void body(em *e, const ts__tile_node *blk, int lv) {
     for (int32_t i = 0; blk && i < blk->nlist; i++) {
-        bool fused = i + 1 < blk->nlist && rowfold_match(e, blk->list[i], blk->list[i + 1]);
+        int m = 0;
+        while (i + 1 + m < blk->nlist && rowfold_match(e, blk->list[i], blk->list[i + 1 + m])) m++;
         st(e, blk->list[i], lv);
-        if (!fused) continue;
-        if (e->rf.done) i++; /* the fold was emitted inside the loop */
-        e->rf.loop = NULL, e->rf.done = false;
+        if (!m) continue;
+        if (e->rf.done) i += m; /* the folds were emitted inside the loop */
+        e->rf.loop = NULL, e->rf.n = 0, e->rf.done = false;
     }
 }
 
@@ -1480,30 +1487,29 @@ static void scalar_loop(em *e, const ts__tile_node *bd, const bool *hoisted, con
     ind(e, lv), ts__tile_buf_printf(e->o, "for (int64_t v%s = %s; v%s < %s; v%s++) {\n", j, from, j, to, j);
     for (int32_t q = 0; q < bd->nlist; q++)
         if (!hoisted[q]) st(e, bd->list[q], lv + 1);
-    if (e->rf.loop) { /* the fused row fold: k is j */
-        const ts__tile_sym *k = e->rf.k;
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++) { /* the fused row folds: k is j */
+        const ts__tile_sym *k = e->rf.f[r].k;
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t v%d_%s = v%s; (void)v%d_%s;\n", k->uid, k->name, j,
                                             k->uid, k->name);
-        st(e, e->rf.fold, lv + 1);
+        st(e, e->rf.f[r].fold, lv + 1);
     }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
 }
 
 /* the fused row fold in a vector body: vacc_<id> = vacc_<id> OP f(lanes) */
 static void rf_vec_step(em *e, int id, int lv) {
-    if (!e->rf.loop) return;
-    const ts__tile_sym *A = e->rf.acc;
-    const ts__tile_node *f = NULL;
-    const ts__tile_sym *acc = NULL;
-    const char *op = NULL;
-    f = fold_of(e->rf.fold, &acc, &op);
-    char *x = vex(e, f, A->dt), an[32];
-    ind(e, lv), ts__tile_buf_printf(e->o, "{\n");
-    ind(e, lv + 1), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", vs(A->dt), id, x);
-    snprintf(an, sizeof an, "vacc_%d", id);
-    ind(e, lv + 1), fold_step(e, an, id, op, vs(A->dt), vus(A->dt), false, op[0] == 'm');
-    ind(e, lv), ts__tile_buf_printf(e->o, "}\n");
-    free(x);
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
+        const ts__tile_sym *A = e->rf.f[r].acc, *acc = NULL;
+        const char *op = NULL;
+        const ts__tile_node *f = fold_of(e->rf.f[r].fold, &acc, &op);
+        char *x = vex(e, f, A->dt), an[40];
+        ind(e, lv), ts__tile_buf_printf(e->o, "{\n");
+        ind(e, lv + 1), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", vs(A->dt), id, x);
+        snprintf(an, sizeof an, "vacc_%d_%d", id, r);
+        ind(e, lv + 1), fold_step(e, an, id, op, vs(A->dt), vus(A->dt), false, op[0] == 'm');
+        ind(e, lv), ts__tile_buf_printf(e->o, "}\n");
+        free(x);
+    }
 }
 
 /* the single statement of a block, looking through nested one-statement blocks */
@@ -1565,8 +1571,9 @@ static bool fold_reads_ok(const ts__tile_node *n, const ts__tile_sym *X, const v
  * iteration (i, j) sees what b would see, and an exact integer fold (any order gives the same
  * bits) can run in the loop. Records the pair in e->rf. */
 static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b) {
-    if (!e->simd || e->invec || e->rf.loop) return false;
+    if (!e->simd || e->invec || e->rf.n >= 4) return false;
     if (a->kind == TN_BLOCK && a->nlist) a = a->list[a->nlist - 1];
+    if (e->rf.loop && e->rf.loop != a) return false;
 
     b = sole(b);
     if (!a || a->kind != TN_FOR || strcmp(a->a->name, "parallel") || a->nlist2 != 2 || !a->b) return false;
@@ -1590,10 +1597,15 @@ static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b)
     if (!x || x->a->kind != TN_NAME) return false;
     const ts__tile_sym *X = x->a->sym;
     if (!writes_only_at(a->b, X, a->list2[0]->sym, a->list2[1]->sym) || !fold_reads_ok(f, X, o, k, a->b)) return false;
-    /* Y[o] = acc: Y untouched by the loop */
+    /* Y[o] = acc: Y untouched by the loop; earlier fused folds' results not read */
     if (refs(a->b, stv->a->a->sym) || refs(a->b, acc)) return false;
-    e->rf.loop = a, e->rf.var = var, e->rf.fold = ser->b->list[0], e->rf.store = stv;
-    e->rf.o = o, e->rf.k = k, e->rf.acc = acc, e->rf.op = op, e->rf.done = false;
+    for (int r = 0; r < e->rf.n; r++)
+        if (refs(f, e->rf.f[r].store->a->a->sym) || refs(f, e->rf.f[r].acc) || stv->a->a->sym == e->rf.f[r].store->a->a->sym)
+            return false;
+    e->rf.loop = a, e->rf.done = false;
+    e->rf.f[e->rf.n].var = var, e->rf.f[e->rf.n].fold = ser->b->list[0], e->rf.f[e->rf.n].store = stv;
+    e->rf.f[e->rf.n].o = o, e->rf.f[e->rf.n].k = k, e->rf.f[e->rf.n].acc = acc, e->rf.f[e->rf.n].op = op;
+    e->rf.n++;
     return true;
 }
 
@@ -1621,13 +1633,41 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
                 !ts__tile_dt_is_narrow(from) && irank(from) > 1;
     if (!fp8 && !int8) return;
     e->defe4m3[e->ndef] = d->dt == TT_E4M3;
+    e->defnz[e->ndef] = false;
+    for (int q = 0; d->dt == TT_E4M3 && v->kind == TN_NAME && q < e->nnz; q++)
+        if (e->nzv[q] == v->sym) e->defnz[e->ndef] = true;
     e->defval[e->ndef] = v;
     e->defv[e->ndef++] = s;
 }
 
 /* The 4 x 8 unrolled main loop of vec_parallel when its body has deferrable stores. */
+/* `assume(p == 0.0 || abs(p) >= K)`, K >= 2^-6 (either order), p a let: p's e4m3 code needs
+ * no subnormal path (ts__tv_st_e4m3x32_nz). */
+static const void *nz_fact(const ts__tile_node *c) {
+    if (c->kind != TN_BINARY || c->op != TO_LOR) return NULL;
+    for (int side = 0; side < 2; side++) {
+        const ts__tile_node *z = side ? c->b : c->a, *g = side ? c->a : c->b;
+        double zero, k;
+        if (z->kind != TN_BINARY || z->op != TO_EQ || z->a->kind != TN_NAME || !lit_float(z->b, &zero) || zero != 0.0)
+            continue;
+        if (g->kind != TN_BINARY || g->op != TO_GE || !lit_float(g->b, &k) || !(k >= 0x1p-6)) continue;
+        const ts__tile_node *ab = g->a;
+        if (ab->kind != TN_CALL || strcmp(ab->name, "abs") || ab->nlist != 1 || ab->list[0]->kind != TN_NAME ||
+            ab->list[0]->sym != z->a->sym)
+            continue;
+        return z->a->sym;
+    }
+    return NULL;
+}
+
 static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int lv) {
-    e->ndef = 0;
+    e->ndef = 0, e->nnz = 0;
+    for (int32_t q = 0; q < bd->nlist; q++) {
+        const ts__tile_node *s = bd->list[q];
+        const void *p = s->kind == TN_CALLSTMT && !strcmp(s->a->name, "assume") && s->a->nlist == 1
+                            ? nz_fact(s->a->list[0]) : NULL;
+        if (p && e->nnz < 8) e->nzv[e->nnz++] = p;
+    }
     for (int32_t q = 0; q < bd->nlist; q++) {
         const ts__tile_node *s = bd->list[q];
         if (hoisted[q]) continue;
@@ -1657,7 +1697,8 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     for (int k = 0; k < e->ndef; k++) {
         ind(e, lv + 1);
         ts__tile_buf_printf(e->o, "ts__tv_st_%s(na%d_%d, nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3);\n",
-                            e->defe4m3[k] ? "e4m3x32" : "u8x32", id, k, id, k, id, k, id, k, id, k);
+                            e->defnz[k] ? "e4m3x32_nz" : e->defe4m3[k] ? "e4m3x32" : "u8x32", id, k, id, k, id, k, id,
+                            k, id, k);
     }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
     e->ndef = 0;
@@ -1751,23 +1792,22 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     snprintf(lo, sizeof lo, "lo_%d", id);
     snprintf(hi, sizeof hi, "e%s", J);
     /* a fused row fold (rowfold_match) over this loop's rows: o is the row, k is j */
-    if (e->rf.loop != n || nv != 2) e->rf.loop = NULL;
-    const ts__tile_sym *A = e->rf.loop ? e->rf.acc : NULL;
-    if (A) {
-        const ts__tile_sym *o = e->rf.o, *i0 = n->list2[0]->sym;
+    if (e->rf.loop != n || nv != 2) e->rf.loop = NULL, e->rf.n = 0;
+    for (int r = 0; r < e->rf.n; r++) {
+        const ts__tile_sym *o = e->rf.f[r].o, *i0 = n->list2[0]->sym;
         ind(e, L + 1), ts__tile_buf_printf(e->o, "const int64_t v%d_%s = v%d_%s; (void)v%d_%s;\n", o->uid, o->name,
                                            i0->uid, i0->name, o->uid, o->name);
-        st(e, e->rf.var, L + 1);
-        vreg(e, e->rf.k, VS_AFF, sdup("INT64_C(0)"));
+        st(e, e->rf.f[r].var, L + 1);
+        vreg(e, e->rf.f[r].k, VS_AFF, sdup("INT64_C(0)"));
     }
     scalar_loop(e, bd, hoisted, J, "0", lo, L + 1);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
-    bool mm = A && e->rf.op[0] == 'm';
-    if (A) {
-        ind(e, L + 1), ts__tile_buf_printf(e->o, "ts__tv_%s vacc_%d = ts__tv_splat_%s((%s)(", vs(A->dt), id, vs(A->dt),
-                                           ctype(A->dt));
-        if (mm) sym_ref(e, e->o, A);
-        else ts__tile_buf_puts(e->o, e->rf.op[0] == '&' ? "~0" : "0");
+    for (int r = 0; r < e->rf.n; r++) {
+        const ts__tile_sym *A = e->rf.f[r].acc;
+        ind(e, L + 1), ts__tile_buf_printf(e->o, "ts__tv_%s vacc_%d_%d = ts__tv_splat_%s((%s)(", vs(A->dt), id, r,
+                                           vs(A->dt), ctype(A->dt));
+        if (e->rf.f[r].op[0] == 'm') sym_ref(e, e->o, A);
+        else ts__tile_buf_puts(e->o, e->rf.f[r].op[0] == '&' ? "~0" : "0");
         ts__tile_buf_puts(e->o, "));\n");
     }
     if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
@@ -1776,22 +1816,24 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         if (!hoisted[q]) vst(e, bd->list[q], L + 2);
     rf_vec_step(e, id, L + 2);
     ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
-    for (int l = 0; A && l < 8; l++) { /* exact in any order: integer max / min / + / & / | / ^ */
-        ts__tile_buf av = {0};
-        sym_ref(e, &av, A);
-        const char *op = e->rf.op, *a = av.data ? av.data : "";
-        ind(e, L + 1);
-        if (mm)
-            ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, vacc_%d[%d]);\n", a, ctype(A->dt), op,
-                                ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, id, l);
-        else if (op[0] == '+')
-            ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)vacc_%d[%d]);\n", a, ctype(A->dt), utype(A->dt), a,
-                                utype(A->dt), id, l);
-        else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s vacc_%d[%d]);\n", a, ctype(A->dt), a, op, id, l);
-        ts__tile_buf_free(&av);
-    }
+    for (int r = 0; r < e->rf.n; r++) /* exact in any order: integer max / min / + / & / | / ^ */
+        for (int l = 0; l < 8; l++) {
+            const ts__tile_sym *A = e->rf.f[r].acc;
+            ts__tile_buf av = {0};
+            sym_ref(e, &av, A);
+            const char *op = e->rf.f[r].op, *a = av.data ? av.data : "";
+            ind(e, L + 1);
+            if (op[0] == 'm')
+                ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, vacc_%d_%d[%d]);\n", a, ctype(A->dt), op,
+                                    ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, id, r, l);
+            else if (op[0] == '+')
+                ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)vacc_%d_%d[%d]);\n", a, ctype(A->dt), utype(A->dt),
+                                    a, utype(A->dt), id, r, l);
+            else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s vacc_%d_%d[%d]);\n", a, ctype(A->dt), a, op, id, r, l);
+            ts__tile_buf_free(&av);
+        }
     scalar_loop(e, bd, hoisted, J, e->vjname, hi, L + 1);
-    if (A) st(e, e->rf.store, L + 1);
+    for (int r = 0; r < e->rf.n; r++) st(e, e->rf.f[r].store, L + 1);
     ind(e, L), ts__tile_buf_puts(e->o, "}\n");
     for (int32_t i = nv - 2; i >= 0; i--) ind(e, lv + 1 + i), ts__tile_buf_puts(e->o, "}\n");
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");

@@ -591,6 +591,32 @@ TS__TV_INL void ts__tv_st_u8x32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u3
     memcpy(p, v, 32);
 #endif
 }
+/* The same for values known (an `assume` of the kernel) to be zero or of magnitude >= 2^-6,
+ * where the encoder needs no subnormal path: the normal-range rounding alone, zeros taken
+ * negative by the arithmetic shift and clamped to code 0 by the unsigned pack, magnitudes past
+ * 448 (inf, NaN included) clamped to 0x7F by a 16-bit min, so those still match. */
+TS__TV_INL void ts__tv_st_e4m3x32_nz(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
+#if defined(__AVX2__)
+    const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
+    const __m256i k = _mm256_set1_epi32((int)(0x7FFFFu - (960u << 20))), c7f = _mm256_set1_epi16(0x7F);
+    __m256i u[4] = {(__m256i)x0, (__m256i)x1, (__m256i)x2, (__m256i)x3}, m[4];
+    for (int t = 0; t < 4; t++) {
+        __m256i a = _mm256_and_si256(u[t], abs);
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 20), one);
+        m[t] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(a, lsb), k), 20);
+    }
+    __m256i h01 = _mm256_min_epi16(_mm256_packs_epi32(m[0], m[1]), c7f);
+    __m256i h23 = _mm256_min_epi16(_mm256_packs_epi32(m[2], m[3]), c7f);
+    __m256i mag = _mm256_packus_epi16(h01, h23);
+    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32(u[0], u[1]), _mm256_packs_epi32(u[2], u[3]));
+    __m256i c = _mm256_or_si256(mag, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
+    c = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    memcpy(p, &c, 32);
+#else
+    ts__tv_u8 v[4] = {ts__tv_f32_to_e4m3(x0), ts__tv_f32_to_e4m3(x1), ts__tv_f32_to_e4m3(x2), ts__tv_f32_to_e4m3(x3)};
+    memcpy(p, v, 32);
+#endif
+}
 /* ts_f32_to_e4m3 of 32 values: the same codes as four ts__tv_f32_to_e4m3. With AVX2 the raw
  * magnitudes (non-negative, <= 0x440) are packed with signed saturation, which is the clamp
  * to 0x7F, and the raw f32 bits the same way, which leaves each sign in bit 7. */
