@@ -414,6 +414,19 @@ TS_TEST(tile_check_race_extent_one_dim_accepted) {
                  "t.tile:4:46: error: race: the index of this write to 't' does not depend on parallel loop variable 'i', so iterations write the same element");
 }
 
+/* a launch inside a macro: fine when the macro is called at the kernel's top level (expanded
+ * in place), refused inside a launch */
+TS_TEST(tile_check_launch_in_macro) {
+    expect_first(ts_t_,
+                 "macro go(y) {\n    launch (4) as (b) { y[b] = 1.0; }\n}\n"
+                 "kernel k(y: tensor<f32, [4]>) {\n    go(y);\n    go(y);\n}\n",
+                 "<no error>");
+    expect_first(ts_t_,
+                 "macro go(y) {\n    launch (4) as (b) { y[b] = 1.0; }\n}\n"
+                 "kernel k(y: tensor<f32, [4]>) {\n    launch (1) as (c) { go(y); }\n}\n",
+                 "t.tile:2:5: error: launch cannot be nested");
+}
+
 TS_TEST(tile_check_reports_several_errors_then_stops) {
     /* the checker continues after an error (one line each) and stops after 20 */
     char src[4096] = "kernel k() {\n    launch (1) as (b) {\n";

@@ -513,3 +513,33 @@ TS_TEST(tile_jit_kernel_level_macro_check) {
     ts_tile_kernel_release(k);
     rm_tree(dir);
 }
+
+/* A macro may hold a launch (expanded in place at the kernel's top level): two launches from
+ * two calls of one macro, in order, the second reading what the first wrote. */
+TS_TEST(tile_jit_launch_in_macro) {
+    char dir[64];
+    tmp_dir(dir, sizeof dir);
+    static const char src[] =
+        "macro scale_into(src, dst, f) {\n"
+        "    check(f != 0.0, \"factor must not be zero\");\n"
+        "    launch (N) as (b) { dst[b] = src[b] * f; }\n"
+        "}\n"
+        "kernel twice(x: tensor<f32, [N]>, y: tensor<f32, [N]>, z: tensor<f32, [N]>) {\n"
+        "    scale_into(x, y, 2.0);\n"
+        "    scale_into(y, z, 3.0);\n"
+        "}\n";
+    ts_tile_options o = {.cache_dir = dir};
+    ts_tile_kernel *k = NULL;
+    TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+    if (!k) {
+        rm_tree(dir);
+        return;
+    }
+    float x[5] = {1, 2, 3, 4, 5}, y[5] = {0}, z[5] = {0};
+    ts_tensor tx = ts_tensor_1d(x, TS_F32, 5), ty = ts_tensor_1d(y, TS_F32, 5), tz = ts_tensor_1d(z, TS_F32, 5);
+    ts_tile_arg a[3] = {ts_tile_arg_tensor(&tx), ts_tile_arg_tensor(&ty), ts_tile_arg_tensor(&tz)};
+    TS_CHECK_STATUS(ts_tile_launch(k, "twice", a, 3), TS_OK);
+    for (int i = 0; i < 5; i++) TS_CHECK(y[i] == 2.0f * x[i] && z[i] == 6.0f * x[i]);
+    ts_tile_kernel_release(k);
+    rm_tree(dir);
+}

@@ -1033,6 +1033,44 @@ static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__til
     c->macro_depth--;
 }
 
+/* Kernel-body statements that call a macro with a launch among its top-level statements are
+ * expanded in place before checking (the same renaming as any expansion), so that each launch
+ * is a top-level statement of the kernel as lowering and emission expect. Calls with a wrong
+ * argument count, and runaway recursion, are left to the checker, which reports them. */
+static bool has_top_launch(const ts__tile_node *blk) {
+    for (int32_t i = 0; blk && i < blk->nlist; i++)
+        if (blk->list[i]->kind == TN_LAUNCH) return true;
+    return false;
+}
+static void splice_launch_macros(chk *c, ts__tile_node *body) {
+    int spliced = 0;
+    for (int32_t i = 0; i < body->nlist && spliced < 64; i++) {
+        ts__tile_node *st = body->list[i];
+        if (st->kind != TN_CALLSTMT) continue;
+        ts__tile_node *call = st->a;
+        ts__tile_sym *m = lookup(c, call->name);
+        if (!m || m->kind != SYM_MACRO || !has_top_launch(m->decl->a)) continue;
+        ts__tile_node *def = m->decl;
+        if (call->nlist != def->nlist || call->nlist2) continue;
+        ts__tile_node *x = ts__tile_clone(c->a, def->a);
+        subst *sb = ts__tile_alloc(c->a, sizeof *sb);
+        if (!x || !sb) return;
+        *sb = (subst){.params = def->list, .args = call->list, .n = def->nlist, .id = ++c->expansions, .a = c->a};
+        x = apply_subst(sb, x);
+        if (sb->overflow) continue;
+        int32_t n = body->nlist - 1 + x->nlist;
+        ts__tile_node **l = ts__tile_alloc(c->a, (size_t)(n > 0 ? n : 1) * sizeof *l);
+        if (!l) return;
+        int32_t k = 0;
+        for (int32_t j = 0; j < i; j++) l[k++] = body->list[j];
+        for (int32_t j = 0; j < x->nlist; j++) l[k++] = x->list[j];
+        for (int32_t j = i + 1; j < body->nlist; j++) l[k++] = body->list[j];
+        body->list = l, body->nlist = n;
+        spliced++;
+        i--; /* the expansion may itself start with such a call */
+    }
+}
+
 static void check_call_stmt(chk *c, ts__tile_node *st) {
     ts__tile_node *n = st->a;
     ts__tile_sym *m = lookup(c, n->name);
@@ -1396,9 +1434,8 @@ static void check_kernel(chk *c, ts__tile_node *kn, ts__tile_kernel *k) {
         ERR(c, kn->loc, "program too large (compiler memory limit reached)");
         return;
     }
-    bool has_launch = false;
-    for (int32_t i = 0; i < k->body->nlist; i++)
-        if (k->body->list[i]->kind == TN_LAUNCH) has_launch = true;
+    splice_launch_macros(c, k->body);
+    bool has_launch = has_top_launch(k->body);
     block(c, k->body);
     if (!has_launch) ERR(c, kn->loc, "kernel '%s' has no launch", kn->name);
     pop_to(c, d0);
