@@ -16,11 +16,14 @@
  * Rows `fused_late_rank` (R >= 2): the last rank starts each call half the aligned unfused
  * time late (as when attention takes longer on one rank); time from the common start to the
  * last rank's return, both paths, so the fused path's overlap of local work with the wait shows.
- * TS_BENCH_FILTER=substring keeps only matching rows (e.g. "E=32"). */
+ * TS_BENCH_FILTER=substring keeps only matching rows (e.g. "E=32"). TS_BENCH_MEGA_MOE_PHASES=1
+ * prints each path's per-phase times per rank; TS_BENCH_MEGA_MOE_AB=1 replaces the baseline
+ * by the fused call with the grouped GEMM for every expert (the expert GEMM's A/B). */
 #include "bench.h"
 
 #ifdef TILESTACK_HAVE_EP
 #include "core/internal.h"
+#include "ep/mega_moe_gemm.h"
 #include "ep/mega_moe_internal.h"
 #include "tilestack/mega_moe.h"
 #include "tilestack/numerics.h"
@@ -50,6 +53,14 @@ static ts_status mm_call(mm_bench *b) {
             struct timespec ts = {0, 100000};
             nanosleep(&ts, NULL);
         }
+    }
+    if (getenv("TS_BENCH_MEGA_MOE_AB")) {
+        /* A/B of the fused path's expert GEMM choice: the baseline is the fused call with the
+         * grouped GEMM everywhere (ts__mega_moe_set_gemm_mode 1), alternating call by call */
+        ts__mega_moe_set_gemm_mode(b->fused ? -1 : 1);
+        const ts_status st = ts_fp8_fp4_mega_moe(&b->y, b->w, b->buf, NULL, NULL, NULL, 10.0f, true);
+        ts__mega_moe_set_gemm_mode(-1);
+        return st;
     }
     return b->fused ? ts_fp8_fp4_mega_moe(&b->y, b->w, b->buf, NULL, NULL, NULL, 10.0f, true)
                     : ts_mega_moe_unfused(&b->y, b->w, b->buf, NULL, 10.0f, true);
@@ -83,7 +94,7 @@ static ts_status mm_time2(mm_bench *p[2], bool quick, ts__timing t[2], double ph
             if (i >= warm) {
                 samples[q][i - warm] = mx;
                 double ph[TS__MM_NPHASE];
-                ts__mega_moe_phase_times(p[q]->buf, p[q]->fused, ph);
+                ts__mega_moe_phase_times(p[q]->buf, p[q]->fused || getenv("TS_BENCH_MEGA_MOE_AB"), ph);
                 for (int j = 0; j < TS__MM_NPHASE; j++) phases[q][j] += ph[j] / runs;
             }
         }
@@ -235,10 +246,16 @@ static int run_shape(const ts__bench_opts *opts, int R, int me, int threads, int
             for (int r = 0; r < R; r++) {
                 MPI_Barrier(MPI_COMM_WORLD);
                 if (r != me) continue;
-                printf("    rank %d phases (ms) unfused: total %.2f dispatch %.2f expand %.2f L1 %.2f swiglu %.2f "
-                       "L2 %.2f combine %.2f sum %.2f\n",
-                       me, ph[0][0] * 1e3, ph[0][1] * 1e3, ph[0][2] * 1e3, ph[0][3] * 1e3, ph[0][4] * 1e3,
-                       ph[0][5] * 1e3, ph[0][6] * 1e3, ph[0][7] * 1e3);
+                if (getenv("TS_BENCH_MEGA_MOE_AB"))
+                    printf("    rank %d phases (ms) grouped: total %.2f gather %.2f L1 %.2f swiglu %.2f L2 %.2f "
+                           "wait %.2f combine %.2f\n",
+                           me, ph[0][0] * 1e3, ph[0][1] * 1e3, ph[0][2] * 1e3, ph[0][3] * 1e3, ph[0][4] * 1e3,
+                           ph[0][5] * 1e3, ph[0][6] * 1e3);
+                else
+                    printf("    rank %d phases (ms) unfused: total %.2f dispatch %.2f expand %.2f L1 %.2f swiglu %.2f "
+                           "L2 %.2f combine %.2f sum %.2f\n",
+                           me, ph[0][0] * 1e3, ph[0][1] * 1e3, ph[0][2] * 1e3, ph[0][3] * 1e3, ph[0][4] * 1e3,
+                           ph[0][5] * 1e3, ph[0][6] * 1e3, ph[0][7] * 1e3);
                 printf("    rank %d phases (ms) fused:   total %.2f gather %.2f L1 %.2f swiglu %.2f L2 %.2f "
                        "wait %.2f combine %.2f\n",
                        me, ph[1][0] * 1e3, ph[1][1] * 1e3, ph[1][2] * 1e3, ph[1][3] * 1e3, ph[1][4] * 1e3,
