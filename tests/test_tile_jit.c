@@ -79,6 +79,14 @@ static int run_axpy(const ts_tile_kernel *k, float a, int32_t b, bool neg) {
 
 /* ---- SHA-256 ---- */
 
+/* src compiled with the cache in dir (a check failure when it does not compile) */
+static ts_tile_kernel *compile_in(ts_test_ctx *ts_t_, const char *src, const char *dir) {
+    ts_tile_options o = {.cache_dir = dir};
+    ts_tile_kernel *k = NULL;
+    TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+    return k;
+}
+
 TS_TEST(tile_jit_sha256_fips_vectors) {
     char hex[65];
     ts__sha256_hex("abc", 3, hex);
@@ -252,9 +260,7 @@ static int copy_corrupt(const char *src, const char *dst, int how) {
 TS_TEST(tile_jit_corrupt_entry_is_rebuilt) {
     char dir[64];
     tmp_dir(dir, sizeof dir);
-    ts_tile_options o = {.cache_dir = dir};
-    ts_tile_kernel *k = NULL;
-    TS_CHECK_STATUS(ts_tile_compile(k_axpy, &o, &k), TS_OK);
+    ts_tile_kernel *k = compile_in(ts_t_, k_axpy, dir);
     if (!k) {
         rm_tree(dir);
         return;
@@ -275,8 +281,7 @@ TS_TEST(tile_jit_corrupt_entry_is_rebuilt) {
     TS_CHECK(!ts__tile_cache_valid("/nonexistent/x.so"));
     /* end to end: a truncated entry is rebuilt, in place, and then hits again */
     corrupt(path, 0);
-    k = NULL;
-    TS_CHECK_STATUS(ts_tile_compile(k_axpy, &o, &k), TS_OK);
+    k = compile_in(ts_t_, k_axpy, dir);
     if (k) {
         ts_tile_kernel_info_get(k, &info);
         TS_CHECK(!info.cache_hit);
@@ -430,9 +435,7 @@ TS_TEST(tile_jit_launch_argument_checks) {
         "kernel fillu(y: tensor<u8, [N]>, v: u64, d: f64) {\n"
         "    launch (N) as (i) { y[i] = cast<u8>(v + cast<u64>(d)); }\n"
         "}\n";
-    ts_tile_options o = {.cache_dir = dir};
-    ts_tile_kernel *k = NULL;
-    TS_CHECK_STATUS(ts_tile_compile(two, &o, &k), TS_OK);
+    ts_tile_kernel *k = compile_in(ts_t_, two, dir);
     if (!k) {
         rm_tree(dir);
         return;
@@ -494,9 +497,7 @@ TS_TEST(tile_jit_kernel_level_macro_check) {
         "    need_two(n);\n"
         "    launch (N) as (b) { x[b] = x[b] + cast<f32>(n); }\n"
         "}\n";
-    ts_tile_options o = {.cache_dir = dir};
-    ts_tile_kernel *k = NULL;
-    TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+    ts_tile_kernel *k = compile_in(ts_t_, src, dir);
     if (!k) {
         rm_tree(dir);
         return;
@@ -528,9 +529,7 @@ TS_TEST(tile_jit_launch_in_macro) {
         "    scale_into(x, y, 2.0);\n"
         "    scale_into(y, z, 3.0);\n"
         "}\n";
-    ts_tile_options o = {.cache_dir = dir};
-    ts_tile_kernel *k = NULL;
-    TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+    ts_tile_kernel *k = compile_in(ts_t_, src, dir);
     if (!k) {
         rm_tree(dir);
         return;

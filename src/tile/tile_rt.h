@@ -591,6 +591,17 @@ TS__TV_INL void ts__tv_st_u8x32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u3
     memcpy(p, v, 32);
 #endif
 }
+#if defined(__AVX2__)
+/* 32 e4m3 magnitudes (bytes in the lane order of two rounds of 128-bit packs) with the signs
+ * of the raw f32 bits u[0..3] packed the same way (a negative int32 stays negative through the
+ * signed-saturating packs: bit 7), put back in element order and stored at p */
+TS__TV_INL void ts__tv_st_e4m3x32_signs(void *p, __m256i mag, const __m256i u[4]) {
+    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32(u[0], u[1]), _mm256_packs_epi32(u[2], u[3]));
+    __m256i c = _mm256_or_si256(mag, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
+    c = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    memcpy(p, &c, 32);
+}
+#endif
 /* The same for values known (an `assume` of the kernel) to be zero or of magnitude >= 2^-6,
  * where the encoder needs no subnormal path: the normal-range rounding alone, zeros taken
  * negative by the arithmetic shift and clamped to code 0 by the unsigned pack, magnitudes past
@@ -607,11 +618,7 @@ TS__TV_INL void ts__tv_st_e4m3x32_nz(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__
     }
     __m256i h01 = _mm256_min_epi16(_mm256_packs_epi32(m[0], m[1]), c7f);
     __m256i h23 = _mm256_min_epi16(_mm256_packs_epi32(m[2], m[3]), c7f);
-    __m256i mag = _mm256_packus_epi16(h01, h23);
-    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32(u[0], u[1]), _mm256_packs_epi32(u[2], u[3]));
-    __m256i c = _mm256_or_si256(mag, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
-    c = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    memcpy(p, &c, 32);
+    ts__tv_st_e4m3x32_signs(p, _mm256_packus_epi16(h01, h23), u);
 #else
     ts__tv_u8 v[4] = {ts__tv_f32_to_e4m3(x0), ts__tv_f32_to_e4m3(x1), ts__tv_f32_to_e4m3(x2), ts__tv_f32_to_e4m3(x3)};
     memcpy(p, v, 32);
@@ -625,11 +632,8 @@ TS__TV_INL void ts__tv_st_e4m3x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_
     const ts__tv_u32 abs = ts__tv_splat_u32(0x7FFFFFFFu);
     __m256i m0 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x0 & abs), m1 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x1 & abs);
     __m256i m2 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x2 & abs), m3 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x3 & abs);
-    __m256i m = _mm256_packs_epi16(_mm256_packs_epi32(m0, m1), _mm256_packs_epi32(m2, m3));
-    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32((__m256i)x0, (__m256i)x1), _mm256_packs_epi32((__m256i)x2, (__m256i)x3));
-    __m256i c = _mm256_or_si256(m, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
-    c = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    memcpy(p, &c, 32);
+    const __m256i u[4] = {(__m256i)x0, (__m256i)x1, (__m256i)x2, (__m256i)x3};
+    ts__tv_st_e4m3x32_signs(p, _mm256_packs_epi16(_mm256_packs_epi32(m0, m1), _mm256_packs_epi32(m2, m3)), u);
 #else
     ts__tv_u8 v[4] = {ts__tv_f32_to_e4m3(x0), ts__tv_f32_to_e4m3(x1), ts__tv_f32_to_e4m3(x2), ts__tv_f32_to_e4m3(x3)};
     memcpy(p, v, 32);
