@@ -9,9 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_ref/model_ref.h"
+#include "test_model_common.h"
 #include "tilestack/quant.h"
-#include "ts_test.h"
 
 #ifndef TS_GOLDEN_DIR
 #define TS_GOLDEN_DIR "tests/golden"
@@ -19,33 +18,9 @@
 #define GOLDEN_PATH TS_GOLDEN_DIR "/dsv4_tiny.bin"
 
 /* The reference's logits over the golden tokens, computed once for the tests below. */
-static ts__model_golden g_golden;
-static double *g_ref_logits;
-static int64_t g_sum_mismatches = -1;
-static char g_first_bad[80];
+static tm_golden_ref g_ref = {.path = GOLDEN_PATH};
 
-static int ensure_reference(ts_test_ctx *ts_t_) {
-    if (g_ref_logits) return 1;
-    ts_status st = ts__model_golden_load(GOLDEN_PATH, &g_golden);
-    TS_CHECK_STATUS(st, TS_OK);
-    if (st != TS_OK) return 0;
-    double *lg = malloc((size_t)(g_golden.n_steps * g_golden.cfg.vocab_size) * sizeof(double));
-    TS_CHECK(lg != NULL);
-    if (!lg) return 0;
-    st = ts__model_reference_run_golden(&g_golden, lg, &g_sum_mismatches, g_first_bad);
-    TS_CHECK_STATUS(st, TS_OK);
-    if (st != TS_OK) {
-        free(lg);
-        return 0;
-    }
-    g_ref_logits = lg;
-    return 1;
-}
-
-__attribute__((destructor)) static void free_reference(void) {
-    free(g_ref_logits);
-    ts__model_golden_free(&g_golden);
-}
+__attribute__((destructor)) static void free_reference(void) { tm_free_reference(&g_ref); }
 
 TS_TEST(model_ref_golden_file_describes_dsv4_tiny) {
     ts__model_golden g;
@@ -76,61 +51,37 @@ TS_TEST(model_ref_golden_file_describes_dsv4_tiny) {
 }
 
 TS_TEST(model_ref_weights_match_numpy_generator) {
-    if (!ensure_reference(ts_t_)) return;
-    TS_CHECK_MSG(g_sum_mismatches == 0, "%lld weight checksums differ (first: %s)",
-                 (long long)g_sum_mismatches, g_first_bad);
+    if (!tm_ensure_reference(ts_t_, &g_ref)) return;
+    TS_CHECK_MSG(g_ref.sum_mismatches == 0, "%lld weight checksums differ (first: %s)",
+                 (long long)g_ref.sum_mismatches, g_ref.first_bad);
 }
 
 TS_TEST(model_ref_logits_match_numpy_golden) {
-    if (!ensure_reference(ts_t_)) return;
-    const ts__model_golden *g = &g_golden;
-    const int64_t V = g->cfg.vocab_size, n = g->n_steps * V;
-    double *gold = malloc((size_t)n * sizeof(double));
-    TS_CHECK(gold != NULL);
-    if (!gold) return;
-    for (int64_t i = 0; i < n; i++) gold[i] = g->logits[i];
-    ts__model_compare cmp;
-    TS_CHECK_STATUS(ts__model_compare_logits(g, gold, g_ref_logits, &cmp), TS_OK);
-    /* Two float64 simulations of the same rounding points: they differ by summation order
-     * and the golden's f32 storage only (measured max 4e-15). */
-    TS_CHECK_MSG(cmp.max_diff < 1e-9, "max calc_diff %.3g at step %lld", cmp.max_diff,
-                 (long long)cmp.worst_step);
-    if (getenv("TS_MODEL_CHECK_VERBOSE"))
-        printf("  reference vs numpy golden: max calc_diff %.3g (step %lld), mean %.3g\n",
-               cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
-    TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
-    TS_CHECK_MSG(cmp.greedy_mismatches == 0, "%lld greedy tokens differ, first at step %lld",
-                 (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch);
-    /* the logits are not degenerate: a real spread and distinct greedy tokens */
+    if (!tm_ensure_reference(ts_t_, &g_ref)) return;
+    tm_check_reference_vs_golden(ts_t_, &g_ref, "reference vs numpy golden");
+    /* the logits are not degenerate: a real spread */
+    const int64_t V = g_ref.golden.cfg.vocab_size;
     double ss = 0;
-    for (int64_t i = 0; i < V; i++) ss += g_ref_logits[i] * g_ref_logits[i];
+    for (int64_t i = 0; i < V; i++) ss += g_ref.ref_logits[i] * g_ref.ref_logits[i];
     TS_CHECK(sqrt(ss / (double)V) > 0.1);
-    int distinct = 0;
-    for (int64_t i = g->n_prompt; i < g->n_steps; i++) {
-        int seen = 0;
-        for (int64_t j = g->n_prompt; j < i; j++) seen |= g->tokens[j] == g->tokens[i];
-        distinct += !seen;
-    }
-    TS_CHECK(distinct > 8);
-    free(gold);
 }
 
 /* The comparison itself must fail when it should: a changed logit moves calc_diff, a changed
  * argmax is reported at its step. */
 TS_TEST(model_ref_compare_detects_differences) {
-    if (!ensure_reference(ts_t_)) return;
-    const ts__model_golden *g = &g_golden;
+    if (!tm_ensure_reference(ts_t_, &g_ref)) return;
+    const ts__model_golden *g = &g_ref.golden;
     const int64_t V = g->cfg.vocab_size, n = g->n_steps * V;
     double *t = malloc((size_t)n * sizeof(double));
     TS_CHECK(t != NULL);
     if (!t) return;
-    memcpy(t, g_ref_logits, (size_t)n * sizeof(double));
+    memcpy(t, g_ref.ref_logits, (size_t)n * sizeof(double));
     const int64_t step = g->n_prompt + 5;
     const int32_t want = ts__model_golden_expected_token(g, step);
     const int32_t other = (want + 1) % (int32_t)V;
     t[step * V + other] = t[step * V + want] + 1.0;
     ts__model_compare cmp;
-    TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, t, &cmp), TS_OK);
+    TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref.ref_logits, t, &cmp), TS_OK);
     TS_CHECK_EQ_INT(cmp.greedy_mismatches, 1);
     TS_CHECK_EQ_INT(cmp.first_mismatch, step);
     TS_CHECK(cmp.first_above_1e9 == step);
@@ -210,64 +161,10 @@ TS_TEST(model_ref_golden_loader_rejects_malformed_files) {
     free(buf);
 }
 
-/* The optimised path's logits over the golden tokens (teacher-forced, so a greedy mismatch is
- * reported at its step instead of derailing the rest); 0 on failure (recorded). */
-static int run_optimised(ts_test_ctx *ts_t_, const ts__model_golden *g, double *out) {
-    const int64_t V = g->cfg.vocab_size;
-    ts_model *m = NULL;
-    TS_CHECK_STATUS(ts_model_create(&g->cfg, 1, &m), TS_OK);
-    if (!m) return 0;
-    float *lf = malloc((size_t)V * sizeof(float));
-    TS_CHECK(lf != NULL);
-    const int64_t seq = 0;
-    int ok = lf != NULL;
-    for (int64_t i = 0; ok && i < g->n_steps; i++) {
-        const ts_status st = ts_model_decode(m, 1, &seq, &g->tokens[i], lf);
-        TS_CHECK_STATUS(st, TS_OK);
-        ok = st == TS_OK;
-        for (int64_t v = 0; ok && v < V; v++) out[i * V + v] = lf[v];
-    }
-    free(lf);
-    ts_model_free(m);
-    return ok;
-}
-
 /* (b) the optimised path against the reference: calc_diff < 1e-3 at every step, the same greedy
- * choices, and the same bits with one thread as with the default count. */
+ * choices, and the same bits with another thread count. */
 TS_TEST(model_check_optimised_matches_reference) {
-    if (!ensure_reference(ts_t_)) return;
-    const ts__model_golden *g = &g_golden;
-    const int64_t n = g->n_steps * g->cfg.vocab_size;
-    double *opt = malloc((size_t)n * sizeof(double));
-    double *opt1 = malloc((size_t)n * sizeof(double));
-    TS_CHECK(opt && opt1);
-    if (opt && opt1 && run_optimised(ts_t_, g, opt)) {
-        ts__model_compare cmp;
-        TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, opt, &cmp), TS_OK);
-        TS_CHECK_MSG(cmp.max_diff < 1e-3,
-                     "max calc_diff %.3g at step %lld (mean %.3g; first step above 1e-9: %lld)",
-                     cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
-                     (long long)cmp.first_above_1e9);
-        TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
-        TS_CHECK_MSG(cmp.greedy_mismatches == 0,
-                     "%lld greedy tokens differ, first at step %lld (reference top-2 margin there "
-                     "%.3g)",
-                     (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch,
-                     cmp.first_mismatch_margin);
-        if (getenv("TS_MODEL_CHECK_VERBOSE"))
-            printf("  optimised vs reference: max calc_diff %.3g (step %lld), mean %.3g, first "
-                   "step above 1e-9: %lld\n",
-                   cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
-                   (long long)cmp.first_above_1e9);
-        const int threads = ts_get_num_threads();
-        if (threads > 1) {
-            TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
-            if (run_optimised(ts_t_, g, opt1))
-                TS_CHECK_MSG(memcmp(opt, opt1, (size_t)n * sizeof(double)) == 0,
-                             "logits with 1 thread differ from %d threads", threads);
-            TS_CHECK_STATUS(ts_set_num_threads(threads), TS_OK);
-        }
-    }
-    free(opt);
-    free(opt1);
+    if (!tm_ensure_reference(ts_t_, &g_ref)) return;
+    ts__model_compare cmp;
+    tm_check_optimised(ts_t_, &g_ref, 1, "optimised vs reference", &cmp);
 }

@@ -5,60 +5,9 @@
 #include "ts_test.h"
 
 #include "model/model_internal.h"
+#include "test_model_common.h"
 
 #include <stdlib.h>
-#include <unistd.h>
-
-typedef struct blob { uint8_t *p; size_t n; } blob;
-
-static blob read_all(const char *path) {
-    blob b = {NULL, 0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return b;
-    fseek(f, 0, SEEK_END);
-    b.n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.p = (uint8_t *)malloc(b.n);
-    if (b.p && fread(b.p, 1, b.n, f) != b.n) b.n = 0;
-    fclose(f);
-    return b;
-}
-
-static void write_all(const char *path, const uint8_t *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(p, 1, n, f);
-    fclose(f);
-}
-
-/* The file with its header's first `from` replaced by `to` (the length field rewritten). */
-static void write_edited(const char *path, const blob *b, const char *from, const char *to) {
-    uint64_t h = 0;
-    for (int i = 0; i < 8; i++) h |= (uint64_t)b->p[i] << (8 * i);
-    char *hdr = (char *)malloc(h + 1);
-    memcpy(hdr, b->p + 8, h);
-    hdr[h] = 0;
-    char *at = strstr(hdr, from);
-    size_t nh = h + strlen(to) - (at ? strlen(from) : 0);
-    uint8_t *out = (uint8_t *)malloc(8 + nh + (b->n - 8 - h));
-    size_t k = 8;
-    if (at) {
-        memcpy(out + k, hdr, (size_t)(at - hdr));
-        k += (size_t)(at - hdr);
-        memcpy(out + k, to, strlen(to));
-        k += strlen(to);
-        strcpy((char *)out + k, at + strlen(from));
-        k += strlen(at + strlen(from));
-    } else {
-        memcpy(out + k, hdr, h);
-        k += h;
-    }
-    for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)(k - 8) >> (8 * i));
-    memcpy(out + k, b->p + 8 + h, b->n - 8 - h);
-    write_all(path, out, k + (b->n - 8 - h));
-    free(out);
-    free(hdr);
-}
 
 static void expect_load_error(ts_test_ctx *ts_t_, const char *path, ts_status code,
                               const char *needle) {
@@ -74,18 +23,9 @@ TS_TEST(model_file_round_trip_and_malformed) {
     TS_CHECK_STATUS(ts_model_config_builtin("dsv4-tiny", &c), TS_OK);
     c.seed = 11;
     c.max_seq_len = 64;
-    ts_model *m = NULL, *l = NULL;
-    TS_CHECK_STATUS(ts_model_create(&c, 1, &m), TS_OK);
-    if (!m) return;
     char path[] = "/tmp/ts_model_file_XXXXXX";
-    int fd = mkstemp(path);
-    TS_CHECK(fd >= 0);
-    if (fd < 0) {
-        ts_model_free(m);
-        return;
-    }
-    close(fd);
-    TS_CHECK_STATUS(ts_model_save_weights(m, path), TS_OK);
+    ts_model *m = tm_create_saved(ts_t_, &c, 1, path), *l = NULL;
+    if (!m) return;
     TS_CHECK_STATUS(ts_model_load(path, 2, &l), TS_OK);
     if (l) {
         TS_CHECK(memcmp(ts_model_get_config(l), &c, sizeof c) == 0);
@@ -106,44 +46,46 @@ TS_TEST(model_file_round_trip_and_malformed) {
         }
         ts_model_free(l);
     }
-    blob b = read_all(path);
+    tm_blob b = tm_read_all(path);
     TS_CHECK(b.p && b.n > 1000);
     if (b.p) {
         uint64_t h = 0;
         for (int i = 0; i < 8; i++) h |= (uint64_t)b.p[i] << (8 * i);
         TS_CHECK(h % 8 == 0 && 8 + h < b.n);
         /* truncated: no length, inside the header, inside the data */
-        write_all(path, b.p, 5);
+        tm_write_all(path, b.p, 5);
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "truncated");
-        write_all(path, b.p, 8 + h / 2);
+        tm_write_all(path, b.p, 8 + h / 2);
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "truncated");
-        write_all(path, b.p, b.n - 1);
+        tm_write_all(path, b.p, b.n - 1);
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "tensor head: data_offsets");
         /* header not JSON */
-        write_edited(path, &b, "{\"__metadata__\"", "{\"__metadata__\",");
+        tm_write_edited(path, &b, "{\"__metadata__\"", "{\"__metadata__\",");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "invalid JSON");
         /* missing / unknown tensor */
-        write_edited(path, &b, "\"1.attn.wq_b\":", "\"1.attn.wq_B\":");
+        tm_write_edited(path, &b, "\"1.attn.wq_b\":", "\"1.attn.wq_B\":");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "1.attn.wq_b is missing");
-        write_edited(path, &b, "\"__metadata__\":", "\"extra\": {\"dtype\": \"F32\", \"shape\": "
-                     "[1], \"data_offsets\": [0, 4]}, \"__metadata__\":");
+        tm_write_edited(path, &b, "\"__metadata__\":", "\"extra\": {\"dtype\": \"F32\", \"shape\": "
+                        "[1], \"data_offsets\": [0, 4]}, \"__metadata__\":");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "extra");
         /* wrong dtype, wrong shape */
-        write_edited(path, &b, "\"embed\": {\"dtype\": \"BF16\"", "\"embed\": {\"dtype\": \"F32\"");
+        tm_write_edited(path, &b, "\"embed\": {\"dtype\": \"BF16\"",
+                        "\"embed\": {\"dtype\": \"F32\"");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "embed: dtype F32");
-        write_edited(path, &b, "\"embed\": {\"dtype\": \"BF16\", \"shape\": [512, 256]",
-                     "\"embed\": {\"dtype\": \"BF16\", \"shape\": [256, 512]");
+        tm_write_edited(path, &b, "\"embed\": {\"dtype\": \"BF16\", \"shape\": [512, 256]",
+                        "\"embed\": {\"dtype\": \"BF16\", \"shape\": [256, 512]");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "embed: shape");
         /* offsets out of the file, and overlapping (same size, shifted onto embed) */
-        write_edited(path, &b, "\"data_offsets\": [0, 262144]", "\"data_offsets\": [0, 999999999]");
+        tm_write_edited(path, &b, "\"data_offsets\": [0, 262144]",
+                        "\"data_offsets\": [0, 999999999]");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "embed: data_offsets");
-        write_edited(path, &b, "\"data_offsets\": [262144, 360448]", /* 0.hc_attn_fn */
-                     "\"data_offsets\": [262140, 360444]");
+        tm_write_edited(path, &b, "\"data_offsets\": [262144, 360448]", /* 0.hc_attn_fn */
+                        "\"data_offsets\": [262140, 360444]");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "overlapping");
         /* bad config in the metadata, wrong format tag */
-        write_edited(path, &b, "\\\"head_dim\\\": 512", "\\\"head_dim\\\": 256");
+        tm_write_edited(path, &b, "\\\"head_dim\\\": 512", "\\\"head_dim\\\": 256");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "head_dim");
-        write_edited(path, &b, "tilestack-dsv4", "tilestack-dsv5");
+        tm_write_edited(path, &b, "tilestack-dsv4", "tilestack-dsv5");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "format");
         free(b.p);
     }

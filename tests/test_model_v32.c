@@ -5,46 +5,18 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "model_ref/model_ref.h"
+#include "test_model_common.h"
 #include "tilestack/quant.h"
-#include "ts_test.h"
 
 #ifndef TS_GOLDEN_DIR
 #define TS_GOLDEN_DIR "tests/golden"
 #endif
 #define GOLDEN_PATH TS_GOLDEN_DIR "/dsv32_tiny.bin"
 
-static ts__model_golden g_golden;
-static double *g_ref_logits;
-static int64_t g_sum_mismatches = -1;
-static char g_first_bad[80];
+static tm_golden_ref g_ref = {.path = GOLDEN_PATH};
 
-static int ensure_reference(ts_test_ctx *ts_t_) {
-    if (g_ref_logits) return 1;
-    ts_status st = ts__model_golden_load(GOLDEN_PATH, &g_golden);
-    TS_CHECK_STATUS(st, TS_OK);
-    if (st != TS_OK) return 0;
-    double *lg = malloc((size_t)(g_golden.n_steps * g_golden.cfg.vocab_size) * sizeof(double));
-    TS_CHECK(lg != NULL);
-    if (!lg) return 0;
-    st = ts__model_reference_run_golden(&g_golden, lg, &g_sum_mismatches, g_first_bad);
-    TS_CHECK_STATUS(st, TS_OK);
-    if (st != TS_OK) {
-        free(lg);
-        return 0;
-    }
-    g_ref_logits = lg;
-    return 1;
-}
-
-__attribute__((destructor)) static void free_reference(void) {
-    free(g_ref_logits);
-    ts__model_golden_free(&g_golden);
-}
-
-static int verbose(void) { return getenv("TS_MODEL_CHECK_VERBOSE") != NULL; }
+__attribute__((destructor)) static void free_reference(void) { tm_free_reference(&g_ref); }
 
 TS_TEST(model_v32_golden_file_is_the_builtin_config) {
     ts__model_golden g;
@@ -68,60 +40,10 @@ TS_TEST(model_v32_golden_file_is_the_builtin_config) {
 }
 
 TS_TEST(model_v32_reference_matches_numpy_golden) {
-    if (!ensure_reference(ts_t_)) return;
-    const ts__model_golden *g = &g_golden;
-    TS_CHECK_MSG(g_sum_mismatches == 0, "%lld weight checksums differ (first: %s)",
-                 (long long)g_sum_mismatches, g_first_bad);
-    const int64_t V = g->cfg.vocab_size, n = g->n_steps * V;
-    double *gold = malloc((size_t)n * sizeof(double));
-    TS_CHECK(gold != NULL);
-    if (!gold) return;
-    for (int64_t i = 0; i < n; i++) gold[i] = g->logits[i];
-    ts__model_compare cmp;
-    TS_CHECK_STATUS(ts__model_compare_logits(g, gold, g_ref_logits, &cmp), TS_OK);
-    /* two float64 simulations of §8's rounding points: summation order and the golden's f32
-     * storage only */
-    TS_CHECK_MSG(cmp.max_diff < 1e-9, "max calc_diff %.3g at step %lld", cmp.max_diff,
-                 (long long)cmp.worst_step);
-    TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
-    TS_CHECK_EQ_INT(cmp.greedy_mismatches, 0);
-    if (verbose())
-        printf("  v32 reference vs numpy golden: max calc_diff %.3g (step %lld), mean %.3g\n",
-               cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff);
-    int distinct = 0;
-    for (int64_t i = g->n_prompt; i < g->n_steps; i++) {
-        int seen = 0;
-        for (int64_t j = g->n_prompt; j < i; j++) seen |= g->tokens[j] == g->tokens[i];
-        distinct += !seen;
-    }
-    TS_CHECK(distinct > 8);
-    free(gold);
-}
-
-/* The optimised path over the golden tokens (teacher-forced), batch of `nb` sequences where
- * the golden sequence is seqs[0] = nb - 1 and the others decode other tokens alongside. */
-static int run_optimised(ts_test_ctx *ts_t_, const ts__model_golden *g, int64_t nb,
-                         double *out) {
-    const int64_t V = g->cfg.vocab_size;
-    ts_model *m = NULL;
-    TS_CHECK_STATUS(ts_model_create(&g->cfg, nb, &m), TS_OK);
-    if (!m) return 0;
-    float *lf = malloc((size_t)(nb * V) * sizeof(float));
-    int64_t seqs[4];
-    int32_t toks[4];
-    for (int64_t b = 0; b < nb; b++) seqs[b] = nb - 1 - b;
-    int ok = lf != NULL;
-    for (int64_t i = 0; ok && i < g->n_steps; i++) {
-        toks[0] = g->tokens[i];
-        for (int64_t b = 1; b < nb; b++) toks[b] = (int32_t)((g->tokens[i] * 7 + 13 * b + i) % V);
-        const ts_status st = ts_model_decode(m, nb, seqs, toks, lf);
-        TS_CHECK_STATUS(st, TS_OK);
-        ok = st == TS_OK;
-        for (int64_t v = 0; ok && v < V; v++) out[i * V + v] = lf[v];
-    }
-    free(lf);
-    ts_model_free(m);
-    return ok;
+    if (!tm_ensure_reference(ts_t_, &g_ref)) return;
+    TS_CHECK_MSG(g_ref.sum_mismatches == 0, "%lld weight checksums differ (first: %s)",
+                 (long long)g_ref.sum_mismatches, g_ref.first_bad);
+    tm_check_reference_vs_golden(ts_t_, &g_ref, "v32 reference vs numpy golden");
 }
 
 /* TS_MODEL_V32_PROMPTS="seed seed ...": docs/model.md §8's conditioning figures for other
@@ -185,44 +107,13 @@ static void conditioning_report(ts_test_ctx *ts_t_, const ts_model_config *c, co
 /* calc_diff < 1e-3 at every step and the same 33 greedy choices; the same bits with 1 and 2
  * threads and inside a batch of 3 */
 TS_TEST(model_v32_optimised_matches_reference) {
-    if (!ensure_reference(ts_t_)) return;
-    const ts__model_golden *g = &g_golden;
-    const int64_t n = g->n_steps * g->cfg.vocab_size;
-    double *opt = malloc((size_t)n * sizeof(double));
-    double *alt = malloc((size_t)n * sizeof(double));
-    TS_CHECK(opt && alt);
-    if (opt && alt && run_optimised(ts_t_, g, 1, opt)) {
-        ts__model_compare cmp;
-        TS_CHECK_STATUS(ts__model_compare_logits(g, g_ref_logits, opt, &cmp), TS_OK);
-        TS_CHECK_MSG(cmp.max_diff < 1e-3,
-                     "max calc_diff %.3g at step %lld (mean %.3g; first step above 1e-9: %lld)",
-                     cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
-                     (long long)cmp.first_above_1e9);
-        TS_CHECK_EQ_INT(cmp.greedy_steps, g->n_gen + 1);
-        TS_CHECK_MSG(cmp.greedy_mismatches == 0,
-                     "%lld greedy tokens differ, first at step %lld (reference top-2 margin %.3g)",
-                     (long long)cmp.greedy_mismatches, (long long)cmp.first_mismatch,
-                     cmp.first_mismatch_margin);
-        /* the first steps make every rounding choice the reference makes */
-        TS_CHECK(cmp.first_above_1e9 < 0 || cmp.first_above_1e9 >= 16);
-        if (verbose())
-            printf("  v32 optimised vs reference: max calc_diff %.3g (step %lld), mean %.3g, "
-                   "first step above 1e-9: %lld\n",
-                   cmp.max_diff, (long long)cmp.worst_step, cmp.mean_diff,
-                   (long long)cmp.first_above_1e9);
-        const int threads = ts_get_num_threads();
-        TS_CHECK_STATUS(ts_set_num_threads(threads > 1 ? 1 : 2), TS_OK);
-        if (run_optimised(ts_t_, g, 1, alt))
-            TS_CHECK_MSG(memcmp(opt, alt, (size_t)n * sizeof(double)) == 0,
-                         "logits with %d threads differ from %d", threads > 1 ? 1 : 2, threads);
-        TS_CHECK_STATUS(ts_set_num_threads(threads), TS_OK);
-        if (run_optimised(ts_t_, g, 3, alt))
-            TS_CHECK_MSG(memcmp(opt, alt, (size_t)n * sizeof(double)) == 0,
-                         "logits inside a batch of 3 differ from the sequence alone");
-    }
-    free(opt);
-    free(alt);
-    if (getenv("TS_MODEL_V32_PROMPTS")) conditioning_report(ts_t_, &g->cfg, getenv("TS_MODEL_V32_PROMPTS"));
+    if (!tm_ensure_reference(ts_t_, &g_ref)) return;
+    ts__model_compare cmp;
+    tm_check_optimised(ts_t_, &g_ref, 3, "v32 optimised vs reference", &cmp);
+    /* the first steps make every rounding choice the reference makes */
+    TS_CHECK(cmp.first_above_1e9 < 0 || cmp.first_above_1e9 >= 16);
+    if (getenv("TS_MODEL_V32_PROMPTS"))
+        conditioning_report(ts_t_, &g_ref.golden.cfg, getenv("TS_MODEL_V32_PROMPTS"));
 }
 
 /* The indexer chooses: with index_topk >= the context every row is attended, so the logits
@@ -258,18 +149,9 @@ TS_TEST(model_v32_save_load_roundtrip) {
     TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
     c.n_layers = 2;
     c.seed = 11;
-    ts_model *m = NULL, *l = NULL;
-    TS_CHECK_STATUS(ts_model_create(&c, 2, &m), TS_OK);
-    if (!m) return;
     char path[] = "/tmp/ts_model_v32_XXXXXX";
-    const int fd = mkstemp(path);
-    TS_CHECK(fd >= 0);
-    if (fd < 0) {
-        ts_model_free(m);
-        return;
-    }
-    close(fd);
-    TS_CHECK_STATUS(ts_model_save_weights(m, path), TS_OK);
+    ts_model *m = tm_create_saved(ts_t_, &c, 2, path), *l = NULL;
+    if (!m) return;
     TS_CHECK_STATUS(ts_model_load(path, 2, &l), TS_OK);
     if (l) {
         const ts_model_config *lc = ts_model_get_config(l);
@@ -290,45 +172,6 @@ TS_TEST(model_v32_save_load_roundtrip) {
     remove(path);
 }
 
-/* The saved file with the first `from` of its header replaced by `to` (length rewritten). */
-static int write_edited(const char *src, const char *dst, const char *from, const char *to) {
-    FILE *f = fopen(src, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    const size_t n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n);
-    const int ok = b && fread(b, 1, n, f) == n;
-    fclose(f);
-    uint64_t h = 0;
-    for (int i = 0; ok && i < 8; i++) h |= (uint64_t)b[i] << (8 * i);
-    char *hdr = ok ? malloc(h + strlen(to) + 1) : NULL;
-    char *at = NULL;
-    if (hdr) {
-        memcpy(hdr, b + 8, h);
-        hdr[h] = 0;
-        at = strstr(hdr, from);
-    }
-    if (!at) {
-        free(b);
-        free(hdr);
-        return 0;
-    }
-    memmove(at + strlen(to), at + strlen(from), strlen(at + strlen(from)) + 1);
-    memcpy(at, to, strlen(to));
-    const uint64_t nh = strlen(hdr);
-    f = fopen(dst, "wb");
-    for (int i = 0; f && i < 8; i++) fputc((int)((nh >> (8 * i)) & 0xFF), f);
-    if (f) {
-        fwrite(hdr, 1, nh, f);
-        fwrite(b + 8 + h, 1, n - 8 - h, f);
-        fclose(f);
-    }
-    free(b);
-    free(hdr);
-    return f != NULL;
-}
-
 /* The file checks know §8's tensor list: a renamed v32 tensor is missing by name, and a v32
  * file whose config claims v4 fails on the first tensor whose V4 shape differs. */
 TS_TEST(model_v32_file_checks_its_tensor_list) {
@@ -336,29 +179,22 @@ TS_TEST(model_v32_file_checks_its_tensor_list) {
     TS_CHECK_STATUS(ts_model_config_builtin("dsv32-tiny", &c), TS_OK);
     c.n_layers = 1;
     c.n_hash_layers = 0;
-    ts_model *m = NULL, *l = (ts_model *)(uintptr_t)0x1;
-    TS_CHECK_STATUS(ts_model_create(&c, 1, &m), TS_OK);
-    if (!m) return;
     char path[] = "/tmp/ts_model_v32f_XXXXXX", bad[64];
-    const int fd = mkstemp(path);
-    TS_CHECK(fd >= 0);
-    if (fd < 0) {
-        ts_model_free(m);
-        return;
-    }
-    close(fd);
+    ts_model *m = tm_create_saved(ts_t_, &c, 1, path), *l = (ts_model *)(uintptr_t)0x1;
+    if (!m) return;
     snprintf(bad, sizeof bad, "%s.bad", path);
-    TS_CHECK_STATUS(ts_model_save_weights(m, path), TS_OK);
-    TS_CHECK(write_edited(path, bad, "\"0.attn.wkv_b\":", "\"0.attn.wkv_B\":"));
+    tm_blob f = tm_read_all(path);
+    TS_CHECK(tm_write_edited(bad, &f, "\"0.attn.wkv_b\":", "\"0.attn.wkv_B\":"));
     TS_CHECK_STATUS(ts_model_load(bad, 1, &l), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK_MSG(strstr(ts_last_error(), "0.attn.wkv_b is missing") != NULL, "%s", ts_last_error());
-    TS_CHECK(write_edited(path, bad, "\\\"attention\\\": \\\"v32\\\"",
-                          "\\\"attention\\\": \\\"v4\\\""));
+    TS_CHECK(tm_write_edited(bad, &f, "\\\"attention\\\": \\\"v32\\\"",
+                             "\\\"attention\\\": \\\"v4\\\""));
     TS_CHECK_STATUS(ts_model_load(bad, 1, &l), TS_ERR_INVALID_ARGUMENT);
     /* wq_b is [n_heads·512, q_lora] in §2's V4 list, [n_heads·192, q_lora] in §8's */
     TS_CHECK_MSG(strstr(ts_last_error(), "0.attn.wq_b") && strstr(ts_last_error(), "shape"), "%s",
                  ts_last_error());
     TS_CHECK(l == (ts_model *)(uintptr_t)0x1);
+    free(f.p);
     remove(bad);
     remove(path);
     ts_model_free(m);

@@ -102,6 +102,29 @@ static bool compress_step(const ts_model *m, const ts__compressor *cp, ts__comp_
     return true;
 }
 
+ts_status ts__model_flash_mla(ts_flash_mla_kvcache_args *a, ts_tensor *out, ts_tensor *lse) {
+    ts_mla_metadata *meta = NULL;
+    TS__RETURN_IF_ERROR(ts_get_mla_metadata(&meta));
+    a->tile_scheduler_metadata = meta;
+    const ts_status st = ts_flash_mla_with_kvcache(a, out, lse);
+    ts_mla_metadata_free(meta);
+    return st;
+}
+
+ts_status ts__model_q_lora(ts_model *m, const ts__lin8 *wq_a, const float *q_norm,
+                           const ts__lin8 *wq_b, const uint16_t *a, int64_t n, uint16_t *q,
+                           int64_t qw) {
+    ts__ws *ws = m->ws;
+    ts__prof *pf = &m->prof;
+    const int64_t D = m->cfg.dim, QL = m->cfg.q_lora_rank;
+    const float eps = (float)m->cfg.norm_eps;
+    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, wq_a, a, n, D, ws->qr0, QL));
+    TS__PROF_SECTION(pf, TS__P_NORM, (double)n * QL * 4, 0,
+        for (int64_t b = 0; b < n; b++)
+            ts__model_rmsnorm_bf16(ws->qr0 + b * QL, QL, q_norm, eps, ws->qr + b * QL));
+    return ts__model_lin8(ws, pf, wq_b, ws->qr, n, QL, q, qw);
+}
+
 static ts_status flash(ts_model *m, int64_t L, int64_t n, const float *sink) {
     ts__ws *ws = m->ws;
     const ts_model_config *c = &m->cfg;
@@ -139,12 +162,7 @@ static ts_status flash(ts_model *m, int64_t L, int64_t n, const float *sink) {
     int64_t so[4] = {n, 1, H, 512}, sl[3] = {n, H, 1};
     ts_tensor out = ts_tensor_make(ws->o, TS_BF16, 4, so);
     ts_tensor lse = ts_tensor_make(ws->lse, TS_F32, 3, sl);
-    ts_mla_metadata *meta = NULL;
-    TS__RETURN_IF_ERROR(ts_get_mla_metadata(&meta));
-    a.tile_scheduler_metadata = meta;
-    ts_status st = ts_flash_mla_with_kvcache(&a, &out, &lse);
-    ts_mla_metadata_free(meta);
-    return st;
+    return ts__model_flash_mla(&a, &out, &lse);
 }
 
 ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
@@ -160,12 +178,9 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
     double t0;
 
     /* 1. q */
-    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wq_a, a, n, D, ws->qr0, QL));
-    TS__PROF_SECTION(pf, TS__P_NORM, (double)n * QL * 4, 0,
-        for (int64_t b = 0; b < n; b++)
-            ts__model_rmsnorm_bf16(ws->qr0 + b * QL, QL, ly->q_norm, eps, ws->qr + b * QL));
+    TS__RETURN_IF_ERROR(
+        ts__model_q_lora(m, &ly->wq_a, ly->q_norm, &ly->wq_b, a, n, ws->q, H * 512));
     /* q's norm + RoPE in place: not re-runnable (the replay keeps its in-step time) */
-    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wq_b, ws->qr, n, QL, ws->q, H * 512));
     t0 = PROF_T0(m);
     for (int64_t b = 0; b < n; b++) {
         const int64_t p = m->pos[seqs[b]];

@@ -107,12 +107,7 @@ static ts_status flash(ts_model *m, int64_t L, int64_t n) {
     a.indices = &idx;
     a.topk_length = &len;
     a.softmax_scale = (float)(1.0 / sqrt((double)TS__V32_QK));
-    ts_mla_metadata *meta = NULL;
-    TS__RETURN_IF_ERROR(ts_get_mla_metadata(&meta));
-    a.tile_scheduler_metadata = meta;
-    ts_status st = ts_flash_mla_with_kvcache(&a, &out, &lse);
-    ts_mla_metadata_free(meta);
-    return st;
+    return ts__model_flash_mla(&a, &out, &lse);
 }
 
 ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
@@ -129,11 +124,7 @@ ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64
     double t0;
 
     /* 1. q: down-projection, q_norm, up-projection to heads x (nope 128 + rope 64) */
-    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &v->wq_a, a, n, D, ws->qr0, QL));
-    TS__PROF_SECTION(pf, TS__P_NORM, (double)n * QL * 4, 0,
-        for (int64_t b = 0; b < n; b++)
-            ts__model_rmsnorm_bf16(ws->qr0 + b * QL, QL, v->q_norm, eps, ws->qr + b * QL));
-    TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &v->wq_b, ws->qr, n, QL, w->q, QW));
+    TS__RETURN_IF_ERROR(ts__model_q_lora(m, &v->wq_a, v->q_norm, &v->wq_b, a, n, w->q, QW));
     /* RoPE of q_pe into the FlashMLA query's last 64 dims */
     TS__PROF_SECTION(pf, TS__P_ROPE, (double)n * H * 64 * 4, 0,
         for (int64_t b = 0; b < n; b++) {

@@ -336,6 +336,13 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
 double ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot,
                               int64_t stride, int64_t c);
 void ts__model_hadamard128(double *x);
+/* Step 1's low-rank q for n rows, shared by the V4 and V3.2 attention: wq_a (a -> ws->qr0),
+ * q_norm per row (-> ws->qr), wq_b (-> q, qw wide). */
+ts_status ts__model_q_lora(ts_model *m, const ts__lin8 *wq_a, const float *q_norm,
+                           const ts__lin8 *wq_b, const uint16_t *a, int64_t n, uint16_t *q,
+                           int64_t qw);
+/* One sparse FlashMLA call with its own scheduler metadata (freed after). */
+ts_status ts__model_flash_mla(ts_flash_mla_kvcache_args *a, ts_tensor *out, ts_tensor *lse);
 
 /* model_attention_v32.c: attention = v32 (docs/model.md §8) */
 #define TS__V32_PAGE 64
