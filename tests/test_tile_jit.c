@@ -540,3 +540,49 @@ TS_TEST(tile_jit_launch_in_macro) {
     ts_tile_kernel_release(k);
     rm_tree(dir);
 }
+
+/* Grids of 2 and 3 dimensions visit every block exactly once (the launch counts block
+ * coordinates up, last fastest; a carry into the first used to happen on every wrap of the
+ * last), whatever the split over threads. */
+TS_TEST(tile_jit_grid_visits_every_block_once) {
+    char dir[64];
+    tmp_dir(dir, sizeof dir);
+    static const char src[] =
+        "kernel grid3(out: tensor<i32, [A, B, C]>) {\n"
+        "    launch (A, B, C) as (a, b, c) { atomic_add(out[a, b, c], cast<i32>(1 + a * 100 + b * 10 + c)); }\n"
+        "}\n"
+        "kernel grid2(out: tensor<i32, [A, B]>) {\n"
+        "    launch (A, B) as (a, b) { atomic_add(out[a, b], cast<i32>(1)); }\n"
+        "}\n";
+    ts_tile_kernel *k = compile_in(ts_t_, src, dir);
+    if (!k) {
+        rm_tree(dir);
+        return;
+    }
+    const int saved = ts_get_num_threads();
+    for (int th = 1; th <= 3; th++) {
+        (void)ts_set_num_threads(th);
+        static const int dims[3][3] = {{3, 5, 4}, {2, 2, 1}, {4, 3, 1}};
+        for (int d = 0; d < 3; d++) {
+            const int A = dims[d][0], B = dims[d][1], C = dims[d][2];
+            int32_t o3[60] = {0};
+            ts_tensor t3 = ts_tensor_3d(o3, TS_I32, A, B, C);
+            ts_tile_arg a3 = ts_tile_arg_tensor(&t3);
+            TS_CHECK_STATUS(ts_tile_launch(k, "grid3", &a3, 1), TS_OK);
+            for (int a = 0; a < A; a++)
+                for (int b = 0; b < B; b++)
+                    for (int c = 0; c < C; c++)
+                        TS_CHECK_MSG(o3[(a * B + b) * C + c] == 1 + a * 100 + b * 10 + c, "grid %dx%dx%d block (%d,%d,%d): %d",
+                                     A, B, C, a, b, c, o3[(a * B + b) * C + c]);
+        }
+        int32_t o2[7][3] = {{0}};
+        ts_tensor t2 = ts_tensor_2d(o2, TS_I32, 7, 3);
+        ts_tile_arg a2 = ts_tile_arg_tensor(&t2);
+        TS_CHECK_STATUS(ts_tile_launch(k, "grid2", &a2, 1), TS_OK);
+        for (int a = 0; a < 7; a++)
+            for (int b = 0; b < 3; b++) TS_CHECK_EQ_INT(o2[a][b], 1);
+    }
+    (void)ts_set_num_threads(saved);
+    ts_tile_kernel_release(k);
+    rm_tree(dir);
+}

@@ -2166,10 +2166,12 @@ static void emit_kernel(em *e, const ts__tile_kernel *k, const char *prefix) {
             ts__tile_buf_printf(o, "        const int64_t v%d_%s = gc[%d]; (void)v%d_%s;\n", gs->uid, gs->name, g, gs->uid, gs->name);
         }
         body(e, s->a, 2);
-        ts__tile_buf_printf(o, "        if (++gc[%d] == a->g[%d]) {\n            gc[%d] = 0;\n", ng - 1, ng - 1, ng - 1);
-        for (int g = ng - 2; g >= 0; g--)
-            ts__tile_buf_printf(o, "%*sif (++gc[%d] == a->g[%d]) gc[%d] = 0;\n", 12 + 4 * (ng - 2 - g), "", g, g, g);
-        ts__tile_buf_puts(o, "        }\n");
+        /* count the coordinates up, last fastest: each carry happens only inside the wrap of
+         * the next faster one */
+        for (int g = ng - 1; g >= 0; g--)
+            ts__tile_buf_printf(o, "%*sif (++gc[%d] == a->g[%d]) {\n%*sgc[%d] = 0;\n", 8 + 4 * (ng - 1 - g), "", g, g,
+                                12 + 4 * (ng - 1 - g), "", g);
+        for (int g = 0; g < ng; g++) ts__tile_buf_printf(o, "%*s}\n", 8 + 4 * g, "");
         ts__tile_buf_puts(o, "    }\n}\n");
         nl++;
     }
