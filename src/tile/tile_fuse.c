@@ -389,6 +389,16 @@ static bool contiguous_in(const ts__tile_node *x, const void *j) {
     return true;
 }
 
+/* every name in x carries its symbol (x was not rewritten since the last check) */
+static bool resolved(const ts__tile_node *x) {
+    if (!x) return true;
+    if (x->kind == TN_NAME && !x->sym) return false;
+    if (!resolved(x->a) || !resolved(x->b) || !resolved(x->c)) return false;
+    for (int32_t i = 0; i < x->nlist; i++)
+        if (!resolved(x->list[i])) return false;
+    return true;
+}
+
 /* May the value stored by `T[...] = e` (e of type ty) be carried as `e` / `cast<dt>(e)`? */
 static bool carry_type(int dt, int ty, bool *cast) {
     *cast = false;
@@ -428,6 +438,9 @@ static void forward_from(fz *F, ts__tile_node *kb, ts__tile_node *b, int32_t p) 
             numel *= T->cdims[i];
         }
         if (!at_vars) continue;
+        /* a store rewritten earlier in this round holds names not yet resolved (clones lose
+         * their symbols): its own forwarding waits for the next round, after the re-check */
+        if (!resolved(s->b)) continue;
         bool cast;
         if (!carry_type(T->dt, s->b->ty, &cast)) continue;
         /* the lets of the body before the store, top level only, are inlined */
@@ -535,11 +548,25 @@ static void fuse_block(fz *F, ts__tile_node *kb, ts__tile_node *b) {
     b->nlist = k;
 }
 
+/* One round: forward what can be forwarded, then check the result again (which resolves the
+ * rewritten expressions' names and types). *changed: something was forwarded. */
+static bool fuse_round(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, bool *changed);
+
 bool ts__tile_fuse(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog) {
+    /* a chain producer -> producer -> consumer takes one round per link */
+    bool changed = true;
+    for (int round = 0; round < 4 && changed; round++)
+        if (!fuse_round(a, d, prog, &changed)) return false;
+    return true;
+}
+
+static bool fuse_round(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, bool *changed) {
     fz F = {.a = a};
+    *changed = false;
     for (int i = 0; i < prog->nkernels && !F.oom; i++) fuse_block(&F, prog->kernels[i].body, prog->kernels[i].body);
     if (F.oom) goto oom;
     if (!F.nfused) return true;
+    *changed = true;
     /* the fused module, checked again (types and symbols of the rewritten expressions) */
     ts__tile_node *m = ts__tile_node_new(a, TN_MODULE, (ts__tile_loc){1, 1});
     if (!m) goto oom;
