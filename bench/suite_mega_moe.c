@@ -18,7 +18,8 @@
  * last rank's return, both paths, so the fused path's overlap of local work with the wait shows.
  * TS_BENCH_FILTER=substring keeps only matching rows (e.g. "E=32"). TS_BENCH_MEGA_MOE_PHASES=1
  * prints each path's per-phase times per rank; TS_BENCH_MEGA_MOE_AB=1 replaces the baseline
- * by the fused call with the grouped GEMM for every expert (the expert GEMM's A/B). */
+ * by the fused call with the grouped GEMM for every expert, to A/B the expert GEMM chosen by
+ * TS_MEGA_MOE_GEMM (docs/mega_moe.md). */
 #include "bench.h"
 
 #ifdef TILESTACK_HAVE_EP
@@ -55,8 +56,9 @@ static ts_status mm_call(mm_bench *b) {
         }
     }
     if (getenv("TS_BENCH_MEGA_MOE_AB")) {
-        /* A/B of the fused path's expert GEMM choice: the baseline is the fused call with the
-         * grouped GEMM everywhere (ts__mega_moe_set_gemm_mode 1), alternating call by call */
+        /* A/B of the fused path's expert GEMM choice (TS_MEGA_MOE_GEMM, e.g. "small"): the
+         * baseline is the fused call with the grouped GEMM everywhere (ts__mega_moe_set_gemm_mode
+         * 1), alternating call by call */
         ts__mega_moe_set_gemm_mode(b->fused ? -1 : 1);
         const ts_status st = ts_fp8_fp4_mega_moe(&b->y, b->w, b->buf, NULL, NULL, NULL, 10.0f, true);
         ts__mega_moe_set_gemm_mode(-1);

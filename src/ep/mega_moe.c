@@ -59,12 +59,15 @@ typedef struct mm_call {
     ts_status st;          /* first GEMM failure (a bug or out of memory) */
 } mm_call;
 
-/* Which GEMM the fused path runs per expert: env TS_MEGA_MOE_GEMM = "grouped" (always the
- * grouped GEMM), "own" (mega_moe_gemm.c wherever it fits: up to 16 rows; the tests use it),
- * default: the own kernel for 1 or 2 rows (own_gemm). Same bits every way. Measured on Zen 3 (one
- * expert, weights from DRAM): 1 row 1.23x, 2 rows 1.13x the grouped GEMM's speed, 4 rows
- * 0.99x, 8 rows 0.90x: vpmaddwd does twice the multiply-adds of an FMA but issues at half
- * the rate here, so only the cheaper weight decode is a gain, and it fades as rows share it. */
+/* Which GEMM the fused path runs per expert: env TS_MEGA_MOE_GEMM = "grouped" (the default:
+ * always the grouped GEMM), "own" (mega_moe_gemm.c wherever it fits: up to 16 rows; the tests
+ * use it), "small" (the own kernel for 1 or 2 rows and N >= 1024, own_gemm). Same bits every
+ * way. Measured on Zen 3 (one expert, one rank, weights from DRAM): 1 row 1.23x, 2 rows 1.13x
+ * the grouped GEMM's speed, 4 rows 0.99x, 8 rows 0.90x: vpmaddwd does twice the multiply-adds
+ * of an FMA but issues at half the rate here, so only the cheaper weight decode is a gain. In
+ * the whole call at R = 2 (both ranks streaming weights, 45-80% of the DRAM roofline) "small"
+ * measured 0.82-1.05x of "grouped" in quiet A/B runs (TS_BENCH_MEGA_MOE_AB=1, 2026-11-30), so
+ * it is not the default. */
 static _Atomic int g_gemm_mode = -1;
 
 void ts__mega_moe_set_gemm_mode(int mode) { atomic_store(&g_gemm_mode, mode < 0 ? -1 : mode); }
@@ -73,14 +76,14 @@ static int gemm_mode(void) {
     int f = atomic_load(&g_gemm_mode);
     if (f < 0) {
         const char *e = getenv("TS_MEGA_MOE_GEMM");
-        f = e && !strcmp(e, "grouped") ? 1 : e && !strcmp(e, "own") ? 2 : 0;
+        f = e && !strcmp(e, "small") ? 0 : e && !strcmp(e, "own") ? 2 : 1;
         atomic_store(&g_gemm_mode, f);
     }
     return f;
 }
 
-/* Per GEMM: by default also N >= 1024, where the per-call preparation of A (~m K values) is
- * small against the weight stream (N = 256, K = 4096: 0.87x). */
+/* Per GEMM: "small" also needs N >= 1024, where the per-call preparation of A (~m K values)
+ * is small against the weight stream (N = 256, K = 4096: 0.87x). */
 static bool own_gemm(const ts_mega_moe_weights *w, const ts_packed_weight *pw, int64_t m) {
     const int mode = gemm_mode();
     if (w->bf16 || mode == 1 || (mode == 0 && (m > 2 || ts__mega_moe_gemm_n(pw) < 1024))) return false;
