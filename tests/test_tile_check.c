@@ -427,6 +427,16 @@ TS_TEST(tile_check_launch_in_macro) {
                  "t.tile:2:5: error: launch cannot be nested");
 }
 
+/* an e2m1 value bitcasts to u8 / i8 (its 4-bit code) and to nothing else */
+TS_TEST(tile_check_bitcast_e2m1_code) {
+    expect_first(ts_t_, TT_KERNEL("        let c = bitcast<u8>(cast<e2m1>(1.5));\n        let d = bitcast<i8>(cast<e2m1>(-3.0));\n"),
+                 "<no error>");
+    expect_first(ts_t_, TT_KERNEL("        let c = bitcast<e2m1>(cast<u8>(3));\n"),
+                 "t.tile:3:17: error: bitcast from 'u8' to 'e2m1' is not defined (an e2m1 value bitcasts only to u8 or i8, its 4-bit code; bool not at all): use cast");
+    expect_first(ts_t_, TT_KERNEL("        let c = bitcast<u8>(true);\n"),
+                 "t.tile:3:17: error: bitcast from 'bool' to 'u8' is not defined (an e2m1 value bitcasts only to u8 or i8, its 4-bit code; bool not at all): use cast");
+}
+
 TS_TEST(tile_check_reports_several_errors_then_stops) {
     /* the checker continues after an error (one line each) and stops after 20 */
     char src[4096] = "kernel k() {\n    launch (1) as (b) {\n";

@@ -333,8 +333,16 @@ static int call_expr(chk *c, ts__tile_node *n) {
                 ERR(c, n->list[0]->loc, "bitcast needs a typed operand (cast the literal first)");
                 return TT_ERROR;
             }
-            if (ts__tile_dt_bytes(t) != ts__tile_dt_bytes(to) || t == TT_E2M1 || to == TT_E2M1 ||
-                t == TT_BOOL || to == TT_BOOL) {
+            /* an e2m1 value is a 4-bit code: it bitcasts to u8 / i8 (the code, 0..15), nothing
+             * else; bool has no bit pattern to reinterpret */
+            bool code = t == TT_E2M1 && (to == TT_U8 || to == TT_I8);
+            if (!code && (t == TT_E2M1 || to == TT_E2M1 || t == TT_BOOL || to == TT_BOOL)) {
+                ERR(c, n->loc, "bitcast from '%s' to '%s' is not defined (an e2m1 value bitcasts only to "
+                    "u8 or i8, its 4-bit code; bool not at all): use cast",
+                    ts__tile_dt_name(t), ts__tile_dt_name(to));
+                return TT_ERROR;
+            }
+            if (!code && ts__tile_dt_bytes(t) != ts__tile_dt_bytes(to)) {
                 ERR(c, n->loc, "bitcast from '%s' (%d bytes) to '%s' (%d bytes): sizes differ",
                     ts__tile_dt_name(t), ts__tile_dt_bytes(t), ts__tile_dt_name(to), ts__tile_dt_bytes(to));
                 return TT_ERROR;
