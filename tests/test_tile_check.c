@@ -479,6 +479,37 @@ TS_TEST(tile_check_macro_hygiene) {
     free(diag);
 }
 
+/* A macro called inside another macro's body sees the enclosing macro's locals by their source
+ * names (innermost first), as written at the call; its own locals stay its own; arguments from
+ * the caller are not captured. */
+TS_TEST(tile_check_nested_macro_sees_callers_locals) {
+    static const char src[] =
+        "macro inner(v) {\n"
+        "    y[t] = v + cast<f32>(t);\n"
+        "    for t in serial(2) { z[t] = v; }\n"
+        "}\n"
+        "macro outer(v) {\n"
+        "    for t in serial(N) {\n"
+        "        inner(v * 2.0);\n"
+        "    }\n"
+        "}\n"
+        "kernel k(y: tensor<f32, [N]>, z: tensor<f32, [2]>) {\n"
+        "    launch (1) as (t) {\n"
+        "        let w = cast<f32>(t);\n"
+        "        outer(w);\n"
+        "    }\n"
+        "}\n";
+    char *out = NULL, *diag = NULL;
+    TS_CHECK_STATUS(tt_translate(src, TS_TILE_EMIT_IR, &out, &diag), TS_OK);
+    /* inner's free t is outer's loop variable (innermost), not the launch's t; its own loop
+     * variable is its own; the argument is outer's v * 2.0, outer's v the kernel's w */
+    TS_CHECK_MSG(out && strstr(out, "y[t__m1] = w * 2.0 + cast<f32>(t__m1);") &&
+                     strstr(out, "for t__m2 in serial(2)") && strstr(out, "z[t__m2] = w * 2.0;"),
+                 "%s", out ? out : diag);
+    free(out);
+    free(diag);
+}
+
 TS_TEST(tile_check_kitchen_sink_accepted) {
     char buf[512];
     TS_CHECK_MSG(!strcmp(tt_first_diag(tt_kitchen_sink, buf, sizeof buf), "<no error>"), "%s", buf);

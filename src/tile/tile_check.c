@@ -25,6 +25,8 @@ typedef struct chk {
     int npar_vars;           /* enclosing parallel-loop variables (slot = index) */
     uint64_t par_single;     /* those whose loop has a single iteration (extent 1): no race */
     int macro_depth;
+    int exp_ids[TS__TILE_MAX_MACRO_DEPTH + 1]; /* ids of the expansions being checked, outermost first */
+    int spliced_ids[64], nspliced;  /* expansions spliced into the kernel body (launch macros) */
     int expansions;
     bool lowered;            /* checking the IR: reserved names allowed */
     ts__tile_sym *dims_list[64];
@@ -1004,6 +1006,42 @@ static ts__tile_node *apply_subst(subst *s, ts__tile_node *n) {
     }
 }
 
+/* A macro called from inside another macro's body (or after a launch macro spliced into the
+ * kernel): its free names resolve where the call is written, where the enclosing macro's locals
+ * (renamed `name__m<id>` by their expansion) go by their source names. So a free name means the innermost symbol in scope whose source name it
+ * is: the name itself, or a local of an expansion still being checked. Names of the macro's
+ * own locals (renamed with its own id) are left alone. */
+static bool renamed_from(const char *sym_name, const char *name, int id) {
+    size_t l = strlen(name);
+    char suf[24];
+    snprintf(suf, sizeof suf, "__m%d", id);
+    return !strncmp(sym_name, name, l) && !strcmp(sym_name + l, suf);
+}
+static void bind_to_callers_locals(chk *c, ts__tile_node *n, int own_id) {
+    if (!n) return;
+    if (n->kind == TN_NAME && n->name && !n->sym) {
+        char own[24];
+        snprintf(own, sizeof own, "__m%d", own_id);
+        size_t l = strlen(n->name), lo = strlen(own);
+        bool mine = l > lo && !strcmp(n->name + l - lo, own);
+        for (ts__tile_sym *sy = c->scope; sy && !mine; sy = sy->next) {
+            if (!strcmp(sy->name, n->name)) break; /* the name itself is innermost */
+            bool hit = false;
+            for (int d = 0; d < c->macro_depth && !hit; d++) hit = renamed_from(sy->name, n->name, c->exp_ids[d]);
+            for (int d = 0; d < c->nspliced && !hit; d++) hit = renamed_from(sy->name, n->name, c->spliced_ids[d]);
+            if (hit) {
+                n->name = sy->name;
+                break;
+            }
+        }
+    }
+    bind_to_callers_locals(c, n->a, own_id);
+    bind_to_callers_locals(c, n->b, own_id);
+    bind_to_callers_locals(c, n->c, own_id);
+    for (int32_t i = 0; i < n->nlist; i++) bind_to_callers_locals(c, n->list[i], own_id);
+    for (int32_t i = 0; i < n->nlist2; i++) bind_to_callers_locals(c, n->list2[i], own_id);
+}
+
 static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__tile_sym *m) {
     ts__tile_node *def = m->decl;
     if (call->nlist != def->nlist || call->nlist2) {
@@ -1031,11 +1069,13 @@ static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__til
         ERR(c, call->loc, "macro '%s' declares too many names (limit 256)", m->name);
         return;
     }
+    if (c->macro_depth > 0 || c->nspliced > 0) bind_to_callers_locals(c, body, s->id);
     /* The call statement becomes the expanded block, so lowering and printing see it. */
     st->kind = TN_BLOCK;
     st->a = NULL;
     st->list = body->list;
     st->nlist = body->nlist;
+    c->exp_ids[c->macro_depth] = s->id;
     c->macro_depth++;
     block(c, st);
     c->macro_depth--;
@@ -1074,6 +1114,7 @@ static void splice_launch_macros(chk *c, ts__tile_node *body) {
         for (int32_t j = 0; j < x->nlist; j++) l[k++] = x->list[j];
         for (int32_t j = i + 1; j < body->nlist; j++) l[k++] = body->list[j];
         body->list = l, body->nlist = n;
+        if (c->nspliced < 64) c->spliced_ids[c->nspliced++] = sb->id;
         spliced++;
         i--; /* the expansion may itself start with such a call */
     }
@@ -1442,6 +1483,7 @@ static void check_kernel(chk *c, ts__tile_node *kn, ts__tile_kernel *k) {
         ERR(c, kn->loc, "program too large (compiler memory limit reached)");
         return;
     }
+    c->nspliced = 0;
     splice_launch_macros(c, k->body);
     bool has_launch = has_top_launch(k->body);
     block(c, k->body);
