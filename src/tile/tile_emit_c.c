@@ -918,6 +918,10 @@ static const char *vs(int t) {
     if (!strcmp(c, "int64_t")) return "i64";
     return "u64";
 }
+static int lane_bits(int t) {
+    const char *s = vs(t);
+    return s[1] == '8' ? 8 : s[1] == '1' ? 16 : s[1] == '3' ? 32 : 64;
+}
 /* the unsigned vector of the same lane width (wrapping integer arithmetic) */
 static const char *vus(int t) {
     const char *s = vs(t);
@@ -1055,6 +1059,51 @@ static char *contig_addr(em *e, const ts__tile_node *n) {
     return res;
 }
 
+/* If n is an i64 index `2 * a + u` (or `a * 2`, `u + 2 * a`, `2 * a - u`) with a = j + b and
+ * u independent of j: the C text of 2 b + u, the index of lane 0 minus 2 j. */
+static char *affine2(em *e, const ts__tile_node *n) {
+    int64_t two;
+    if (n->kind != TN_BINARY || natural(n->ty) != TT_I64) return NULL;
+    if (n->op == TO_MUL) {
+        const ts__tile_node *a = lit_int(n->a, &two) && two == 2 ? n->b : lit_int(n->b, &two) && two == 2 ? n->a : NULL;
+        char *b = a ? affine(e, a) : NULL;
+        if (!b) return NULL;
+        char *r = sfmt("((int64_t)((uint64_t)(%s) * 2u))", b);
+        free(b);
+        return r;
+    }
+    if (n->op != TO_ADD && n->op != TO_SUB) return NULL;
+    const ts__tile_node *m = n->a, *u = n->b;
+    if (n->op == TO_ADD && !dep(e, m)) m = n->b, u = n->a;
+    if (dep(e, u)) return NULL;
+    char *b = affine2(e, m);
+    if (!b) return NULL;
+    char *us = ex_str(e, u, TT_I64);
+    char *r = sfmt("((int64_t)((uint64_t)(%s) %c (uint64_t)(%s)))", b, n->op == TO_ADD ? '+' : '-', us);
+    free(b), free(us);
+    return r;
+}
+
+/* &element of lane 0 of a load x[..., 2 j + c] (stride 2 in the last, unit-stride dim), else NULL */
+static char *stride2_addr(em *e, const ts__tile_node *n) {
+    const ts__tile_sym *s = n->a->sym;
+    int r = n->nlist;
+    if (s->kind == SYM_TENSOR && s->strided && (s->stridesym[r - 1] || s->cstrides[r - 1] != 1)) return NULL;
+    for (int i = 0; i + 1 < r; i++)
+        if (dep(e, n->list[i])) return NULL;
+    char *base = affine2(e, n->list[r - 1]);
+    if (!base) return NULL;
+    char *ix[TS__TILE_MAX_RANK];
+    for (int i = 0; i + 1 < r; i++) ix[i] = ex_str(e, n->list[i], TT_I64);
+    ix[r - 1] = sfmt("(int64_t)((uint64_t)(%s) + 2u * (uint64_t)%s)", base, e->vjname);
+    char *el = elem_at(s, ix, r);
+    for (int i = 0; i < r; i++) free(ix[i]);
+    free(base);
+    char *res = sfmt("&%s", el);
+    free(el);
+    return res;
+}
+
 /* a literal that is neither NaN nor zero as f32: min / max against it need no NaN-first or
  * signed-zero handling (ts__tv_maxk_f32) */
 static bool kconst(const ts__tile_node *n) {
@@ -1176,11 +1225,14 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
     case TN_INDEX: {
         const ts__tile_sym *s = n->a->sym;
         char *p = contig_addr(e, n);
+        const char *ld = "ld";
+        if (!p && s->dt != TT_BOOL && strcmp(vs(s->dt), "f64") && strcmp(vs(s->dt), "i64") && strcmp(vs(s->dt), "u64"))
+            p = stride2_addr(e, n), ld = "ld2"; /* x[2 j + c]: every second element */
         if (!p) {
             e->vfail = true;
             return sdup("0");
         }
-        char *r = sfmt("ts__tv_ld_%s(%s)", vs(s->dt), p);
+        char *r = sfmt("ts__tv_%s_%s(%s)", ld, vs(s->dt), p);
         free(p);
         if (s->dt == TT_BOOL) {
             char *m = sfmt("TS__TV_MASK(%s != 0)", r);
@@ -1206,6 +1258,7 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
             t = TT_BOOL;
         char *x = vex(e, n->a, t), *y = vex(e, n->b, t), *r;
         const char *os = ts__tile_op_str(op);
+        int64_t sh;
         bool fl = t == TT_F32 || t == TT_F64;
         if (op == TO_LAND) r = sfmt("(%s & %s)", x, y);
         else if (op == TO_LOR) r = sfmt("(%s | %s)", x, y);
@@ -1213,7 +1266,12 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         else if (t == TT_BOOL || fl || op == TO_BAND || op == TO_BOR || op == TO_BXOR) r = sfmt("(%s %s %s)", x, os, y);
         else if (op == TO_ADD || op == TO_SUB || op == TO_MUL)
             r = sfmt("((ts__tv_%s)((ts__tv_%s)%s %s (ts__tv_%s)%s))", vs(t), vus(t), x, os, vus(t), y);
-        else {
+        else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < lane_bits(t)) {
+            /* a constant amount below the lane width: the plain vector shift is the helper's
+             * result (amounts modulo the width, left shifts on the unsigned lanes) */
+            if (op == TO_SHL) r = sfmt("((ts__tv_%s)((ts__tv_%s)%s << %lld))", vs(t), vus(t), x, (long long)sh);
+            else r = sfmt("(%s >> %lld)", x, (long long)sh);
+        } else {
             static const char *const nm[] = {[TO_DIV] = "div", [TO_MOD] = "mod", [TO_SHL] = "shl", [TO_SHR] = "shr"};
             char fmt[96];
             snprintf(fmt, sizeof fmt, "((%s)ts__tile_%s_%s(%%s, %%s))", ctype(t), nm[op], helper_suffix(t));

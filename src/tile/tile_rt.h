@@ -356,6 +356,35 @@ TS__TV_MEM32(f32, float)
 TS__TV_MEM32(i32, int32_t)
 TS__TV_MEM32(u32, uint32_t)
 #undef TS__TV_MEM32
+/* elements 0, 2, ..., 14 of p (a stride-2 access x[2 j + c]); reads p[0..14] only */
+#define TS__TV_LD2(N, T)                                                                    \
+    TS__TV_INL ts__tv_##N ts__tv_ld2_##N(const T *p) {                                      \
+        ts__tv_##N v;                                                                       \
+        for (int l = 0; l < 8; l++) v[l] = p[2 * l];                                        \
+        return v;                                                                           \
+    }
+TS__TV_LD2(f32, float)
+TS__TV_LD2(i32, int32_t)
+TS__TV_LD2(u32, uint32_t)
+TS__TV_LD2(i16, int16_t)
+TS__TV_LD2(u16, uint16_t)
+TS__TV_LD2(i8, int8_t)
+#undef TS__TV_LD2
+TS__TV_INL ts__tv_u8 ts__tv_ld2_u8(const uint8_t *p) {
+#if defined(__AVX2__)
+    /* bytes 0..7 and 7..14 (no read past p[14]); the even ones of both, in order */
+    __m128i a = _mm_loadl_epi64((const __m128i *)p), b = _mm_loadl_epi64((const __m128i *)(p + 7));
+    __m128i r = _mm_shuffle_epi8(_mm_unpacklo_epi64(a, b),
+                                 _mm_setr_epi8(0, 2, 4, 6, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1));
+    ts__tv_u8 v;
+    memcpy(&v, &r, sizeof v);
+    return v;
+#else
+    ts__tv_u8 v;
+    for (int l = 0; l < 8; l++) v[l] = p[2 * l];
+    return v;
+#endif
+}
 /* b, b+1, ..., b+7 (wrapping like the scalar index arithmetic) */
 TS__TV_INL ts__tv_i64 ts__tv_iota_i64(int64_t b) {
     return (ts__tv_i64)((ts__tv_u64){0, 1, 2, 3, 4, 5, 6, 7} + (uint64_t)b);
