@@ -1039,18 +1039,20 @@ static char *elem_at(const ts__tile_sym *s, char **ix, int n) {
     return b.data ? b.data : sdup("");
 }
 
-/* &element of lanes 0..7 when the access is contiguous in j, else NULL (and no vector) */
-static char *contig_addr(em *e, const ts__tile_node *n) {
+/* &element of lane 0 of an access whose last index is `stride * j + base` (stride 1: affine,
+ * 2: affine2) with the other indices independent of j, in a unit-stride last dim; else NULL */
+static char *affine2(em *e, const ts__tile_node *n);
+static char *lane0_addr(em *e, const ts__tile_node *n, int stride) {
     const ts__tile_sym *s = n->a->sym;
     int r = n->nlist;
     if (s->kind == SYM_TENSOR && s->strided && (s->stridesym[r - 1] || s->cstrides[r - 1] != 1)) return NULL;
     for (int i = 0; i + 1 < r; i++)
         if (dep(e, n->list[i])) return NULL;
-    char *base = affine(e, n->list[r - 1]);
+    char *base = stride == 1 ? affine(e, n->list[r - 1]) : affine2(e, n->list[r - 1]);
     if (!base) return NULL;
     char *ix[TS__TILE_MAX_RANK];
     for (int i = 0; i + 1 < r; i++) ix[i] = ex_str(e, n->list[i], TT_I64);
-    ix[r - 1] = sfmt("(int64_t)((uint64_t)(%s) + (uint64_t)%s)", base, e->vjname);
+    ix[r - 1] = sfmt("(int64_t)((uint64_t)(%s) + %du * (uint64_t)%s)", base, stride, e->vjname);
     char *el = elem_at(s, ix, r);
     for (int i = 0; i < r; i++) free(ix[i]);
     free(base);
@@ -1058,6 +1060,8 @@ static char *contig_addr(em *e, const ts__tile_node *n) {
     free(el);
     return res;
 }
+/* &element of lanes 0..7 when the access is contiguous in j, else NULL (and no vector) */
+static char *contig_addr(em *e, const ts__tile_node *n) { return lane0_addr(e, n, 1); }
 
 /* If n is an i64 index `2 * a + u` (or `a * 2`, `u + 2 * a`, `2 * a - u`) with a = j + b and
  * u independent of j: the C text of 2 b + u, the index of lane 0 minus 2 j. */
@@ -1084,25 +1088,6 @@ static char *affine2(em *e, const ts__tile_node *n) {
     return r;
 }
 
-/* &element of lane 0 of a load x[..., 2 j + c] (stride 2 in the last, unit-stride dim), else NULL */
-static char *stride2_addr(em *e, const ts__tile_node *n) {
-    const ts__tile_sym *s = n->a->sym;
-    int r = n->nlist;
-    if (s->kind == SYM_TENSOR && s->strided && (s->stridesym[r - 1] || s->cstrides[r - 1] != 1)) return NULL;
-    for (int i = 0; i + 1 < r; i++)
-        if (dep(e, n->list[i])) return NULL;
-    char *base = affine2(e, n->list[r - 1]);
-    if (!base) return NULL;
-    char *ix[TS__TILE_MAX_RANK];
-    for (int i = 0; i + 1 < r; i++) ix[i] = ex_str(e, n->list[i], TT_I64);
-    ix[r - 1] = sfmt("(int64_t)((uint64_t)(%s) + 2u * (uint64_t)%s)", base, e->vjname);
-    char *el = elem_at(s, ix, r);
-    for (int i = 0; i < r; i++) free(ix[i]);
-    free(base);
-    char *res = sfmt("&%s", el);
-    free(el);
-    return res;
-}
 
 /* a literal that is neither NaN nor zero as f32: min / max against it need no NaN-first or
  * signed-zero handling (ts__tv_maxk_f32) */
@@ -1227,7 +1212,7 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         char *p = contig_addr(e, n);
         const char *ld = "ld";
         if (!p && s->dt != TT_BOOL && strcmp(vs(s->dt), "f64") && strcmp(vs(s->dt), "i64") && strcmp(vs(s->dt), "u64"))
-            p = stride2_addr(e, n), ld = "ld2"; /* x[2 j + c]: every second element */
+            p = lane0_addr(e, n, 2), ld = "ld2"; /* x[2 j + c]: every second element */
         if (!p) {
             e->vfail = true;
             return sdup("0");
