@@ -174,6 +174,28 @@ static void ptc_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
     free(c.x), free(c.q);
 }
 
+/* A cast-back kernel on every ISA path and at 1 and 2 threads (output poisoned first), each
+ * against the golden output ai of rec: same bytes. */
+typedef ts_status (*cast_back_fn)(const ts_tensor *, const ts_tensor *, const ts_tensor *, int64_t, int64_t);
+static void cast_back_variants(ts_test_ctx *ts_t_, const tk_record *rec, uint32_t ai, cast_back_fn fn,
+                               const ts_tensor *x, const ts_tensor *s, const ts_tensor *o, int64_t bh, int64_t bw,
+                               void *y, bool f32, const char *name) {
+    const int64_t n = o->shape[0] * o->shape[1];
+    const ts_isa isa = ts_get_isa();
+    const int nth0 = ts_get_num_threads();
+    for (int v = 0; v < 4; v++) {
+        ts_set_isa(v % 2 ? TS_ISA_GENERIC : isa);
+        ts_set_num_threads(v < 2 ? 1 : 2);
+        memset(y, 0xEE, (size_t)n * 4);
+        TS_CHECK_STATUS(fn(x, s, o, bh, bw), TS_OK);
+        char what[64];
+        snprintf(what, sizeof what, "%s (variant %d)", name, v);
+        tk_expect(ts_t_, rec, ai, y, (size_t)n * (f32 ? 4 : 2), what);
+    }
+    ts_set_isa(isa);
+    ts_set_num_threads(nth0);
+}
+
 /* ---------------------------------------------------------------- FP4 cast back */
 
 static void cbfp4_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
@@ -197,21 +219,9 @@ static void cbfp4_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
         ts_tensor x = ts_tensor_2d(xq, TS_E2M1X2, T, H / 2);
         ts_tensor s = sf_tensor(&xsf, packed ? TS_UE8M0X4 : TS_F32);
         ts_tensor o = ts_tensor_2d(y, f32 ? TS_F32 : TS_BF16, T, H);
-        const ts_isa isa = ts_get_isa();
-        const int nth0 = ts_get_num_threads();
-        for (int v = 0; v < 4; v++) {
-            ts_set_isa(v % 2 ? TS_ISA_GENERIC : isa);
-            ts_set_num_threads(v < 2 ? 1 : 2);
-            memset(y, 0xEE, (size_t)(T * H) * 4);
-            ts_status st = packed ? (f32 ? ts_cast_back_fp4_f32_ue8m0(&x, &s, &o, bh, bw) : ts_cast_back_fp4_ue8m0(&x, &s, &o, bh, bw))
-                                  : (f32 ? ts_cast_back_fp4_f32(&x, &s, &o, bh, bw) : ts_cast_back_fp4(&x, &s, &o, bh, bw));
-            TS_CHECK_STATUS(st, TS_OK);
-            char what[64];
-            snprintf(what, sizeof what, "fp4 cast back (variant %d)", v);
-            tk_expect(ts_t_, rec, regen ? 0 : 2, y, (size_t)(T * H) * (f32 ? 4 : 2), what);
-        }
-        ts_set_isa(isa);
-        ts_set_num_threads(nth0);
+        cast_back_fn fn = packed ? (f32 ? ts_cast_back_fp4_f32_ue8m0 : ts_cast_back_fp4_ue8m0)
+                                 : (f32 ? ts_cast_back_fp4_f32 : ts_cast_back_fp4);
+        cast_back_variants(ts_t_, rec, regen ? 0 : 2, fn, &x, &s, &o, bh, bw, y, f32, "fp4 cast back");
     }
     sf_free(&xsf);
     free(y), free(xq);
@@ -377,21 +387,9 @@ static void cbe5m6_case(ts_test_ctx *ts_t_, const tk_record *rec, int nth) {
         ts_tensor x = ts_tensor_2d(xq, TS_E5M6X8, T, H * 3 / 2);
         ts_tensor s = sf_tensor(&xsf, packed ? TS_UE8M0X4 : TS_F32);
         ts_tensor o = ts_tensor_2d(y, f32 ? TS_F32 : TS_BF16, T, H);
-        const ts_isa isa = ts_get_isa();
-        const int nth0 = ts_get_num_threads();
-        for (int v = 0; v < 4; v++) {
-            ts_set_isa(v % 2 ? TS_ISA_GENERIC : isa);
-            ts_set_num_threads(v < 2 ? 1 : 2);
-            memset(y, 0xEE, (size_t)(T * H) * 4);
-            ts_status st = packed ? (f32 ? ts_cast_back_e5m6_f32_ue8m0(&x, &s, &o, bh, bw) : ts_cast_back_e5m6_ue8m0(&x, &s, &o, bh, bw))
-                                  : (f32 ? ts_cast_back_e5m6_f32(&x, &s, &o, bh, bw) : ts_cast_back_e5m6(&x, &s, &o, bh, bw));
-            TS_CHECK_STATUS(st, TS_OK);
-            char what[64];
-            snprintf(what, sizeof what, "e5m6 cast back (variant %d)", v);
-            tk_expect(ts_t_, rec, regen ? 0 : 2, y, (size_t)(T * H) * (f32 ? 4 : 2), what);
-        }
-        ts_set_isa(isa);
-        ts_set_num_threads(nth0);
+        cast_back_fn fn = packed ? (f32 ? ts_cast_back_e5m6_f32_ue8m0 : ts_cast_back_e5m6_ue8m0)
+                                 : (f32 ? ts_cast_back_e5m6_f32 : ts_cast_back_e5m6);
+        cast_back_variants(ts_t_, rec, regen ? 0 : 2, fn, &x, &s, &o, bh, bw, y, f32, "e5m6 cast back");
     }
     sf_free(&xsf);
     free(y), free(xq);

@@ -211,6 +211,19 @@ def ptc_case(w, in_kind, out_kind, packed, T, H, gs, round_sf, bh, bw, seed, spe
     w.record("ptc", [in_kind, out_kind, packed, T, H, gs, int(round_sf), bh, bw, seed, int(stored), special], arrays)
 
 
+
+def cast_back_scales(ex, packed, seed, T, H, bh, bw):
+    """Input scales of a cast-back case from block exponents ex [sm, sn]: packed UE8M0 (the
+    exponents themselves) or f32 with random mantissas; returns (stored form, per-element)."""
+    sm, sn = ex.shape
+    if packed:
+        sf = bits_f32(ex << U32(23))
+        sfraw = pack_ue8m0(ex)
+    else:
+        sf = bits_f32((ex << U32(23)) | (ts_prng.u32(seed + 2, sm * sn) & U32(0x7FFFFF)).reshape(sm, sn))
+        sfraw = sf
+    return sfraw, sf[np.arange(T)[:, None] // bh, np.arange(H)[None, :] // bw]
+
 def cast_back_fp4_case(w, T, H, bh, bw, packed, out_f32, seed, regen=0):
     """FP4 codes + scales -> bf16 / f32: out = decode(q) * sf (one multiply, RNE to bf16).
     regen (packed only): the C test regenerates the inputs (regen_bytes, regen_exponents)."""
@@ -221,13 +234,7 @@ def cast_back_fp4_case(w, T, H, bh, bw, packed, out_f32, seed, regen=0):
     else:
         codes = (ts_prng.u32(seed, T * H) & U32(15)).astype(np.uint8).reshape(T, H)
         ex = (U32(110) + ts_prng.u32(seed + 1, sm * sn) % U32(30)).astype(U32).reshape(sm, sn)
-    if packed:
-        sf = bits_f32(ex << U32(23))
-        sfraw = pack_ue8m0(ex)
-    else:
-        sf = bits_f32((ex << U32(23)) | (ts_prng.u32(seed + 2, sm * sn) & U32(0x7FFFFF)).reshape(sm, sn))
-        sfraw = sf
-    s = sf[np.arange(T)[:, None] // bh, np.arange(H)[None, :] // bw]
+    sfraw, s = cast_back_scales(ex, packed, seed, T, H, bh, bw)
     y = (fp4_decode(codes) * s).astype(F32)
     out = y if out_f32 else to_bf16_bits(y)
     ins = [] if regen else [(0, pack_fp4(codes)), (0, sfraw)]
@@ -356,13 +363,7 @@ def cast_back_e5m6_case(w, T, H, bh, bw, packed, out_f32, seed, regen=0):
         nan = ((codes & U32(0x7C0)) == U32(0x7C0)) & ((codes & U32(0x3F)) != 0)
         codes[nan] = codes[nan] & U32(0xBFF)  # no NaN codes (bf16 NaN payloads are canonicalised)
         ex = (U32(100) + ts_prng.u32(seed + 1, sm * sn) % U32(40)).astype(U32).reshape(sm, sn)
-    if packed:
-        sf = bits_f32(ex << U32(23))
-        sfraw = pack_ue8m0(ex)
-    else:
-        sf = bits_f32((ex << U32(23)) | (ts_prng.u32(seed + 2, sm * sn) & U32(0x7FFFFF)).reshape(sm, sn))
-        sfraw = sf
-    s = sf[np.arange(T)[:, None] // bh, np.arange(H)[None, :] // bw]
+    sfraw, s = cast_back_scales(ex, packed, seed, T, H, bh, bw)
     with np.errstate(all="ignore"):
         y = (e5m6_decode(codes) * s).astype(F32)
     out = y if out_f32 else to_bf16_bits(y)
