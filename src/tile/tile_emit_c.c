@@ -66,6 +66,10 @@ typedef struct em {
     } rf;
     const void *rowv[64];
     int nrowv;
+    /* pairs of stride-2 stores x[2 j + c] = a; x[2 j + c + 1] = b (adjacent statements of a
+     * vector body, x touched nowhere else in it): one interleaved store (ts__tv_st2x_*) */
+    const ts__tile_node *pfirst[8], *psecond[8];
+    int npairs, pid;
 } em;
 
 /* ---------------- types ---------------- */
@@ -1211,6 +1215,13 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         const ts__tile_sym *s = n->a->sym;
         char *p = contig_addr(e, n);
         const char *ld = "ld";
+        if (!p && s->kind == SYM_TILE && n->nlist == 1 && s->cdims[0] == 16 && s->dt == TT_F32) {
+            /* a lookup in a 16-entry table tile (e.g. FP4 codes to values) */
+            char *ix = vex(e, n->list[0], TT_I32);
+            char *r = sfmt("ts__tv_lut16_f32(&t%d_%s[0], %s)", s->uid, s->name, ix);
+            free(ix);
+            return r;
+        }
         if (!p && s->dt != TT_BOOL && strcmp(vs(s->dt), "f64") && strcmp(vs(s->dt), "i64") && strcmp(vs(s->dt), "u64"))
             p = lane0_addr(e, n, 2), ld = "ld2"; /* x[2 j + c]: every second element */
         if (!p) {
@@ -1313,6 +1324,22 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
     free(v);
 }
 
+/* One half of a pair of stride-2 stores: the first keeps its value, the second stores both,
+ * interleaved, from lane 0 of the first's address. */
+static void vst_pair(em *e, const ts__tile_node *n, int k, bool second, int lv) {
+    const ts__tile_sym *s = n->a->a->sym;
+    char *v = vex(e, n->b, ts__tile_dt_packed_raw(s->dt));
+    if (!second) {
+        ind(e, lv), ts__tile_buf_printf(e->o, "const ts__tv_%s pv%d_%d = %s;\n", vs(s->dt), e->pid, k, v);
+    } else {
+        char *p = lane0_addr(e, e->pfirst[k]->a, 2);
+        if (!p) e->vfail = true;
+        else ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st2x_%s(%s, pv%d_%d, %s);\n", vs(s->dt), p, e->pid, k, v);
+        free(p);
+    }
+    free(v);
+}
+
 static void vst(em *e, const ts__tile_node *n, int lv) {
     ts__tile_buf *o = e->o;
     switch (n->kind) {
@@ -1355,6 +1382,11 @@ static void vst(em *e, const ts__tile_node *n, int lv) {
         for (int k = 0; e->defu >= 0 && k < e->ndef; k++)
             if (e->defv[k] == n) {
                 vst_deferred(e, n, k, lv);
+                return;
+            }
+        for (int k = 0; k < e->npairs; k++)
+            if (e->pfirst[k] == n || e->psecond[k] == n) {
+                vst_pair(e, n, k, e->psecond[k] == n, lv);
                 return;
             }
         char *val;
@@ -1683,6 +1715,33 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     e->defv[e->ndef++] = s;
 }
 
+/* Adjacent stores x[..., L] = a; x[..., L + 1] = b of the body with L = 2 j + c and x not
+ * touched elsewhere in it (holding a back until b is invisible then): e->pfirst / psecond. */
+static bool eq_shift(const ts__tile_node *a, const ts__tile_node *b, const void *k, int64_t l);
+static void find_pairs(em *e, const ts__tile_node *bd, const bool *hoisted, int id) {
+    e->npairs = 0, e->pid = id;
+    for (int32_t q = 0; q + 1 < bd->nlist && e->npairs < 8; q++) {
+        const ts__tile_node *f = bd->list[q], *g = bd->list[q + 1];
+        if (hoisted[q] || hoisted[q + 1] || f->kind != TN_ASSIGN || g->kind != TN_ASSIGN || f->op != TO_SET ||
+            g->op != TO_SET || f->a->kind != TN_INDEX || g->a->kind != TN_INDEX)
+            continue;
+        const ts__tile_sym *x = f->a->a->sym;
+        if (g->a->a->sym != x || x->dt == TT_BOOL || ts__tile_dt_packed_raw(x->dt) != x->dt ||
+            !strcmp(vs(x->dt), "f64") || lane_bits(x->dt) == 64 || count_names(bd, x) != 2)
+            continue;
+        const int r = f->a->nlist;
+        bool same = g->a->nlist == r;
+        for (int i = 0; same && i + 1 < r; i++) same = eq_shift(f->a->list[i], g->a->list[i], NULL, 0);
+        const ts__tile_node *l0 = f->a->list[r - 1], *l1 = same ? g->a->list[r - 1] : NULL;
+        int64_t one;
+        if (!l1 || l1->kind != TN_BINARY || l1->op != TO_ADD || !lit_int(l1->b, &one) || one != 1 ||
+            !eq_shift(l0, l1->a, NULL, 0))
+            continue;
+        e->pfirst[e->npairs] = f, e->psecond[e->npairs++] = g;
+        q++;
+    }
+}
+
 /* The 4 x 8 unrolled main loop of vec_parallel when its body has deferrable stores. */
 /* `assume(p == 0.0 || abs(p) >= K)`, K >= 2^-6 (either order), p a let: p's e4m3 code needs
  * no subnormal path (ts__tv_st_e4m3x32_nz). */
@@ -1853,6 +1912,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         else ts__tile_buf_puts(e->o, e->rf.f[r].op[0] == '&' ? "~0" : "0");
         ts__tile_buf_puts(e->o, "));\n");
     }
+    find_pairs(e, bd, hoisted, id);
     if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
     for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
@@ -1895,6 +1955,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     bool ok = !e->vfail && !tmp.oom;
     if (ok) ts__tile_buf_puts(save, tmp.data ? tmp.data : "");
     if (ok && e->rf.loop == n) e->rf.done = true;
+    e->npairs = 0;
     ts__tile_buf_free(&tmp);
     vreset(e);
     free(hoisted), free(late);

@@ -370,6 +370,46 @@ TS__TV_LD2(i16, int16_t)
 TS__TV_LD2(u16, uint16_t)
 TS__TV_LD2(i8, int8_t)
 #undef TS__TV_LD2
+/* lanes of a and b interleaved, a0 b0 a1 b1 ... a7 b7, stored at p (a pair of stride-2 stores
+ * x[2 j + c] = a, x[2 j + c + 1] = b) */
+#define TS__TV_ST2X(N, T)                                                                   \
+    TS__TV_INL void ts__tv_st2x_##N(T *p, ts__tv_##N a, ts__tv_##N b) {                     \
+        T v[16];                                                                            \
+        for (int l = 0; l < 8; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];                   \
+        memcpy(p, v, sizeof v);                                                             \
+    }
+TS__TV_ST2X(i32, int32_t)
+TS__TV_ST2X(u32, uint32_t)
+TS__TV_ST2X(i16, int16_t)
+TS__TV_ST2X(u16, uint16_t)
+TS__TV_ST2X(i8, int8_t)
+TS__TV_ST2X(u8, uint8_t)
+#undef TS__TV_ST2X
+TS__TV_INL void ts__tv_st2x_f32(float *p, ts__tv_f32 a, ts__tv_f32 b) {
+#if defined(__AVX__)
+    __m256 lo = _mm256_unpacklo_ps((__m256)a, (__m256)b), hi = _mm256_unpackhi_ps((__m256)a, (__m256)b);
+    __m256 r0 = _mm256_permute2f128_ps(lo, hi, 0x20), r1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+    memcpy(p, &r0, 32);
+    memcpy(p + 8, &r1, 32);
+#else
+    float v[16];
+    for (int l = 0; l < 8; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];
+    memcpy(p, v, sizeof v);
+#endif
+}
+/* t[i[l]] for a 16-entry f32 tile and indices in 0..15 (a table lookup per lane) */
+TS__TV_INL ts__tv_f32 ts__tv_lut16_f32(const float *t, ts__tv_i32 i) {
+#if defined(__AVX2__)
+    __m256 lo = _mm256_loadu_ps(t), hi = _mm256_loadu_ps(t + 8);
+    __m256i ix = (__m256i)i;
+    __m256 rl = _mm256_permutevar8x32_ps(lo, ix), rh = _mm256_permutevar8x32_ps(hi, ix);
+    return (ts__tv_f32)_mm256_blendv_ps(rl, rh, _mm256_castsi256_ps(_mm256_cmpgt_epi32(ix, _mm256_set1_epi32(7))));
+#else
+    ts__tv_f32 r;
+    for (int l = 0; l < 8; l++) r[l] = t[i[l]];
+    return r;
+#endif
+}
 TS__TV_INL ts__tv_u8 ts__tv_ld2_u8(const uint8_t *p) {
 #if defined(__AVX2__)
     /* bytes 0..7 and 7..14 (no read past p[14]); the even ones of both, in order */
