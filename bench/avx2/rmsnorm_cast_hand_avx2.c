@@ -11,13 +11,10 @@
 #include "bench.h"
 #include "core/internal.h"
 #include "numerics/kernels/avx2/cvt_avx2_inl.h"
+#include "numerics/quant_kernels.h"
 
 #include <immintrin.h>
 #include <math.h>
-#include <string.h>
-
-static inline float f32_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 typedef struct rms_hand {
     const uint16_t *x, *w;
@@ -63,10 +60,10 @@ static void rms_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
             uint32_t mb[8], am = 0;
             _mm256_storeu_si256((__m256i *)mb, m);
             for (int l = 0; l < 8; l++) am = mb[l] > am ? mb[l] : am;
-            float af = f32_of(am);
+            float af = ts__f32_from_bits(am);
             float amax = af > 1e-4f ? af : 1e-4f; /* the language's max: a NaN gives 1e-4 */
             float sfv = amax / 448.0f;
-            float sfr = f32_of((bits_of(sfv) + 0x7FFFFFu) & 0x7F800000u);
+            float sfr = ts__f32_from_bits((ts__bits_from_f32(sfv) + 0x7FFFFFu) & 0x7F800000u);
             c->sf[t * (H / gs) + g] = c->round_sf ? sfr : sfv;
             const __m256 vi = _mm256_set1_ps(c->round_sf ? 1.0f / sfr : 448.0f / amax);
             for (int64_t k = 0; k < gs; k += 32) {

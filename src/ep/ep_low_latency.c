@@ -333,9 +333,14 @@ static ts_status validate(ts_ep_buffer *b, const ts_ep_ll_dispatch_args *a, cons
     return TS_OK;
 }
 
+/* The cast options of a dispatch as the signal's flags, compared by the receiver. */
+static int sig_flags(const ts_ep_ll_dispatch_args *a) {
+    return (a->use_fp8 ? 1 : 0) | (a->round_scale ? 2 : 0) | (a->use_ue8m0 ? 4 : 0);
+}
+
 static void fill_sig(ts__ep_ll_sig *g, ts_status st, const ts_ep_ll_dispatch_args *a) {
     g->status = st;
-    g->flags = a ? (a->use_fp8 ? 1 : 0) | (a->round_scale ? 2 : 0) | (a->use_ue8m0 ? 4 : 0) : 0;
+    g->flags = a ? sig_flags(a) : 0;
     g->hidden = a && a->x ? a->x->shape[1] : -1;
     g->num_experts = a ? a->num_experts : -1;
     g->max_tokens = a ? a->num_max_dispatch_tokens_per_rank : -1;
@@ -355,13 +360,7 @@ static void publish(ts_ep_buffer *b, int half, uint64_t seq, ts_status st, const
     for (int d = 0; d < b->num_ranks; d++) {
         if (!ts__ep_is_local(b, d)) continue;
         ts__ep_ll_sig *g = ts__ep_ll_dsig(b, d, half, b->rank);
-        g->status = st;
-        g->flags = a ? (a->use_fp8 ? 1 : 0) | (a->round_scale ? 2 : 0) | (a->use_ue8m0 ? 4 : 0) : 0;
-        g->hidden = a && a->x ? a->x->shape[1] : -1;
-        g->num_experts = a ? a->num_experts : -1;
-        g->max_tokens = a ? a->num_max_dispatch_tokens_per_rank : -1;
-        g->num_topk = a && a->topk_idx ? a->topk_idx->shape[1] : -1;
-        g->num_tokens = a && a->x ? a->x->shape[0] : -1;
+        fill_sig(g, st, a); /* nrows = 0: read only in headers from other nodes */
         atomic_store_explicit(&g->seq, seq, memory_order_release);
     }
 }
@@ -586,7 +585,7 @@ static ts__ep_ll_sig *dsig_of(void *ctx, ts_ep_buffer *b, int p) {
 static bool post_dispatch(void *ctx, ts_ep_buffer *b, ts__ep_ll_net *n, int p, const ts__ep_ll_sig *g) {
     const ts_ep_ll_hook *hk = ctx;
     const ts_ep_ll_handle *h = hk->h;
-    const int flags = (hk->da.use_fp8 ? 1 : 0) | (hk->da.round_scale ? 2 : 0) | (hk->da.use_ue8m0 ? 4 : 0);
+    const int flags = sig_flags(&hk->da);
     if (g->hidden != h->hidden || g->max_tokens != h->T || g->num_topk != h->my_topk || g->num_experts != h->E ||
         g->flags != flags || g->num_tokens < 0 || g->num_tokens > h->T || g->nrows < 0 || g->nrows > g->num_tokens)
         return false;
@@ -610,7 +609,7 @@ ts_status ts__ep_ll_dispatch_recv(ts_ep_ll_hook *hk) {
     if (!wt) return ts__fail(TS_ERR_OUT_OF_MEMORY, LD ": no memory");
     memset(wt, 0, (size_t)R * sizeof *wt);
     ts_status st = ts__ep_ll_wait_all(b, half, hk->seq, dsig_of, post_dispatch, hk, LD, wt);
-    const int flags = (hk->da.use_fp8 ? 1 : 0) | (hk->da.round_scale ? 2 : 0) | (hk->da.use_ue8m0 ? 4 : 0);
+    const int flags = sig_flags(&hk->da);
     for (int s = 0; s < R && st == TS_OK; s++) {
         const ts__ep_ll_sig *g = ts__ep_ll_dsig(b, b->rank, half, s);
         if (g->status != TS_OK)

@@ -4,17 +4,9 @@
  * model's single-process MoE calls too), and the top-k sum of the combine. Issue 7 is to
  * provide the first as a tile kernel. */
 #include "ep/mega_moe_internal.h"
+#include "numerics/bf16_inline.h"
 #include "numerics/swiglu_cast.h"
 #include "tilestack/numerics.h"
-
-#include <math.h>
-#include <string.h>
-
-static inline float bits_f32(uint32_t u) {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 void ts__mega_moe_swiglu_cast(const uint16_t *h, int64_t ldh, int64_t m, int64_t I, const float *w, float clamp,
                               bool bf16_out, void *q, int64_t ldq, int32_t *sf, int64_t ldsf) {
@@ -29,7 +21,7 @@ void ts__mega_moe_sum_rows(const uint16_t *const *rows, int n, int64_t H, uint16
         for (int64_t j = 0; j < c; j++) acc[j] = 0.0f;
         for (int r = 0; r < n; r++) {
             const uint16_t *src = rows[r] + j0;
-            for (int64_t j = 0; j < c; j++) acc[j] += bits_f32((uint32_t)src[j] << 16);
+            for (int64_t j = 0; j < c; j++) acc[j] += ts__bf16_to_f32_inl(src[j]);
         }
         for (int64_t j = 0; j < c; j++) y[j0 + j] = ts_f32_to_bf16(acc[j]);
     }

@@ -2,26 +2,16 @@
  * arithmetic is upstream's non-fast-math epilogue, element by element in f32. */
 #include "numerics/swiglu_cast.h"
 
+#include "numerics/quant_kernels.h"
 #include "tilestack/numerics.h"
 
 #include <math.h>
 #include <string.h>
 
-static inline uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-static inline float bits_f32(uint32_t u) {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 /* upstream fast_log2_ceil: exponent field - 127, + 1 if any mantissa bit is set (sign ignored:
  * amax >= 0) */
 static inline int log2_ceil_bits(float x) {
-    const uint32_t u = f32_bits(x);
+    const uint32_t u = ts__bits_from_f32(x);
     return (int)((u >> 23) & 0xFF) - 127 + ((u & 0x7FFFFF) != 0);
 }
 /* upstream fast_pow2: the float with exponent field e + 127 and zero mantissa; fields outside
@@ -30,7 +20,7 @@ static inline float pow2_bits(int e) {
     int f = e + 127;
     if (f < 0) f = 0;
     if (f > 254) f = 254;
-    return bits_f32((uint32_t)f << 23);
+    return ts__f32_from_bits((uint32_t)f << 23);
 }
 
 void ts__swiglu_weight_cast(const uint16_t *gate_rows, const uint16_t *up_rows, int64_t ld,
