@@ -568,32 +568,7 @@ static bool fuse_round(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *pr
     if (!F.nfused) return true;
     *changed = true;
     /* the fused module, checked again (types and symbols of the rewritten expressions) */
-    ts__tile_node *m = ts__tile_node_new(a, TN_MODULE, (ts__tile_loc){1, 1});
-    if (!m) goto oom;
-    m->list = ts__tile_alloc(a, (size_t)(prog->module->nlist + 1) * sizeof *m->list);
-    if (!m->list) goto oom;
-    int ki = 0;
-    for (int32_t i = 0; i < prog->module->nlist; i++) {
-        ts__tile_node *it = prog->module->list[i];
-        ts__tile_node *c = NULL;
-        if (it->kind == TN_CONST) c = ts__tile_clone(a, it);
-        else if (it->kind == TN_KERNEL && ki < prog->nkernels) {
-            c = ts__tile_clone(a, it);
-            if (c) c->a = ts__tile_clone(a, prog->kernels[ki++].body);
-            if (c && !c->a) c = NULL;
-        } else continue;
-        if (!c) goto oom;
-        m->list[m->nlist++] = c;
-    }
-    ts__tile_program fused = {.nkernels = -1};
-    int nerr = d->nerrors;
-    if (!ts__tile_check(a, d, m, &fused)) {
-        if (d->nerrors > nerr)
-            ts__tile_error(d, (ts__tile_loc){1, 1}, "internal error: the fused program does not check (a tilec bug)");
-        return false;
-    }
-    *prog = fused;
-    return true;
+    return ts__tile_recheck(a, d, prog, "fused", true);
 oom:
     ts__tile_error(d, (ts__tile_loc){1, 1}, "program too large (compiler memory limit reached)");
     return false;

@@ -206,6 +206,10 @@ bool ts__tile_lower_ex(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *pr
 /* Forward element-wise producers into their consumers (docs/tile-language.md §11b), in place
  * on a lowered, checked program (checked again afterwards). */
 bool ts__tile_fuse(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog);
+/* prog rebuilt as a module (constants, kernels with their current bodies, cloned or not) and
+ * checked again; what names the pass in the internal-error message ("lowered", "fused") */
+bool ts__tile_recheck(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, const char *what,
+                      bool clone_bodies);
 
 typedef struct ts__tile_emit_opts {
     const char *prefix; /* public wrapper prefix, default "ts_" */

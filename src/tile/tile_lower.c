@@ -571,44 +571,51 @@ bool ts__tile_lower(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog)
     return ts__tile_lower_ex(a, d, prog, true);
 }
 
-bool ts__tile_lower_ex(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, bool fuse) {
-    lw L = {.a = a, .d = d};
-    /* The IR module: constants and macros as written, kernels with their lowered bodies. */
+bool ts__tile_recheck(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, const char *what,
+                      bool clone_bodies) {
+    /* The IR module: constants and macros as written, kernels with their current bodies. */
     ts__tile_node *m = ts__tile_node_new(a, TN_MODULE, (ts__tile_loc){1, 1});
     if (!m) goto oom;
     m->list = ts__tile_alloc(a, (size_t)(prog->module->nlist + 1) * sizeof *m->list);
     if (!m->list) goto oom;
     int ki = 0;
     for (int32_t i = 0; i < prog->module->nlist; i++) {
-        ts__tile_node *it = prog->module->list[i];
-        if (it->kind == TN_CONST) m->list[m->nlist++] = ts__tile_clone(a, it);
+        ts__tile_node *it = prog->module->list[i], *c = NULL;
+        if (it->kind == TN_CONST) c = ts__tile_clone(a, it);
         else if (it->kind == TN_KERNEL && ki < prog->nkernels) {
-            ts__tile_kernel *k = &prog->kernels[ki++];
-            lower_list(&L, k->body);
-            ts__tile_node *kn = ts__tile_clone(a, it);
-            if (!kn) goto oom;
-            kn->a = k->body;
-            m->list[m->nlist++] = kn;
-        }
-        if (L.oom || (m->nlist && !m->list[m->nlist - 1])) goto oom;
+            ts__tile_node *body = prog->kernels[ki++].body;
+            c = ts__tile_clone(a, it);
+            if (c) c->a = clone_bodies ? ts__tile_clone(a, body) : body;
+            if (c && !c->a) c = NULL;
+        } else continue;
+        if (!c) goto oom;
+        m->list[m->nlist++] = c;
     }
-    ts__tile_program lowered = {.nkernels = -1};
-    /* Re-check the IR: it must be a valid program (this also re-runs the race checker on the
-     * loops the lowering wrote), and the emitter needs its symbols. */
-    ts__tile_buf before = d->out;
+    ts__tile_program out = {.nkernels = -1};
     int nerr = d->nerrors;
-    if (!ts__tile_check(a, d, m, &lowered)) {
-        if (d->nerrors > nerr) {
-            (void)before;
-            ts__tile_error(d, (ts__tile_loc){1, 1}, "internal error: the lowered program does not check (a tilec bug)");
-        }
+    if (!ts__tile_check(a, d, m, &out)) {
+        if (d->nerrors > nerr)
+            ts__tile_error(d, (ts__tile_loc){1, 1}, "internal error: the %s program does not check (a tilec bug)", what);
         return false;
     }
-    *prog = lowered;
-    return !fuse || ts__tile_fuse(a, d, prog);
+    *prog = out;
+    return true;
 oom:
     ts__tile_error(d, (ts__tile_loc){1, 1}, "program too large (compiler memory limit reached)");
     return false;
+}
+
+bool ts__tile_lower_ex(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *prog, bool fuse) {
+    lw L = {.a = a, .d = d};
+    for (int i = 0; i < prog->nkernels && !L.oom; i++) lower_list(&L, prog->kernels[i].body);
+    if (L.oom) {
+        ts__tile_error(d, (ts__tile_loc){1, 1}, "program too large (compiler memory limit reached)");
+        return false;
+    }
+    /* Re-check the IR: it must be a valid program (this also re-runs the race checker on the
+     * loops the lowering wrote), and the emitter needs its symbols. */
+    if (!ts__tile_recheck(a, d, prog, "lowered", false)) return false;
+    return !fuse || ts__tile_fuse(a, d, prog);
 }
 
 void ts__tile_print_program(ts__tile_buf *b, const ts__tile_program *prog) {
