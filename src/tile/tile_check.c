@@ -1042,6 +1042,18 @@ static void bind_to_callers_locals(chk *c, ts__tile_node *n, int own_id) {
     for (int32_t i = 0; i < n->nlist2; i++) bind_to_callers_locals(c, n->list2[i], own_id);
 }
 
+/* A copy of macro m's body with the call's arguments substituted and its locals renamed for a
+ * new expansion *id; NULL when out of memory; *overflow when it declares too many names. */
+static ts__tile_node *expansion_of(chk *c, ts__tile_node *call, const ts__tile_sym *m, int *id, bool *overflow) {
+    ts__tile_node *def = m->decl, *body = ts__tile_clone(c->a, def->a);
+    subst *s = ts__tile_alloc(c->a, sizeof *s);
+    if (!body || !s) return NULL;
+    *s = (subst){.params = def->list, .args = call->list, .n = def->nlist, .id = ++c->expansions, .a = c->a};
+    body = apply_subst(s, body);
+    *id = s->id, *overflow = s->overflow;
+    return body;
+}
+
 static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__tile_sym *m) {
     ts__tile_node *def = m->decl;
     if (call->nlist != def->nlist || call->nlist2) {
@@ -1053,29 +1065,24 @@ static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__til
         ERR(c, call->loc, "macro expansion too deep (is '%s' recursive?)", m->name);
         return;
     }
-    ts__tile_node *body = ts__tile_clone(c->a, def->a);
+    int id;
+    bool overflow;
+    ts__tile_node *body = expansion_of(c, call, m, &id, &overflow);
     if (!body) {
         ERR(c, call->loc, "program too large (compiler memory limit reached)");
         return;
     }
-    subst *s = ts__tile_alloc(c->a, sizeof *s);
-    if (!s) {
-        ERR(c, call->loc, "program too large (compiler memory limit reached)");
-        return;
-    }
-    *s = (subst){.params = def->list, .args = call->list, .n = def->nlist, .id = ++c->expansions, .a = c->a};
-    body = apply_subst(s, body);
-    if (s->overflow) {
+    if (overflow) {
         ERR(c, call->loc, "macro '%s' declares too many names (limit 256)", m->name);
         return;
     }
-    if (c->macro_depth > 0 || c->nspliced > 0) bind_to_callers_locals(c, body, s->id);
+    if (c->macro_depth > 0 || c->nspliced > 0) bind_to_callers_locals(c, body, id);
     /* The call statement becomes the expanded block, so lowering and printing see it. */
     st->kind = TN_BLOCK;
     st->a = NULL;
     st->list = body->list;
     st->nlist = body->nlist;
-    c->exp_ids[c->macro_depth] = s->id;
+    c->exp_ids[c->macro_depth] = id;
     c->macro_depth++;
     block(c, st);
     c->macro_depth--;
@@ -1100,12 +1107,11 @@ static void splice_launch_macros(chk *c, ts__tile_node *body) {
         if (!m || m->kind != SYM_MACRO || !has_top_launch(m->decl->a)) continue;
         ts__tile_node *def = m->decl;
         if (call->nlist != def->nlist || call->nlist2) continue;
-        ts__tile_node *x = ts__tile_clone(c->a, def->a);
-        subst *sb = ts__tile_alloc(c->a, sizeof *sb);
-        if (!x || !sb) return;
-        *sb = (subst){.params = def->list, .args = call->list, .n = def->nlist, .id = ++c->expansions, .a = c->a};
-        x = apply_subst(sb, x);
-        if (sb->overflow) continue;
+        int id;
+        bool overflow;
+        ts__tile_node *x = expansion_of(c, call, m, &id, &overflow);
+        if (!x) return;
+        if (overflow) continue;
         int32_t n = body->nlist - 1 + x->nlist;
         ts__tile_node **l = ts__tile_alloc(c->a, (size_t)(n > 0 ? n : 1) * sizeof *l);
         if (!l) return;
@@ -1114,7 +1120,7 @@ static void splice_launch_macros(chk *c, ts__tile_node *body) {
         for (int32_t j = 0; j < x->nlist; j++) l[k++] = x->list[j];
         for (int32_t j = i + 1; j < body->nlist; j++) l[k++] = body->list[j];
         body->list = l, body->nlist = n;
-        if (c->nspliced < 64) c->spliced_ids[c->nspliced++] = sb->id;
+        if (c->nspliced < 64) c->spliced_ids[c->nspliced++] = id;
         spliced++;
         i--; /* the expansion may itself start with such a call */
     }
