@@ -766,6 +766,16 @@ static void check_copy(chk *c, ts__tile_node *n) {
                 else map[td] = p++;
             }
             while (ok && p < other->rank && ext[p] == 1) p++;
+            /* a run along the tensor's last dim as long as the whole tile fills the tile in
+             * row-major order (a reshape: 8 groups of 128 channels of one row as [8, 128]) */
+            int64_t numel = 1, run = ext[other->rank - 1];
+            for (int td = 0; td < tile->rank; td++) numel *= tile->cdims[td];
+            bool flat = !(ok && p == other->rank) && tile->rank >= 2 && run == numel;
+            for (int d = 0; d + 1 < other->rank && flat; d++) flat = ext[d] == 1;
+            if (flat) {
+                oreg->ival = TS__TILE_COPY_FLAT;
+                goto types;
+            }
             if (!ok || p != other->rank) {
                 char es[96] = "", ts_[96] = "";
                 for (int d = 0; d < other->rank; d++)
@@ -781,6 +791,7 @@ static void check_copy(chk *c, ts__tile_node *n) {
         oreg->ival = 0;
         for (int d = 0; d < tile->rank; d++) oreg->ival |= (int64_t)(map[d] + 1) << (4 * d);
     }
+types:;
     int from = value_type(sym[0]->dt), to = sym[1]->dt;
     if (!assignable(to, from) && !(ts__tile_dt_is_narrow(value_type(to)) && from == TT_F64)) {
         ERR(c, n->loc, "copy() from '%s' to '%s' needs an explicit cast", ts__tile_dt_name(from),

@@ -45,7 +45,7 @@ typedef struct em {
     const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
     bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
-    const void *nzv[8];        /* lets with that fact in the current vector body */
+    const ts__tile_node *nzv[8]; /* values with that fact in the current vector body */
     int nnz;
     /* bounds tests of a vector loop that do not change from row to row (the outer dims) are
      * computed once before them, into pre (vec_parallel); rowv: what does change */
@@ -588,6 +588,7 @@ static void ind(em *e, int lv) {
 
 static void st(em *e, const ts__tile_node *n, int lv);
 static bool vec_parallel(em *e, const ts__tile_node *n, int lv);
+static bool int_fold_type(int t);
 static const ts__tile_node *fold_of(const ts__tile_node *s, const ts__tile_sym **acc, const char **op);
 static void fold_step(em *e, const char *acc, int id, const char *op, const char *S, const char *U, bool flt, bool mm);
 static bool vec_reduce(em *e, const ts__tile_node *n, int lv);
@@ -1663,7 +1664,7 @@ static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b)
     const char *op = NULL;
     const ts__tile_node *f = fold_of(ser->b->list[0], &acc, &op);
     int t = acc ? acc->dt : TT_NONE;
-    if (!f || acc != var->sym || !(t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64)) return false;
+    if (!f || acc != var->sym || !int_fold_type(t)) return false;
     if (!same_extent(a->a->list[0], b->a->list[0]) || !same_extent(a->a->list[1], ser->a->list[0])) return false;
     const void *o = b->list2[0]->sym, *k = ser->list2[0]->sym;
     /* X: the one tile f reads; the loop writes it only at [i, j] */
@@ -1696,6 +1697,7 @@ static int count_names(const ts__tile_node *n, const void *s) {
 /* Statement s of vector body bd as a deferrable narrowing store: a converting store to an
  * e4m3 / e5m2 / u8 / i8 destination that no other statement of the body reads or writes
  * (so holding it back for up to four copies of the body is invisible). */
+static bool eq_shift(const ts__tile_node *a, const ts__tile_node *b, const void *k, int64_t l);
 static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *bd) {
     if (s->kind != TN_ASSIGN || s->op != TO_SET || s->a->kind != TN_INDEX || e->ndef >= 8) return;
     const ts__tile_sym *d = s->a->a->sym;
@@ -1709,15 +1711,14 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     if (!fp8 && !int8) return;
     e->defe4m3[e->ndef] = d->dt == TT_E4M3;
     e->defnz[e->ndef] = false;
-    for (int q = 0; d->dt == TT_E4M3 && v->kind == TN_NAME && q < e->nnz; q++)
-        if (e->nzv[q] == v->sym) e->defnz[e->ndef] = true;
+    for (int q = 0; d->dt == TT_E4M3 && q < e->nnz; q++)
+        if (eq_shift(e->nzv[q], v, NULL, 0)) e->defnz[e->ndef] = true;
     e->defval[e->ndef] = v;
     e->defv[e->ndef++] = s;
 }
 
 /* Adjacent stores x[..., L] = a; x[..., L + 1] = b of the body with L = 2 j + c and x not
  * touched elsewhere in it (holding a back until b is invisible then): e->pfirst / psecond. */
-static bool eq_shift(const ts__tile_node *a, const ts__tile_node *b, const void *k, int64_t l);
 static void find_pairs(em *e, const ts__tile_node *bd, const bool *hoisted, int id) {
     e->npairs = 0, e->pid = id;
     for (int32_t q = 0; q + 1 < bd->nlist && e->npairs < 8; q++) {
@@ -1743,32 +1744,99 @@ static void find_pairs(em *e, const ts__tile_node *bd, const bool *hoisted, int 
 }
 
 /* The 4 x 8 unrolled main loop of vec_parallel when its body has deferrable stores. */
-/* `assume(p == 0.0 || abs(p) >= K)`, K >= 2^-6 (either order), p a let: p's e4m3 code needs
- * no subnormal path (ts__tv_st_e4m3x32_nz). */
-static const void *nz_fact(const ts__tile_node *c) {
+/* `assume(p == 0.0 || abs(p) >= K)`, K >= 2^-6 (either order), p a let or an expression (as
+ * fusion restates a let's fact for the forwarded value): p's e4m3 code needs no subnormal
+ * path (ts__tv_st_e4m3x32_nz). */
+static const ts__tile_node *nz_fact(const ts__tile_node *c) {
     if (c->kind != TN_BINARY || c->op != TO_LOR) return NULL;
     for (int side = 0; side < 2; side++) {
         const ts__tile_node *z = side ? c->b : c->a, *g = side ? c->a : c->b;
         double zero, k;
-        if (z->kind != TN_BINARY || z->op != TO_EQ || z->a->kind != TN_NAME || !lit_float(z->b, &zero) || zero != 0.0)
-            continue;
+        if (z->kind != TN_BINARY || z->op != TO_EQ || !lit_float(z->b, &zero) || zero != 0.0) continue;
         if (g->kind != TN_BINARY || g->op != TO_GE || !lit_float(g->b, &k) || !(k >= 0x1p-6)) continue;
         const ts__tile_node *ab = g->a;
-        if (ab->kind != TN_CALL || strcmp(ab->name, "abs") || ab->nlist != 1 || ab->list[0]->kind != TN_NAME ||
-            ab->list[0]->sym != z->a->sym)
+        if (ab->kind != TN_CALL || strcmp(ab->name, "abs") || ab->nlist != 1 || !eq_shift(ab->list[0], z->a, NULL, 0))
             continue;
-        return z->a->sym;
+        return z->a;
     }
     return NULL;
 }
 
-static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int lv) {
-    e->ndef = 0, e->nnz = 0;
+static void nz_facts_of(em *e, const ts__tile_node *bd) {
     for (int32_t q = 0; q < bd->nlist; q++) {
         const ts__tile_node *s = bd->list[q];
-        const void *p = s->kind == TN_CALLSTMT && !strcmp(s->a->name, "assume") && s->a->nlist == 1
-                            ? nz_fact(s->a->list[0]) : NULL;
+        const ts__tile_node *p = s->kind == TN_CALLSTMT && !strcmp(s->a->name, "assume") && s->a->nlist == 1
+                                     ? nz_fact(s->a->list[0]) : NULL;
         if (p && e->nnz < 8) e->nzv[e->nnz++] = p;
+    }
+}
+
+/* A body whose vector values are all 16-bit lanes (u16 / i16: loads, stores, splats, the
+ * vector operators, min / max; fused row folds by min / max / & / |, whose lanes may start
+ * from the same value twice) runs first 16 lanes at a time: the same text with the 32-byte
+ * types ts__tw_* of tile_rt.h, and its fold accumulators, started from two copies of the
+ * 8-lane ones, folded back into them by halves. Same operations lane by lane, so the same
+ * bits. Decided on the text: any other vector helper, lane loop or mask keeps the 8 lanes. */
+static bool wide16_ok(const char *t) {
+    static const char *const ok[] = {"ld_u16", "st_u16", "splat_u16", "max_u16", "min_u16", "u16",
+                                     "ld_i16", "st_i16", "splat_i16", "max_i16", "min_i16", "i16", NULL};
+    if (strstr(t, "TS__TV_MASK") || strstr(t, "({") || strstr(t, "for (")) return false;
+    for (const char *p = strstr(t, "ts__tv_"); p; p = strstr(p + 1, "ts__tv_")) {
+        const char *n = p + 7;
+        size_t len = strspn(n, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        bool found = false;
+        for (int i = 0; ok[i] && !found; i++) found = strlen(ok[i]) == len && !strncmp(n, ok[i], len);
+        if (!found) return false;
+    }
+    return true;
+}
+
+static void vec_wide16(em *e, const char *body, int id, int lv) {
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
+        const char *op = e->rf.f[r].op;
+        int t = natural(e->rf.f[r].acc->dt);
+        if (!(op[0] == 'm' || op[0] == '&' || op[0] == '|') || !(t == TT_U16 || t == TT_I16)) return;
+    }
+    if (!wide16_ok(body)) return;
+    ts__tile_buf w = {0};
+    for (const char *p = body; *p;) {
+        if (!strncmp(p, "ts__tv_", 7)) ts__tile_buf_puts(&w, "ts__tw_"), p += 7;
+        else if (!strncmp(p, "vacc_", 5)) ts__tile_buf_puts(&w, "wacc_"), p += 5;
+        else {
+            char c[2] = {*p++, 0};
+            ts__tile_buf_puts(&w, c);
+        }
+    }
+    ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
+        const char *S = vs(e->rf.f[r].acc->dt);
+        ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tw_%s wacc_%d_%d = ts__tw_join_%s(vacc_%d_%d, vacc_%d_%d);\n", S, id,
+                                            r, S, id, r, id, r);
+    }
+    ind(e, lv + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 16; %s += 16) {\n", e->vjname, id, e->vjname);
+    ts__tile_buf_puts(e->o, w.data ? w.data : "");
+    if (w.oom) e->o->oom = true;
+    ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
+        const char *S = vs(e->rf.f[r].acc->dt), *op = e->rf.f[r].op;
+        ind(e, lv + 1);
+        if (op[0] == 'm')
+            ts__tile_buf_printf(e->o, "vacc_%d_%d = ts__tv_%s_%s(ts__tw_lo_%s(wacc_%d_%d), ts__tw_hi_%s(wacc_%d_%d));\n", id,
+                                r, op, S, S, id, r, S, id, r);
+        else
+            ts__tile_buf_printf(e->o, "vacc_%d_%d = ts__tw_lo_%s(wacc_%d_%d) %s ts__tw_hi_%s(wacc_%d_%d);\n", id, r, S, id, r,
+                                op, S, id, r);
+    }
+    ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+    ts__tile_buf_free(&w);
+}
+
+static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int lv) {
+    e->ndef = 0, e->nnz = 0;
+    nz_facts_of(e, bd);
+    for (int32_t q = 0; q < bd->nlist; q++) {
+        const ts__tile_node *s = bd->list[q];
+        if (!hoisted[q] && s->kind == TN_IF && then_only(e, s) && s->b) nz_facts_of(e, s->b);
     }
     for (int32_t q = 0; q < bd->nlist; q++) {
         const ts__tile_node *s = bd->list[q];
@@ -1777,7 +1845,9 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         if (s->kind == TN_IF && then_only(e, s) && s->b)
             for (int32_t r = 0; r < s->b->nlist; r++) defer_consider(e, s->b->list[r], bd);
     }
-    if (!e->ndef) return;
+    /* unrolled for narrowing stores, and for row folds fused into a copy (whose 8-lane loop
+     * would otherwise spend half its instructions on loop control) */
+    if (!e->ndef && !(e->rf.loop && e->rf.n)) return;
     e->defid = id;
     ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
     ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
@@ -1913,11 +1983,20 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         ts__tile_buf_puts(e->o, "));\n");
     }
     find_pairs(e, bd, hoisted, id);
-    if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
-    ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+    /* the 8-lane body, written once: with its names widened it is also the 16-lane body */
+    ts__tile_buf *outer = e->o, body8 = {0};
+    e->o = &body8;
+    e->ndef = 0;
     for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
         if (!hoisted[q]) vst(e, bd->list[q], L + 2);
     rf_vec_step(e, id, L + 2);
+    e->o = outer;
+    if (!e->vfail && !body8.oom && body8.data) vec_wide16(e, body8.data, id, L + 1);
+    if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+    ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
+    if (body8.oom) e->o->oom = true;
+    ts__tile_buf_free(&body8);
     ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
     for (int r = 0; r < e->rf.n; r++) /* exact in any order: integer max / min / + / & / | / ^ */
         for (int l = 0; l < 8; l++) {
@@ -1925,11 +2004,12 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
             ts__tile_buf av = {0};
             sym_ref(e, &av, A);
             const char *op = e->rf.f[r].op, *a = av.data ? av.data : "";
-            ind(e, L + 1);
-            if (op[0] == 'm')
-                ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, vacc_%d_%d[%d]);\n", a, ctype(A->dt), op,
-                                    ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, id, r, l);
-            else if (op[0] == '+')
+            if (op[0] != 'm' || !l) ind(e, L + 1);
+            if (op[0] == 'm') {
+                if (!l) /* the lanes by halving (ts__tv_hmax_*), then the scalar start */
+                    ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, ts__tv_h%s_%s(vacc_%d_%d));\n", a, ctype(A->dt),
+                                        op, ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, op, vs(A->dt), id, r);
+            } else if (op[0] == '+')
                 ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)vacc_%d_%d[%d]);\n", a, ctype(A->dt), utype(A->dt),
                                     a, utype(A->dt), id, r, l);
             else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s vacc_%d_%d[%d]);\n", a, ctype(A->dt), a, op, id, r, l);
@@ -1983,6 +2063,12 @@ static bool eq_shift(const ts__tile_node *a, const ts__tile_node *b, const void 
     for (int32_t i = 0; i < a->nlist; i++)
         if (!eq_shift(a->list[i], b->list[i], k, l)) return false;
     return true;
+}
+
+/* integer accumulators a vector fold keeps in lanes of their own type */
+static bool int_fold_type(int t) {
+    return t == TT_I8 || t == TT_U8 || t == TT_I16 || t == TT_U16 || t == TT_I32 || t == TT_U32 || t == TT_I64 ||
+           t == TT_U64;
 }
 
 /* acc = acc OP x: the operation ("+", "&", "|", "^", "max", "min") and x, or NULL */
@@ -2073,7 +2159,7 @@ static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
         const ts__tile_node *x = fold_of(bd->list[0], &A, &op);
         int t = A ? A->dt : TT_NONE;
         bool flt = t == TT_F32;
-        bool intok = t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64;
+        bool intok = int_fold_type(t);
         if (x && dep(e, x) && (flt ? (op[0] == 'm') : intok)) {
             matched = true;
             char *xv = vex(e, x, t);

@@ -316,7 +316,66 @@ typedef struct site_ctx {
     int nloop;
     const char *castdt;         /* NULL: the value as it is */
     int castdtc;
+    const ts__tile_node *facts[4]; /* the producer's `assume`s about the value, lets inlined */
+    int nfacts;
 } site_ctx;
+
+/* the read of T in statement n outside nested statement lists, if there is exactly one */
+static const ts__tile_node *sole_read(const ts__tile_node *n, const void *T, int *count) {
+    if (!n || n->kind == TN_BLOCK) return NULL;
+    const ts__tile_node *r = NULL, *x;
+    if (n->kind == TN_INDEX && isym(n) == T) ++*count, r = n;
+    if ((x = sole_read(n->a, T, count))) r = x;
+    if ((x = sole_read(n->b, T, count))) r = x;
+    if ((x = sole_read(n->c, T, count))) r = x;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if ((x = sole_read(n->list[i], T, count))) r = x;
+    return r;
+}
+
+static void rewrite(site_ctx *c, ts__tile_node *n);
+
+/* A statement list whose statement reads T once gets the producer's facts about the value,
+ * stated for that read's indices, just before it: `assume(p == 0 || abs(p) >= K)` about the
+ * stored let p becomes the same fact about the forwarded expression, which is what the
+ * emitter's fact matching sees (docs/tile-language.md §11b). */
+static void rewrite_list(site_ctx *c, ts__tile_node *b) {
+    for (int32_t i = 0; i < b->nlist && !c->F->oom; i++) {
+        ts__tile_node *s = b->list[i];
+        int count = 0;
+        const ts__tile_node *rd = c->nfacts && (s->kind == TN_ASSIGN || s->kind == TN_LET) ? sole_read(s, c->T, &count) : NULL;
+        if (!rd || count != 1) {
+            rewrite(c, s);
+            continue;
+        }
+        subst at = {.n = 0};
+        for (int k = 0; k < c->nloop; k++) at.sym[at.n] = c->loopvars[k], at.val[at.n++] = rd->list[k];
+        ts__tile_node **l = ts__tile_alloc(c->F->a, (size_t)(b->nlist + c->nfacts) * sizeof *l);
+        if (!l) {
+            c->F->oom = true;
+            return;
+        }
+        memcpy(l, b->list, (size_t)i * sizeof *l);
+        for (int f = 0; f < c->nfacts; f++) {
+            ts__tile_node *a = ts__tile_node_new(c->F->a, TN_CALLSTMT, s->loc);
+            ts__tile_node *call = ts__tile_node_new(c->F->a, TN_CALL, s->loc);
+            ts__tile_node **args = ts__tile_alloc(c->F->a, sizeof *args);
+            ts__tile_node *x = clone_subst(c->F, c->facts[f], &at, false);
+            if (!a || !call || !args || !x) {
+                c->F->oom = true;
+                return;
+            }
+            call->name = "assume", call->list = args, call->nlist = 1, args[0] = x;
+            a->a = call;
+            l[i + f] = a;
+        }
+        memcpy(l + i + c->nfacts, b->list + i, (size_t)(b->nlist - i) * sizeof *l);
+        b->list = l;
+        b->nlist += c->nfacts;
+        i += c->nfacts;
+        rewrite(c, s);
+    }
+}
 
 static void rewrite(site_ctx *c, ts__tile_node *n) {
     if (!n || c->F->oom) return;
@@ -349,7 +408,9 @@ static void rewrite(site_ctx *c, ts__tile_node *n) {
     rewrite(c, n->a);
     rewrite(c, n->b);
     rewrite(c, n->c);
-    for (int32_t i = 0; i < n->nlist; i++) rewrite(c, n->list[i]);
+    if (n->kind == TN_BLOCK) rewrite_list(c, n);
+    else
+        for (int32_t i = 0; i < n->nlist; i++) rewrite(c, n->list[i]);
     for (int32_t i = 0; i < n->nlist2; i++) rewrite(c, n->list2[i]);
 }
 
@@ -499,6 +560,26 @@ static void forward_from(fz *F, ts__tile_node *kb, ts__tile_node *b, int32_t p) 
         if (!contiguous_in(e, lv[nv - 1])) continue;
         site_ctx c = {.F = F, .T = T, .expr = e, .loopvars = lv, .nloop = nv,
                       .castdt = cast ? ts__tile_dt_name(T->dt) : NULL, .castdtc = T->dt};
+        /* facts of the body that read nothing the value does not (so they hold at the
+         * consumers as they did here) travel with it */
+        for (int32_t k = 0; k < pb->nlist && c.nfacts < 4; k++) {
+            const ts__tile_node *x = pb->list[k];
+            if (x->kind != TN_CALLSTMT || strcmp(x->a->name, "assume") || x->a->nlist != 1 || !resolved(x->a->list[0]))
+                continue;
+            uses fu = {.nmem = 0};
+            collect(&fu, x->a->list[0], &lets);
+            bool inside = !fu.overflow && (!fu.tensor || u.tensor);
+            for (int m = 0; m < fu.nnames && inside; m++) {
+                bool found = false;
+                for (int i = 0; i < nv; i++) found |= lv[i] == (const void *)fu.names[m];
+                for (int i = 0; i < u.nnames; i++) found |= u.names[i] == fu.names[m];
+                inside = found;
+            }
+            if (!inside) continue;
+            ts__tile_node *fx = clone_subst(F, x->a->list[0], &lets, true);
+            if (!fx) return;
+            c.facts[c.nfacts++] = fx;
+        }
         for (int32_t k = p + 1; k <= last; k++) rewrite(&c, b->list[k]);
         /* the store goes; the loop goes too when nothing with an effect is left in it */
         for (int32_t k = q; k + 1 < pb->nlist; k++) pb->list[k] = pb->list[k + 1];
@@ -507,7 +588,9 @@ static void forward_from(fz *F, ts__tile_node *kb, ts__tile_node *b, int32_t p) 
         F->nfused++;
     }
     bool effect = false;
-    for (int32_t k = 0; k < pb->nlist; k++) effect |= pb->list[k]->kind != TN_LET;
+    for (int32_t k = 0; k < pb->nlist; k++) /* an `assume` inside a block is not checked: no effect */
+        effect |= pb->list[k]->kind != TN_LET &&
+                  !(pb->list[k]->kind == TN_CALLSTMT && !strcmp(pb->list[k]->a->name, "assume"));
     if (!effect) {
         P->kind = TN_BLOCK;
         P->a = P->b = P->c = NULL;

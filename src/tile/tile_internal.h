@@ -133,6 +133,11 @@ struct ts__tile_node {
     void *sym;              /* resolved symbol (ts__tile_sym *) */
 };
 
+/* The checker's mark on a copy() tensor region (its `ival`) that fills the whole tile, in
+ * row-major order, from a run along the tensor's last dim (else ival maps tile dims to
+ * tensor dims, a nibble each). */
+#define TS__TILE_COPY_FLAT (INT64_C(1) << 62)
+
 ts__tile_node *ts__tile_node_new(ts__tile_arena *a, int kind, ts__tile_loc loc);
 /* Deep copy (checker annotations dropped). NULL in, NULL out. */
 ts__tile_node *ts__tile_clone(ts__tile_arena *a, const ts__tile_node *n);

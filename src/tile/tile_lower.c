@@ -187,13 +187,20 @@ static ts__tile_node *lower_copy(lw *L, ts__tile_node *st, ts__tile_node *c) {
     ts__tile_node *body = blockn(L, loc, TS__TILE_MAX_RANK + 2);
     const char *g[TS__TILE_MAX_RANK];
     ts__tile_node *cond = NULL;
+    const bool flat = treg->kind == TN_INDEX && treg->ival == TS__TILE_COPY_FLAT;
     for (int d = 0; d < T->rank; d++) {
         g[d] = tmpname(L, id, "g", d);
         int td = -1;
-        for (int q = 0; q < t->rank; q++)
+        for (int q = 0; q < t->rank && !flat; q++)
             if ((int)((treg->ival >> (4 * q)) & 15) - 1 == d) td = q;
         ts__tile_node *gv = td < 0 ? name(L, sname[d], loc)
                                    : bin(L, TO_ADD, name(L, sname[d], loc), name(L, v[td], loc));
+        if (flat && d == T->rank - 1) { /* s + (i0 * n1 + i1) * n2 + ... + i_last */
+            ts__tile_node *f = name(L, v[0], loc);
+            for (int q = 1; q < t->rank; q++)
+                f = bin(L, TO_ADD, bin(L, TO_MUL, f, intl(L, t->cdims[q], loc)), name(L, v[q], loc));
+            gv = bin(L, TO_ADD, name(L, sname[d], loc), f);
+        }
         add(body, let(L, g[d], gv));
         ts__tile_node *inb = bin(L, TO_LAND, bin(L, TO_GE, name(L, g[d], loc), intl(L, 0, loc)),
                                  bin(L, TO_LT, name(L, g[d], loc), tensor_dim(L, T, d, loc)));

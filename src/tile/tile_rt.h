@@ -350,8 +350,18 @@ TS__TV_MEM(u64, uint64_t)
     }                                                                                       \
     TS__TV_INL void ts__tv_st_##N(T *p, ts__tv_##N v) { memcpy(p, &v, sizeof v); }        \
     TS__TV_INL ts__tv_##N ts__tv_sel_##N(ts__tv_i32 m, ts__tv_##N a, ts__tv_##N b) {       \
-        return (ts__tv_##N)(((ts__tv_i32)a & m) | ((ts__tv_i32)b & ~m));                    \
+        return (ts__tv_##N)ts__tv_blend32((ts__tv_i32)a, (ts__tv_i32)b, m);                  \
     }
+/* m ? a : b per 32-bit lane for a mask m of all-ones / zero lanes (every mask the emitter
+ * makes: comparisons, bool conversions, splats of -1 / 0): one vblendvps with AVX (which
+ * reads the lane's sign bit), else bit operations */
+TS__TV_INL ts__tv_i32 ts__tv_blend32(ts__tv_i32 a, ts__tv_i32 b, ts__tv_i32 m) {
+#if defined(__AVX__)
+    return (ts__tv_i32)_mm256_blendv_ps((__m256)b, (__m256)a, (__m256)m);
+#else
+    return (a & m) | (b & ~m);
+#endif
+}
 TS__TV_MEM32(f32, float)
 TS__TV_MEM32(i32, int32_t)
 TS__TV_MEM32(u32, uint32_t)
@@ -503,6 +513,132 @@ TS__TV_IMINMAX(i32)
 TS__TV_IMINMAX(u32)
 #endif
 #undef TS__TV_IMINMAX
+/* 8- and 16-bit lanes (64 / 128-bit vectors): by the lane comparison's mask, which GCC turns
+ * into pmaxuw / pminsb ... (SSE4.1 and AVX2) */
+#define TS__TV_NMINMAX(N, M)                                                                \
+    TS__TV_INL ts__tv_##N ts__tv_max_##N(ts__tv_##N a, ts__tv_##N b) {                      \
+        ts__tv_##M m = (ts__tv_##M)(a > b);                                                 \
+        return (ts__tv_##N)(((ts__tv_##M)a & m) | ((ts__tv_##M)b & ~m));                   \
+    }                                                                                       \
+    TS__TV_INL ts__tv_##N ts__tv_min_##N(ts__tv_##N a, ts__tv_##N b) {                      \
+        ts__tv_##M m = (ts__tv_##M)(a < b);                                                 \
+        return (ts__tv_##N)(((ts__tv_##M)a & m) | ((ts__tv_##M)b & ~m));                   \
+    }
+TS__TV_NMINMAX(i8, i8)
+TS__TV_NMINMAX(u8, i8)
+#if defined(__SSE4_1__)
+TS__TV_INL ts__tv_i16 ts__tv_max_i16(ts__tv_i16 a, ts__tv_i16 b) { return (ts__tv_i16)_mm_max_epi16((__m128i)a, (__m128i)b); }
+TS__TV_INL ts__tv_i16 ts__tv_min_i16(ts__tv_i16 a, ts__tv_i16 b) { return (ts__tv_i16)_mm_min_epi16((__m128i)a, (__m128i)b); }
+TS__TV_INL ts__tv_u16 ts__tv_max_u16(ts__tv_u16 a, ts__tv_u16 b) { return (ts__tv_u16)_mm_max_epu16((__m128i)a, (__m128i)b); }
+TS__TV_INL ts__tv_u16 ts__tv_min_u16(ts__tv_u16 a, ts__tv_u16 b) { return (ts__tv_u16)_mm_min_epu16((__m128i)a, (__m128i)b); }
+#else
+TS__TV_NMINMAX(i16, i16)
+TS__TV_NMINMAX(u16, i16)
+#endif
+#undef TS__TV_NMINMAX
+/* max / min over the 8 lanes of an integer vector (any order: the result is exact) */
+#define TS__TV_HMINMAX(N, T)                                                                \
+    TS__TV_INL T ts__tv_hmax_##N(ts__tv_##N v) {                                            \
+        T r = v[0];                                                                         \
+        for (int l = 1; l < 8; l++) r = v[l] > r ? v[l] : r;                                \
+        return r;                                                                           \
+    }                                                                                       \
+    TS__TV_INL T ts__tv_hmin_##N(ts__tv_##N v) {                                            \
+        T r = v[0];                                                                         \
+        for (int l = 1; l < 8; l++) r = v[l] < r ? v[l] : r;                                \
+        return r;                                                                           \
+    }
+TS__TV_HMINMAX(i8, int8_t)
+TS__TV_HMINMAX(u8, uint8_t)
+TS__TV_HMINMAX(i64, int64_t)
+TS__TV_HMINMAX(u64, uint64_t)
+#if defined(__AVX2__)
+/* halving with shuffles: 3 steps in 128 bits (16-bit lanes), 1 + 2 for 256 (32-bit lanes) */
+#define TS__TV_HMM16(N, T, OP)                                                              \
+    TS__TV_INL T ts__tv_h##OP##_##N(ts__tv_##N v) {                                         \
+        ts__tv_##N m = ts__tv_##OP##_##N(v, (ts__tv_##N)_mm_shuffle_epi32((__m128i)v, 0x4E)); \
+        m = ts__tv_##OP##_##N(m, (ts__tv_##N)_mm_shuffle_epi32((__m128i)m, 0xB1));         \
+        m = ts__tv_##OP##_##N(m, (ts__tv_##N)_mm_srli_epi32((__m128i)m, 16));              \
+        return m[0];                                                                        \
+    }
+#define TS__TV_HMM32(N, T, OP, I)                                                           \
+    TS__TV_INL T ts__tv_h##OP##_##N(ts__tv_##N v) {                                         \
+        __m128i m = _mm_##OP##_##I(_mm256_castsi256_si128((__m256i)v), _mm256_extracti128_si256((__m256i)v, 1)); \
+        m = _mm_##OP##_##I(m, _mm_shuffle_epi32(m, 0x4E));                                  \
+        m = _mm_##OP##_##I(m, _mm_shuffle_epi32(m, 0xB1));                                  \
+        return (T)_mm_cvtsi128_si32(m);                                                     \
+    }
+TS__TV_HMM16(i16, int16_t, max)
+TS__TV_HMM16(i16, int16_t, min)
+TS__TV_HMM16(u16, uint16_t, max)
+TS__TV_HMM16(u16, uint16_t, min)
+TS__TV_HMM32(i32, int32_t, max, epi32)
+TS__TV_HMM32(i32, int32_t, min, epi32)
+TS__TV_HMM32(u32, uint32_t, max, epu32)
+TS__TV_HMM32(u32, uint32_t, min, epu32)
+#undef TS__TV_HMM16
+#undef TS__TV_HMM32
+#else
+TS__TV_HMINMAX(i16, int16_t)
+TS__TV_HMINMAX(u16, uint16_t)
+TS__TV_HMINMAX(i32, int32_t)
+TS__TV_HMINMAX(u32, uint32_t)
+#endif
+#undef TS__TV_HMINMAX
+
+/* 16 lanes of 16 bits (32 bytes): the wide loop the emitter writes before the 8-lane one when
+ * a body is 16-bit through and through (§11a), e.g. a bf16 copy with |x| folds on the raw
+ * bits. Only what such bodies use: memory, splat, min / max (+ - & | ^ ~ and shifts are the
+ * vector operators); the accumulators are folded into the 8-lane ones by halves. */
+#define TS__TW_DEF(N, T, M)                                                                \
+    typedef T ts__tw_##N __attribute__((vector_size(32)));                                  \
+    TS__TV_INL ts__tw_##N ts__tw_splat_##N(T x) {                                           \
+        return (ts__tw_##N){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};                \
+    }                                                                                       \
+    TS__TV_INL ts__tw_##N ts__tw_ld_##N(const T *p) {                                       \
+        ts__tw_##N v;                                                                       \
+        memcpy(&v, p, sizeof v);                                                            \
+        return v;                                                                           \
+    }                                                                                       \
+    TS__TV_INL void ts__tw_st_##N(T *p, ts__tw_##N v) { memcpy(p, &v, sizeof v); }        \
+    TS__TV_INL ts__tv_##N ts__tw_lo_##N(ts__tw_##N v) {                                     \
+        ts__tv_##N r;                                                                       \
+        memcpy(&r, &v, sizeof r);                                                           \
+        return r;                                                                           \
+    }                                                                                       \
+    TS__TV_INL ts__tw_##N ts__tw_join_##N(ts__tv_##N lo, ts__tv_##N hi) {                    \
+        ts__tw_##N r;                                                                       \
+        memcpy(&r, &lo, sizeof lo);                                                         \
+        memcpy((char *)&r + sizeof lo, &hi, sizeof hi);                                     \
+        return r;                                                                           \
+    }                                                                                       \
+    TS__TV_INL ts__tv_##N ts__tw_hi_##N(ts__tw_##N v) {                                     \
+        ts__tv_##N r;                                                                       \
+        memcpy(&r, (const char *)&v + sizeof r, sizeof r);                                  \
+        return r;                                                                           \
+    }
+TS__TW_DEF(u16, uint16_t, i16)
+TS__TW_DEF(i16, int16_t, i16)
+#undef TS__TW_DEF
+#if defined(__AVX2__)
+TS__TV_INL ts__tw_i16 ts__tw_max_i16(ts__tw_i16 a, ts__tw_i16 b) { return (ts__tw_i16)_mm256_max_epi16((__m256i)a, (__m256i)b); }
+TS__TV_INL ts__tw_i16 ts__tw_min_i16(ts__tw_i16 a, ts__tw_i16 b) { return (ts__tw_i16)_mm256_min_epi16((__m256i)a, (__m256i)b); }
+TS__TV_INL ts__tw_u16 ts__tw_max_u16(ts__tw_u16 a, ts__tw_u16 b) { return (ts__tw_u16)_mm256_max_epu16((__m256i)a, (__m256i)b); }
+TS__TV_INL ts__tw_u16 ts__tw_min_u16(ts__tw_u16 a, ts__tw_u16 b) { return (ts__tw_u16)_mm256_min_epu16((__m256i)a, (__m256i)b); }
+#else
+#define TS__TW_MINMAX(N)                                                                    \
+    TS__TV_INL ts__tw_##N ts__tw_max_##N(ts__tw_##N a, ts__tw_##N b) {                      \
+        ts__tw_i16 m = (ts__tw_i16)(a > b);                                                 \
+        return (ts__tw_##N)(((ts__tw_i16)a & m) | ((ts__tw_i16)b & ~m));                    \
+    }                                                                                       \
+    TS__TV_INL ts__tw_##N ts__tw_min_##N(ts__tw_##N a, ts__tw_##N b) {                      \
+        ts__tw_i16 m = (ts__tw_i16)(a < b);                                                 \
+        return (ts__tw_##N)(((ts__tw_i16)a & m) | ((ts__tw_i16)b & ~m));                    \
+    }
+TS__TW_MINMAX(i16)
+TS__TW_MINMAX(u16)
+#undef TS__TW_MINMAX
+#endif
 TS__TV_INL ts__tv_f32 ts__tv_fma_f32(ts__tv_f32 a, ts__tv_f32 b, ts__tv_f32 c) {
 #if defined(__FMA__) && defined(__AVX__)
     return (ts__tv_f32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
@@ -623,7 +759,7 @@ TS__TV_INL ts__tv_u32 ts__tv_e4m3_mag_raw(ts__tv_u32 a) {
     ts__tv_f32 sm = (ts__tv_f32)a + ts__tv_splat_f32(16384.0f);
     ts__tv_u32 cs = (ts__tv_u32)sm - 0x46800000u;
     ts__tv_i32 tiny = (ts__tv_i32)a < 0x3C800000;
-    return (ts__tv_u32)(((ts__tv_i32)cs & tiny) | ((ts__tv_i32)cn & ~tiny));
+    return (ts__tv_u32)ts__tv_blend32((ts__tv_i32)cs, (ts__tv_i32)cn, tiny);
 }
 TS__TV_INL ts__tv_u8 ts__tv_f32_to_e4m3(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x, s = (u >> 24) & 0x80u;
@@ -796,6 +932,19 @@ TS__TV_INL ts__tv_f32 ts__tv_sigmoid_f32(ts__tv_f32 x) {
  * element loop). Also keeps b + j inside int64, where the scalar code's wrapping sum and
  * the exact one agree. */
 static inline void ts__tile_vrange(int64_t *lo, int64_t *hi, int64_t b, int op, int64_t u) {
+    const int64_t S = INT64_C(1) << 61;
+    if (b > -S && b < S && u > -S && u < S && *lo > -S && *lo < S && *hi > -S && *hi < S) {
+        /* everything below 2^61 in magnitude (every real kernel): d and d + 1 fit, and the
+         * int64 limits of b + j lie outside [lo, hi), so the clamps to them are no-ops */
+        int64_t d = u - b, l = *lo, h = *hi;
+        if (op == 0 && d > l) l = d;
+        if (op == 1 && d + 1 > l) l = d + 1;
+        if (op == 2 && d < h) h = d;
+        if (op == 3 && d + 1 < h) h = d + 1;
+        *lo = l;
+        *hi = h < l ? l : h;
+        return;
+    }
     __int128 d = (__int128)u - b, l = *lo, h = *hi;
     __int128 ml = (__int128)INT64_MIN - b, mh = (__int128)INT64_MAX - b + 1;
     if (op == 0 && d > l) l = d;
