@@ -266,6 +266,8 @@ TS_TEST(tile_template_diag_shadowing) {
                  "t.tile:1:18: error: parameter 'N' has the name of a template parameter");
     expect_first(ts_t_, "kernel t<N: int, N: dtype>(x: i64) { }\n",
                  "t.tile:1:18: error: template parameter 'N' redefined");
+    expect_first(ts_t_, "kernel t<f32: dtype>(x: i64) { }\n",
+                 "t.tile:1:10: error: template parameter 'f32' has the name of a dtype or a reserved name");
 }
 
 TS_TEST(tile_template_diag_parameter_condition) {
@@ -299,4 +301,52 @@ TS_TEST(tile_template_diag_parse) {
     expect_first(ts_t_, "kernel t<A: dtype>(x: B) { }\n", "t.tile:1:23: error: unknown dtype 'B'");
     expect_first(ts_t_, "instance a = t(f32);\n", "t.tile:1:15: error: expected '<', found '('");
     expect_first(ts_t_, "instance a = t<f32, 1 + 2>;\n", "t.tile:1:23: error: expected '>', found '+'");
+}
+
+/* The JIT sees the instances as kernels (by their names and signatures) and no template. */
+TS_TEST(tile_template_jit_launch) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/ts_tile_tmpl_XXXXXX");
+    if (!mkdtemp(dir)) {
+        TS_CHECK(0);
+        return;
+    }
+    const char *src = "kernel axpb<A: dtype, HAS_B: bool, K: int>(x: tensor<A, [N]>, y: tensor<f32, [N]>,\n"
+                      "        b: f32 if HAS_B) {\n"
+                      "    launch (ceildiv(N, 64)) as (blk) {\n"
+                      "        tile t: A[64];\n"
+                      "        copy(x[blk * 64], t);\n"
+                      "        for i in parallel(64) {\n"
+                      "            if HAS_B { t[i] = t[i] * cast<f32>(K) + b; } else { t[i] = t[i] * cast<f32>(K); }\n"
+                      "        }\n"
+                      "        copy(t, y[blk * 64]);\n"
+                      "    }\n"
+                      "}\n"
+                      "instance ax3 = axpb<f32, false, 3>;\n"
+                      "instance axpb5 = axpb<f32, true, 5>;\n";
+    ts_tile_options o = {.cache_dir = dir, .flags = TS_TILE_JIT_NO_CACHE};
+    ts_tile_kernel *k = NULL;
+    TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+    if (k) {
+        enum { N = 100 };
+        float x[N], y[N];
+        for (int i = 0; i < N; i++) x[i] = (float)i * 0.25f - 7.0f;
+        ts_tensor tx = ts_tensor_1d(x, TS_F32, N), ty = ts_tensor_1d(y, TS_F32, N);
+        ts_tile_arg a2[] = {ts_tile_arg_tensor(&tx), ts_tile_arg_tensor(&ty)};
+        ts_tile_arg a3[] = {ts_tile_arg_tensor(&tx), ts_tile_arg_tensor(&ty), ts_tile_arg_f64(0.5)};
+        TS_CHECK_STATUS(ts_tile_launch(k, "ax3", a2, 2), TS_OK);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += y[i] != x[i] * 3.0f;
+        TS_CHECK(bad == 0);
+        TS_CHECK_STATUS(ts_tile_launch(k, "axpb5", a3, 3), TS_OK);
+        bad = 0;
+        for (int i = 0; i < N; i++) bad += y[i] != x[i] * 5.0f + 0.5f;
+        TS_CHECK(bad == 0);
+        /* the optional parameter is absent from ax3, present in axpb5; the template is no kernel */
+        TS_CHECK_STATUS(ts_tile_launch(k, "ax3", a3, 3), TS_ERR_INVALID_ARGUMENT);
+        TS_CHECK_STATUS(ts_tile_launch(k, "axpb5", a2, 2), TS_ERR_INVALID_ARGUMENT);
+        TS_CHECK_STATUS(ts_tile_launch(k, "axpb", a2, 2), TS_ERR_INVALID_ARGUMENT);
+        ts_tile_kernel_release(k);
+    }
+    rmdir(dir);
 }

@@ -1687,6 +1687,11 @@ static const char *const k_tparam_kinds[] = {"a dtype", "an int", "a bool"};
  * until an instance names it. */
 static void declare_template(chk *c, ts__tile_node *tk) {
     for (int32_t i = 0; i < tk->nlist2; i++) {
+        const char *pn = tk->list2[i]->name;
+        if (ts__tile_dt_from_name(pn) != TT_NONE || (pn[0] == '_' && pn[1] == '_')) {
+            ERR(c, tk->list2[i]->loc, "template parameter '%s' has the name of a dtype or a reserved name", pn);
+            return;
+        }
         for (int32_t j = 0; j < i; j++)
             if (!strcmp(tk->list2[i]->name, tk->list2[j]->name)) {
                 ERR(c, tk->list2[i]->loc, "template parameter '%s' redefined", tk->list2[i]->name);
