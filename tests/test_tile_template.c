@@ -282,6 +282,24 @@ TS_TEST(tile_template_diag_parameter_condition) {
                  "t.tile:1:38: error: only parameters of a template can be conditional ('if')");
 }
 
+TS_TEST(tile_template_diag_bad_dimension) {
+    const char *t = "kernel t<N: int, F: bool, A: dtype>(x: tensor<f32, [M, N]>, y: tensor<f32, [M, F]>,\n"
+                    "        z: tensor<f32, [M, 4], strides=[A, 1]>) {\n"
+                    "    launch (M) as (i) { }\n"
+                    "}\n";
+    char src[1024];
+    snprintf(src, sizeof src, "%sinstance a = t<-2, true, f32>;\n", t);
+    expect_first(ts_t_, src, "t.tile:1:56: error: a dimension of 'x' must be a name or an integer >= 0");
+    snprintf(src, sizeof src, "%sinstance a = t<2, true, f32>;\n", t);
+    expect_first(ts_t_, src, "t.tile:1:80: error: a dimension of 'y' must be a name or an integer >= 0");
+    snprintf(src, sizeof src, "%sinstance a = t<2, (N > 1), A>;\n", t);
+    expect_first(ts_t_, src, "t.tile:5:22: error: template parameter 'F' of 't' needs true or false");
+    expect_first(ts_t_,
+                 "kernel s<A: dtype>(z: tensor<f32, [M, 4], strides=[A, 1]>) { }\n"
+                 "instance a = s<bf16>;\n",
+                 "t.tile:1:52: error: a stride of 'z' must be a name or an integer >= 0");
+}
+
 TS_TEST(tile_template_diag_dtype_as_value) {
     expect_first(ts_t_,
                  "kernel t<A: dtype>(x: tensor<f32, [M]>) {\n"
@@ -300,6 +318,7 @@ TS_TEST(tile_template_diag_parse) {
                  "t.tile:1:10: error: expected a template parameter name, found '>'");
     expect_first(ts_t_, "kernel t<A: dtype>(x: B) { }\n", "t.tile:1:23: error: unknown dtype 'B'");
     expect_first(ts_t_, "instance a = t(f32);\n", "t.tile:1:15: error: expected '<', found '('");
+    expect_first(ts_t_, "instance = t<f32>;\n", "t.tile:1:10: error: expected an instance name, found '='");
     expect_first(ts_t_, "instance a = t<f32, 1 + 2>;\n", "t.tile:1:23: error: expected '>', found '+'");
 }
 

@@ -1798,6 +1798,17 @@ static ts__tile_node *instantiate(chk *c, ts__tile_node *inst, const ts__tile_pr
     for (int32_t i = 0; i < k->nlist; i++) {
         ts__tile_node *p = k->list[i];
         int64_t v;
+        /* a dim or stride that was an int parameter must still be what the parser allows */
+        for (int32_t j = 0; j < p->nlist + p->nlist2; j++) {
+            ts__tile_node *dn = j < p->nlist ? p->list[j] : p->list2[j - p->nlist];
+            if (!(dn->kind == TN_INT && dn->ival >= 0) &&
+                !(dn->kind == TN_NAME && ts__tile_dt_from_name(dn->name) == TT_NONE)) {
+                ERR(c, dn->loc, "a %s of '%s' must be a name or an integer >= 0", j < p->nlist ? "dimension" : "stride",
+                    p->name);
+                ok = false;
+                break;
+            }
+        }
         if (p->a) {
             if (tconst(p->a, &v, 0) != CV_BOOL) {
                 ERR(c, p->a->loc, "the condition of parameter '%s' must be a constant bool "

@@ -950,7 +950,7 @@ static ts__tile_node *parse_module(parser *P) {
             it->a = parse_block(P);
             P->tparams = NULL;
             P->ntparams = 0;
-        } else if (is_ident(P, t, "instance") && peek(P, 1)->kind == K_IDENT) {
+        } else if (is_ident(P, t, "instance")) {
             it = parse_instance(P);
         } else {
             fail_at(P, t, "'kernel', 'macro', 'const' or 'instance'");
