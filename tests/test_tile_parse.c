@@ -161,7 +161,7 @@ TS_TEST(tile_diag_unknown_dtype) {
     EXPECT_DIAG("kernel k(x: f33) {}", "t.tile:1:13: error: unknown dtype 'f33'");
 }
 TS_TEST(tile_diag_top_level_item) {
-    EXPECT_DIAG("let a = 1;", "t.tile:1:1: error: expected 'kernel', 'macro' or 'const', found 'let'");
+    EXPECT_DIAG("let a = 1;", "t.tile:1:1: error: expected 'kernel', 'macro', 'const' or 'instance', found 'let'");
 }
 TS_TEST(tile_diag_bad_assignment_target) {
     EXPECT_DIAG("kernel k() { launch (1) as (b) { 1 = 2; } }",

@@ -185,6 +185,11 @@ static void indent(ts__tile_buf *b, int level) {
 
 static void print_stmt(ts__tile_buf *b, const ts__tile_node *n, int level);
 
+/* a dtype position: the dtype, or in a template the dtype parameter's name */
+static const char *dt_spelling(const ts__tile_node *n) {
+    return n->dt == TT_NONE && n->targ ? n->targ : ts__tile_dt_name(n->dt);
+}
+
 static void print_block(ts__tile_buf *b, const ts__tile_node *n, int level) {
     ts__tile_buf_puts(b, "{\n");
     for (int32_t i = 0; n && i < n->nlist; i++) print_stmt(b, n->list[i], level + 1);
@@ -214,7 +219,7 @@ static void print_stmt(ts__tile_buf *b, const ts__tile_node *n, int level) {
                             n->scope == TS_SCOPE_SHARED ? "shared"
                             : n->scope == TS_SCOPE_LOCAL ? "local"
                                                          : "tile",
-                            n->name, ts__tile_dt_name(n->dt));
+                            n->name, dt_spelling(n));
         print_list(b, n->list, n->nlist, 0);
         ts__tile_buf_puts(b, "];");
         break;
@@ -224,7 +229,7 @@ static void print_stmt(ts__tile_buf *b, const ts__tile_node *n, int level) {
         ts__tile_buf_puts(b, ";");
         break;
     case TN_VAR:
-        ts__tile_buf_printf(b, "var %s: %s", n->name, ts__tile_dt_name(n->dt));
+        ts__tile_buf_printf(b, "var %s: %s", n->name, dt_spelling(n));
         if (n->a) {
             ts__tile_buf_puts(b, " = ");
             print_expr(b, n->a, 0);
@@ -290,12 +295,21 @@ static void print_item(ts__tile_buf *b, const ts__tile_node *n) {
         ts__tile_buf_puts(b, ";\n");
         break;
     case TN_KERNEL:
-        ts__tile_buf_printf(b, "kernel %s(", n->name);
+        ts__tile_buf_printf(b, "kernel %s", n->name);
+        if (n->nlist2) {
+            static const char *const kinds[] = {"dtype", "int", "bool"};
+            ts__tile_buf_puts(b, "<");
+            for (int32_t i = 0; i < n->nlist2; i++)
+                ts__tile_buf_printf(b, "%s%s: %s", i ? ", " : "", n->list2[i]->name,
+                                    kinds[n->list2[i]->ival >= 0 && n->list2[i]->ival < 3 ? n->list2[i]->ival : 0]);
+            ts__tile_buf_puts(b, ">");
+        }
+        ts__tile_buf_puts(b, "(");
         for (int32_t i = 0; i < n->nlist; i++) {
             const ts__tile_node *p = n->list[i];
             ts__tile_buf_printf(b, "%s%s: ", i ? ", " : "", p->name);
             if (p->scope) {
-                ts__tile_buf_printf(b, "tensor<%s, [", ts__tile_dt_name(p->dt));
+                ts__tile_buf_printf(b, "tensor<%s, [", dt_spelling(p));
                 print_list(b, p->list, p->nlist, 0);
                 ts__tile_buf_puts(b, "]");
                 if (p->nlist2) {
@@ -304,11 +318,26 @@ static void print_item(ts__tile_buf *b, const ts__tile_node *n) {
                     ts__tile_buf_puts(b, "]");
                 }
                 ts__tile_buf_puts(b, ">");
-            } else ts__tile_buf_puts(b, ts__tile_dt_name(p->dt));
+            } else ts__tile_buf_puts(b, dt_spelling(p));
+            if (p->a) {
+                ts__tile_buf_puts(b, " if ");
+                print_expr(b, p->a, 0);
+            }
         }
         ts__tile_buf_puts(b, ") ");
         print_block(b, n->a, 0);
         ts__tile_buf_puts(b, "\n");
+        break;
+    case TN_INSTANCE:
+        ts__tile_buf_printf(b, "instance %s = %s<", n->name, n->a ? n->a->name : "?");
+        for (int32_t i = 0; i < n->nlist; i++) {
+            /* arguments are unary expressions: anything looser goes in parentheses */
+            bool par = n->list[i] && n->list[i]->kind == TN_BINARY;
+            ts__tile_buf_printf(b, "%s%s", i ? ", " : "", par ? "(" : "");
+            print_expr(b, n->list[i], 0);
+            if (par) ts__tile_buf_puts(b, ")");
+        }
+        ts__tile_buf_puts(b, ">;\n");
         break;
     case TN_MACRO:
         ts__tile_buf_printf(b, "macro %s(", n->name);

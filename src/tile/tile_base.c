@@ -101,6 +101,31 @@ void ts__tile_buf_free(ts__tile_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* The source line of loc and a caret under its column; bytes outside printable ASCII are
+ * shown as '?' so a terminal never sees raw invalid UTF-8 or control codes. */
+static void show_line(ts__tile_diag *d, ts__tile_loc loc) {
+    if (!d->src || loc.line < 1) return;
+    const char *p = d->src, *end = d->src + d->src_len;
+    for (int l = 1; l < loc.line && p < end; p++)
+        if (*p == '\n') l++;
+    if (p > end) return;
+    const char *e = p;
+    while (e < end && *e != '\n' && e - p < 400) e++;
+    ts__tile_buf_puts(&d->out, "  ");
+    char line[404];
+    size_t n = 0;
+    for (const char *q = p; q < e; q++) {
+        unsigned char c = (unsigned char)*q;
+        line[n++] = (c == '\t' || (c >= 0x20 && c < 0x7f)) ? (char)c : '?';
+    }
+    line[n] = 0;
+    ts__tile_buf_puts(&d->out, line);
+    ts__tile_buf_puts(&d->out, "\n  ");
+    for (int i = 1; i < loc.col && i <= 400; i++)
+        ts__tile_buf_puts(&d->out, (i - 1 < (int)n && line[i - 1] == '\t') ? "\t" : " ");
+    ts__tile_buf_puts(&d->out, "^\n");
+}
+
 void ts__tile_error(ts__tile_diag *d, ts__tile_loc loc, const char *fmt, ...) {
     if (d->stopped) return;
     char msg[512];
@@ -108,38 +133,23 @@ void ts__tile_error(ts__tile_diag *d, ts__tile_loc loc, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (d->nerrors == 0) snprintf(d->first, sizeof d->first, "%.60s:%d:%d: %.400s",
-                                  d->file ? d->file : "<input>", loc.line, loc.col, msg);
+    const char *file = d->file ? d->file : "<input>";
+    if (d->nerrors == 0) {
+        if (d->note)
+            snprintf(d->first, sizeof d->first, "%.60s:%d:%d: %.300s (%.100s at %d:%d)", file, loc.line,
+                     loc.col, msg, d->note, d->note_loc.line, d->note_loc.col);
+        else
+            snprintf(d->first, sizeof d->first, "%.60s:%d:%d: %.400s", file, loc.line, loc.col, msg);
+    }
     d->nerrors++;
-    ts__tile_buf_printf(&d->out, "%s:%d:%d: error: %s\n", d->file ? d->file : "<input>",
-                        loc.line, loc.col, msg);
-    /* The offending source line and a caret under the column; bytes outside printable ASCII
-     * are shown as '?' so a terminal never sees raw invalid UTF-8 or control codes. */
-    if (d->src && loc.line >= 1) {
-        const char *p = d->src, *end = d->src + d->src_len;
-        for (int l = 1; l < loc.line && p < end; p++)
-            if (*p == '\n') l++;
-        if (p <= end) {
-            const char *e = p;
-            while (e < end && *e != '\n' && e - p < 400) e++;
-            ts__tile_buf_puts(&d->out, "  ");
-            char line[404];
-            size_t n = 0;
-            for (const char *q = p; q < e; q++) {
-                unsigned char c = (unsigned char)*q;
-                line[n++] = (c == '\t' || (c >= 0x20 && c < 0x7f)) ? (char)c : '?';
-            }
-            line[n] = 0;
-            ts__tile_buf_puts(&d->out, line);
-            ts__tile_buf_puts(&d->out, "\n  ");
-            for (int i = 1; i < loc.col && i <= 400; i++)
-                ts__tile_buf_puts(&d->out, (i - 1 < (int)n && line[i - 1] == '\t') ? "\t" : " ");
-            ts__tile_buf_puts(&d->out, "^\n");
-        }
+    ts__tile_buf_printf(&d->out, "%s:%d:%d: error: %s\n", file, loc.line, loc.col, msg);
+    show_line(d, loc);
+    if (d->note) {
+        ts__tile_buf_printf(&d->out, "%s:%d:%d: note: %s\n", file, d->note_loc.line, d->note_loc.col, d->note);
+        show_line(d, d->note_loc);
     }
     if (d->nerrors >= TS__TILE_MAX_ERRORS) {
-        ts__tile_buf_printf(&d->out, "%s: too many errors, stopping\n",
-                            d->file ? d->file : "<input>");
+        ts__tile_buf_printf(&d->out, "%s: too many errors, stopping\n", file);
         d->stopped = true;
     }
 }

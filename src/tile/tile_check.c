@@ -437,6 +437,11 @@ static int expr_inner(chk *c, ts__tile_node *n) {
     case TN_STRING: return TT_STRING;
     case TN_NAME: {
         ts__tile_sym *s = lookup(c, n->name);
+        if (!s && ts__tile_dt_from_name(n->name) != TT_NONE) {
+            ERR(c, n->loc, "dtype '%s' is not a value (dtypes compare only in conditions resolved "
+                "when a template is instantiated)", n->name);
+            return TT_ERROR;
+        }
         if (!s) {
             ERR(c, n->loc, "unknown name '%s'", n->name);
             return TT_ERROR;
@@ -944,6 +949,10 @@ static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
 }
 
 /* ---- macros: expansion by substitution, locals renamed for hygiene ---- */
+/* The same substitution instantiates templates (tmpl): parameters are TN_TPARAM, arguments
+ * are literals or dtype names; nothing is renamed (a template's names are the instance's own),
+ * declaring a name of a template parameter is an error (first such declaration in shadow),
+ * and dtype positions naming a dtype parameter (`tile t: A[..]`, `cast<A>`) get the dtype. */
 
 typedef struct subst {
     ts__tile_node **params;
@@ -953,8 +962,27 @@ typedef struct subst {
     int nlocals;
     int id;
     bool overflow;
+    bool tmpl;
+    ts__tile_node *shadow;
     ts__tile_arena *a;
 } subst;
+
+static int tparam_of(const subst *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->params[i]->name, name)) return i;
+    return -1;
+}
+
+/* a declared name: renamed for a macro expansion; in a template, checked against the params */
+static const char *local_name(subst *s, ts__tile_node *decl, const char *name);
+
+static void subst_dtype(subst *s, ts__tile_node *n) {
+    if (!n->targ || n->dt != TT_NONE || (n->kind == TN_CALL && !strcmp(n->name, "reduce"))) return;
+    int i = tparam_of(s, n->targ);
+    if (i < 0 || s->params[i]->ival != TP_DTYPE || s->args[i]->kind != TN_NAME) return;
+    n->dt = ts__tile_dt_from_name(s->args[i]->name);
+    n->targ = n->kind == TN_CALL ? s->args[i]->name : NULL;
+}
 
 static const char *rename_local(subst *s, const char *name) {
     char buf[300];
@@ -968,12 +996,22 @@ static void declare_local(subst *s, const char *name) {
     else s->overflow = true;
 }
 
+static const char *local_name(subst *s, ts__tile_node *decl, const char *name) {
+    if (s->tmpl) {
+        if (!s->shadow && tparam_of(s, name) >= 0) s->shadow = decl;
+        return name;
+    }
+    declare_local(s, name);
+    return rename_local(s, name);
+}
+
 /* Substitute parameters and rename the macro's own locals, following its scopes: a name
  * means the innermost macro local declared before it, else the parameter, else whatever the
  * call site sees. */
 static ts__tile_node *apply_subst(subst *s, ts__tile_node *n) {
     if (!n) return NULL;
     int mark = s->nlocals;
+    if (s->tmpl) subst_dtype(s, n);
     switch (n->kind) {
     case TN_NAME:
         for (int i = s->nlocals - 1; i >= 0; i--)
@@ -982,7 +1020,13 @@ static ts__tile_node *apply_subst(subst *s, ts__tile_node *n) {
                 return n;
             }
         for (int i = 0; i < s->n; i++)
-            if (!strcmp(s->params[i]->name, n->name)) return ts__tile_clone(s->a, s->args[i]);
+            if (!strcmp(s->params[i]->name, n->name)) {
+                ts__tile_node *v = ts__tile_clone(s->a, s->args[i]);
+                /* a template argument is reported where the parameter is used */
+                if (v && s->tmpl) v->loc = n->loc;
+                if (v && s->tmpl && v->a) v->a->loc = n->loc;
+                return v ? v : n;
+            }
         return n;
     case TN_BLOCK:
         for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
@@ -991,17 +1035,14 @@ static ts__tile_node *apply_subst(subst *s, ts__tile_node *n) {
     case TN_LET: case TN_VAR: case TN_TILE:
         n->a = apply_subst(s, n->a);
         for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
-        declare_local(s, n->name);
-        n->name = rename_local(s, n->name);
+        n->name = local_name(s, n, n->name);
         return n;
     case TN_FOR: case TN_LAUNCH:
         n->a = n->kind == TN_FOR ? apply_subst(s, n->a) : n->a;
         if (n->kind == TN_LAUNCH)
             for (int32_t i = 0; i < n->nlist; i++) n->list[i] = apply_subst(s, n->list[i]);
-        for (int32_t i = 0; i < n->nlist2; i++) {
-            declare_local(s, n->list2[i]->name);
-            n->list2[i]->name = rename_local(s, n->list2[i]->name);
-        }
+        for (int32_t i = 0; i < n->nlist2; i++)
+            n->list2[i]->name = local_name(s, n->list2[i], n->list2[i]->name);
         if (n->kind == TN_FOR) n->b = apply_subst(s, n->b);
         else n->a = apply_subst(s, n->a);
         s->nlocals = mark;
@@ -1063,6 +1104,20 @@ static ts__tile_node *expansion_of(chk *c, ts__tile_node *call, const ts__tile_s
     body = apply_subst(s, body);
     *id = s->id, *overflow = s->overflow;
     return body;
+}
+
+/* A copy of template kernel tk (parameters and body) with args substituted for its template
+ * parameters; NULL when out of memory. *shadow: the first declaration of a template
+ * parameter's name, if any. */
+static ts__tile_node *instance_copy(chk *c, const ts__tile_node *tk, ts__tile_node **args, ts__tile_node **shadow) {
+    ts__tile_node *k = ts__tile_clone(c->a, tk);
+    subst *s = ts__tile_alloc(c->a, sizeof *s);
+    if (!k || !s) return NULL;
+    *s = (subst){.params = tk->list2, .args = args, .n = tk->nlist2, .tmpl = true, .a = c->a};
+    for (int32_t i = 0; i < k->nlist; i++) k->list[i] = apply_subst(s, k->list[i]);
+    k->a = apply_subst(s, k->a);
+    *shadow = s->shadow;
+    return k;
 }
 
 static void expand_macro(chk *c, ts__tile_node *st, ts__tile_node *call, ts__tile_sym *m) {
@@ -1508,13 +1563,298 @@ static void check_kernel(chk *c, ts__tile_node *kn, ts__tile_kernel *k) {
     pop_to(c, d0);
 }
 
+/* ---------------- templates ---------------- */
+
+/* Value of an expression made of literals and dtype names only (template arguments after
+ * substitution): CV_NONE when it is not such a constant. */
+enum { CV_NONE, CV_INT, CV_BOOL, CV_DTYPE };
+static int tconst(const ts__tile_node *n, int64_t *v, int depth) {
+    if (!n || depth > 4 * TS__TILE_MAX_DEPTH) return CV_NONE;
+    int64_t x, y;
+    switch (n->kind) {
+    case TN_INT: *v = n->ival; return CV_INT;
+    case TN_BOOL: *v = n->ival != 0; return CV_BOOL;
+    case TN_NAME: return (*v = ts__tile_dt_from_name(n->name)) != TT_NONE ? CV_DTYPE : CV_NONE;
+    case TN_UNARY: {
+        int k = tconst(n->a, &x, depth + 1);
+        if (n->op == TO_NOT && k == CV_BOOL) return *v = !x, CV_BOOL;
+        if (n->op == TO_NEG && k == CV_INT && x != INT64_MIN) return *v = -x, CV_INT;
+        if (n->op == TO_BNOT && k == CV_INT) return *v = ~x, CV_INT;
+        return CV_NONE;
+    }
+    case TN_BINARY: {
+        int kx = tconst(n->a, &x, depth + 1), ky = tconst(n->b, &y, depth + 1);
+        if (kx == CV_NONE || kx != ky) return CV_NONE;
+        switch (n->op) {
+        case TO_EQ: return *v = x == y, CV_BOOL;
+        case TO_NE: return *v = x != y, CV_BOOL;
+        default: break;
+        }
+        if (kx == CV_BOOL) {
+            if (n->op == TO_LAND) return *v = x && y, CV_BOOL;
+            if (n->op == TO_LOR) return *v = x || y, CV_BOOL;
+            return CV_NONE;
+        }
+        if (kx != CV_INT) return CV_NONE;
+        switch (n->op) {
+        case TO_LT: return *v = x < y, CV_BOOL;
+        case TO_LE: return *v = x <= y, CV_BOOL;
+        case TO_GT: return *v = x > y, CV_BOOL;
+        case TO_GE: return *v = x >= y, CV_BOOL;
+        case TO_ADD: return __builtin_add_overflow(x, y, v) ? CV_NONE : CV_INT;
+        case TO_SUB: return __builtin_sub_overflow(x, y, v) ? CV_NONE : CV_INT;
+        case TO_MUL: return __builtin_mul_overflow(x, y, v) ? CV_NONE : CV_INT;
+        case TO_DIV: return y == 0 || (x == INT64_MIN && y == -1) ? CV_NONE : (*v = x / y, CV_INT);
+        case TO_MOD: return y == 0 || (x == INT64_MIN && y == -1) ? CV_NONE : (*v = x % y, CV_INT);
+        default: return CV_NONE;
+        }
+    }
+    default: return CV_NONE;
+    }
+}
+
+/* Resolve, in the statements of blk and every block inside, each `if` whose condition is a
+ * constant bool: the statement is replaced by the taken branch's statements, spliced into
+ * the enclosing block (no scope of its own, like D's `static if`), or by nothing. */
+static bool resolve_static_ifs(chk *c, ts__tile_node *blk);
+
+static bool resolve_in(chk *c, ts__tile_node *st) {
+    if (!st) return true;
+    switch (st->kind) {
+    case TN_BLOCK: return resolve_static_ifs(c, st);
+    case TN_LAUNCH: return resolve_in(c, st->a);
+    case TN_FOR: case TN_WHILE: return resolve_in(c, st->b);
+    case TN_IF: {
+        if (!resolve_in(c, st->b)) return false;
+        if (st->c && st->c->kind == TN_IF) {
+            /* an `else if` chain whose later conditions are constant */
+            ts__tile_node *w = ts__tile_node_new(c->a, TN_BLOCK, st->c->loc);
+            ts__tile_node **l = ts__tile_alloc(c->a, sizeof *l);
+            if (!w || !l) return false;
+            l[0] = st->c;
+            w->list = l, w->nlist = 1;
+            if (!resolve_static_ifs(c, w)) return false;
+            st->c = w->nlist == 0 ? NULL : w->nlist == 1 && w->list[0] == l[0] ? w->list[0] : w;
+            return true;
+        }
+        return resolve_in(c, st->c);
+    }
+    default: return true;
+    }
+}
+
+static bool resolve_static_ifs(chk *c, ts__tile_node *blk) {
+    if (++c->rec > 4 * TS__TILE_MAX_DEPTH) {
+        c->rec--;
+        return true; /* the checker reports the depth */
+    }
+    bool ok = true;
+    int32_t n = 0, cap = blk->nlist + 8;
+    ts__tile_node **l = ts__tile_alloc(c->a, (size_t)cap * sizeof *l);
+    if (!l) ok = false;
+    for (int32_t i = 0; ok && i < blk->nlist; i++) {
+        ts__tile_node *st = blk->list[i];
+        int64_t v;
+        ts__tile_node *taken = NULL;
+        bool resolved = st->kind == TN_IF && tconst(st->a, &v, 0) == CV_BOOL;
+        if (resolved) {
+            taken = v ? st->b : st->c;
+            if (taken && taken->kind == TN_IF) {
+                ts__tile_node *w = ts__tile_node_new(c->a, TN_BLOCK, taken->loc);
+                ts__tile_node **one = ts__tile_alloc(c->a, sizeof *one);
+                if (!w || !one) {
+                    ok = false;
+                    break;
+                }
+                one[0] = taken;
+                w->list = one, w->nlist = 1;
+                taken = w;
+            }
+            if (taken && !(ok = resolve_static_ifs(c, taken))) break;
+        } else if (!(ok = resolve_in(c, st))) break;
+        int32_t add = resolved ? (taken ? taken->nlist : 0) : 1;
+        if (n + add > cap) {
+            int32_t ncap = 2 * (n + add);
+            ts__tile_node **nl = ts__tile_alloc(c->a, (size_t)ncap * sizeof *nl);
+            if (!nl) {
+                ok = false;
+                break;
+            }
+            memcpy(nl, l, (size_t)n * sizeof *nl);
+            l = nl, cap = ncap;
+        }
+        if (!resolved) l[n++] = st;
+        else
+            for (int32_t j = 0; j < add; j++) l[n++] = taken->list[j];
+    }
+    if (ok) blk->list = l, blk->nlist = n;
+    c->rec--;
+    return ok;
+}
+
+static const char *const k_tparam_kinds[] = {"a dtype", "an int", "a bool"};
+
+/* Registers template tk (a kernel with template parameters): nothing is checked or emitted
+ * until an instance names it. */
+static void declare_template(chk *c, ts__tile_node *tk) {
+    for (int32_t i = 0; i < tk->nlist2; i++) {
+        const char *pn = tk->list2[i]->name;
+        if (ts__tile_dt_from_name(pn) != TT_NONE || (pn[0] == '_' && pn[1] == '_')) {
+            ERR(c, tk->list2[i]->loc, "template parameter '%s' has the name of a dtype or a reserved name", pn);
+            return;
+        }
+        for (int32_t j = 0; j < i; j++)
+            if (!strcmp(tk->list2[i]->name, tk->list2[j]->name)) {
+                ERR(c, tk->list2[i]->loc, "template parameter '%s' redefined", tk->list2[i]->name);
+                return;
+            }
+        for (int32_t j = 0; j < tk->nlist; j++)
+            if (!strcmp(tk->list[j]->name, tk->list2[i]->name)) {
+                ERR(c, tk->list[j]->loc, "parameter '%s' has the name of a template parameter", tk->list[j]->name);
+                return;
+            }
+    }
+    ts__tile_sym *s = declare(c, SYM_TEMPLATE, tk->name, tk);
+    if (s) tk->sym = s;
+}
+
+/* The literal node of an integer template argument (negative values as `-k`, so that the
+ * printed IR re-parses to the same tree). */
+static ts__tile_node *int_node(chk *c, ts__tile_loc loc, int64_t v) {
+    ts__tile_node *n = ts__tile_node_new(c->a, TN_INT, loc);
+    if (!n || v >= 0) return n ? (n->ival = v, n) : NULL;
+    if (v == INT64_MIN) {
+        /* -(2^63 - 1) - 1 */
+        ts__tile_node *b = ts__tile_node_new(c->a, TN_BINARY, loc), *one = int_node(c, loc, 1);
+        if (!b || !one) return NULL;
+        b->op = TO_SUB, b->a = int_node(c, loc, -INT64_MAX), b->b = one;
+        return b->a ? b : NULL;
+    }
+    ts__tile_node *u = ts__tile_node_new(c->a, TN_UNARY, loc);
+    if (!u) return NULL;
+    n->ival = -v;
+    u->op = TO_NEG, u->a = n;
+    return u;
+}
+
+/* The kernel of `instance name = tmpl<args>`: arguments checked against the template's
+ * parameters, substituted, optional parameters and constant `if`s resolved. NULL after an
+ * error (or out of memory, reported). */
+static ts__tile_node *instantiate(chk *c, ts__tile_node *inst, const ts__tile_program *out) {
+    const char *tn = inst->a->name;
+    ts__tile_sym *ts = lookup(c, tn);
+    if (!ts || ts->kind != SYM_TEMPLATE) {
+        bool kern = false;
+        for (int j = 0; j < out->nkernels; j++) kern |= !strcmp(out->kernels[j].decl->name, tn);
+        if (kern) ERR(c, inst->a->loc, "'%s' is a kernel, not a template", tn);
+        else if (ts) ERR(c, inst->a->loc, "'%s' is not a template", tn);
+        else ERR(c, inst->a->loc, "unknown template '%s'", tn);
+        return NULL;
+    }
+    ts__tile_node *tk = ts->decl;
+    if (inst->nlist != tk->nlist2) {
+        ERR(c, inst->a->loc, "template '%s' takes %d argument%s, %d given", tn, (int)tk->nlist2,
+            tk->nlist2 == 1 ? "" : "s", (int)inst->nlist);
+        return NULL;
+    }
+    ts__tile_node **args = ts__tile_alloc(c->a, (size_t)(inst->nlist + 1) * sizeof *args);
+    if (!args) goto oom;
+    bool ok = true;
+    for (int32_t i = 0; i < inst->nlist; i++) {
+        ts__tile_node *p = tk->list2[i], *x = inst->list[i];
+        int kind = (int)p->ival;
+        bool is_dt = x->kind == TN_NAME && ts__tile_dt_from_name(x->name) != TT_NONE;
+        int64_t v = 0;
+        int kv = tconst(x, &v, 0);
+        if (kind == TP_DTYPE) {
+            if (is_dt) args[i] = x;
+            else if (kv == CV_INT || kv == CV_BOOL || cfold(c, x, &v))
+                ERR(c, x->loc, "template parameter '%s' of '%s' is a dtype, found %s", p->name, tn,
+                    kv == CV_BOOL ? "a bool" : "an integer");
+            else ERR(c, x->loc, "template parameter '%s' of '%s' needs a dtype name", p->name, tn);
+        } else if (is_dt) {
+            ERR(c, x->loc, "template parameter '%s' of '%s' is %s, found dtype '%s'", p->name, tn,
+                k_tparam_kinds[kind], x->name);
+        } else if (kind == TP_INT) {
+            if (kv == CV_BOOL) ERR(c, x->loc, "template parameter '%s' of '%s' is an int, found a bool", p->name, tn);
+            else if (!cfold(c, x, &v))
+                ERR(c, x->loc, "template parameter '%s' of '%s' needs a compile-time integer", p->name, tn);
+            else if (!(args[i] = int_node(c, x->loc, v))) goto oom;
+        } else {
+            if (kv == CV_BOOL) {
+                args[i] = ts__tile_node_new(c->a, TN_BOOL, x->loc);
+                if (!args[i]) goto oom;
+                args[i]->ival = v;
+            } else if (kv == CV_INT || cfold(c, x, &v))
+                ERR(c, x->loc, "template parameter '%s' of '%s' is a bool, found an integer", p->name, tn);
+            else ERR(c, x->loc, "template parameter '%s' of '%s' needs true or false", p->name, tn);
+        }
+        ok = ok && args[i];
+    }
+    if (!ok) return NULL;
+    /* from here on errors are in the template's text: each gets a note naming the instance
+     * (check_module clears it after checking the kernel) */
+    char note[600];
+    snprintf(note, sizeof note, "in instance '%s' of template '%s'", inst->name, tn);
+    c->d->note = ts__tile_strdup(c->a, note, strlen(note));
+    c->d->note_loc = inst->loc;
+    ts__tile_node *shadow = NULL, *k = instance_copy(c, tk, args, &shadow);
+    if (!k) goto oom;
+    if (shadow) {
+        ERR(c, shadow->loc, "'%s' has the name of a template parameter of '%s'", shadow->name, tn);
+        return NULL;
+    }
+    /* optional parameters: kept when their condition holds */
+    int32_t np = 0;
+    for (int32_t i = 0; i < k->nlist; i++) {
+        ts__tile_node *p = k->list[i];
+        int64_t v;
+        /* a dim or stride that was an int parameter must still be what the parser allows */
+        for (int32_t j = 0; j < p->nlist + p->nlist2; j++) {
+            ts__tile_node *dn = j < p->nlist ? p->list[j] : p->list2[j - p->nlist];
+            if (!(dn->kind == TN_INT && dn->ival >= 0) &&
+                !(dn->kind == TN_NAME && ts__tile_dt_from_name(dn->name) == TT_NONE)) {
+                ERR(c, dn->loc, "a %s of '%s' must be a name or an integer >= 0", j < p->nlist ? "dimension" : "stride",
+                    p->name);
+                ok = false;
+                break;
+            }
+        }
+        if (p->a) {
+            if (tconst(p->a, &v, 0) != CV_BOOL) {
+                ERR(c, p->a->loc, "the condition of parameter '%s' must be a constant bool "
+                    "(template parameters, literals, dtype comparisons)", p->name);
+                ok = false;
+                continue;
+            }
+            p->a = NULL;
+            if (!v) continue;
+        }
+        k->list[np++] = p;
+    }
+    k->nlist = np;
+    if (!ok) return NULL;
+    if (!resolve_static_ifs(c, k->a)) goto oom;
+    k->name = inst->name;
+    k->list2 = NULL;
+    k->nlist2 = 0;
+    return k;
+oom:
+    ERR(c, inst->loc, "program too large (compiler memory limit reached)");
+    return NULL;
+}
+
 static bool check_module(chk *c, ts__tile_node *m, ts__tile_program *out) {
     memset(out, 0, sizeof *out);
-    out->module = m;
+    /* the checked module: templates dropped, instances replaced by their kernels (the lowering
+     * rebuilds it with the kernels in this order) */
+    ts__tile_node *cm = ts__tile_node_new(c->a, TN_MODULE, m->loc);
+    if (cm) cm->list = ts__tile_alloc(c->a, (size_t)(m->nlist + 1) * sizeof *cm->list);
+    out->module = cm;
     int nk = 0;
-    for (int32_t i = 0; i < m->nlist; i++) nk += m->list[i]->kind == TN_KERNEL;
+    for (int32_t i = 0; i < m->nlist; i++) nk += m->list[i]->kind == TN_KERNEL || m->list[i]->kind == TN_INSTANCE;
     out->kernels = ts__tile_alloc(c->a, (size_t)(nk + 1) * sizeof *out->kernels);
-    if (!out->kernels) {
+    if (!out->kernels || !cm || !cm->list) {
         ERR(c, m->loc, "program too large (compiler memory limit reached)");
         return false;
     }
@@ -1541,14 +1881,27 @@ static bool check_module(chk *c, ts__tile_node *m, ts__tile_program *out) {
         } else if (it->kind == TN_MACRO) {
             ts__tile_sym *s = declare(c, SYM_MACRO, it->name, it);
             if (s) it->sym = s;
-        } else if (it->kind == TN_KERNEL) {
+        } else if (it->kind == TN_KERNEL && it->nlist2) {
+            declare_template(c, it);
+            continue;
+        } else if (it->kind == TN_KERNEL || it->kind == TN_INSTANCE) {
+            ts__tile_node *k = it;
             for (int32_t j = 0; j < out->nkernels; j++)
                 if (!strcmp(out->kernels[j].decl->name, it->name)) {
-                    ERR(c, it->loc, "kernel '%s' redefined", it->name);
+                    if (it->kind == TN_INSTANCE)
+                        ERR(c, it->loc, "instance '%s': a kernel named '%s' is already defined", it->name, it->name);
+                    else ERR(c, it->loc, "kernel '%s' redefined", it->name);
                     goto next;
                 }
-            check_kernel(c, it, &out->kernels[out->nkernels++]);
+            if (it->kind == TN_INSTANCE && !(k = instantiate(c, it, out))) {
+                c->d->note = NULL;
+                goto next;
+            }
+            check_kernel(c, k, &out->kernels[out->nkernels++]);
+            c->d->note = NULL;
+            it = k;
         }
+        cm->list[cm->nlist++] = it;
     next:;
     }
     out->consts = c->scope;

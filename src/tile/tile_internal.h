@@ -59,6 +59,10 @@ typedef struct ts__tile_diag {
     bool stopped; /* too many errors or a fatal one: later stages must not run */
     ts__tile_buf out; /* "file:line:col: error: msg\n<line>\n<caret>\n" ... */
     char first[512];  /* first message without location, for ts_last_error() */
+    /* While a template instance is checked: "in instance 'x' of template 'y'", printed as a
+     * note (with the instance's line and caret) after each error; NULL otherwise. */
+    const char *note;
+    ts__tile_loc note_loc;
 } ts__tile_diag;
 void ts__tile_error(ts__tile_diag *d, ts__tile_loc loc, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -91,6 +95,8 @@ int ts__tile_dt_to_ts(int dt);            /* ts_dtype code or -1 when no tensor 
 typedef enum ts__tile_kind {
     /* module level */
     TN_MODULE, TN_CONST, TN_KERNEL, TN_PARAM, TN_MACRO,
+    TN_TPARAM,   /* template parameter: name, ival = ts__tile_tparam_kind */
+    TN_INSTANCE, /* `instance name = tmpl<args>;`: name, a = TN_NAME of the template, list = args */
     /* statements */
     TN_LAUNCH, TN_BLOCK, TN_TILE, TN_LET, TN_VAR, TN_ASSIGN, TN_FOR, TN_IF, TN_WHILE,
     TN_CALLSTMT, TN_BREAK, TN_CONTINUE,
@@ -110,6 +116,8 @@ typedef enum ts__tile_op {
 } ts__tile_op;
 const char *ts__tile_op_str(int op);
 
+typedef enum ts__tile_tparam_kind { TP_DTYPE = 0, TP_INT, TP_BOOL } ts__tile_tparam_kind;
+
 typedef enum ts__tile_scope { TS_SCOPE_TILE = 0, TS_SCOPE_SHARED, TS_SCOPE_LOCAL } ts__tile_scope;
 
 typedef struct ts__tile_node ts__tile_node;
@@ -120,13 +128,15 @@ struct ts__tile_node {
     int dt;        /* TN_TILE/TN_VAR/TN_PARAM element dtype; TN_CALL template dtype */
     int scope;     /* TN_TILE: ts__tile_scope; TN_PARAM: 1 if tensor */
     const char *name;  /* identifiers, callee, kernel/const/macro name, string value */
-    const char *targ;  /* TN_CALL: template argument spelling (dtype or reduce op), or NULL */
+    const char *targ;  /* TN_CALL: template argument spelling (dtype or reduce op), or NULL;
+                        * TN_TILE/TN_VAR/TN_PARAM in a template: the name of a dtype template
+                        * parameter (then dt == TT_NONE until instantiation) */
     int64_t ival;      /* TN_INT, TN_BOOL */
     double fval;       /* TN_FLOAT */
     ts__tile_node *a, *b, *c;
     ts__tile_node **list;   /* args, statements, indices, params, dims */
     int32_t nlist;
-    ts__tile_node **list2;  /* kwargs, loop/grid variable names, strides, body */
+    ts__tile_node **list2;  /* kwargs, loop/grid variable names, strides, template params */
     int32_t nlist2;
     /* filled by the checker */
     int ty;                 /* value type of an expression */
@@ -154,7 +164,7 @@ ts__tile_node *ts__tile_parse(ts__tile_arena *a, ts__tile_diag *d);
 /* ---- symbols (checker) ---- */
 typedef enum ts__tile_symkind {
     SYM_CONST, SYM_DIM, SYM_STRIDE, SYM_SCALAR, SYM_TENSOR, SYM_TILE, SYM_LET, SYM_VAR,
-    SYM_LOOPVAR, SYM_GRIDVAR, SYM_MACRO
+    SYM_LOOPVAR, SYM_GRIDVAR, SYM_MACRO, SYM_TEMPLATE
 } ts__tile_symkind;
 
 typedef struct ts__tile_sym ts__tile_sym;
@@ -191,7 +201,7 @@ typedef struct ts__tile_kernel {
 } ts__tile_kernel;
 
 typedef struct ts__tile_program {
-    ts__tile_node *module;
+    ts__tile_node *module;   /* as checked: templates dropped, instances replaced by their kernels */
     ts__tile_kernel *kernels;
     int nkernels;
     ts__tile_sym *consts; /* module constants */

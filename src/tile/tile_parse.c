@@ -36,6 +36,8 @@ typedef struct parser {
     int32_t nt, pos;
     int depth;
     bool failed;
+    ts__tile_node **tparams; /* template parameters of the kernel being parsed (TN_TPARAM) */
+    int32_t ntparams;
 } parser;
 
 /* ---------------- lexer ---------------- */
@@ -591,8 +593,11 @@ static ts__tile_node *parse_expr(parser *P) { return parse_binary(P, 1); }
 
 static ts__tile_node *parse_block(parser *P);
 
-static int parse_dtype(parser *P) {
+/* A dtype name, or in a template the name of one of its dtype parameters: then TT_NONE with
+ * the parameter's name in *tname (substituted at instantiation). */
+static int parse_dtype(parser *P, const char **tname) {
     tok *t = cur(P);
+    *tname = NULL;
     if (t->kind != K_IDENT) {
         fail_at(P, t, "a dtype");
         return TT_NONE;
@@ -600,6 +605,13 @@ static int parse_dtype(parser *P) {
     char name[64];
     snprintf(name, sizeof name, "%.*s", t->len > 60 ? 60 : (int)t->len, P->src + t->off);
     int dt = ts__tile_dt_from_name(name);
+    for (int32_t i = 0; !dt && i < P->ntparams; i++)
+        if (P->tparams[i]->ival == TP_DTYPE && (size_t)t->len == strlen(P->tparams[i]->name) &&
+            !memcmp(P->tparams[i]->name, P->src + t->off, (size_t)t->len)) {
+            *tname = P->tparams[i]->name;
+            P->pos++;
+            return TT_NONE;
+        }
     if (!dt) {
         ts__tile_error(P->d, t->loc, "unknown dtype '%s'", name);
         P->failed = true;
@@ -657,7 +669,7 @@ static ts__tile_node *parse_stmt(parser *P) {
                                             : TS_SCOPE_LOCAL;
         n->name = ident(P, "a tile name");
         if (!expect(P, ":")) goto out;
-        n->dt = parse_dtype(P);
+        n->dt = parse_dtype(P, &n->targ);
         if (!expect(P, "[")) goto out;
         nlist dl = {0};
         for (;;) {
@@ -681,7 +693,7 @@ static ts__tile_node *parse_stmt(parser *P) {
         if (!n) goto out;
         n->name = ident(P, "a name");
         if (!expect(P, ":")) goto out;
-        n->dt = parse_dtype(P);
+        n->dt = parse_dtype(P, &n->targ);
         if (accept(P, "=")) n->a = parse_expr(P);
         expect(P, ";");
     } else if (is_kw(P, t, "for")) {
@@ -803,7 +815,7 @@ static ts__tile_node *parse_param(parser *P) {
         P->pos++;
         n->scope = 1;
         if (!expect(P, "<")) return NULL;
-        n->dt = parse_dtype(P);
+        n->dt = parse_dtype(P, &n->targ);
         if (!expect(P, ",") || !expect(P, "[")) return NULL;
         nlist dl = {0};
         for (;;) {
@@ -829,9 +841,68 @@ static ts__tile_node *parse_param(parser *P) {
         }
         if (!expect(P, ">")) return NULL;
     } else {
-        n->dt = parse_dtype(P);
+        n->dt = parse_dtype(P, &n->targ);
+    }
+    /* `x: T if COND`: an optional parameter (templates only; kept when COND holds) */
+    if (!P->failed && is_kw(P, cur(P), "if")) {
+        if (!P->ntparams) {
+            ts__tile_error(P->d, cur(P)->loc, "only parameters of a template can be conditional ('if')");
+            P->failed = true;
+            return NULL;
+        }
+        P->pos++;
+        n->a = parse_expr(P);
     }
     return P->failed ? NULL : n;
+}
+
+/* NAME ":" ( "dtype" | "int" | "bool" ) { "," ... } */
+static ts__tile_node **parse_template_params(parser *P, int32_t *count) {
+    nlist l = {0};
+    for (;;) {
+        tok *t = cur(P);
+        ts__tile_node *n = mk(P, TN_TPARAM, t->loc);
+        if (!n) break;
+        n->name = ident(P, "a template parameter name");
+        if (!n->name || !expect(P, ":")) break;
+        tok *k = cur(P);
+        if (is_ident(P, k, "dtype")) n->ival = TP_DTYPE;
+        else if (is_ident(P, k, "int")) n->ival = TP_INT;
+        else if (is_ident(P, k, "bool")) n->ival = TP_BOOL;
+        else {
+            fail_at(P, k, "a template parameter kind (dtype, int, bool)");
+            break;
+        }
+        P->pos++;
+        if (!push(P, &l, n)) break;
+        if (!accept(P, ",")) break;
+    }
+    return finish(P, &l, count);
+}
+
+/* "instance" NAME "=" NAME "<" targ { "," targ } ">" ";" with targ a unary expression (a dtype
+ * name, a literal, a constant, or a parenthesised expression: a bare '>' would end the list) */
+static ts__tile_node *parse_instance(parser *P) {
+    P->pos++; /* 'instance' */
+    tok *t = cur(P);
+    ts__tile_node *it = mk(P, TN_INSTANCE, t->loc);
+    if (!it) return NULL;
+    it->name = ident(P, "an instance name");
+    if (!expect(P, "=")) return NULL;
+    tok *tn = cur(P);
+    it->a = mk(P, TN_NAME, tn->loc);
+    if (!it->a) return NULL;
+    it->a->name = ident(P, "a template name");
+    if (!expect(P, "<")) return NULL;
+    nlist l = {0};
+    for (;;) {
+        if (!push(P, &l, parse_unary(P))) break;
+        if (!accept(P, ",")) break;
+    }
+    it->list = finish(P, &l, &it->nlist);
+    if (!expect(P, ">")) return NULL;
+    expect(P, ";");
+    return P->failed ? NULL : it;
 }
 
 static ts__tile_node *parse_module(parser *P) {
@@ -855,6 +926,13 @@ static ts__tile_node *parse_module(parser *P) {
             it = mk(P, kern ? TN_KERNEL : TN_MACRO, t->loc);
             if (!it) break;
             it->name = ident(P, kern ? "a kernel name" : "a macro name");
+            if (kern && is_p(cur(P), "<")) {
+                P->pos++;
+                it->list2 = parse_template_params(P, &it->nlist2);
+                if (!expect(P, ">")) break;
+                P->tparams = it->list2;
+                P->ntparams = it->nlist2;
+            }
             if (!expect(P, "(")) break;
             if (!is_p(cur(P), ")")) {
                 if (kern) {
@@ -870,8 +948,12 @@ static ts__tile_node *parse_module(parser *P) {
             }
             if (!expect(P, ")")) break;
             it->a = parse_block(P);
+            P->tparams = NULL;
+            P->ntparams = 0;
+        } else if (is_ident(P, t, "instance")) {
+            it = parse_instance(P);
         } else {
-            fail_at(P, t, "'kernel', 'macro' or 'const'");
+            fail_at(P, t, "'kernel', 'macro', 'const' or 'instance'");
             break;
         }
         if (P->failed || !push(P, &items, it)) break;
