@@ -14,51 +14,18 @@
 #include "bench.h"
 #include "core/internal.h"
 #include "tilestack/kernels.h"
+#include "tilestack/numerics.h"
 #include "tilestack/tile.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* The AOT kernel's source (src/kernels/per_token_cast.tile, comments dropped): the CLI may run
- * far from the source tree. */
-static const char k_ptc_src[] =
-    "const G = 128;\n"
-    "const BT = 4;\n"
-    "kernel per_token_cast_e4m3(x: tensor<bf16, [T, H]>, out: tensor<e4m3, [T, H]>,\n"
-    "                           sf: tensor<f32, [T, NG]>, use_ue8m0: bool) {\n"
-    "    check(NG == ceildiv(H, G), \"sf must have ceil(H / 128) columns\");\n"
-    "    launch (ceildiv(T, BT), NG) as (bt, g) {\n"
-    "        tile xt: f32[BT, G];\n"
-    "        tile ab: u32[BT, G];\n"
-    "        tile amax: u32[BT];\n"
-    "        tile s: f32[BT];\n"
-    "        tile inv: f32[BT];\n"
-    "        tile q: e4m3[BT, G];\n"
-    "        copy(x[bt * BT, g * G], xt);\n"
-    "        for i, j in parallel(BT, G) {\n"
-    "            ab[i, j] = bitcast<u32>(xt[i, j]) & 0x7fffffff;\n"
-    "        }\n"
-    "        reduce<max>(ab, amax, axis=1);\n"
-    "        for i in parallel(BT) {\n"
-    "            let a = amax[i];\n"
-    "            let scaled = max(bitcast<f32>(a), 1e-4) * (1.0 / 448.0);\n"
-    "            let sc = select(a > 0x7f800000, bitcast<f32>(cast<u32>(0x7fffffff)), scaled);\n"
-    "            let b = bitcast<u32>(sc) & 0x7fffffff;\n"
-    "            let e = (b >> 23) + select((b & 0x7fffff) != 0, cast<u32>(1), cast<u32>(0));\n"
-    "            let p2 = bitcast<f32>(clamp(e, cast<u32>(1), cast<u32>(254)) << 23);\n"
-    "            s[i] = select(use_ue8m0, p2, sc);\n"
-    "            inv[i] = 1.0 / s[i];\n"
-    "        }\n"
-    "        for i, j in parallel(BT, G) {\n"
-    "            let p = xt[i, j] * inv[i];\n"
-    "            q[i, j] = select(isnan(p), bitcast<f32>(cast<u32>(0x7fc00000)), p);\n"
-    "        }\n"
-    "        copy(q, out[bt * BT, g * G]);\n"
-    "        copy(s, sf[bt * BT:bt * BT + BT, g]);\n"
-    "    }\n"
-    "}\n";
+/* The AOT kernel's source, src/kernels/per_token_cast.tile, embedded by the build
+ * (cmake/embed_text.cmake): the CLI may run far from the source tree. */
+extern const char ts__bench_ptc_source[];
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
@@ -81,7 +48,7 @@ static int jit_rows(const ts__bench_opts *opts, const char *filter, ts_tile_kern
     const int ncold = opts->quick ? 3 : 5, nhit = opts->quick ? 10 : 30;
     double cold[5], hit[30];
     int failures = 0;
-    const size_t n = sizeof k_ptc_src + 64;
+    const size_t n = strlen(ts__bench_ptc_source) + 65;
     char *src = malloc(n);
     if (!src) return 1;
     ts__bench_row row = {.suite = "kernels", .shape = "per_token_cast", .dtype = "-", .threads = 1};
@@ -92,7 +59,7 @@ static int jit_rows(const ts__bench_opts *opts, const char *filter, ts_tile_kern
             failures++;
             break;
         }
-        snprintf(src, n, "// cold %d %ld %d\n%s", (int)getpid(), (long)(ts__now_s() * 1e6), i, k_ptc_src);
+        snprintf(src, n, "// cold %d %ld %d\n%s", (int)getpid(), (long)(ts__now_s() * 1e6), i, ts__bench_ptc_source);
         ts_tile_options o = {.cache_dir = dir};
         ts_tile_kernel *k = NULL;
         double t0 = ts__now_s();
@@ -196,18 +163,29 @@ static int ptc_rows(const ts__bench_opts *opts, const char *filter, const ts_til
         ts__aligned_free(x), ts__aligned_free(q), ts__aligned_free(sf), ts__aligned_free(mbuf);
         return 1;
     }
-    ts__bench_rng r = {0x9E3779B97F4A7C15ull};
-    for (int64_t i = 0; i < maxe; i++) {
-        /* |x| ~ 2^-8 .. 2^8: realistic activations */
-        uint64_t v = ts__bench_rng_next(&r);
-        x[i] = (uint16_t)(((v >> 16) & 0x8000) | ((119 + (v % 16)) << 7) | (v >> 40 & 0x7F));
-    }
     memset(q, 0, (size_t)maxe);
     memset(mbuf, 1, (size_t)maxe * 3);
-    for (int si = 0; si < nshapes; si++) {
+    /* Two input distributions, because both casts pick their encoder per block from its |x|
+     * range: "wide", |x| log-uniform over 2^-8 .. 2^8 inside every block (most blocks have
+     * codes in the e4m3 subnormal range: the general encoder), and "gauss", N(0, 1) values
+     * (blocks whose products are all e4m3 normals: the short encoder). */
+    for (int dist = 0; dist < 2; dist++) {
+    ts__bench_rng r = {0x9E3779B97F4A7C15ull};
+    for (int64_t i = 0; i < maxe; i++) {
+        uint64_t v = ts__bench_rng_next(&r);
+        if (dist == 0) {
+            x[i] = (uint16_t)(((v >> 16) & 0x8000) | ((119 + (v % 16)) << 7) | (v >> 40 & 0x7F));
+            continue;
+        }
+        /* Box-Muller on two 26-bit uniforms in (0, 1) */
+        double u1 = ((double)(v >> 38) + 0.5) / 67108864.0, u2 = ((double)(v & 0x3FFFFFF) + 0.5) / 67108864.0;
+        x[i] = ts_f32_to_bf16((float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2)));
+    }
+    const char *dname = dist ? " gauss" : " wide";
+    for (int si = 0; si < (dist ? 2 : nshapes); si++) {
         const int64_t t = shapes[si][0], h = shapes[si][1], ng = h / 128;
-        char shape[32];
-        snprintf(shape, sizeof shape, "%lldx%lld", (long long)t, (long long)h);
+        char shape[48];
+        snprintf(shape, sizeof shape, "%lldx%lld%s", (long long)t, (long long)h, dname);
         ptc_ctx c = {.x = ts_tensor_2d(x, TS_BF16, t, h), .q = ts_tensor_2d(q, TS_E4M3, t, h),
                      .sf = ts_tensor_2d(sf, TS_F32, t, ng), .jit = jit};
         /* read bf16, write e4m3 + scales */
@@ -248,6 +226,7 @@ static int ptc_rows(const ts__bench_opts *opts, const char *filter, const ts_til
                 ts__bench_report(opts, &row);
             }
         }
+    }
     }
     ts__aligned_free(x), ts__aligned_free(q), ts__aligned_free(sf), ts__aligned_free(mbuf);
     return failures;

@@ -1972,6 +1972,9 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         st(e, e->rf.f[r].var, L + 1);
         vreg(e, e->rf.f[r].k, VS_AFF, sdup("INT64_C(0)"));
     }
+    /* the row: head, vector loops, tail (written into `row`, see below) */
+    ts__tile_buf *rowout = e->o, row = {0};
+    e->o = &row;
     scalar_loop(e, bd, hoisted, J, "0", lo, L + 1);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
     for (int r = 0; r < e->rf.n; r++) {
@@ -2016,6 +2019,23 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
             ts__tile_buf_free(&av);
         }
     scalar_loop(e, bd, hoisted, J, e->vjname, hi, L + 1);
+    e->o = rowout;
+    /* A row entirely in range (the common case) runs the same text with the range as
+     * constants: the C compiler then unrolls the vector loops and drops the head and tail
+     * loops, which on short rows (a 128-channel group) cost as much as the vector work. */
+    int64_t cext;
+    const bool twice = lit_int(it->list[nv - 1], &cext) && cext >= 16 && cext <= 1024;
+    if (twice) {
+        ind(e, L + 1), ts__tile_buf_printf(e->o, "if (lo_%d == 0 && hi_%d == e%s) {\n", id, id, J);
+        ind(e, L + 2), ts__tile_buf_printf(e->o, "const int64_t lo_%d = 0, hi_%d = %lld; (void)lo_%d; (void)hi_%d;\n", id, id,
+                                           (long long)cext, id, id);
+        ts__tile_buf_puts(e->o, row.data ? row.data : "");
+        ind(e, L + 1), ts__tile_buf_puts(e->o, "} else {\n");
+    }
+    ts__tile_buf_puts(e->o, row.data ? row.data : "");
+    if (twice) ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
+    if (row.oom) e->o->oom = true;
+    ts__tile_buf_free(&row);
     for (int r = 0; r < e->rf.n; r++) st(e, e->rf.f[r].store, L + 1);
     ind(e, L), ts__tile_buf_puts(e->o, "}\n");
     for (int32_t i = nv - 2; i >= 0; i--) ind(e, lv + 1 + i), ts__tile_buf_puts(e->o, "}\n");
