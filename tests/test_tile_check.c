@@ -160,6 +160,13 @@ TS_TEST(tile_check_copy_region_mismatch) {
                  TT_KERNEL("        tile t: f32[4];\n        copy(x[b, 0:8], t);\n"),
                  "t.tile:4:15: error: copy() region extents [1, 8] do not match tile 't' of shape [4]");
 }
+TS_TEST(tile_check_copy_run_must_fill_the_tile) {
+    /* a run along the last dim fills a 2-D tile row-major only when its length is the tile's
+     * element count; two extents > 1 cannot be reshaped */
+    expect_first(ts_t_,
+                 TT_KERNEL("        tile t: f32[2, 4];\n        copy(x[b, 0:6], t);\n"),
+                 "t.tile:4:15: error: copy() region extents [1, 6] do not match tile 't' of shape [2, 4]");
+}
 TS_TEST(tile_check_copy_slice_not_constant) {
     expect_first(ts_t_,
                  TT_KERNEL("        tile t: f32[4];\n        copy(x[b, 0:M], t);\n"),

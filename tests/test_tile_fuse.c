@@ -201,3 +201,36 @@ TS_TEST(tile_fuse_chain_of_producers) {
     }
     free(f);
 }
+
+/* An `assume` about the stored value travels with it: restated, for the consumer's indices,
+ * just before the statement that reads it (where the emitter's e4m3 fact matching sees it);
+ * a fact that reads something the value does not stays behind. */
+TS_TEST(tile_fuse_carries_facts) {
+    static const char src[] =
+        "kernel k(x: tensor<f32, [N, 64]>, y: tensor<e4m3, [N, 64]>, z: tensor<f32, [N, 64]>) {\n"
+        "    launch (N) as (b) {\n"
+        "        tile t: f32[1, 64];\n"
+        "        tile w: f32[1, 64];\n"
+        "        tile q: e4m3[1, 64];\n"
+        "        copy(x[b, 0], t);\n"
+        "        copy(z[b, 0], w);\n"
+        "        for i, j in parallel(1, 64) {\n"
+        "            let p = select(abs(t[i, j]) >= 0.5, t[i, j], 0.0);\n"
+        "            assume(p == 0.0 || abs(p) >= 0.25);\n"
+        "            assume(w[i, j] > 0.0);\n"
+        "            q[i, j] = p;\n"
+        "        }\n"
+        "        copy(q, y[b, 0]);\n"
+        "    }\n"
+        "}\n";
+    char *f = ir_of(src, true);
+    TS_CHECK(f);
+    if (f) {
+        TS_CHECK(!strstr(f, "q[i, j] ="));
+        const char *fact = strstr(f, "assume(select(abs(t[__i3_0, __i3_1]) >= 0.5, t[__i3_0, __i3_1], 0.0) == 0.0 || ");
+        const char *store = strstr(f, "y[__g3_0, __g3_1] = cast<e4m3>(select(");
+        TS_CHECK_MSG(fact && store && fact < store, "fused IR:\n%s", f);
+        TS_CHECK(!strstr(f, "assume(w[__i3_0"));
+    }
+    free(f);
+}
