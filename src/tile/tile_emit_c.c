@@ -45,6 +45,7 @@ typedef struct em {
     const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
     bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
+    const ts__tile_node *defbf[8], *defbfs[8]; /* such a value as bf16 element * scalar */
     const ts__tile_node *nzv[8]; /* values with that fact in the current vector body */
     int nnz;
     /* bounds tests of a vector loop that do not change from row to row (the outer dims) are
@@ -1310,6 +1311,18 @@ static bool then_only(const em *e, const ts__tile_node *n) {
  * else codes in 32-bit lanes) and copy 0 records the address; vec_parallel packs and stores. */
 static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
     const ts__tile_sym *s = n->a->a->sym;
+    if (e->defbf[k]) { /* copy 0 records the store's, the bf16 run's and the scalar's addresses */
+        if (e->defu) return;
+        char *p = contig_addr(e, n->a), *x = contig_addr(e, e->defbf[k]), *f = ex_str(e, e->defbfs[k], TT_F32);
+        if (!p || !x) e->vfail = true;
+        else {
+            ind(e, lv), ts__tile_buf_printf(e->o, "na%d_%d = %s;\n", e->defid, k, p);
+            ind(e, lv), ts__tile_buf_printf(e->o, "nb%d_%d = %s;\n", e->defid, k, x);
+            ind(e, lv), ts__tile_buf_printf(e->o, "ns%d_%d = %s;\n", e->defid, k, f);
+        }
+        free(p), free(x), free(f);
+        return;
+    }
     char *x = vex(e, e->defval[k], e->defe4m3[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
     if (e->defe4m3[k]) v = x, x = NULL;
     else if (s->dt == TT_E5M2) v = sfmt("ts__tv_f32_to_e5m2_w(%s)", x);
@@ -1713,6 +1726,20 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     e->defnz[e->ndef] = false;
     for (int q = 0; d->dt == TT_E4M3 && q < e->nnz; q++)
         if (eq_shift(e->nzv[q], v, NULL, 0)) e->defnz[e->ndef] = true;
+    /* x[..., j + b] * s with x bf16 and s the same for every lane: the packed store computes
+     * the products itself from the raw bf16 (ts__tv_st_e4m3x32_nz_bf16) */
+    e->defbf[e->ndef] = e->defbfs[e->ndef] = NULL;
+    if (e->defnz[e->ndef] && v->kind == TN_BINARY && v->op == TO_MUL)
+        for (int side = 0; side < 2; side++) {
+            const ts__tile_node *x = side ? v->b : v->a, *k = side ? v->a : v->b;
+            if (x->kind != TN_INDEX || !x->a->sym || ((const ts__tile_sym *)x->a->sym)->dt != TT_BF16 ||
+                natural(k->ty) != TT_F32 || dep(e, k))
+                continue;
+            char *addr = contig_addr(e, x);
+            if (addr) e->defbf[e->ndef] = x, e->defbfs[e->ndef] = k;
+            free(addr);
+            if (addr) break;
+        }
     e->defval[e->ndef] = v;
     e->defv[e->ndef++] = s;
 }
@@ -1852,6 +1879,12 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
     ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
     for (int k = 0; k < e->ndef; k++) {
+        if (e->defbf[k]) {
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "const uint16_t *nb%d_%d = NULL;\n", id, k);
+            ind(e, lv + 1), ts__tile_buf_printf(e->o, "float ns%d_%d = 0.0f;\n", id, k);
+            continue;
+        }
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tv_%s nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3;\n",
                                             e->defe4m3[k] ? "f32" : "u32", id, k, id, k, id, k, id, k);
@@ -1868,6 +1901,10 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     e->defu = -1;
     for (int k = 0; k < e->ndef; k++) {
         ind(e, lv + 1);
+        if (e->defbf[k]) {
+            ts__tile_buf_printf(e->o, "ts__tv_st_e4m3x32_nz_bf16(na%d_%d, nb%d_%d, ns%d_%d);\n", id, k, id, k, id, k);
+            continue;
+        }
         ts__tile_buf_printf(e->o, "ts__tv_st_%s(na%d_%d, nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3);\n",
                             e->defnz[k] ? "e4m3x32_nz" : e->defe4m3[k] ? "e4m3x32" : "u8x32", id, k, id, k, id, k, id,
                             k, id, k);

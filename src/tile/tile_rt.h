@@ -829,6 +829,40 @@ TS__TV_INL void ts__tv_st_e4m3x32_nz(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__
     memcpy(p, v, 32);
 #endif
 }
+/* The same store of the 32 products x[l] * k, x raw bf16 (the e4m3 cast's usual shape), the
+ * hand-written cast's way: |x| masked on the 16-bit patterns, widened by interleaving with
+ * zero (which puts |x| in the high half, and whose lane order the packs undo), multiplied by
+ * |k|, normal-range rounding; the sign bytes from the raw bf16 patterns (signed-saturating
+ * pack: bit 7 of each), flipped when k is negative. |x * k| is |x| * |k| exactly and its sign
+ * is their signs' xor, so these are the codes of the products wherever they are zero or at
+ * least 2^-6 (inf included; NaN products are outside the fact). */
+TS__TV_INL void ts__tv_st_e4m3x32_nz_bf16(void *p, const uint16_t *x, float k) {
+#if defined(__AVX2__)
+    const __m256i mask = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i kr = _mm256_set1_epi32((int)(0x7FFFFu - (960u << 20))), c7f = _mm256_set1_epi16(0x7F);
+    const __m256 vk = _mm256_set1_ps(fabsf(k));
+    __m256i r[2] = {_mm256_loadu_si256((const __m256i *)x), _mm256_loadu_si256((const __m256i *)(x + 16))}, h[2];
+    for (int u = 0; u < 2; u++) {
+        __m256i ra = _mm256_and_si256(r[u], mask), m[2];
+        for (int w = 0; w < 2; w++) {
+            __m256 a = _mm256_castsi256_ps(w ? _mm256_unpackhi_epi16(zero, ra) : _mm256_unpacklo_epi16(zero, ra));
+            __m256i b = _mm256_castps_si256(_mm256_mul_ps(a, vk));
+            __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 20), one);
+            m[w] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(b, lsb), kr), 20);
+        }
+        h[u] = _mm256_min_epi16(_mm256_packs_epi32(m[0], m[1]), c7f);
+    }
+    /* bit 7 of each byte: the bf16 sign, xor k's */
+    __m256i sg = _mm256_xor_si256(_mm256_packs_epi16(r[0], r[1]), _mm256_set1_epi8(signbit(k) ? (char)0x80 : 0));
+    __m256i c = _mm256_or_si256(_mm256_packus_epi16(h[0], h[1]), _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
+    c = _mm256_permute4x64_epi64(c, 0xD8);
+    memcpy(p, &c, 32);
+#else
+    ts__tv_f32 v[4];
+    for (int u = 0; u < 4; u++) v[u] = ts__tv_bf16_to_f32(ts__tv_ld_u16(x + 8 * u)) * ts__tv_splat_f32(k);
+    ts__tv_st_e4m3x32_nz(p, v[0], v[1], v[2], v[3]);
+#endif
+}
 /* ts_f32_to_e4m3 of 32 values: the same codes as four ts__tv_f32_to_e4m3. With AVX2 the raw
  * magnitudes (non-negative, <= 0x440) are packed with signed saturation, which is the clamp
  * to 0x7F, and the raw f32 bits the same way, which leaves each sign in bit 7. */
