@@ -2033,6 +2033,8 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     e->o = outer;
     if (!e->vfail && !body8.oom && body8.data) vec_wide16(e, body8.data, id, L + 1);
     if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
+    /* loop control is a large share of a short 8-lane body: let the C compiler unroll it */
+    ind(e, L + 1), ts__tile_buf_puts(e->o, "_Pragma(\"GCC unroll 4\")\n");
     ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
     ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
     if (body8.oom) e->o->oom = true;

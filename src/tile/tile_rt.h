@@ -716,12 +716,13 @@ TS__TV_INL ts__tv_u32 ts__tv_widen_u8(ts__tv_u8 v) {
 
 /* ---- narrow float formats: lane-wise twins of the scalar conversions of numerics ---- */
 TS__TV_INL ts__tv_f32 ts__tv_bf16_to_f32(ts__tv_u16 h) { return (ts__tv_f32)(ts__tv_widen_u16(h) << 16); }
+/* RNE on the f32 bits; a NaN is first replaced by the quiet NaN of its sign (0x7FC00000 |
+ * sign), which the rounding add leaves as sign | 0x7FC0: one compare and one blend instead of
+ * a second result to select from */
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x;
-    ts__tv_i32 nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-    ts__tv_u32 q = ((u >> 16) & 0x8000u) | 0x7FC0u;
+    u = (ts__tv_u32)ts__tv_blend32((ts__tv_i32)((u & 0x80000000u) | 0x7FC00000u), (ts__tv_i32)u, TS__TV_MASK(x != x));
     ts__tv_u32 r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    r = (ts__tv_u32)(((ts__tv_i32)q & nan) | ((ts__tv_i32)r & ~nan));
     return ts__tv_narrow_u16(r);
 }
 /* rne_mag of convert_scalar.c: RNE magnitude code of a finite |x| (bits a) with mbits mantissa
