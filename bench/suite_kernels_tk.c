@@ -20,6 +20,11 @@
  *   cast_back_fp4       e2m1x2 + 1 x 32 f32 scales -> bf16                TH/2 + TH/8 + 2TH
  *   batched_transpose   bf16 [1, T, H] -> [1, H, T]                       4TH
  *   channel_cast+transp bf16 -> e4m3 [H, T], 128-token scales             3TH
+ *   per_token_cast sf_only      bf16 -> f32 scales per 128 (round_sf)     2TH + T*H/32
+ *   per_token_cast precomputed  bf16 + f32 scales per 128 -> e4m3          2TH + T*H/32 + TH
+ *   channel_cast_fused gather   P = T rows gathered (1/8 of them -1) from bf16 x -> e4m3,
+ *                               128-row scales                            2TH + 4T + TH + 4*ceil(T/128)*H
+ *   channel_cast_fused e4m3     e4m3 + 1 x 128 f32 scales -> e4m3          TH + T*H/32 + TH + 4*ceil(T/128)*H
  * Rows are named "tk <kernel>"; TS_BENCH_FILTER selects by "name shape" substring. */
 #include "bench.h"
 #include "core/internal.h"
@@ -29,17 +34,21 @@
 #include <string.h>
 
 enum { K_SWIGLU, K_RMS, K_EXPAND, K_REDUCE, K_EXP_MHC, K_APPLY, K_POST, K_BLOCK, K_BACK,
-       K_FP4, K_REQ, K_LOSSLESS, K_E5M6, K_BACK_E5M6, K_BACK_FP4, K_TRANSPOSE, K_PCCT, K_COUNT };
+       K_FP4, K_REQ, K_LOSSLESS, K_E5M6, K_BACK_E5M6, K_BACK_FP4, K_TRANSPOSE, K_PCCT,
+       K_SF_ONLY, K_PRE_SF, K_PCCF_GATHER, K_PCCF_E4M3, K_COUNT };
 
 static const char *const k_names[K_COUNT] = {
     "tk swiglu+cast",    "tk rmsnorm+cast", "tk expand_to_fused", "tk reduce_fused", "tk expand_to_mhc",
     "tk mhc_pre_apply_mix", "tk mhc_post",  "tk per_block_cast",  "tk cast_back",
     "tk per_token_cast fp4", "tk requant e4m3->fp4", "tk block_cast_lossless", "tk cast_to_e5m6",
-    "tk cast_back_e5m6", "tk cast_back_fp4", "tk batched_transpose", "tk channel_cast+transpose"};
+    "tk cast_back_e5m6", "tk cast_back_fp4", "tk batched_transpose", "tk channel_cast+transpose",
+    "tk per_token_cast sf_only", "tk per_token_cast precomputed_sf", "tk channel_cast_fused gather",
+    "tk channel_cast_fused e4m3"};
 static const char *const k_dtypes[K_COUNT] = {"bf16->e4m3", "bf16->e4m3", "bf16", "bf16", "bf16",
                                               "bf16",       "bf16",       "bf16->e4m3", "e4m3->bf16",
                                               "bf16->fp4", "e4m3->fp4", "fp4->e4m3", "bf16->e5m6",
-                                              "e5m6->bf16", "fp4->bf16", "bf16", "bf16->e4m3"};
+                                              "e5m6->bf16", "fp4->bf16", "bf16", "bf16->e4m3",
+                                              "bf16->sf", "bf16->e4m3", "bf16->e4m3", "e4m3->e4m3"};
 
 typedef struct tk_ctx {
     int which;
@@ -69,6 +78,10 @@ static ts_status run_tk(void *p) {
     case K_BACK_FP4: return ts_cast_back_fp4(&t[0], &t[1], &t[2], 1, 32);
     case K_TRANSPOSE: return ts_batched_transpose(&t[0], &t[1]);
     case K_PCCT: return ts_per_channel_cast_and_transpose(&t[0], &t[1], &t[2], 128, true);
+    case K_SF_ONLY: return ts_per_token_cast_bf16_to_e4m3_sf_only(&t[0], &t[1], 128, true);
+    case K_PRE_SF: return ts_per_token_cast_bf16_to_e4m3_precomputed_sf(&t[0], &t[1], &t[2], 128);
+    case K_PCCF_GATHER: return ts_per_channel_cast_fused_bf16_gather(&t[0], &t[1], &t[2], &t[3], true);
+    case K_PCCF_E4M3: return ts_per_channel_cast_fused_e4m3(&t[0], &t[1], &t[2], &t[3], true);
     default: return ts_cast_back(&t[0], &t[1], &t[2], 1, 128);
     }
 }
@@ -116,6 +129,7 @@ int ts__suite_kernels_tk(const ts__bench_opts *opts, const char *filter, const i
         case K_POST: sz[0] = (size_t)e * 2, sz[1] = (size_t)e * 8, sz[2] = (size_t)e * 8, sz[3] = (size_t)TM * 80; break;
         case K_BLOCK: sz[0] = (size_t)e * 2, sz[1] = (size_t)e, sz[2] = (size_t)(TM / 128 + 1) * 56 * 4; break;
         case K_FP4: case K_REQ: case K_LOSSLESS: case K_E5M6: case K_BACK_E5M6: case K_BACK_FP4: case K_TRANSPOSE: case K_PCCT:
+        case K_SF_ONLY: case K_PRE_SF: case K_PCCF_GATHER: case K_PCCF_E4M3:
             sz[0] = (size_t)e * 2, sz[1] = (size_t)e * 2, sz[2] = (size_t)TM * (HM / 16) * 4, sz[3] = (size_t)TM * (HM / 16) * 4;
             break;
         default: sz[0] = (size_t)e, sz[1] = (size_t)TM * 56 * 4, sz[2] = (size_t)e * 2; break;
@@ -257,6 +271,36 @@ int ts__suite_kernels_tk(const ts__bench_opts *opts, const char *filter, const i
                 t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[1], TS_E4M3, H, T);
                 t[2] = ts_tensor_2d(b[2], TS_F32, (T + 127) / 128, H);
                 bytes = 3.0 * (double)(T * H) + 4.0 * (double)((T + 127) / 128 * H);
+                break;
+            case K_SF_ONLY:
+                fill_bf16(b[0], T * H);
+                t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[2], TS_F32, T, ng);
+                bytes = 2.0 * (double)(T * H) + 4.0 * (double)(T * ng);
+                break;
+            case K_PRE_SF:
+                fill_bf16(b[0], T * H);
+                t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_2d(b[2], TS_F32, T, ng);
+                t[2] = ts_tensor_2d(b[1], TS_E4M3, T, H);
+                /* the scales the cast itself would use */
+                if (ts_per_token_cast_bf16_to_e4m3_sf_only(&t[0], &t[1], 128, true) != TS_OK) failures++;
+                bytes = 2.0 * (double)(T * H) + 4.0 * (double)(T * ng) + (double)(T * H);
+                break;
+            case K_PCCF_GATHER: {
+                int32_t *pt = (int32_t *)b[3];
+                fill_bf16(b[0], T * H);
+                for (int64_t p = 0; p < T; p++) pt[p] = p % 8 == 5 ? -1 : (int32_t)((p * 7919) % T);
+                t[0] = ts_tensor_2d(b[0], TS_BF16, T, H), t[1] = ts_tensor_1d(pt, TS_I32, T);
+                t[2] = ts_tensor_2d(b[1], TS_E4M3, T, H), t[3] = ts_tensor_2d(b[2], TS_F32, (T + 127) / 128, H);
+                bytes = 2.0 * (double)(T * H) + 4.0 * (double)T + (double)(T * H) + 4.0 * (double)((T + 127) / 128 * H);
+                break;
+            }
+            case K_PCCF_E4M3:
+                fill_bf16(b[1], T * H / 2); /* e4m3 codes from bf16 bytes */
+                memcpy(b[0], b[1], (size_t)(T * H));
+                fill_f32(b[3], T * ng, 0.01f);
+                t[0] = ts_tensor_2d(b[0], TS_E4M3, T, H), t[1] = ts_tensor_2d(b[3], TS_F32, T, ng);
+                t[2] = ts_tensor_2d(b[1], TS_E4M3, T, H), t[3] = ts_tensor_2d(b[2], TS_F32, (T + 127) / 128, H);
+                bytes = 2.0 * (double)(T * H) + 4.0 * (double)(T * ng) + 4.0 * (double)((T + 127) / 128 * H);
                 break;
             default:
                 fill_bf16(b[2], T * H / 2); /* any bytes are e4m3 codes; NaN codes just propagate */
