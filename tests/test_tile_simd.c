@@ -776,6 +776,7 @@ TS_TEST(tile_simd_what_is_vectorised) {
             "ts__tv_hmax_u16(vacc_",           /* lanes folded by halving */
             "== 0 && hi_",                     /* rows in range: constant bounds */
             "ts__tv_st_e4m3x32_nz_bf16(",       /* bf16 * scalar into e4m3, from the raw bf16 */
+            "ts__tv_st_bf16x32(",               /* bf16 stores packed 32 at a time */
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
             TS_CHECK_MSG(strstr(v, want[i]) != NULL, "missing in the SIMD emission: %s", want[i]);

@@ -44,6 +44,7 @@ typedef struct em {
     int ndef, defu, defid;     /* defu: the copy being emitted (0..3), -1 outside */
     const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
+    bool defbf16[8];           /* bf16 from f32: f32 values kept (ts__tv_st_bf16x32) */
     bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
     const ts__tile_node *defbf[8], *defbfs[8]; /* such a value as bf16 element * scalar */
     const ts__tile_node *nzv[8]; /* values with that fact in the current vector body */
@@ -1323,8 +1324,8 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
         free(p), free(x), free(f);
         return;
     }
-    char *x = vex(e, e->defval[k], e->defe4m3[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
-    if (e->defe4m3[k]) v = x, x = NULL;
+    char *x = vex(e, e->defval[k], e->defe4m3[k] || e->defbf16[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
+    if (e->defe4m3[k] || e->defbf16[k]) v = x, x = NULL;
     else if (s->dt == TT_E5M2) v = sfmt("ts__tv_f32_to_e5m2_w(%s)", x);
     else v = sfmt("(%s & ts__tv_splat_u32(0xFFu))", x);
     free(x);
@@ -1721,8 +1722,10 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     bool fp8 = d->dt == TT_E4M3 || d->dt == TT_E5M2;
     bool int8 = (d->dt == TT_U8 || d->dt == TT_I8) && from != TT_F32 && from != TT_F64 &&
                 !ts__tile_dt_is_narrow(from) && irank(from) > 1;
-    if (!fp8 && !int8) return;
+    bool bf16 = d->dt == TT_BF16 && from == TT_F32;
+    if (!fp8 && !int8 && !bf16) return;
     e->defe4m3[e->ndef] = d->dt == TT_E4M3;
+    e->defbf16[e->ndef] = bf16;
     e->defnz[e->ndef] = false;
     for (int q = 0; d->dt == TT_E4M3 && q < e->nnz; q++)
         if (eq_shift(e->nzv[q], v, NULL, 0)) e->defnz[e->ndef] = true;
@@ -1887,7 +1890,7 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         }
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tv_%s nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3;\n",
-                                            e->defe4m3[k] ? "f32" : "u32", id, k, id, k, id, k, id, k);
+                                            e->defe4m3[k] || e->defbf16[k] ? "f32" : "u32", id, k, id, k, id, k, id, k);
     }
     for (int u = 0; u < 4 && !e->vfail; u++) {
         e->defu = u;
@@ -1906,7 +1909,7 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
             continue;
         }
         ts__tile_buf_printf(e->o, "ts__tv_st_%s(na%d_%d, nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3);\n",
-                            e->defnz[k] ? "e4m3x32_nz" : e->defe4m3[k] ? "e4m3x32" : "u8x32", id, k, id, k, id, k, id,
+                            e->defnz[k] ? "e4m3x32_nz" : e->defe4m3[k] ? "e4m3x32" : e->defbf16[k] ? "bf16x32" : "u8x32", id, k, id, k, id, k, id,
                             k, id, k);
     }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");

@@ -719,11 +719,24 @@ TS__TV_INL ts__tv_f32 ts__tv_bf16_to_f32(ts__tv_u16 h) { return (ts__tv_f32)(ts_
 /* RNE on the f32 bits; a NaN is first replaced by the quiet NaN of its sign (0x7FC00000 |
  * sign), which the rounding add leaves as sign | 0x7FC0: one compare and one blend instead of
  * a second result to select from */
-TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) {
+TS__TV_INL ts__tv_u32 ts__tv_f32_to_bf16_w(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x;
     u = (ts__tv_u32)ts__tv_blend32((ts__tv_i32)((u & 0x80000000u) | 0x7FC00000u), (ts__tv_i32)u, TS__TV_MASK(x != x));
-    ts__tv_u32 r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    return ts__tv_narrow_u16(r);
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) { return ts__tv_narrow_u16(ts__tv_f32_to_bf16_w(x)); }
+/* 32 bf16 of 32 f32 (a store deferred over four copies of the body, §11a): two unsigned
+ * 32 -> 16-bit packs and two qword permutes instead of a pack and an extract per 8 lanes */
+TS__TV_INL void ts__tv_st_bf16x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
+#if defined(__AVX2__)
+    __m256i a = _mm256_packus_epi32((__m256i)ts__tv_f32_to_bf16_w(x0), (__m256i)ts__tv_f32_to_bf16_w(x1));
+    __m256i b = _mm256_packus_epi32((__m256i)ts__tv_f32_to_bf16_w(x2), (__m256i)ts__tv_f32_to_bf16_w(x3));
+    __m256i c[2] = {_mm256_permute4x64_epi64(a, 0xD8), _mm256_permute4x64_epi64(b, 0xD8)};
+    memcpy(p, c, 64);
+#else
+    ts__tv_u16 v[4] = {ts__tv_f32_to_bf16(x0), ts__tv_f32_to_bf16(x1), ts__tv_f32_to_bf16(x2), ts__tv_f32_to_bf16(x3)};
+    memcpy(p, v, 64);
+#endif
 }
 /* rne_mag of convert_scalar.c: RNE magnitude code of a finite |x| (bits a) with mbits mantissa
  * bits and exponent bias `bias`, no upper bound. The scalar code returns 0 for shifts past
