@@ -588,6 +588,7 @@ static void ind(em *e, int lv) {
     for (int i = 0; i < lv; i++) ts__tile_buf_puts(e->o, "    ");
 }
 
+static bool eq_shift(const ts__tile_node *a, const ts__tile_node *b, const void *k, int64_t l);
 static void st(em *e, const ts__tile_node *n, int lv);
 static bool vec_parallel(em *e, const ts__tile_node *n, int lv);
 static bool int_fold_type(int t);
@@ -1105,6 +1106,50 @@ static bool kconst(const ts__tile_node *n) {
     return f == f && f != 0.0f;
 }
 
+/* select(x > k, k, y) or select(x < k, k, y) on f32 (the comparison either way round) as x, k
+ * and whether it bounds from above; NULL otherwise */
+static const ts__tile_node *clamp_sel(const ts__tile_node *n, const ts__tile_node **k, bool *upper) {
+    if (n->kind != TN_CALL || strcmp(n->name, "select") || n->nlist != 3) return NULL;
+    const ts__tile_node *c = n->list[0];
+    if (c->kind != TN_BINARY || (c->op != TO_GT && c->op != TO_LT) || natural(c->a->ty) != TT_F32 ||
+        natural(c->b->ty) != TT_F32)
+        return NULL;
+    for (int side = 0; side < 2; side++) {
+        const ts__tile_node *xs = side ? c->b : c->a, *ks = side ? c->a : c->b;
+        if (!eq_shift(ks, n->list[1], NULL, 0)) continue;
+        *k = ks;
+        *upper = (c->op == TO_GT) != side; /* read as x OP k */
+        return xs;
+    }
+    return NULL;
+}
+
+/* Clamps written as selects, which let NaN through and keep x on ties, are vminps(k, x) /
+ * vmaxps(k, x) (second operand on NaN and ties):
+ *   select(x > k, k, x)                          -> minx(k, x)
+ *   select(x > h, h, select(x < l, l, x)), l <= h -> minx(h, maxx(l, x))   (and mirrored)
+ * The nested form with literals in order: where the outer test holds the inner select is x,
+ * and where it does not the inner result cannot pass h. NULL when n is neither. */
+static char *vclamp(em *e, const ts__tile_node *n) {
+    const ts__tile_node *k, *k2, *x, *x2;
+    bool up, up2;
+    if (!(x = clamp_sel(n, &k, &up))) return NULL;
+    const ts__tile_node *y = n->list[2];
+    char *inner = NULL;
+    if (!eq_shift(x, y, NULL, 0)) {
+        double a, b;
+        if (!(x2 = clamp_sel(y, &k2, &up2)) || up2 == up || !eq_shift(x2, x, NULL, 0) || !eq_shift(y->list[2], x, NULL, 0) ||
+            !lit_float(k, &a) || !lit_float(k2, &b) || (up ? a < b : a > b))
+            return NULL;
+        char *kk = vex(e, k2, TT_F32), *xx = vex(e, x, TT_F32);
+        inner = sfmt("ts__tv_%s_f32(%s, %s)", up2 ? "minx" : "maxx", kk, xx);
+        free(kk), free(xx);
+    } else inner = vex(e, x, TT_F32);
+    char *kk = vex(e, k, TT_F32), *r = sfmt("ts__tv_%s_f32(%s, %s)", up ? "minx" : "maxx", kk, inner);
+    free(kk), free(inner);
+    return r;
+}
+
 static char *vcall(em *e, const ts__tile_node *n) {
     const char *f = n->name;
     int t = natural(n->ty);
@@ -1124,6 +1169,8 @@ static char *vcall(em *e, const ts__tile_node *n) {
         return r;
     }
     if (!strcmp(f, "select")) {
+        char *cl = t == TT_F32 ? vclamp(e, n) : NULL;
+        if (cl) return cl;
         char *c = vex(e, n->list[0], TT_BOOL), *x = vex(e, n->list[1], t), *y = vex(e, n->list[2], t);
         char *r = sfmt("ts__tv_sel_%s(%s, %s, %s)", vs(t), c, x, y);
         free(c), free(x), free(y);
@@ -2275,8 +2322,10 @@ static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
             snprintf(a0, sizeof a0, "acc_%d", id);
             ind(e, lv + 3), fold_step(e, a0, id, op, S, U, flt, mm);
             ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
-            if (mm) ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
-            for (int l = mm ? 1 : 0; l < 8; l++) {
+            if (mm && !flt) /* integer min / max: the lanes by halving */
+                ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = ts__tv_h%s_%s(acc_%d);\n", av, op, S, id);
+            else if (mm) ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
+            for (int l = mm ? 1 : 0; l < 8 && !(mm && !flt); l++) {
                 ind(e, lv + 2);
                 if (flt) ts__tile_buf_printf(e->o, "%s = ts__tile_%sf(%s, acc_%d[%d]);\n", av, op, av, id, l);
                 else if (mm)

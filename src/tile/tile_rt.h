@@ -482,6 +482,23 @@ TS__TV_INL ts__tv_f32 ts__tv_mink_f32(ts__tv_f32 x, ts__tv_f32 k) {
     return ts__tv_sel_f32(TS__TV_MASK(x < k), x, k);
 #endif
 }
+/* select(x > k, k, x) and select(x < k, k, x) - a clamp that lets NaN through, any k: the
+ * comparison is false for a NaN x or an equal x (the tie keeps x, so +-0 ties keep x's sign),
+ * exactly vminps(k, x) / vmaxps(k, x), which return their second operand on NaN and ties */
+TS__TV_INL ts__tv_f32 ts__tv_minx_f32(ts__tv_f32 k, ts__tv_f32 x) {
+#if defined(__AVX__)
+    return (ts__tv_f32)_mm256_min_ps((__m256)k, (__m256)x);
+#else
+    return ts__tv_sel_f32(TS__TV_MASK(x > k), k, x);
+#endif
+}
+TS__TV_INL ts__tv_f32 ts__tv_maxx_f32(ts__tv_f32 k, ts__tv_f32 x) {
+#if defined(__AVX__)
+    return (ts__tv_f32)_mm256_max_ps((__m256)k, (__m256)x);
+#else
+    return ts__tv_sel_f32(TS__TV_MASK(x < k), k, x);
+#endif
+}
 TS__TV_INL ts__tv_f32 ts__tv_min_f32(ts__tv_f32 a, ts__tv_f32 b) {
 #if defined(__AVX__)
     __m256 r = _mm256_min_ps((__m256)b, (__m256)a);
