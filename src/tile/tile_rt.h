@@ -618,25 +618,26 @@ TS__TV_HMINMAX(u32, uint32_t)
         return v;                                                                           \
     }                                                                                       \
     TS__TV_INL void ts__tw_st_##N(T *p, ts__tw_##N v) { memcpy(p, &v, sizeof v); }        \
-    TS__TV_INL ts__tv_##N ts__tw_lo_##N(ts__tw_##N v) {                                     \
-        ts__tv_##N r;                                                                       \
-        memcpy(&r, &v, sizeof r);                                                           \
-        return r;                                                                           \
-    }                                                                                       \
-    TS__TV_INL ts__tw_##N ts__tw_join_##N(ts__tv_##N lo, ts__tv_##N hi) {                    \
-        ts__tw_##N r;                                                                       \
-        memcpy(&r, &lo, sizeof lo);                                                         \
-        memcpy((char *)&r + sizeof lo, &hi, sizeof hi);                                     \
-        return r;                                                                           \
-    }                                                                                       \
-    TS__TV_INL ts__tv_##N ts__tw_hi_##N(ts__tw_##N v) {                                     \
-        ts__tv_##N r;                                                                       \
-        memcpy(&r, (const char *)&v + sizeof r, sizeof r);                                  \
-        return r;                                                                           \
-    }
+    TS__TV_INL ts__tv_##N ts__tw_lo_##N(ts__tw_##N v) { return TS__TW_LO(N, v); }            \
+    TS__TV_INL ts__tv_##N ts__tw_hi_##N(ts__tw_##N v) { return TS__TW_HI(N, v); }            \
+    TS__TV_INL ts__tw_##N ts__tw_join_##N(ts__tv_##N lo, ts__tv_##N hi) { return TS__TW_JOIN(N, lo, hi); }
+/* halves and joins in registers (through memory they cost a failed store forward each: a
+ * 32-byte load of two 16-byte stores) */
+#if defined(__AVX2__)
+#define TS__TW_LO(N, v) ((ts__tv_##N)_mm256_castsi256_si128((__m256i)(v)))
+#define TS__TW_HI(N, v) ((ts__tv_##N)_mm256_extracti128_si256((__m256i)(v), 1))
+#define TS__TW_JOIN(N, lo, hi) ((ts__tw_##N)_mm256_set_m128i((__m128i)(hi), (__m128i)(lo)))
+#else
+#define TS__TW_LO(N, v) __builtin_shufflevector((v), (v), 0, 1, 2, 3, 4, 5, 6, 7)
+#define TS__TW_HI(N, v) __builtin_shufflevector((v), (v), 8, 9, 10, 11, 12, 13, 14, 15)
+#define TS__TW_JOIN(N, lo, hi) __builtin_shufflevector((lo), (hi), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#endif
 TS__TW_DEF(u16, uint16_t, i16)
 TS__TW_DEF(i16, int16_t, i16)
 #undef TS__TW_DEF
+#undef TS__TW_LO
+#undef TS__TW_HI
+#undef TS__TW_JOIN
 #if defined(__AVX2__)
 TS__TV_INL ts__tw_i16 ts__tw_max_i16(ts__tw_i16 a, ts__tw_i16 b) { return (ts__tw_i16)_mm256_max_epi16((__m256i)a, (__m256i)b); }
 TS__TV_INL ts__tw_i16 ts__tw_min_i16(ts__tw_i16 a, ts__tw_i16 b) { return (ts__tw_i16)_mm256_min_epi16((__m256i)a, (__m256i)b); }
