@@ -187,6 +187,21 @@ static const char k_simd2_kernels[] =
     "    }\n"
     "}\n"
     "\n"
+    "// gathers at non-affine indices: scale tables at (8 j + off) / bw (one division per 8 lanes\n"
+    "// when bw > 56, off >= 0; lane by lane otherwise), packed ue8m0 words\n"
+    "kernel gath(x_sf: tensor<f32, [R, NS]>, w: tensor<ue8m0x4, [R, NW]>, o: tensor<f32, [T, H]>,\n"
+    "            ow: tensor<f32, [T, H]>, bh: i64, bw: i64, off: i64) {\n"
+    "    launch (T) as (t) {\n"
+    "        for j in parallel(H) {\n"
+    "            let q = (j * 8 + off) / bw;\n"
+    "            o[t, j] = x_sf[t / bh, clamp(q, 0, NS - 1)] * 2.0;\n"
+    "            let blk = clamp((8 * j) / bw, 0, NW * 4 - 1);\n"
+    "            let ww = bitcast<u32>(w[t / bh, blk / 4]);\n"
+    "            ow[t, j] = bitcast<f32>(((ww >> cast<u32>(8 * (blk % 4))) & 255) << 23);\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "// f16 loads, e5m6 stores and loads\n"
     "kernel convs(h: tensor<f16, [T, H]>, x: tensor<f32, [T, H]>, e: tensor<i16, [T, H]>,\n"
     "             of: tensor<f32, [T, H]>, oe: tensor<i16, [T, H]>, og: tensor<f32, [T, H]>) {\n"
@@ -213,7 +228,8 @@ static const char k_simd2_driver[] =
     "    ts_status p##trans(T_, T_, T_, T_, T_, T_);                                   \\\n"
     "    ts_status p##groups(T_, T_, T_, T_, T_, T_, T_);                              \\\n"
     "    ts_status p##folds(T_, T_, T_);                                               \\\n"
-    "    ts_status p##convs(T_, T_, T_, T_, T_, T_);\n"
+    "    ts_status p##convs(T_, T_, T_, T_, T_, T_);                                   \\\n"
+    "    ts_status p##gath(T_, T_, T_, T_, int64_t, int64_t, int64_t);\n"
     "DECL(v_)\n"
     "DECL(s_)\n"
     "static int bad;\n"
@@ -358,12 +374,33 @@ static const char k_simd2_driver[] =
     "    same(og[0], og[1], sizeof og[0], \"e5m6 -> f32\");\n"
     "}\n"
     "\n"
+    "static void test_gath(void) {\n"
+    "    enum { T = 7, H = 203, NS = 40, NW = 3 };\n"
+    "    static const int64_t cfg[][3] = {{1, 64, 0}, {2, 8, 3}, {1, 200, -17}, {3, 57, 0}, {1, 56, 9},\n"
+    "                                     {1, 0, 0}, {1, -9, 5}, {2, 4096, 4000}};\n"
+    "    static uint32_t xs[T * NS], o[2][T * H], ow[2][T * H];\n"
+    "    static int32_t w[T * NW];\n"
+    "    for (int i = 0; i < T * NS; i++) xs[i] = rbits();\n"
+    "    fill(w, sizeof w);\n"
+    "    for (int c = 0; c < 8; c++) {\n"
+    "        const int64_t bh = cfg[c][0], R = (T + bh - 1) / bh;\n"
+    "        ts_tensor tx = ts_tensor_2d(xs, TS_F32, R, NS), tw = ts_tensor_2d(w, TS_UE8M0X4, R, NW);\n"
+    "        for (int v = 0; v < 2; v++) {\n"
+    "            ts_tensor to = ts_tensor_2d(o[v], TS_F32, T, H), tow = ts_tensor_2d(ow[v], TS_F32, T, H);\n"
+    "            EXPECT((v ? s_gath : v_gath)(&tx, &tw, &to, &tow, bh, cfg[c][1], cfg[c][2]) == TS_OK);\n"
+    "        }\n"
+    "        same(o[0], o[1], sizeof o[0], \"gather f32\");\n"
+    "        same(ow[0], ow[1], sizeof ow[0], \"gather ue8m0\");\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "int main(void) {\n"
     "    test_vshift();\n"
     "    test_trans();\n"
     "    test_groups();\n"
     "    test_folds();\n"
     "    test_convs();\n"
+    "    test_gath();\n"
     "    printf(\"%d mismatches\\n\", bad);\n"
     "    return bad != 0;\n"
     "}\n";
@@ -400,7 +437,7 @@ TS_TEST(tile_simd2_what_is_vectorised) {
             "ts__tv_ldg_i16(", "ts__tv_stg_u8w(", "ts__tv_ldg_u8w(", "ts__tv_stg_u32(", "ts__tv_ldg_f32(",
             "ts__tv_stg_f32(", "ts__tv_hmax_i32(", "ts__tv_hmin_i32(", "ts__tv_hadd_u32(", "ts__tv_hand_u32(",
             "ts__tv_hor_u32(", "ts__tv_hxor_u32(", "ts__tv_hmax_u32(", "ts__tv_hmin_u32(", "ts__tv_f16_to_f32(",
-            "ts__tv_f32_to_e5m6(", "ts__tv_e5m6_to_f32(",
+            "ts__tv_f32_to_e5m6(", "ts__tv_e5m6_to_f32(", "ts__tv_divaff_i64(", "const ts__tv_i64 gx1_",
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
             TS_CHECK_MSG(strstr(v, want[i]) != NULL, "missing in the SIMD emission: %s", want[i]);
@@ -447,6 +484,15 @@ TS_TEST(tile_simd2_rt_folds_shifts) {
         ts__tv_i32 c = ts__tv_shrv_i32(s, (ts__tv_i32)k);
         ts__tv_u64 d = ts__tv_shlv_u64(u64, k64), f = ts__tv_shrv_u64(u64, k64);
         ts__tv_i64 g = ts__tv_shrv_i64(s64, (ts__tv_i64)k64);
+        /* (a0 + s l) / d: the one-division path and its edges, and the lane-by-lane one */
+        static const int64_t a0s[] = {0, 1, 55, 4095, INT64_MAX - 56, INT64_MAX - 55, -1, INT64_MIN};
+        static const int64_t ds[] = {57, 56, 1, 4096, 0, -1, -57, INT64_MAX};
+        const int64_t a0 = it % 2 ? a0s[it % 8] : (int64_t)(t2_rnd() % 100000);
+        const int64_t dv = it % 3 ? ds[(it / 8) % 8] : 1 + t2_rnd() % 300;
+        const int64_t st = it % 5 == 0 ? 16 : 8;
+        ts__tv_i64 q = ts__tv_divaff_i64(a0, st, dv);
+        for (int l = 0; l < 8; l++)
+            bad += q[l] != ts__tile_div_i64((int64_t)((uint64_t)a0 + (uint64_t)st * (uint64_t)l), dv);
         for (int l = 0; l < 8; l++)
             bad += a[l] != ts__tile_shl_u32(u[l], k[l]) || b[l] != ts__tile_shr_u32(u[l], k[l]) ||
                    c[l] != ts__tile_shr_i32(s[l], (int32_t)k[l]) || d[l] != ts__tile_shl_u64(u64[l], k64[l]) ||

@@ -966,6 +966,8 @@ static char *v2_group_read(em *e, const ts__tile_node *n);
 static bool v2_group_store(em *e, const ts__tile_node *n, int lv);
 static char *v2_group_widened(em *e, const ts__tile_node *n);
 static char *v2_conv(char *s, int from, int to);
+static char *v2_divaff(em *e, const ts__tile_node *n);
+static char *v2_gather(em *e, const ts__tile_node *n);
 
 /* Lane-wise map of a scalar expression: ({ vector ins; out r; for l: r[l] = f(ins[l]); r; }).
  * `scalar` builds the lane text from the lane element texts of the inputs. */
@@ -1260,6 +1262,8 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         if (!p && s->dt != TT_BOOL && strcmp(vs(s->dt), "f64") && strcmp(vs(s->dt), "i64") && strcmp(vs(s->dt), "u64"))
             p = lane0_addr(e, n, 2), ld = "ld2"; /* x[2 j + c]: every second element */
         if (!p) {
+            char *g = v2_gather(e, n);
+            if (g) return g;
             e->vfail = true;
             return sdup("0");
         }
@@ -1303,6 +1307,7 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
             if (op == TO_SHL) r = sfmt("((ts__tv_%s)((ts__tv_%s)%s << %lld))", vs(t), vus(t), x, (long long)sh);
             else r = sfmt("(%s >> %lld)", x, (long long)sh);
         } else if ((op == TO_SHL || op == TO_SHR) && (r = v2_shift(t, op, x, y)) != NULL) {
+        } else if (op == TO_DIV && t == TT_I64 && (r = v2_divaff(e, n)) != NULL) {
         } else {
             static const char *const nm[] = {[TO_DIV] = "div", [TO_MOD] = "mod", [TO_SHL] = "shl", [TO_SHR] = "shr"};
             char fmt[96];
@@ -2755,4 +2760,89 @@ static char *v2_conv(char *s, int from, int to) {
     else if (to == TT_E5M6 && from == TT_F32) r = sfmt("ts__tv_f32_to_e5m6(%s)", s);
     if (r) free(s);
     return r;
+}
+
+/* n an i64 value S * j + base (S a literal, base independent of j; j + b, k * (j + b), ...):
+ * the C text of base and S, else NULL */
+static char *v2_affs(em *e, const ts__tile_node *n, int64_t *S) {
+    char *b = affine(e, n);
+    if (b) {
+        *S = 1;
+        return b;
+    }
+    int64_t k;
+    if (n->kind != TN_BINARY || natural(n->ty) != TT_I64) return NULL;
+    if (n->op == TO_MUL) {
+        const ts__tile_node *v = lit_int(n->a, &k) ? n->b : lit_int(n->b, &k) ? n->a : NULL;
+        if (!v || k < 0 || k > 4096 || !(b = v2_affs(e, v, S))) return NULL;
+        *S *= k;
+        char *r = sfmt("((int64_t)((uint64_t)(%s) * (uint64_t)%lld))", b, (long long)k);
+        free(b);
+        return r;
+    }
+    if (n->op != TO_ADD && n->op != TO_SUB) return NULL;
+    const ts__tile_node *v = n->a, *u = n->b;
+    if (n->op == TO_ADD && !dep(e, v)) v = n->b, u = n->a;
+    if (dep(e, u) || !dep(e, v) || !(b = v2_affs(e, v, S))) return NULL;
+    char *us = ex_str(e, u, TT_I64);
+    char *r = sfmt("((int64_t)((uint64_t)(%s) %c (uint64_t)(%s)))", b, n->op == TO_ADD ? '+' : '-', us);
+    free(b), free(us);
+    return r;
+}
+
+/* (S j + base) / d with d independent of j (a scale index, (k * 16) / bw): one division per
+ * 8 lanes (ts__tv_divaff_i64) instead of eight */
+static char *v2_divaff(em *e, const ts__tile_node *n) {
+    int64_t S;
+    if (dep(e, n->b) || natural(n->a->ty) != TT_I64) return NULL;
+    char *b = v2_affs(e, n->a, &S);
+    if (!b || S > 4096) {
+        free(b);
+        return NULL;
+    }
+    char *d = ex_str(e, n->b, TT_I64);
+    char *r = sfmt("ts__tv_divaff_i64((int64_t)((uint64_t)(%s) + (uint64_t)%lld * (uint64_t)%s), INT64_C(%lld), %s)", b,
+                   (long long)S, e->vjname, (long long)S, d);
+    free(b), free(d);
+    return r;
+}
+
+/* a read at j-dependent indices that are not affine in j: lane by lane, the same elements the
+ * scalar loop reads (a gather: scale tables indexed by (k * 16) / bw and the like). Strided
+ * indices are refused: a reduction over the last axis, for one, folds better along it than
+ * gathered along the kept axis. */
+static char *v2_gather(em *e, const ts__tile_node *n) {
+    const ts__tile_sym *s = n->a->sym;
+    int r = n->nlist;
+    if (s->dt == TT_BOOL || r > TS__TILE_MAX_RANK) return NULL;
+    for (int i = 0; i < r; i++) { /* strided (S j + b) accesses: better left to the other rules */
+        int64_t S;
+        char *b = dep(e, n->list[i]) ? v2_affs(e, n->list[i], &S) : NULL;
+        free(b);
+        if (b) return NULL;
+    }
+    int id = ++e->vtmp;
+    ts__tile_buf b = {0};
+    char *ix[TS__TILE_MAX_RANK];
+    ts__tile_buf_puts(&b, "({ ");
+    for (int i = 0; i < r; i++) {
+        if (dep(e, n->list[i])) {
+            char *v = vex(e, n->list[i], TT_I64);
+            ts__tile_buf_printf(&b, "const ts__tv_i64 gx%d_%d = %s; ", i, id, v);
+            free(v);
+            ix[i] = sfmt("gx%d_%d[l_%d]", i, id, id);
+        } else {
+            char *x = ex_str(e, n->list[i], TT_I64);
+            ts__tile_buf_printf(&b, "const int64_t gx%d_%d = %s; ", i, id, x);
+            free(x);
+            ix[i] = sfmt("gx%d_%d", i, id);
+        }
+    }
+    char *el = elem_at(s, ix, r);
+    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = %s; r_%d; })", vs(s->dt),
+                        id, id, id, id, id, id, el, id);
+    free(el);
+    for (int i = 0; i < r; i++) free(ix[i]);
+    if (!b.data) ts__tile_buf_puts(&b, "");
+    return b.data;
 }

@@ -1025,6 +1025,19 @@ TS__TV_INL ts__tv_u16 ts__tv_f32_to_e5m6(ts__tv_f32 x) {
     v = v - (ts__tv_u32)TS__TV_MASK((v & 1u) + (u & 0x1FFFFu) > 0x10000u); /* mask -1: + 1 */
     return TS__TV_CVT(v & 0xFFFu, ts__tv_u16);
 }
+/* (a0 + s l) / d for the lanes l = 0..7 (ts__tile_div_i64 of the wrapping numerators): with
+ * a0 >= 0, 0 <= s, d > 7 s and no overflow, one division for all lanes - lane l's quotient
+ * is q0 or q0 + 1, as the remainder of lane 0 plus s l stays below 2 d - else lane by lane */
+TS__TV_INL ts__tv_i64 ts__tv_divaff_i64(int64_t a0, int64_t s, int64_t d) {
+    ts__tv_i64 r;
+    if (s >= 0 && s < ((int64_t)1 << 40) && d > 7 * s && a0 >= 0 && a0 <= INT64_MAX - 7 * s) {
+        int64_t q = a0 / d, m = a0 % d;
+        for (int l = 0; l < 8; l++) r[l] = q + (m + s * l >= d);
+    } else {
+        for (int l = 0; l < 8; l++) r[l] = ts__tile_div_i64((int64_t)((uint64_t)a0 + (uint64_t)s * (uint64_t)l), d);
+    }
+    return r;
+}
 /* ==== end of the second set ==== */
 #endif /* __GNUC__ */
 
