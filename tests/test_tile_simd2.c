@@ -194,7 +194,7 @@ static const char k_simd2_kernels[] =
     "    launch (T) as (t) {\n"
     "        for j in parallel(H) {\n"
     "            let q = (j * 8 + off) / bw;\n"
-    "            o[t, j] = x_sf[t / bh, clamp(q, 0, NS - 1)] * 2.0;\n"
+    "            o[t, j] = x_sf[t / bh, clamp(q, 0, NS - 1)] * 2.0 + select(q >= 0 && q < NS, x_sf[0, q], 0.5);\n"
     "            let blk = clamp((8 * j) / bw, 0, NW * 4 - 1);\n"
     "            let ww = bitcast<u32>(w[t / bh, blk / 4]);\n"
     "            ow[t, j] = bitcast<f32>(((ww >> cast<u32>(8 * (blk % 4))) & 255) << 23);\n"

@@ -2838,9 +2838,21 @@ static char *v2_gather(em *e, const ts__tile_node *n) {
             ix[i] = sfmt("gx%d_%d", i, id);
         }
     }
+    /* lanes outside the tile / tensor read 0: a gather in a select arm or behind && runs for
+     * lanes the scalar code never reads */
+    ts__tile_buf ok = {0};
+    ts__tile_buf_puts(&ok, "1");
+    for (int i = 0; i < r; i++) {
+        if (!dep(e, n->list[i])) continue;
+        ts__tile_buf_printf(&ok, " && (uint64_t)%s < (uint64_t)", ix[i]);
+        if (s->cdims[i] >= 0) ts__tile_buf_printf(&ok, "INT64_C(%lld)", (long long)s->cdims[i]);
+        else if (s->kind == SYM_TENSOR && s->dimsym[i]) sym_ref(e, &ok, s->dimsym[i]);
+        else ts__tile_buf_puts(&ok, "0");
+    }
     char *el = elem_at(s, ix, r);
-    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = %s; r_%d; })", vs(s->dt),
-                        id, id, id, id, id, id, el, id);
+    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = (%s) ? %s : 0; r_%d; })",
+                        vs(s->dt), id, id, id, id, id, id, ok.data ? ok.data : "0", el, id);
+    ts__tile_buf_free(&ok);
     free(el);
     for (int i = 0; i < r; i++) free(ix[i]);
     if (!b.data) ts__tile_buf_puts(&b, "");
