@@ -22,7 +22,8 @@ static const char k_simd2_kernels[] =
     "// per-lane shift amounts: 32 / 64-bit lanes, signed and unsigned, amounts < 0 and >= width\n"
     "kernel vshift(a: tensor<i32, [T, H]>, c: tensor<i64, [T, H]>, s: tensor<i32, [T, H]>,\n"
     "              o32: tensor<i32, [T, H]>, ou: tensor<i32, [T, H]>, o64: tensor<i64, [T, H]>,\n"
-    "              ou64: tensor<i64, [T, H]>) {\n"
+    "              ou64: tensor<i64, [T, H]>, p8: tensor<u8, [T, H]>, p16: tensor<i16, [T, H]>,\n"
+    "              s8: tensor<i8, [T, H]>) {\n"
     "    launch (T) as (t) {\n"
     "        for j in parallel(H) {\n"
     "            let k = s[t, j];\n"
@@ -32,6 +33,10 @@ static const char k_simd2_kernels[] =
     "            ou[t, j] = bitcast<i32>((b >> cast<u32>(k)) ^ (b << cast<u32>(k * 3)));\n"
     "            o64[t, j] = (c[t, j] >> cast<i64>(k)) - (c[t, j] << cast<i64>(k + 40));\n"
     "            ou64[t, j] = bitcast<i64>((d >> cast<u64>(k)) | (d << cast<u64>(k * 5)));\n"
+    "            // 32-bit lanes truncated to 8 / 16 bits, constant shifts of 8-bit lanes\n"
+    "            p8[t, j] = (cast<u8>(a[t, j]) << 3) | (cast<u8>(b) >> 5) ^ (cast<u8>(k) << 7);\n"
+    "            p16[t, j] = cast<i16>(a[t, j]) + cast<i16>(b >> 7);\n"
+    "            s8[t, j] = (cast<i8>(a[t, j]) << 2) + (cast<i8>(b) << 0);\n"
     "        }\n"
     "    }\n"
     "}\n"
@@ -224,7 +229,7 @@ static const char k_simd2_driver[] =
     "#include <string.h>\n"
     "typedef const ts_tensor *T_;\n"
     "#define DECL(p)                                                                   \\\n"
-    "    ts_status p##vshift(T_, T_, T_, T_, T_, T_, T_);                              \\\n"
+    "    ts_status p##vshift(T_, T_, T_, T_, T_, T_, T_, T_, T_, T_);                  \\\n"
     "    ts_status p##trans(T_, T_, T_, T_, T_, T_);                                   \\\n"
     "    ts_status p##groups(T_, T_, T_, T_, T_, T_, T_);                              \\\n"
     "    ts_status p##folds(T_, T_, T_);                                               \\\n"
@@ -271,18 +276,26 @@ static const char k_simd2_driver[] =
     "    enum { T = 3, H = 61 };\n"
     "    static int32_t a[T * H], s[T * H], o32[2][T * H], ou[2][T * H];\n"
     "    static int64_t c[T * H], o64[2][T * H], ou64[2][T * H];\n"
+    "    static uint8_t p8[2][T * H];\n"
+    "    static int16_t p16[2][T * H];\n"
+    "    static int8_t s8[2][T * H];\n"
     "    fill(a, sizeof a), fill(c, sizeof c);\n"
     "    for (int i = 0; i < T * H; i++) s[i] = (int32_t)(rnd() % 141) - 70;\n"
     "    ts_tensor ta = ts_tensor_2d(a, TS_I32, T, H), tc = ts_tensor_2d(c, TS_I64, T, H), tsh = ts_tensor_2d(s, TS_I32, T, H);\n"
     "    for (int v = 0; v < 2; v++) {\n"
     "        ts_tensor t1 = ts_tensor_2d(o32[v], TS_I32, T, H), t2 = ts_tensor_2d(ou[v], TS_I32, T, H);\n"
     "        ts_tensor t3 = ts_tensor_2d(o64[v], TS_I64, T, H), t4 = ts_tensor_2d(ou64[v], TS_I64, T, H);\n"
-    "        EXPECT((v ? s_vshift : v_vshift)(&ta, &tc, &tsh, &t1, &t2, &t3, &t4) == TS_OK);\n"
+    "        ts_tensor t5 = ts_tensor_2d(p8[v], TS_U8, T, H), t6 = ts_tensor_2d(p16[v], TS_I16, T, H);\n"
+    "        ts_tensor t7 = ts_tensor_2d(s8[v], TS_I8, T, H);\n"
+    "        EXPECT((v ? s_vshift : v_vshift)(&ta, &tc, &tsh, &t1, &t2, &t3, &t4, &t5, &t6, &t7) == TS_OK);\n"
     "    }\n"
     "    same(o32[0], o32[1], sizeof o32[0], \"vshift i32\");\n"
     "    same(ou[0], ou[1], sizeof ou[0], \"vshift u32\");\n"
     "    same(o64[0], o64[1], sizeof o64[0], \"vshift i64\");\n"
     "    same(ou64[0], ou64[1], sizeof ou64[0], \"vshift u64\");\n"
+    "    same(p8[0], p8[1], sizeof p8[0], \"lo8 and u8 shifts\");\n"
+    "    same(p16[0], p16[1], sizeof p16[0], \"lo16\");\n"
+    "    same(s8[0], s8[1], sizeof s8[0], \"i8 shifts\");\n"
     "}\n"
     "\n"
     "static void test_trans(void) {\n"
@@ -437,7 +450,8 @@ TS_TEST(tile_simd2_what_is_vectorised) {
             "ts__tv_ldg_i16(", "ts__tv_stg_u8w(", "ts__tv_ldg_u8w(", "ts__tv_stg_u32(", "ts__tv_ldg_f32(",
             "ts__tv_stg_f32(", "ts__tv_hmax_i32(", "ts__tv_hmin_i32(", "ts__tv_hadd_u32(", "ts__tv_hand_u32(",
             "ts__tv_hor_u32(", "ts__tv_hxor_u32(", "ts__tv_hmax_u32(", "ts__tv_hmin_u32(", "ts__tv_f16_to_f32(",
-            "ts__tv_f32_to_e5m6(", "ts__tv_e5m6_to_f32(", "ts__tv_divaff_i64(", "const ts__tv_i64 gx1_",
+            "ts__tv_f32_to_e5m6(", "ts__tv_e5m6_to_f32(", "ts__tv_divaff_i64(", "const ts__tv_i64 gx1_", "ts__tv_lo8_u32(", "ts__tv_lo16_u32(",
+            "ts__tv_shlk_u8(", "ts__tv_shrk_u8(",
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
             TS_CHECK_MSG(strstr(v, want[i]) != NULL, "missing in the SIMD emission: %s", want[i]);
@@ -480,6 +494,11 @@ TS_TEST(tile_simd2_rt_folds_shifts) {
             u64[l] = (uint64_t)t2_rnd() << 32 | t2_rnd(), s64[l] = (int64_t)u64[l];
             k64[l] = t2_rnd() % 3 ? t2_rnd() % 80 : (uint64_t)t2_rnd() << 20;
         }
+        ts__tv_u8 lo8 = ts__tv_lo8_u32(u), sl = ts__tv_shlk_u8(lo8, it % 8), sr = ts__tv_shrk_u8(lo8, it % 8);
+        ts__tv_u16 lo16 = ts__tv_lo16_u32(u);
+        for (int l = 0; l < 8; l++)
+            bad += lo8[l] != (uint8_t)u[l] || lo16[l] != (uint16_t)u[l] || sl[l] != (uint8_t)(lo8[l] << (it % 8)) ||
+                   sr[l] != (uint8_t)(lo8[l] >> (it % 8));
         ts__tv_u32 a = ts__tv_shlv_u32(u, k), b = ts__tv_shrv_u32(u, k);
         ts__tv_i32 c = ts__tv_shrv_i32(s, (ts__tv_i32)k);
         ts__tv_u64 d = ts__tv_shlv_u64(u64, k64), f = ts__tv_shrv_u64(u64, k64);

@@ -956,6 +956,7 @@ static const char *vus(int t) {
 
 /* the second set of vector lowerings (end of the file) */
 static char *v2_shift(int t, int op, const char *x, const char *y);
+static char *v2_shift8(int t, int op, const char *x, int k);
 static bool v2_hfold(em *e, const char *av, const char *acc, const char *op, int t, int lv);
 static bool v2_rf_hfold(em *e, int id, int r, int l, int lv);
 static void v2_transposed_copies(em *e, const ts__tile_node *n, int lv);
@@ -1301,7 +1302,9 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         else if (t == TT_BOOL || fl || op == TO_BAND || op == TO_BOR || op == TO_BXOR) r = sfmt("(%s %s %s)", x, os, y);
         else if (op == TO_ADD || op == TO_SUB || op == TO_MUL)
             r = sfmt("((ts__tv_%s)((ts__tv_%s)%s %s (ts__tv_%s)%s))", vs(t), vus(t), x, os, vus(t), y);
-        else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < lane_bits(t)) {
+        else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < 8 &&
+                 (r = v2_shift8(t, op, x, (int)sh)) != NULL) {
+        } else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < lane_bits(t)) {
             /* a constant amount below the lane width: the plain vector shift is the helper's
              * result (amounts modulo the width, left shifts on the unsigned lanes) */
             if (op == TO_SHL) r = sfmt("((ts__tv_%s)((ts__tv_%s)%s << %lld))", vs(t), vus(t), x, (long long)sh);
@@ -2753,11 +2756,14 @@ static char *v2_group_widened(em *e, const ts__tile_node *n) {
 }
 
 /* f16 and e5m6 loads, e5m6 stores (from f32): tile_rt.h's lane-wise twins of the numerics
- * routines instead of a call per lane; NULL for every other conversion. Consumes s. */
+ * routines instead of a call per lane; 32-bit integers to 8/16-bit ones by a byte shuffle;
+ * NULL for every other conversion. Consumes s. */
 static char *v2_conv(char *s, int from, int to) {
     char *r = NULL;
     if (from == TT_F16 || from == TT_E5M6) r = sfmt("ts__tv_%s_to_f32(%s)", from == TT_F16 ? "f16" : "e5m6", s);
     else if (to == TT_E5M6 && from == TT_F32) r = sfmt("ts__tv_f32_to_e5m6(%s)", s);
+    else if ((from == TT_I32 || from == TT_U32) && (to == TT_U8 || to == TT_I8 || to == TT_U16 || to == TT_I16))
+        r = sfmt("((ts__tv_%s)ts__tv_lo%d_u32((ts__tv_u32)(%s)))", vs(to), lane_bits(to), s);
     if (r) free(s);
     return r;
 }
@@ -2857,4 +2863,11 @@ static char *v2_gather(em *e, const ts__tile_node *n) {
     for (int i = 0; i < r; i++) free(ix[i]);
     if (!b.data) ts__tile_buf_puts(&b, "");
     return b.data;
+}
+
+/* x << k, x >> k (0 <= k < 8) on 8-bit lanes through one 64-bit shift and a mask: u8 both
+ * ways, i8 left only (its right shift is arithmetic) */
+static char *v2_shift8(int t, int op, const char *x, int k) {
+    if (t != TT_U8 && !(t == TT_I8 && op == TO_SHL)) return NULL;
+    return sfmt("((ts__tv_%s)ts__tv_sh%sk_u8((ts__tv_u8)(%s), %d))", vs(t), op == TO_SHL ? "l" : "r", x, k);
 }

@@ -1038,6 +1038,46 @@ TS__TV_INL ts__tv_i64 ts__tv_divaff_i64(int64_t a0, int64_t s, int64_t d) {
     }
     return r;
 }
+/* The low 8 / 16 bits of 32-bit lanes (the C conversion to a narrower integer type): one
+ * byte shuffle per 128-bit half with AVX2 (GCC 12 moves the lanes through general registers
+ * otherwise) */
+TS__TV_INL ts__tv_u8 ts__tv_lo8_u32(ts__tv_u32 v) {
+#if defined(__AVX2__)
+    __m256i b = _mm256_shuffle_epi8((__m256i)v, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    __m128i p = _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    ts__tv_u8 r;
+    memcpy(&r, &p, sizeof r);
+    return r;
+#else
+    return TS__TV_CVT(v, ts__tv_u8);
+#endif
+}
+TS__TV_INL ts__tv_u16 ts__tv_lo16_u32(ts__tv_u32 v) {
+#if defined(__AVX2__)
+    __m256i b = _mm256_shuffle_epi8((__m256i)v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+    return (ts__tv_u16)_mm_unpacklo_epi64(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+#else
+    return TS__TV_CVT(v, ts__tv_u16);
+#endif
+}
+/* Constant shifts of 8-bit lanes (x86 has no byte shift; GCC 12 shifts them one by one): the
+ * 64-bit word shifted, each byte masked to what its own shift keeps */
+TS__TV_INL ts__tv_u8 ts__tv_shlk_u8(ts__tv_u8 x, int k) {
+    uint64_t w;
+    memcpy(&w, &x, 8);
+    w = (w << k) & (UINT64_C(0x0101010101010101) * ((0xFFu << k) & 0xFFu));
+    memcpy(&x, &w, 8);
+    return x;
+}
+TS__TV_INL ts__tv_u8 ts__tv_shrk_u8(ts__tv_u8 x, int k) {
+    uint64_t w;
+    memcpy(&w, &x, 8);
+    w = (w >> k) & (UINT64_C(0x0101010101010101) * (0xFFu >> k));
+    memcpy(&x, &w, 8);
+    return x;
+}
 /* ==== end of the second set ==== */
 #endif /* __GNUC__ */
 
