@@ -72,6 +72,20 @@ typedef struct em {
      * vector body, x touched nowhere else in it): one interleaved store (ts__tv_st2x_*) */
     const ts__tile_node *pfirst[8], *psecond[8];
     int npairs, pid;
+    /* second set (tile_emit_c.c, end): tiles the vector loop reads transposed, x[j, i], and
+     * the ids of their transposed copies */
+    const ts__tile_sym *v2tr[8];
+    int v2trid[8], nv2tr;
+    /* strided groups of the vector body: x[..., K j + c] read (or stored) for every c < K */
+    struct {
+        const ts__tile_sym *s;
+        const ts__tile_node *acc; /* one of the accesses (its other indices) */
+        const ts__tile_node *last; /* stores: the last of the K statements */
+        int64_t K;
+        bool st;
+        int id;
+    } v2g[4];
+    int nv2g;
 } em;
 
 /* ---------------- types ---------------- */
@@ -834,6 +848,8 @@ static void vreset(em *e) {
     e->vj = NULL;
     e->vfail = false;
     e->nthen = 0;
+    e->nv2tr = 0;
+    e->nv2g = 0;
 }
 
 static char *sdup(const char *s) {
@@ -942,6 +958,22 @@ static const char *vus(int t) {
     return s;
 }
 
+/* the second set of vector lowerings (end of the file) */
+static char *v2_shift(int t, int op, const char *x, const char *y);
+static char *v2_shift8(int t, int op, const char *x, int k);
+static bool v2_hfold(em *e, const char *av, const char *acc, const char *op, int t, int lv);
+static bool v2_rf_hfold(em *e, int id, int r, int l, int lv);
+static void v2_transposed_copies(em *e, const ts__tile_node *n, int lv);
+static char *v2_transposed_addr(em *e, const ts__tile_node *n);
+static void v2_find_groups(em *e, const ts__tile_node *bd, const bool *hoisted);
+static void v2_group_begin(em *e, int lv);
+static char *v2_group_read(em *e, const ts__tile_node *n);
+static bool v2_group_store(em *e, const ts__tile_node *n, int lv);
+static char *v2_group_widened(em *e, const ts__tile_node *n);
+static char *v2_conv(char *s, int from, int to);
+static char *v2_divaff(em *e, const ts__tile_node *n);
+static char *v2_gather(em *e, const ts__tile_node *n);
+
 /* Lane-wise map of a scalar expression: ({ vector ins; out r; for l: r[l] = f(ins[l]); r; }).
  * `scalar` builds the lane text from the lane element texts of the inputs. */
 typedef char *(*lane_fn)(void *ctx, char **args);
@@ -983,7 +1015,8 @@ static char *vconv(em *e, char *s, int from, int to) {
     from = natural(from);
     to = natural(to);
     if (from == to) return s;
-    char *r;
+    char *r = v2_conv(s, from, to);
+    if (r) return vconv(e, r, from == TT_F16 || from == TT_E5M6 ? TT_F32 : to, to);
     if (ts__tile_dt_is_narrow(from)) {
         if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
         else if (from == TT_E4M3) r = sfmt("ts__tv_e4m3_to_f32(%s)", s);
@@ -1154,6 +1187,8 @@ static char *vcall(em *e, const ts__tile_node *n) {
     const char *f = n->name;
     int t = natural(n->ty);
     if (!strcmp(f, "cast")) {
+        char *gw = v2_group_widened(e, n);
+        if (gw) return gw;
         int from = natural(n->list[0]->ty);
         return vconv(e, vex(e, n->list[0], from), from, n->ty);
     }
@@ -1263,7 +1298,10 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
     }
     case TN_INDEX: {
         const ts__tile_sym *s = n->a->sym;
+        char *gr = v2_group_read(e, n);
+        if (gr) return gr;
         char *p = contig_addr(e, n);
+        if (!p) p = v2_transposed_addr(e, n);
         const char *ld = "ld";
         if (!p && s->kind == SYM_TILE && n->nlist == 1 && s->cdims[0] == 16 && s->dt == TT_F32) {
             /* a lookup in a 16-entry table tile (e.g. FP4 codes to values) */
@@ -1275,6 +1313,8 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         if (!p && s->dt != TT_BOOL && strcmp(vs(s->dt), "f64") && strcmp(vs(s->dt), "i64") && strcmp(vs(s->dt), "u64"))
             p = lane0_addr(e, n, 2), ld = "ld2"; /* x[2 j + c]: every second element */
         if (!p) {
+            char *g = v2_gather(e, n);
+            if (g) return g;
             e->vfail = true;
             return sdup("0");
         }
@@ -1312,11 +1352,15 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
         else if (t == TT_BOOL || fl || op == TO_BAND || op == TO_BOR || op == TO_BXOR) r = sfmt("(%s %s %s)", x, os, y);
         else if (op == TO_ADD || op == TO_SUB || op == TO_MUL)
             r = sfmt("((ts__tv_%s)((ts__tv_%s)%s %s (ts__tv_%s)%s))", vs(t), vus(t), x, os, vus(t), y);
-        else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < lane_bits(t)) {
+        else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < 8 &&
+                 (r = v2_shift8(t, op, x, (int)sh)) != NULL) {
+        } else if ((op == TO_SHL || op == TO_SHR) && lit_int(n->b, &sh) && sh >= 0 && sh < lane_bits(t)) {
             /* a constant amount below the lane width: the plain vector shift is the helper's
              * result (amounts modulo the width, left shifts on the unsigned lanes) */
             if (op == TO_SHL) r = sfmt("((ts__tv_%s)((ts__tv_%s)%s << %lld))", vs(t), vus(t), x, (long long)sh);
             else r = sfmt("(%s >> %lld)", x, (long long)sh);
+        } else if ((op == TO_SHL || op == TO_SHR) && (r = v2_shift(t, op, x, y)) != NULL) {
+        } else if (op == TO_DIV && t == TT_I64 && (r = v2_divaff(e, n)) != NULL) {
         } else {
             static const char *const nm[] = {[TO_DIV] = "div", [TO_MOD] = "mod", [TO_SHL] = "shl", [TO_SHR] = "shr"};
             char fmt[96];
@@ -1451,6 +1495,7 @@ static void vst(em *e, const ts__tile_node *n, int lv) {
                 vst_pair(e, n, k, e->psecond[k] == n, lv);
                 return;
             }
+        if (v2_group_store(e, n, lv)) return;
         char *val;
         if (n->op == TO_SET) val = vex(e, n->b, vt);
         else {
@@ -1986,6 +2031,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     snprintf(J, sizeof J, "%d_%s", js->uid, js->name);
     int id = ++e->vtmp;
     ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
+    v2_transposed_copies(e, n, lv + 1);
     for (int32_t i = 0; i < nv; i++) {
         char *x = ex_str(e, it->list[i], TT_I64);
         const ts__tile_sym *ls = n->list2[i]->sym;
@@ -2073,10 +2119,12 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         ts__tile_buf_puts(e->o, "));\n");
     }
     find_pairs(e, bd, hoisted, id);
+    v2_find_groups(e, bd, hoisted);
     /* the 8-lane body, written once: with its names widened it is also the 16-lane body */
     ts__tile_buf *outer = e->o, body8 = {0};
     e->o = &body8;
     e->ndef = 0;
+    v2_group_begin(e, L + 2);
     for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
         if (!hoisted[q]) vst(e, bd->list[q], L + 2);
     rf_vec_step(e, id, L + 2);
@@ -2091,7 +2139,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     ts__tile_buf_free(&body8);
     ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
     for (int r = 0; r < e->rf.n; r++) /* exact in any order: integer max / min / + / & / | / ^ */
-        for (int l = 0; l < 8; l++) {
+        for (int l = 0; l < 8 && !v2_rf_hfold(e, id, r, l, L + 1); l++) {
             const ts__tile_sym *A = e->rf.f[r].acc;
             ts__tile_buf av = {0};
             sym_ref(e, &av, A);
@@ -2322,10 +2370,15 @@ static bool vec_reduce(em *e, const ts__tile_node *n, int lv) {
             snprintf(a0, sizeof a0, "acc_%d", id);
             ind(e, lv + 3), fold_step(e, a0, id, op, S, U, flt, mm);
             ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
-            if (mm && !flt) /* integer min / max: the lanes by halving */
+            char accn[32];
+            snprintf(accn, sizeof accn, "acc_%d", id);
+            bool hf = !flt && v2_hfold(e, av, accn, op, t, lv + 2);
+            if (!hf && mm && !flt) { /* 8/16/64-bit integer min / max: the lanes by halving */
                 ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = ts__tv_h%s_%s(acc_%d);\n", av, op, S, id);
-            else if (mm) ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
-            for (int l = mm ? 1 : 0; l < 8 && !(mm && !flt); l++) {
+                hf = true;
+            }
+            if (mm && !hf) ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
+            for (int l = mm ? 1 : 0; l < 8 && !hf; l++) {
                 ind(e, lv + 2);
                 if (flt) ts__tile_buf_printf(e->o, "%s = ts__tile_%sf(%s, acc_%d[%d]);\n", av, op, av, id, l);
                 else if (mm)
@@ -2603,4 +2656,417 @@ bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program
         return false;
     }
     return !e.fail;
+}
+
+/* ---------------- SIMD lowering, second set ----------------
+ * Per-lane shift amounts, lane folds by a shuffle tree, and loops that read a tile
+ * transposed. Hooks in vex_natural, vec_parallel and vec_reduce; helpers in tile_rt.h's
+ * "second set". */
+
+/* x << y, x >> y with per-lane amounts on 32/64-bit lanes: ts__tile_shl / shr (amount modulo
+ * the width, left shifts on the unsigned lanes, arithmetic right shifts of signed ones) */
+static char *v2_shift(int t, int op, const char *x, const char *y) {
+    int w = t == TT_I32 || t == TT_U32 ? 32 : t == TT_I64 || t == TT_U64 ? 64 : 0;
+    if (!w) return NULL; /* narrower lanes: the helpers work in 32 bits, lane by lane */
+    if (op == TO_SHL)
+        return sfmt("((ts__tv_%s)ts__tv_shlv_u%d((ts__tv_u%d)(%s), (ts__tv_u%d)(%s)))", vs(t), w, w, x, w, y);
+    return sfmt("ts__tv_shrv_%s(%s, %s)", vs(t), x, y);
+}
+
+/* av = the fold of av and the lanes of accumulator acc (min / max lanes start from av),
+ * through a tile_rt.h shuffle tree: 32-bit integer lanes, any order being exact */
+static bool v2_hfold(em *e, const char *av, const char *acc, const char *op, int t, int lv) {
+    if (t != TT_I32 && t != TT_U32) return false;
+    const char *S = vs(t);
+    ind(e, lv);
+    if (op[0] == 'm') ts__tile_buf_printf(e->o, "%s = ts__tv_h%s_%s(%s);\n", av, op, S, acc);
+    else {
+        const char *h = op[0] == '+' ? "add" : op[0] == '&' ? "and" : op[0] == '|' ? "or" : "xor";
+        ts__tile_buf_printf(e->o, "%s = (%s)((uint32_t)%s %s ts__tv_h%s_u32((ts__tv_u32)%s));\n", av, ctype(t), av,
+                            op[0] == '+' ? "+" : op, h, acc);
+    }
+    return true;
+}
+/* the same for fused row fold r of vec_parallel's loop id (called for lane l = 0, 1, ...:
+ * true ends the lane-by-lane fold) */
+static bool v2_rf_hfold(em *e, int id, int r, int l, int lv) {
+    if (l != 0) return false;
+    ts__tile_buf av = {0};
+    sym_ref(e, &av, e->rf.f[r].acc);
+    char acc[48];
+    snprintf(acc, sizeof acc, "vacc_%d_%d", id, r);
+    bool ok = v2_hfold(e, av.data ? av.data : "", acc, e->rf.f[r].op, e->rf.f[r].acc->dt, lv);
+    ts__tile_buf_free(&av);
+    return ok;
+}
+
+/* tiles read as X[f(j), g] in the body of n (X a 2-D tile of 1, 2 or 4-byte elements that n
+ * does not write, j the vector variable, g independent of it) */
+static void v2_scan_tr(em *e, const ts__tile_node *x, const ts__tile_node *bd, const ts__tile_sym *js) {
+    if (!x) return;
+    if (x->kind == TN_INDEX && x->a && x->a->sym && x->nlist == 2) {
+        const ts__tile_sym *s = x->a->sym;
+        int b = s->kind == SYM_TILE && s->rank == 2 ? lane_bits(s->dt) : 0;
+        int64_t bytes = s->cdims[0] * s->cdims[1] * (b / 8);
+        bool known = false;
+        for (int i = 0; i < e->nv2tr; i++) known |= e->v2tr[i] == s;
+        if (!known && b && b <= 32 && s->dt != TT_BOOL && bytes <= 65536 && refs(x->list[0], js) &&
+            !refs(x->list[1], js) && !refs_written(bd, s) && e->nv2tr < 8) {
+            e->v2tr[e->nv2tr] = s;
+            e->v2trid[e->nv2tr++] = ++e->vtmp;
+        }
+    }
+    v2_scan_tr(e, x->a, bd, js), v2_scan_tr(e, x->b, bd, js), v2_scan_tr(e, x->c, bd, js);
+    for (int32_t i = 0; i < x->nlist; i++) v2_scan_tr(e, x->list[i], bd, js);
+}
+
+/* Before the loops of vector loop n: a transposed copy of each tile the body reads
+ * transposed (ts__tv_transpose_*, 8 x 8 blocks in registers), so that X[j + b, g] becomes
+ * the contiguous XT[g, j + b] */
+static void v2_transposed_copies(em *e, const ts__tile_node *n, int lv) {
+    e->nv2tr = 0;
+    v2_scan_tr(e, n->b, n->b, e->vj);
+    for (int i = 0; i < e->nv2tr; i++) {
+        const ts__tile_sym *s = e->v2tr[i];
+        int b = lane_bits(s->dt);
+        ind(e, lv);
+        ts__tile_buf_printf(e->o, "_Alignas(32) uint%d_t tr%d_%s[%lld];\n", b, e->v2trid[i], s->name,
+                            (long long)(s->cdims[0] * s->cdims[1]));
+        ind(e, lv);
+        ts__tile_buf_printf(e->o, "ts__tv_transpose_%d(tr%d_%s, (const uint%d_t *)t%d_%s, %lld, %lld);\n", b,
+                            e->v2trid[i], s->name, b, s->uid, s->name, (long long)s->cdims[0], (long long)s->cdims[1]);
+    }
+}
+
+/* &XT[g, base + j] for a read X[base + j, g] of a tile with a transposed copy, else NULL */
+static char *v2_transposed_addr(em *e, const ts__tile_node *n) {
+    const ts__tile_sym *s = n->a->sym;
+    int k = -1;
+    for (int i = 0; i < e->nv2tr; i++)
+        if (e->v2tr[i] == s) k = i;
+    if (k < 0 || n->nlist != 2 || dep(e, n->list[1])) return NULL;
+    char *base = affine(e, n->list[0]);
+    if (!base) return NULL;
+    char *g = ex_str(e, n->list[1], TT_I64);
+    char *r = sfmt("&((%s *)tr%d_%s)[(%s) * %lld + (int64_t)((uint64_t)(%s) + (uint64_t)%s)]", ctype(s->dt),
+                   e->v2trid[k], s->name, g, (long long)s->cdims[0], base, e->vjname);
+    free(base), free(g);
+    return r;
+}
+
+/* x is K * j + c (or c + K * j, j * K, K * j) with j the vector variable, K in 8..64, c in
+ * 0..K-1 literals */
+static bool v2_gidx(const em *e, const ts__tile_node *x, int64_t *K, int64_t *c) {
+    *c = 0;
+    if (x->kind == TN_BINARY && x->op == TO_ADD) {
+        const ts__tile_node *m = x->a, *l = x->b;
+        if (!lit_int(l, c)) m = x->b, l = x->a;
+        if (!lit_int(l, c)) return false;
+        x = m;
+    }
+    if (x->kind != TN_BINARY || x->op != TO_MUL) return false;
+    const ts__tile_node *v = x->b;
+    if (!lit_int(x->a, K)) {
+        if (!lit_int(x->b, K)) return false;
+        v = x->a;
+    }
+    return v->kind == TN_NAME && v->sym == e->vj && *K >= 8 && *K <= 64 && *c >= 0 && *c < *K;
+}
+/* accesses of X in n: every one X[o..., K j + c] with the same K and other indices (those
+ * independent of j) as *first; the bit mask of the c seen; false if any other access */
+static bool v2_gscan(const em *e, const ts__tile_node *n, const ts__tile_sym *X, const ts__tile_node **first,
+                     int64_t *K, uint64_t *seen) {
+    if (!n) return true;
+    if (n->kind == TN_INDEX && n->a && n->a->sym == X) {
+        int64_t k, c;
+        int r = n->nlist;
+        if (r < 1 || !v2_gidx(e, n->list[r - 1], &k, &c)) return false;
+        for (int i = 0; i + 1 < r; i++) {
+            if (dep(e, n->list[i])) return false;
+            if (*first && !eq_shift((*first)->list[i], n->list[i], NULL, 0)) return false;
+        }
+        if (!*first) *first = n, *K = k;
+        if (k != *K) return false;
+        *seen |= UINT64_C(1) << c;
+        return true;
+    }
+    if (n->kind == TN_NAME && n->sym == X) return false;
+    if (!v2_gscan(e, n->a, X, first, K, seen) || !v2_gscan(e, n->b, X, first, K, seen) ||
+        !v2_gscan(e, n->c, X, first, K, seen))
+        return false;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (!v2_gscan(e, n->list[i], X, first, K, seen)) return false;
+    return true;
+}
+static bool v2_gtype_ok(int dt) {
+    if (dt == TT_BOOL || ts__tile_dt_packed_raw(dt) != dt) return false;
+    const char *v = vs(dt);
+    return !strcmp(v, "u8") || !strcmp(v, "i8") || !strcmp(v, "u16") || !strcmp(v, "i16") || !strcmp(v, "u32") ||
+           !strcmp(v, "i32") || !strcmp(v, "f32");
+}
+/* candidate tiles / tensors (contiguous last dim) of the body's accesses */
+static void v2_gcands(const ts__tile_node *n, const ts__tile_sym **c, int *nc) {
+    if (!n) return;
+    if (n->kind == TN_INDEX && n->a && n->a->sym && *nc < 16) {
+        const ts__tile_sym *s = n->a->sym;
+        bool have = false;
+        for (int i = 0; i < *nc; i++) have |= c[i] == s;
+        int r = s->rank;
+        bool unit = s->kind == SYM_TILE ||
+                    (s->kind == SYM_TENSOR && !(s->strided && (s->stridesym[r - 1] || s->cstrides[r - 1] != 1)));
+        if (!have && unit && v2_gtype_ok(s->dt)) c[(*nc)++] = s;
+    }
+    v2_gcands(n->a, c, nc), v2_gcands(n->b, c, nc), v2_gcands(n->c, c, nc);
+    for (int32_t i = 0; i < n->nlist; i++) v2_gcands(n->list[i], c, nc);
+}
+/* The strided groups of vector body bd: X read only as X[..., K j + c], every c < K (no
+ * store to X in bd), or stored only by top-level statements X[..., K j + c] = v, each c once
+ * (X not read in bd: holding the stores back to the last of them is invisible). */
+static void v2_find_groups(em *e, const ts__tile_node *bd, const bool *hoisted) {
+    e->nv2g = 0;
+    const ts__tile_sym *c[16];
+    int nc = 0;
+    for (int32_t q = 0; q < bd->nlist; q++)
+        if (!hoisted[q]) v2_gcands(bd->list[q], c, &nc);
+    for (int i = 0; i < nc && e->nv2g < 4; i++) {
+        const ts__tile_sym *X = c[i];
+        const ts__tile_node *first = NULL, *last = NULL;
+        int64_t K = 0;
+        uint64_t seen = 0;
+        bool written = refs_written(bd, X), ok = true;
+        if (!written) {
+            for (int32_t q = 0; q < bd->nlist && ok; q++)
+                if (!hoisted[q]) ok = v2_gscan(e, bd->list[q], X, &first, &K, &seen);
+        } else {
+            int n = 0;
+            for (int32_t q = 0; q < bd->nlist && ok; q++) {
+                const ts__tile_node *s = bd->list[q];
+                if (hoisted[q] || !refs(s, X)) continue;
+                /* X[...] = v with X nowhere in v nor in the other indices */
+                ok = s->kind == TN_ASSIGN && s->op == TO_SET && s->a->kind == TN_INDEX && s->a->a->sym == X &&
+                     count_names(s, X) == 1;
+                uint64_t before = seen;
+                ok = ok && v2_gscan(e, s->a, X, &first, &K, &seen) && seen != before;
+                last = s, n++;
+            }
+            ok = ok && n == K;
+        }
+        if (!ok || !first || seen != (K == 64 ? ~UINT64_C(0) : (UINT64_C(1) << K) - 1)) continue;
+        e->v2g[e->nv2g].s = X, e->v2g[e->nv2g].acc = first, e->v2g[e->nv2g].last = last;
+        e->v2g[e->nv2g].K = K, e->v2g[e->nv2g].st = written, e->v2g[e->nv2g].id = ++e->vtmp;
+        e->nv2g++;
+    }
+}
+/* &X[o..., K * j] of group g (lane 0's first element) */
+static char *v2_gaddr(em *e, int g) {
+    const ts__tile_node *n = e->v2g[g].acc;
+    const ts__tile_sym *s = n->a->sym;
+    int r = n->nlist;
+    char *ix[TS__TILE_MAX_RANK];
+    for (int i = 0; i + 1 < r; i++) ix[i] = ex_str(e, n->list[i], TT_I64);
+    ix[r - 1] = sfmt("(int64_t)((uint64_t)%lld * (uint64_t)%s)", (long long)e->v2g[g].K, e->vjname);
+    char *el = elem_at(s, ix, r);
+    for (int i = 0; i < r; i++) free(ix[i]);
+    char *res = sfmt("&%s", el);
+    free(el);
+    return res;
+}
+/* at the top of each 8-lane step: the groups read (ts__tv_ldg_*), the stores' lane arrays */
+static void v2_group_begin(em *e, int lv) {
+    for (int g = 0; g < e->nv2g; g++) {
+        const ts__tile_sym *s = e->v2g[g].s;
+        const bool w = lane_bits(s->dt) == 8;
+        ind(e, lv), ts__tile_buf_printf(e->o, "_Alignas(32) %s g%d_[%lld];\n", w ? "uint32_t" : ctype(s->dt),
+                                         e->v2g[g].id, (long long)(8 * e->v2g[g].K));
+        if (e->v2g[g].st) continue;
+        char *p = v2_gaddr(e, g);
+        ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_ldg_%s%s((const %s *)%s, %lld, g%d_);\n", w ? "u8" : vs(s->dt),
+                                         w ? "w" : "", w ? "uint8_t" : ctype(s->dt), p, (long long)e->v2g[g].K, e->v2g[g].id);
+        free(p);
+    }
+}
+static int v2_gfind(const em *e, const ts__tile_node *n, int64_t *c) {
+    int64_t K;
+    if (n->kind != TN_INDEX || !n->a) return -1;
+    for (int g = 0; g < e->nv2g; g++)
+        if (e->v2g[g].s == n->a->sym && v2_gidx(e, n->list[n->nlist - 1], &K, c)) return g;
+    return -1;
+}
+/* a read of a group: its lane vector (NULL: not a group) */
+static char *v2_group_read(em *e, const ts__tile_node *n) {
+    int64_t c;
+    int g = v2_gfind(e, n, &c);
+    if (g < 0 || e->v2g[g].st) return NULL;
+    if (e->defu >= 0) { /* not in the 4 x 8 unrolled copy (no group loads there) */
+        e->vfail = true;
+        return sdup("0");
+    }
+    const ts__tile_sym *s = n->a->sym;
+    if (lane_bits(s->dt) == 8)
+        return sfmt("TS__TV_CVT(ts__tv_ld_u32(&g%d_[%lld]), ts__tv_%s)", e->v2g[g].id, (long long)(8 * c), vs(s->dt));
+    return sfmt("ts__tv_ld_%s(&g%d_[%lld])", vs(s->dt), e->v2g[g].id, (long long)(8 * c));
+}
+/* a store of a group: into its lane array, all of them stored after the last (true: done) */
+static bool v2_group_store(em *e, const ts__tile_node *n, int lv) {
+    int64_t c;
+    int g = n->kind == TN_ASSIGN ? v2_gfind(e, n->a, &c) : -1;
+    if (g < 0 || !e->v2g[g].st) return false;
+    if (e->defu >= 0) {
+        e->vfail = true;
+        return true;
+    }
+    const ts__tile_sym *s = n->a->a->sym;
+    const bool w = lane_bits(s->dt) == 8;
+    char *v;
+    if (!w) v = vex(e, n->b, ts__tile_dt_packed_raw(s->dt));
+    else { /* 32-bit lanes whose low bytes are stored: a cast<u8|i8> of a 32-bit integer is them */
+        const ts__tile_node *x = n->b;
+        int xt = x->kind == TN_CALL && !strcmp(x->name, "cast") ? natural(x->list[0]->ty) : TT_NONE;
+        if (xt == TT_U32 || xt == TT_I32) v = vex(e, x->list[0], TT_U32);
+        else {
+            char *b = vex(e, x, ts__tile_dt_packed_raw(s->dt));
+            v = sfmt("TS__TV_CVT(%s, ts__tv_u32)", b);
+            free(b);
+        }
+    }
+    ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st_%s(&g%d_[%lld], %s);\n", w ? "u32" : vs(s->dt), e->v2g[g].id,
+                                     (long long)(8 * c), v);
+    free(v);
+    if (n == e->v2g[g].last) {
+        char *p = v2_gaddr(e, g);
+        ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_stg_%s%s((%s *)%s, %lld, g%d_);\n", w ? "u8" : vs(s->dt),
+                                         w ? "w" : "", w ? "uint8_t" : ctype(s->dt), p, (long long)e->v2g[g].K, e->v2g[g].id);
+        free(p);
+    }
+    return true;
+}
+/* cast<32-bit integer>(X[..., K j + c]) of an 8-bit group read: its widened lanes */
+static char *v2_group_widened(em *e, const ts__tile_node *n) {
+    int64_t c;
+    int t = natural(n->ty);
+    if (n->nlist != 1 || (t != TT_U32 && t != TT_I32)) return NULL;
+    int g = v2_gfind(e, n->list[0], &c);
+    if (g < 0 || e->v2g[g].st || lane_bits(e->v2g[g].s->dt) != 8 || e->v2g[g].s->dt == TT_I8) return NULL;
+    if (e->defu >= 0) {
+        e->vfail = true;
+        return sdup("0");
+    }
+    return sfmt("((ts__tv_%s)ts__tv_ld_u32(&g%d_[%lld]))", vs(t), e->v2g[g].id, (long long)(8 * c));
+}
+
+/* f16 and e5m6 loads, e5m6 stores (from f32): tile_rt.h's lane-wise twins of the numerics
+ * routines instead of a call per lane; 32-bit integers to 8/16-bit ones by a byte shuffle;
+ * NULL for every other conversion. Consumes s. */
+static char *v2_conv(char *s, int from, int to) {
+    char *r = NULL;
+    if (from == TT_F16 || from == TT_E5M6) r = sfmt("ts__tv_%s_to_f32(%s)", from == TT_F16 ? "f16" : "e5m6", s);
+    else if (to == TT_E5M6 && from == TT_F32) r = sfmt("ts__tv_f32_to_e5m6(%s)", s);
+    else if ((from == TT_I32 || from == TT_U32) && (to == TT_U8 || to == TT_I8 || to == TT_U16 || to == TT_I16))
+        r = sfmt("((ts__tv_%s)ts__tv_lo%d_u32((ts__tv_u32)(%s)))", vs(to), lane_bits(to), s);
+    if (r) free(s);
+    return r;
+}
+
+/* n an i64 value S * j + base (S a literal, base independent of j; j + b, k * (j + b), ...):
+ * the C text of base and S, else NULL */
+static char *v2_affs(em *e, const ts__tile_node *n, int64_t *S) {
+    char *b = affine(e, n);
+    if (b) {
+        *S = 1;
+        return b;
+    }
+    int64_t k;
+    if (n->kind != TN_BINARY || natural(n->ty) != TT_I64) return NULL;
+    if (n->op == TO_MUL) {
+        const ts__tile_node *v = lit_int(n->a, &k) ? n->b : lit_int(n->b, &k) ? n->a : NULL;
+        if (!v || k < 0 || k > 4096 || !(b = v2_affs(e, v, S))) return NULL;
+        *S *= k;
+        char *r = sfmt("((int64_t)((uint64_t)(%s) * (uint64_t)%lld))", b, (long long)k);
+        free(b);
+        return r;
+    }
+    if (n->op != TO_ADD && n->op != TO_SUB) return NULL;
+    const ts__tile_node *v = n->a, *u = n->b;
+    if (n->op == TO_ADD && !dep(e, v)) v = n->b, u = n->a;
+    if (dep(e, u) || !dep(e, v) || !(b = v2_affs(e, v, S))) return NULL;
+    char *us = ex_str(e, u, TT_I64);
+    char *r = sfmt("((int64_t)((uint64_t)(%s) %c (uint64_t)(%s)))", b, n->op == TO_ADD ? '+' : '-', us);
+    free(b), free(us);
+    return r;
+}
+
+/* (S j + base) / d with d independent of j (a scale index, (k * 16) / bw): one division per
+ * 8 lanes (ts__tv_divaff_i64) instead of eight */
+static char *v2_divaff(em *e, const ts__tile_node *n) {
+    int64_t S;
+    if (dep(e, n->b) || natural(n->a->ty) != TT_I64) return NULL;
+    char *b = v2_affs(e, n->a, &S);
+    if (!b || S > 4096) {
+        free(b);
+        return NULL;
+    }
+    char *d = ex_str(e, n->b, TT_I64);
+    char *r = sfmt("ts__tv_divaff_i64((int64_t)((uint64_t)(%s) + (uint64_t)%lld * (uint64_t)%s), INT64_C(%lld), %s)", b,
+                   (long long)S, e->vjname, (long long)S, d);
+    free(b), free(d);
+    return r;
+}
+
+/* a read at j-dependent indices that are not affine in j: lane by lane, the same elements the
+ * scalar loop reads (a gather: scale tables indexed by (k * 16) / bw and the like). Strided
+ * indices are refused: a reduction over the last axis, for one, folds better along it than
+ * gathered along the kept axis. */
+static char *v2_gather(em *e, const ts__tile_node *n) {
+    const ts__tile_sym *s = n->a->sym;
+    int r = n->nlist;
+    if (s->dt == TT_BOOL || r > TS__TILE_MAX_RANK) return NULL;
+    for (int i = 0; i < r; i++) { /* strided (S j + b) accesses: better left to the other rules */
+        int64_t S;
+        char *b = dep(e, n->list[i]) ? v2_affs(e, n->list[i], &S) : NULL;
+        free(b);
+        if (b) return NULL;
+    }
+    int id = ++e->vtmp;
+    ts__tile_buf b = {0};
+    char *ix[TS__TILE_MAX_RANK];
+    ts__tile_buf_puts(&b, "({ ");
+    for (int i = 0; i < r; i++) {
+        if (dep(e, n->list[i])) {
+            char *v = vex(e, n->list[i], TT_I64);
+            ts__tile_buf_printf(&b, "const ts__tv_i64 gx%d_%d = %s; ", i, id, v);
+            free(v);
+            ix[i] = sfmt("gx%d_%d[l_%d]", i, id, id);
+        } else {
+            char *x = ex_str(e, n->list[i], TT_I64);
+            ts__tile_buf_printf(&b, "const int64_t gx%d_%d = %s; ", i, id, x);
+            free(x);
+            ix[i] = sfmt("gx%d_%d", i, id);
+        }
+    }
+    /* lanes outside the tile / tensor read 0: a gather in a select arm or behind && runs for
+     * lanes the scalar code never reads */
+    ts__tile_buf ok = {0};
+    ts__tile_buf_puts(&ok, "1");
+    for (int i = 0; i < r; i++) {
+        if (!dep(e, n->list[i])) continue;
+        ts__tile_buf_printf(&ok, " && (uint64_t)%s < (uint64_t)", ix[i]);
+        if (s->cdims[i] >= 0) ts__tile_buf_printf(&ok, "INT64_C(%lld)", (long long)s->cdims[i]);
+        else if (s->kind == SYM_TENSOR && s->dimsym[i]) sym_ref(e, &ok, s->dimsym[i]);
+        else ts__tile_buf_puts(&ok, "0");
+    }
+    char *el = elem_at(s, ix, r);
+    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = (%s) ? %s : 0; r_%d; })",
+                        vs(s->dt), id, id, id, id, id, id, ok.data ? ok.data : "0", el, id);
+    ts__tile_buf_free(&ok);
+    free(el);
+    for (int i = 0; i < r; i++) free(ix[i]);
+    if (!b.data) ts__tile_buf_puts(&b, "");
+    return b.data;
+}
+
+/* x << k, x >> k (0 <= k < 8) on 8-bit lanes through one 64-bit shift and a mask: u8 both
+ * ways, i8 left only (its right shift is arithmetic) */
+static char *v2_shift8(int t, int op, const char *x, int k) {
+    if (t != TT_U8 && !(t == TT_I8 && op == TO_SHL)) return NULL;
+    return sfmt("((ts__tv_%s)ts__tv_sh%sk_u8((ts__tv_u8)(%s), %d))", vs(t), op == TO_SHL ? "l" : "r", x, k);
 }

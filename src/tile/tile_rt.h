@@ -570,7 +570,8 @@ TS__TV_HMINMAX(u8, uint8_t)
 TS__TV_HMINMAX(i64, int64_t)
 TS__TV_HMINMAX(u64, uint64_t)
 #if defined(__AVX2__)
-/* halving with shuffles: 3 steps in 128 bits (16-bit lanes), 1 + 2 for 256 (32-bit lanes) */
+/* halving with shuffles, 3 steps in 128 bits (32-bit lanes: ts__tv_hmax_u32 and friends in the
+ * "second set" below) */
 #define TS__TV_HMM16(N, T, OP)                                                              \
     TS__TV_INL T ts__tv_h##OP##_##N(ts__tv_##N v) {                                         \
         ts__tv_##N m = ts__tv_##OP##_##N(v, (ts__tv_##N)_mm_shuffle_epi32((__m128i)v, 0x4E)); \
@@ -578,28 +579,14 @@ TS__TV_HMINMAX(u64, uint64_t)
         m = ts__tv_##OP##_##N(m, (ts__tv_##N)_mm_srli_epi32((__m128i)m, 16));              \
         return m[0];                                                                        \
     }
-#define TS__TV_HMM32(N, T, OP, I)                                                           \
-    TS__TV_INL T ts__tv_h##OP##_##N(ts__tv_##N v) {                                         \
-        __m128i m = _mm_##OP##_##I(_mm256_castsi256_si128((__m256i)v), _mm256_extracti128_si256((__m256i)v, 1)); \
-        m = _mm_##OP##_##I(m, _mm_shuffle_epi32(m, 0x4E));                                  \
-        m = _mm_##OP##_##I(m, _mm_shuffle_epi32(m, 0xB1));                                  \
-        return (T)_mm_cvtsi128_si32(m);                                                     \
-    }
 TS__TV_HMM16(i16, int16_t, max)
 TS__TV_HMM16(i16, int16_t, min)
 TS__TV_HMM16(u16, uint16_t, max)
 TS__TV_HMM16(u16, uint16_t, min)
-TS__TV_HMM32(i32, int32_t, max, epi32)
-TS__TV_HMM32(i32, int32_t, min, epi32)
-TS__TV_HMM32(u32, uint32_t, max, epu32)
-TS__TV_HMM32(u32, uint32_t, min, epu32)
 #undef TS__TV_HMM16
-#undef TS__TV_HMM32
 #else
 TS__TV_HMINMAX(i16, int16_t)
 TS__TV_HMINMAX(u16, uint16_t)
-TS__TV_HMINMAX(i32, int32_t)
-TS__TV_HMINMAX(u32, uint32_t)
 #endif
 #undef TS__TV_HMINMAX
 
@@ -991,6 +978,296 @@ TS__TV_INL ts__tv_f32 ts__tv_sigmoid_f32(ts__tv_f32 x) {
     ts__tv_f32 one = ts__tv_splat_f32(1.0f), en = ts__tv_exp_f32(-x), ep = ts__tv_exp_f32(x);
     return ts__tv_sel_f32(x >= ts__tv_splat_f32(0.0f), one / (one + en), ep / (one + ep));
 }
+
+/* ==== SIMD lowering, second set: lane folds, transposed tile copies, strided groups ====
+ * (docs/tile-language.md §11a). Like the helpers above, each gives exactly the scalar
+ * emission's bits: integer folds in any order (wrapping + and min/max/& | ^ are associative
+ * and commutative), and the rest only moves bits. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* The lanes of an integer accumulator folded into one value (the end of a fold loop): a
+ * shuffle tree with AVX2 instead of eight extract-and-combine steps. */
+#if defined(__AVX2__)
+#define TS__TV_HFOLD32(NAME, T, OP128)                                                       \
+    TS__TV_INL T ts__tv_h##NAME(ts__tv_##T##_v v) {                                          \
+        __m256i x;                                                                           \
+        memcpy(&x, &v, 32);                                                                  \
+        __m128i m = OP128(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));        \
+        m = OP128(m, _mm_shuffle_epi32(m, 0x4E));                                            \
+        m = OP128(m, _mm_shuffle_epi32(m, 0xB1));                                            \
+        return (T)_mm_cvtsi128_si32(m);                                                      \
+    }
+#else
+#define TS__TV_HFOLD32(NAME, T, OP128)                                                       \
+    TS__TV_INL T ts__tv_h##NAME(ts__tv_##T##_v v) {                                          \
+        T r = v[0];                                                                          \
+        for (int l = 1; l < 8; l++) r = TS__TV_HOP_##NAME(r, v[l]);                           \
+        return r;                                                                            \
+    }
+#endif
+typedef ts__tv_u32 ts__tv_uint32_t_v;
+typedef ts__tv_i32 ts__tv_int32_t_v;
+#define TS__TV_HOP_max_u32(a, b) ((a) > (b) ? (a) : (b))
+#define TS__TV_HOP_min_u32(a, b) ((a) < (b) ? (a) : (b))
+#define TS__TV_HOP_max_i32(a, b) ((a) > (b) ? (a) : (b))
+#define TS__TV_HOP_min_i32(a, b) ((a) < (b) ? (a) : (b))
+#define TS__TV_HOP_add_u32(a, b) ((uint32_t)((a) + (b)))
+#define TS__TV_HOP_and_u32(a, b) ((a) & (b))
+#define TS__TV_HOP_or_u32(a, b) ((a) | (b))
+#define TS__TV_HOP_xor_u32(a, b) ((a) ^ (b))
+TS__TV_HFOLD32(max_u32, uint32_t, _mm_max_epu32)
+TS__TV_HFOLD32(min_u32, uint32_t, _mm_min_epu32)
+TS__TV_HFOLD32(max_i32, int32_t, _mm_max_epi32)
+TS__TV_HFOLD32(min_i32, int32_t, _mm_min_epi32)
+TS__TV_HFOLD32(add_u32, uint32_t, _mm_add_epi32)
+TS__TV_HFOLD32(and_u32, uint32_t, _mm_and_si128)
+TS__TV_HFOLD32(or_u32, uint32_t, _mm_or_si128)
+TS__TV_HFOLD32(xor_u32, uint32_t, _mm_xor_si128)
+#undef TS__TV_HFOLD32
+
+/* dst[c * R + r] = src[r * C + c] for an R x C tile of 1, 2 or 4-byte elements (a tile that a
+ * loop reads transposed, x[j, i] with j the vector variable, is first copied transposed so
+ * that the reads are contiguous). 8 x 8 blocks in registers (SSE2 / AVX), scalar edges. */
+TS__TV_INL void ts__tv_tr8x8_32(uint32_t *d, int64_t ld, const uint32_t *s, int64_t ls) {
+#if defined(__AVX__)
+    __m256 r[8], t[8];
+    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps((const float *)(s + k * ls));
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps((float *)(d + k * ld), _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+        _mm256_storeu_ps((float *)(d + (k + 4) * ld), _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+    }
+#else
+    for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 8; l++) memcpy(d + l * ld + k, s + k * ls + l, sizeof *d); /* any type */
+#endif
+}
+TS__TV_INL void ts__tv_tr8x8_16(uint16_t *d, int64_t ld, const uint16_t *s, int64_t ls) {
+#if defined(__SSE2__)
+    __m128i r[8], t[8];
+    for (int k = 0; k < 8; k++) r[k] = _mm_loadu_si128((const __m128i *)(s + k * ls));
+    for (int k = 0; k < 8; k += 2) {
+        t[k / 2] = _mm_unpacklo_epi16(r[k], r[k + 1]);     /* 00 10 01 11 02 12 03 13 */
+        t[k / 2 + 4] = _mm_unpackhi_epi16(r[k], r[k + 1]); /* 04 14 ... */
+    }
+    for (int k = 0; k < 8; k += 2) {
+        r[k / 2] = _mm_unpacklo_epi32(t[k], t[k + 1]);
+        r[k / 2 + 4] = _mm_unpackhi_epi32(t[k], t[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 2) {
+        t[k / 2] = _mm_unpacklo_epi64(r[k], r[k + 1]);
+        t[k / 2 + 4] = _mm_unpackhi_epi64(r[k], r[k + 1]);
+    }
+    static const int ord[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    for (int k = 0; k < 8; k++) _mm_storeu_si128((__m128i *)(d + k * ld), t[ord[k]]);
+#else
+    for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 8; l++) memcpy(d + l * ld + k, s + k * ls + l, sizeof *d); /* any type */
+#endif
+}
+TS__TV_INL void ts__tv_tr8x8_8(uint8_t *d, int64_t ld, const uint8_t *s, int64_t ls) {
+#if defined(__SSE2__)
+    __m128i r[8], t[4], u[4];
+    for (int k = 0; k < 8; k++) r[k] = _mm_loadl_epi64((const __m128i *)(s + k * ls));
+    for (int k = 0; k < 4; k++) t[k] = _mm_unpacklo_epi8(r[2 * k], r[2 * k + 1]); /* rows 2k, 2k+1 interleaved */
+    u[0] = _mm_unpacklo_epi16(t[0], t[1]), u[1] = _mm_unpackhi_epi16(t[0], t[1]);
+    u[2] = _mm_unpacklo_epi16(t[2], t[3]), u[3] = _mm_unpackhi_epi16(t[2], t[3]);
+    t[0] = _mm_unpacklo_epi32(u[0], u[2]), t[1] = _mm_unpackhi_epi32(u[0], u[2]);
+    t[2] = _mm_unpacklo_epi32(u[1], u[3]), t[3] = _mm_unpackhi_epi32(u[1], u[3]);
+    for (int k = 0; k < 4; k++) {
+        _mm_storel_epi64((__m128i *)(d + (2 * k) * ld), t[k]);
+        _mm_storel_epi64((__m128i *)(d + (2 * k + 1) * ld), _mm_unpackhi_epi64(t[k], t[k]));
+    }
+#else
+    for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 8; l++) memcpy(d + l * ld + k, s + k * ls + l, sizeof *d); /* any type */
+#endif
+}
+#define TS__TV_TRANSPOSE(B, T)                                                               \
+    TS__TV_INL void ts__tv_transpose_##B(T *d, const T *s, int64_t R, int64_t C) {          \
+        int64_t r8 = R - R % 8, c8 = C - C % 8;                                              \
+        for (int64_t r = 0; r < r8; r += 8)                                                  \
+            for (int64_t c = 0; c < c8; c += 8) ts__tv_tr8x8_##B(d + c * R + r, R, s + r * C + c, C); \
+        for (int64_t r = 0; r < R; r++)                                                      \
+            for (int64_t c = r < r8 ? c8 : 0; c < C; c++) memcpy(d + c * R + r, s + r * C + c, sizeof *d); \
+    }
+TS__TV_TRANSPOSE(8, uint8_t)
+TS__TV_TRANSPOSE(16, uint16_t)
+TS__TV_TRANSPOSE(32, uint32_t)
+#undef TS__TV_TRANSPOSE
+
+/* Vector shifts by per-lane amounts, as the scalar helpers ts__tile_shl / shr: the amount
+ * modulo the lane width (AVX2: vpsllvd / vpsrlvd / vpsravd) */
+TS__TV_INL ts__tv_u32 ts__tv_shlv_u32(ts__tv_u32 a, ts__tv_u32 b) { return a << (b & 31u); }
+TS__TV_INL ts__tv_u32 ts__tv_shrv_u32(ts__tv_u32 a, ts__tv_u32 b) { return a >> (b & 31u); }
+TS__TV_INL ts__tv_i32 ts__tv_shrv_i32(ts__tv_i32 a, ts__tv_i32 b) { return a >> (b & 31); }
+TS__TV_INL ts__tv_u64 ts__tv_shlv_u64(ts__tv_u64 a, ts__tv_u64 b) { return a << (b & 63u); }
+TS__TV_INL ts__tv_u64 ts__tv_shrv_u64(ts__tv_u64 a, ts__tv_u64 b) { return a >> (b & 63u); }
+TS__TV_INL ts__tv_i64 ts__tv_shrv_i64(ts__tv_i64 a, ts__tv_i64 b) { return a >> (b & 63); }
+/* Strided groups: a loop over j whose body reads x[K j + c] for every c in 0..K-1 (or stores
+ * every one of them), K >= 8, handles 8 groups (8 K contiguous elements) per vector step:
+ * ldg gives o[8 c + l] = p[K l + c], stg stores p[K l + c] = v[8 c + l]. Both go through 8 x 8
+ * block transposes of columns c0..c0+7 (the last block overlaps the one before when K is
+ * not a multiple of 8: it reads or rewrites the same elements), touching p[0 .. 8 K) only. */
+#define TS__TV_GROUP(N, T, B)                                                                \
+    TS__TV_INL void ts__tv_ldg_##N(const T *p, int K, T *o) {                               \
+        for (int c0 = 0; c0 < K; c0 += 8) {                                                  \
+            if (c0 + 8 <= K) {                                                               \
+                ts__tv_tr8x8_##B((uint##B##_t *)(o + 8 * c0), 8, (const uint##B##_t *)(p + c0), K); \
+                continue;                                                                    \
+            }                                                                                \
+            T t[64];                                                                         \
+            ts__tv_tr8x8_##B((uint##B##_t *)t, 8, (const uint##B##_t *)(p + K - 8), K);      \
+            memcpy(o + 8 * c0, t + 8 * (c0 - (K - 8)), sizeof(T) * 8 * (size_t)(K - c0));    \
+        }                                                                                    \
+    }                                                                                        \
+    TS__TV_INL void ts__tv_stg_##N(T *p, int K, const T *v) {                               \
+        for (int c0 = 0; c0 < K; c0 += 8) {                                                  \
+            int c = c0 + 8 <= K ? c0 : K - 8;                                                \
+            ts__tv_tr8x8_##B((uint##B##_t *)(p + c), K, (const uint##B##_t *)(v + 8 * c), 8); \
+        }                                                                                    \
+    }
+TS__TV_GROUP(u8, uint8_t, 8)
+TS__TV_GROUP(i8, int8_t, 8)
+TS__TV_GROUP(u16, uint16_t, 16)
+TS__TV_GROUP(i16, int16_t, 16)
+TS__TV_GROUP(u32, uint32_t, 32)
+TS__TV_GROUP(i32, int32_t, 32)
+TS__TV_GROUP(f32, float, 32)
+#undef TS__TV_GROUP
+/* 8-bit groups with 32-bit lanes (8-byte vectors compile to byte-by-byte code): ldg_u8w
+ * gives o[8 c + l] = p[K l + c] zero-extended, stg_u8w stores the low bytes of v (a cast to
+ * u8 of 32-bit lanes) */
+TS__TV_INL void ts__tv_ldg_u8w(const uint8_t *p, int K, uint32_t *o) {
+    uint8_t t[8 * 64];
+    ts__tv_ldg_u8(p, K, t);
+    for (int c = 0; c < K; c++) {
+#if defined(__AVX2__)
+        _mm256_storeu_si256((__m256i *)(o + 8 * c), _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(t + 8 * c))));
+#else
+        for (int l = 0; l < 8; l++) o[8 * c + l] = t[8 * c + l];
+#endif
+    }
+}
+TS__TV_INL void ts__tv_stg_u8w(uint8_t *p, int K, const uint32_t *v) {
+    uint8_t t[8 * 64];
+    for (int c = 0; c < K; c++) {
+#if defined(__AVX2__)
+        __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(v + 8 * c)),
+                                        _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+        _mm_storel_epi64((__m128i *)(t + 8 * c),
+                         _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+#else
+        for (int l = 0; l < 8; l++) t[8 * c + l] = (uint8_t)v[8 * c + l];
+#endif
+    }
+    ts__tv_stg_u8(p, K, t);
+}
+/* ts_f16_to_f32 lane-wise (the f16 -> f32 widening is exact: normal by re-biasing, subnormal
+ * m * 2^-24 by one conversion and one exact multiply, inf / NaN with the payload kept, no
+ * quieting - hence not vcvtph2ps) */
+TS__TV_INL ts__tv_f32 ts__tv_f16_to_f32(ts__tv_u16 h16) {
+    ts__tv_u32 h = ts__tv_widen_u16(h16);
+    ts__tv_u32 s = (h & 0x8000u) << 16, e = h & 0x7C00u, m = h & 0x3FFu;
+    ts__tv_u32 nrm = s | (((h & 0x7FFFu) << 13) + 0x38000000u);
+    ts__tv_u32 spc = s | 0x7F800000u | (m << 13);
+    ts__tv_u32 sbn = s | (ts__tv_u32)(TS__TV_CVT((ts__tv_i32)m, ts__tv_f32) * 0x1p-24f);
+    return (ts__tv_f32)ts__tv_sel_u32(TS__TV_MASK(e == 0x7C00u), spc, ts__tv_sel_u32(TS__TV_MASK(e == 0u), sbn, nrm));
+}
+/* ts_e5m6_to_f32 lane-wise: the f16 whose top 12 bits are the code */
+TS__TV_INL ts__tv_f32 ts__tv_e5m6_to_f32(ts__tv_u16 v) {
+    return ts__tv_f16_to_f32((ts__tv_u16)((v & (uint16_t)0xFFFu) << 4));
+}
+/* ts_f32_to_e5m6 lane-wise: f16 bits rounded toward zero (vcvtps2ph with F16C: finite
+ * overflow gives 0x7BFF, inf stays inf; NaN is then replaced by 0x7FFF as upstream's
+ * __float2half_rz), then the top 12 bits with upstream's rounding on the 17 low f32 bits */
+TS__TV_INL ts__tv_u16 ts__tv_f32_to_e5m6(ts__tv_f32 x) {
+    ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu;
+#if defined(__F16C__) && defined(__AVX__)
+    __m128i hh = _mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_ZERO);
+    ts__tv_u16 h16;
+    memcpy(&h16, &hh, sizeof h16);
+    ts__tv_u32 h = ts__tv_sel_u32(TS__TV_MASK(a > 0x7F800000u), ts__tv_splat_u32(0x7FFFu), ts__tv_widen_u16(h16));
+#else
+    ts__tv_u32 sg = (u >> 16) & 0x8000u, e = a >> 23;
+    ts__tv_u32 sh = ts__tv_sel_u32(TS__TV_MASK(e < 126u), 126u - e, ts__tv_splat_u32(0));
+    ts__tv_u32 sub = sg | ((0x800000u | (a & 0x7FFFFFu)) >> (sh & 31u));
+    ts__tv_u32 h = ts__tv_sel_u32(TS__TV_MASK(e < 103u), sg, sub);
+    h = ts__tv_sel_u32(TS__TV_MASK(e >= 113u), sg | ((a - 0x38000000u) >> 13), h);
+    h = ts__tv_sel_u32(TS__TV_MASK(a >= 0x47800000u), sg | 0x7BFFu, h);
+    h = ts__tv_sel_u32(TS__TV_MASK(a == 0x7F800000u), sg | 0x7C00u, h);
+    h = ts__tv_sel_u32(TS__TV_MASK(a > 0x7F800000u), ts__tv_splat_u32(0x7FFFu), h);
+#endif
+    ts__tv_u32 v = h >> 4;
+    v = v - (ts__tv_u32)TS__TV_MASK((v & 1u) + (u & 0x1FFFFu) > 0x10000u); /* mask -1: + 1 */
+    return TS__TV_CVT(v & 0xFFFu, ts__tv_u16);
+}
+/* (a0 + s l) / d for the lanes l = 0..7 (ts__tile_div_i64 of the wrapping numerators): with
+ * a0 >= 0, 0 <= s, d > 7 s and no overflow, one division for all lanes - lane l's quotient
+ * is q0 or q0 + 1, as the remainder of lane 0 plus s l stays below 2 d - else lane by lane */
+TS__TV_INL ts__tv_i64 ts__tv_divaff_i64(int64_t a0, int64_t s, int64_t d) {
+    ts__tv_i64 r;
+    if (s >= 0 && s < ((int64_t)1 << 40) && d > 7 * s && a0 >= 0 && a0 <= INT64_MAX - 7 * s) {
+        int64_t q = a0 / d, m = a0 % d;
+        for (int l = 0; l < 8; l++) r[l] = q + (m + s * l >= d);
+    } else {
+        for (int l = 0; l < 8; l++) r[l] = ts__tile_div_i64((int64_t)((uint64_t)a0 + (uint64_t)s * (uint64_t)l), d);
+    }
+    return r;
+}
+/* The low 8 / 16 bits of 32-bit lanes (the C conversion to a narrower integer type): one
+ * byte shuffle per 128-bit half with AVX2 (GCC 12 moves the lanes through general registers
+ * otherwise) */
+TS__TV_INL ts__tv_u8 ts__tv_lo8_u32(ts__tv_u32 v) {
+#if defined(__AVX2__)
+    __m256i b = _mm256_shuffle_epi8((__m256i)v, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    __m128i p = _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    ts__tv_u8 r;
+    memcpy(&r, &p, sizeof r);
+    return r;
+#else
+    return TS__TV_CVT(v, ts__tv_u8);
+#endif
+}
+TS__TV_INL ts__tv_u16 ts__tv_lo16_u32(ts__tv_u32 v) {
+#if defined(__AVX2__)
+    __m256i b = _mm256_shuffle_epi8((__m256i)v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+    return (ts__tv_u16)_mm_unpacklo_epi64(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+#else
+    return TS__TV_CVT(v, ts__tv_u16);
+#endif
+}
+/* Constant shifts of 8-bit lanes (x86 has no byte shift; GCC 12 shifts them one by one): the
+ * 64-bit word shifted, each byte masked to what its own shift keeps */
+TS__TV_INL ts__tv_u8 ts__tv_shlk_u8(ts__tv_u8 x, int k) {
+    uint64_t w;
+    memcpy(&w, &x, 8);
+    w = (w << k) & (UINT64_C(0x0101010101010101) * ((0xFFu << k) & 0xFFu));
+    memcpy(&x, &w, 8);
+    return x;
+}
+TS__TV_INL ts__tv_u8 ts__tv_shrk_u8(ts__tv_u8 x, int k) {
+    uint64_t w;
+    memcpy(&w, &x, 8);
+    w = (w >> k) & (UINT64_C(0x0101010101010101) * (0xFFu >> k));
+    memcpy(&x, &w, 8);
+    return x;
+}
+/* ==== end of the second set ==== */
 #endif /* __GNUC__ */
 
 /* Overflow-safe narrowing of a SIMD loop's fast range [lo, hi) of j to the j where
