@@ -1913,13 +1913,13 @@ static bool wide16_ok(const char *t) {
     return true;
 }
 
-static void vec_wide16(em *e, const char *body, int id, int lv) {
+static bool vec_wide16(em *e, const char *body, int id, int lv) {
     for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
         const char *op = e->rf.f[r].op;
         int t = natural(e->rf.f[r].acc->dt);
-        if (!(op[0] == 'm' || op[0] == '&' || op[0] == '|') || !(t == TT_U16 || t == TT_I16)) return;
+        if (!(op[0] == 'm' || op[0] == '&' || op[0] == '|') || !(t == TT_U16 || t == TT_I16)) return false;
     }
-    if (!wide16_ok(body)) return;
+    if (!wide16_ok(body)) return false;
     ts__tile_buf w = {0};
     for (const char *p = body; *p;) {
         if (!strncmp(p, "ts__tv_", 7)) ts__tile_buf_puts(&w, "ts__tw_"), p += 7;
@@ -1951,9 +1951,10 @@ static void vec_wide16(em *e, const char *body, int id, int lv) {
     }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
     ts__tile_buf_free(&w);
+    return true;
 }
 
-static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int lv) {
+static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int lv) {
     e->ndef = 0, e->nnz = 0;
     nz_facts_of(e, bd);
     for (int32_t q = 0; q < bd->nlist; q++) {
@@ -1969,7 +1970,7 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     }
     /* unrolled for narrowing stores, and for row folds fused into a copy (whose 8-lane loop
      * would otherwise spend half its instructions on loop control) */
-    if (!e->ndef && !(e->rf.loop && e->rf.n)) return;
+    if (!e->ndef && !(e->rf.loop && e->rf.n)) return false;
     e->defid = id;
     ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
     ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
@@ -2006,6 +2007,7 @@ static void vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
     e->ndef = 0;
+    return true;
 }
 
 static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
@@ -2129,10 +2131,11 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         if (!hoisted[q]) vst(e, bd->list[q], L + 2);
     rf_vec_step(e, id, L + 2);
     e->o = outer;
-    if (!e->vfail && !body8.oom && body8.data) vec_wide16(e, body8.data, id, L + 1);
-    if (!e->nodefer) vec_unrolled32(e, bd, hoisted, id, L + 1);
-    /* loop control is a large share of a short 8-lane body: let the C compiler unroll it */
-    ind(e, L + 1), ts__tile_buf_puts(e->o, "_Pragma(\"GCC unroll 4\")\n");
+    bool main_loop = !e->vfail && !body8.oom && body8.data && vec_wide16(e, body8.data, id, L + 1);
+    if (!e->nodefer) main_loop |= vec_unrolled32(e, bd, hoisted, id, L + 1);
+    /* loop control is a large share of a short 8-lane body: let the C compiler unroll it
+     * (not after a 16- or 32-lane main loop, which leaves it at most three steps) */
+    if (!main_loop) ind(e, L + 1), ts__tile_buf_puts(e->o, "_Pragma(\"GCC unroll 4\")\n");
     ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
     ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
     if (body8.oom) e->o->oom = true;
