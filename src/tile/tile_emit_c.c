@@ -1159,8 +1159,8 @@ static const ts__tile_node *clamp_sel(const ts__tile_node *n, const ts__tile_nod
 
 /* Clamps written as selects, which let NaN through and keep x on ties, are vminps(k, x) /
  * vmaxps(k, x) (second operand on NaN and ties):
- *   select(x > k, k, x)                          -> minx(k, x)
- *   select(x > h, h, select(x < l, l, x)), l <= h -> minx(h, maxx(l, x))   (and mirrored)
+ *   select(x > k, k, x)                          -> mink(k, x)
+ *   select(x > h, h, select(x < l, l, x)), l <= h -> mink(h, maxk(l, x))   (and mirrored)
  * The nested form with literals in order: where the outer test holds the inner select is x,
  * and where it does not the inner result cannot pass h. NULL when n is neither. */
 static char *vclamp(em *e, const ts__tile_node *n) {
@@ -1175,10 +1175,10 @@ static char *vclamp(em *e, const ts__tile_node *n) {
             !lit_float(k, &a) || !lit_float(k2, &b) || (up ? a < b : a > b))
             return NULL;
         char *kk = vex(e, k2, TT_F32), *xx = vex(e, x, TT_F32);
-        inner = sfmt("ts__tv_%s_f32(%s, %s)", up2 ? "minx" : "maxx", kk, xx);
+        inner = sfmt("ts__tv_%s_f32(%s, %s)", up2 ? "mink" : "maxk", kk, xx);
         free(kk), free(xx);
     } else inner = vex(e, x, TT_F32);
-    char *kk = vex(e, k, TT_F32), *r = sfmt("ts__tv_%s_f32(%s, %s)", up ? "minx" : "maxx", kk, inner);
+    char *kk = vex(e, k, TT_F32), *r = sfmt("ts__tv_%s_f32(%s, %s)", up ? "mink" : "maxk", kk, inner);
     free(kk), free(inner);
     return r;
 }

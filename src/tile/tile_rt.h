@@ -464,39 +464,23 @@ TS__TV_INL ts__tv_f32 ts__tv_max_f32(ts__tv_f32 a, ts__tv_f32 b) {
     return (ts__tv_f32)r;
 #endif
 }
-/* max / min of x and a constant k that is neither NaN nor zero (a literal: the emitter knows):
- * no +-0 tie is possible and only a NaN x needs care, where the language ignores it and
- * returns k - exactly what vmaxps(x, k) / vminps(x, k) do (a NaN operand gives the second).
- * One instruction instead of seven. */
-TS__TV_INL ts__tv_f32 ts__tv_maxk_f32(ts__tv_f32 x, ts__tv_f32 k) {
+/* a > b ? a : b and a < b ? a : b: vmaxps / vminps, which return the second operand on NaN and
+ * on ties. Two uses: max / min of x and a constant k that is neither NaN nor zero (no +-0 tie
+ * is possible and only a NaN x needs care, where the language ignores it and returns k):
+ * maxk(x, k); and the clamps written as selects, select(x > k, k, x) = mink(k, x) (the
+ * comparison is false for a NaN x or a tie, which keep x). One instruction instead of seven. */
+TS__TV_INL ts__tv_f32 ts__tv_maxk_f32(ts__tv_f32 a, ts__tv_f32 b) {
 #if defined(__AVX__)
-    return (ts__tv_f32)_mm256_max_ps((__m256)x, (__m256)k);
+    return (ts__tv_f32)_mm256_max_ps((__m256)a, (__m256)b);
 #else
-    return ts__tv_sel_f32(TS__TV_MASK(x > k), x, k);
+    return ts__tv_sel_f32(TS__TV_MASK(a > b), a, b);
 #endif
 }
-TS__TV_INL ts__tv_f32 ts__tv_mink_f32(ts__tv_f32 x, ts__tv_f32 k) {
+TS__TV_INL ts__tv_f32 ts__tv_mink_f32(ts__tv_f32 a, ts__tv_f32 b) {
 #if defined(__AVX__)
-    return (ts__tv_f32)_mm256_min_ps((__m256)x, (__m256)k);
+    return (ts__tv_f32)_mm256_min_ps((__m256)a, (__m256)b);
 #else
-    return ts__tv_sel_f32(TS__TV_MASK(x < k), x, k);
-#endif
-}
-/* select(x > k, k, x) and select(x < k, k, x) - a clamp that lets NaN through, any k: the
- * comparison is false for a NaN x or an equal x (the tie keeps x, so +-0 ties keep x's sign),
- * exactly vminps(k, x) / vmaxps(k, x), which return their second operand on NaN and ties */
-TS__TV_INL ts__tv_f32 ts__tv_minx_f32(ts__tv_f32 k, ts__tv_f32 x) {
-#if defined(__AVX__)
-    return (ts__tv_f32)_mm256_min_ps((__m256)k, (__m256)x);
-#else
-    return ts__tv_sel_f32(TS__TV_MASK(x > k), k, x);
-#endif
-}
-TS__TV_INL ts__tv_f32 ts__tv_maxx_f32(ts__tv_f32 k, ts__tv_f32 x) {
-#if defined(__AVX__)
-    return (ts__tv_f32)_mm256_max_ps((__m256)k, (__m256)x);
-#else
-    return ts__tv_sel_f32(TS__TV_MASK(x < k), k, x);
+    return ts__tv_sel_f32(TS__TV_MASK(a < b), a, b);
 #endif
 }
 TS__TV_INL ts__tv_f32 ts__tv_min_f32(ts__tv_f32 a, ts__tv_f32 b) {
