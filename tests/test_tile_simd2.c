@@ -589,75 +589,9 @@ TS_TEST(tile_simd2_rt_f16_e5m6) {
 
 /* ---- compile and run ---- */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T2_SAN "-fsanitize=address,undefined"
-#define T2_OPT "-O0"
-#else
-#define T2_SAN "-DT2_NO_SAN"
-#define T2_OPT "-O1"
-#endif
-
-static int cc_obj2(const char *src, const char *obj, const char *inc, const char *src_inc, const char *log, bool avx2) {
-    char *argv[] = {"cc", "-std=c11", T2_OPT, "-ffp-contract=off", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
-                    (char *)inc, (char *)src_inc, T2_SAN, "-c", (char *)src, "-o", (char *)obj,
-                    avx2 ? "-mavx2" : NULL, "-mfma", "-mf16c", NULL};
-    return tt_run_argv(argv, log);
-}
-
 TS_TEST(tile_simd2_matches_scalar_emission) {
-    char lib[4096];
-    if (!tt_find_static_lib(lib, sizeof lib)) return;
-    char dir[] = "/tmp/ts_tile_simd2_XXXXXX";
-    if (!mkdtemp(dir)) {
-        printf("    (skipped: mkdtemp failed)\n");
-        return;
-    }
-    enum { NF = 10 };
-    const char *names[NF] = {"v.c", "s.c", "d.c", "v.o", "va.o", "s.o", "d.o", "pg", "pa", "log"};
-    char p[NF][160], inc[4200], src_inc[4200];
-    for (int i = 0; i < NF; i++) snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
-    snprintf(inc, sizeof inc, "-I%s/../../include", TS_GOLDEN_DIR);
-    snprintf(src_inc, sizeof src_inc, "-I%s/../../src", TS_GOLDEN_DIR);
     char *v = emit2(k_simd2_kernels, "v_", false), *s = emit2(k_simd2_kernels, "s_", true);
     TS_CHECK(v && s);
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#if defined(__SANITIZE_ADDRESS__)
-    avx2 = false; /* memory errors do not depend on the ISA; the Release run compares both */
-#endif
-    if (v && s && tt_write_text(p[0], v) && tt_write_text(p[1], s) && tt_write_text(p[2], k_simd2_driver)) {
-        const char *log = p[9];
-        int rc = cc_obj2(p[2], p[6], inc, src_inc, log, false);
-        if (rc == 127) {
-            printf("    (skipped: no C compiler 'cc' on PATH)\n");
-            goto out;
-        }
-        if (rc == 0) rc = cc_obj2(p[1], p[5], inc, src_inc, log, false);
-        if (rc == 0) rc = cc_obj2(p[0], p[3], inc, src_inc, log, false);
-        if (rc == 0 && avx2) rc = cc_obj2(p[0], p[4], inc, src_inc, log, true);
-        TS_CHECK_MSG(rc == 0, "cc failed (%d)", rc);
-        if (rc != 0) {
-            tt_print_log(log);
-            goto out;
-        }
-        for (int pass = 0; pass < (avx2 ? 2 : 1); pass++) {
-            char *ld[] = {"cc", p[6], p[5], pass ? p[4] : p[3], lib, "-lm", "-lpthread", "-o", p[7 + pass], T2_SAN, NULL};
-            rc = tt_run_argv(ld, log);
-            TS_CHECK_MSG(rc == 0, "link failed (%d)", rc);
-            if (rc != 0) {
-                tt_print_log(log);
-                continue;
-            }
-            char *run[] = {p[7 + pass], NULL};
-            rc = tt_run_argv(run, log);
-            TS_CHECK_MSG(rc == 0, "%s SIMD code differs from the scalar emission", pass ? "AVX2" : "generic");
-            if (rc != 0) tt_print_log(log);
-        }
-#if !defined(__SANITIZE_ADDRESS__)
-        if (!avx2) printf("    (no AVX2+FMA+F16C here: only the generic vector path ran)\n");
-#endif
-    }
-out:
+    tt_simd_vs_scalar(ts_t_, v, s, k_simd2_driver);
     free(v), free(s);
-    for (int i = 0; i < NF; i++) unlink(p[i]);
-    rmdir(dir);
 }
