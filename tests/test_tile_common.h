@@ -2,6 +2,7 @@
 #ifndef TS_TEST_TILE_COMMON_H
 #define TS_TEST_TILE_COMMON_H
 
+#include "tile/tile_internal.h"
 #include "ts_test.h"
 #include "tilestack/tile.h"
 
@@ -215,6 +216,30 @@ static const char tt_kitchen_sink[] =
 
 
 /* ---- SIMD emission against the scalar emission, compiled and run ---- */
+
+/* Translate with or without the SIMD lowering (the public entry point always vectorises).
+ * The scalar emission, the reference, is also unfused (tile_fuse.c): the SIMD code is fused,
+ * so the comparison checks fusion and vectorisation together against the plain program.
+ * NULL (and the diagnostics printed) on error. */
+static inline char *tt_emit(const char *src, const char *file, const char *prefix, bool scalar) {
+    ts__tile_arena a = {0};
+    ts__tile_diag d = {.file = file, .src = src, .src_len = strlen(src)};
+    ts__tile_buf out = {0};
+    ts__tile_node *m = ts__tile_parse(&a, &d);
+    ts__tile_program prog = {.nkernels = -1};
+    ts__tile_emit_opts eo = {.prefix = prefix, .scalar = scalar};
+    bool ok = m && ts__tile_check(&a, &d, m, &prog) && ts__tile_lower_ex(&a, &d, &prog, !scalar) &&
+              ts__tile_emit_c(&out, &d, &prog, &eo);
+    char *r = NULL;
+    if (ok && out.data) {
+        r = malloc(out.len + 1);
+        if (r) memcpy(r, out.data, out.len + 1);
+    } else if (d.out.data) printf("    %s\n", d.out.data);
+    ts__tile_buf_free(&out);
+    ts__tile_buf_free(&d.out);
+    ts__tile_arena_free(&a);
+    return r;
+}
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TT_SAN "-fsanitize=address,undefined"

@@ -418,26 +418,7 @@ static const char k_simd2_driver[] =
     "    return bad != 0;\n"
     "}\n";
 
-/* SIMD (or scalar, unfused) emission of src with prefix, NULL on error */
-static char *emit2(const char *src, const char *prefix, bool scalar) {
-    ts__tile_arena a = {0};
-    ts__tile_diag d = {.file = "simd2.tile", .src = src, .src_len = strlen(src)};
-    ts__tile_buf out = {0};
-    ts__tile_node *m = ts__tile_parse(&a, &d);
-    ts__tile_program prog = {.nkernels = -1};
-    ts__tile_emit_opts eo = {.prefix = prefix, .scalar = scalar};
-    bool ok = m && ts__tile_check(&a, &d, m, &prog) && ts__tile_lower_ex(&a, &d, &prog, !scalar) &&
-              ts__tile_emit_c(&out, &d, &prog, &eo);
-    char *r = NULL;
-    if (ok && out.data) {
-        r = malloc(out.len + 1);
-        if (r) memcpy(r, out.data, out.len + 1);
-    } else if (d.out.data) printf("    %s\n", d.out.data);
-    ts__tile_buf_free(&out);
-    ts__tile_buf_free(&d.out);
-    ts__tile_arena_free(&a);
-    return r;
-}
+static char *emit2(const char *src, const char *prefix, bool scalar) { return tt_emit(src, "simd2.tile", prefix, scalar); }
 
 TS_TEST(tile_simd2_what_is_vectorised) {
     char *v = emit2(k_simd2_kernels, "v_", false), *s = emit2(k_simd2_kernels, "s_", true);
