@@ -5,10 +5,12 @@
 #define TS_TEST_TK_COMMON_H
 
 #include "ts_test.h"
+#include "tilestack/core.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef struct tk_array {
     uint8_t kind; /* 0 input (stored whole), 1 output (checksum + prefix) */
@@ -43,5 +45,37 @@ void tk_f32_input(uint64_t seed, size_t n, float scale, float *out);
 /* Runs fn(ctx) under (isa, threads) in {generic, avx2} x {1, 2}, restoring both after. */
 typedef void (*tk_variant_fn)(void *ctx, int variant);
 void tk_for_variants(void *ctx, tk_variant_fn fn, int nvariants);
+
+/* a scale tensor [rows, cols] of 4-byte elements, column-major (TMA-aligned, rows padded to 4)
+ * when colmajor; from/to the logical row-major copy */
+typedef struct sf_buf {
+    int64_t rows, cols, pal;
+    bool colmajor;
+    uint32_t *mem, *row;
+} sf_buf;
+
+static inline bool sf_alloc(sf_buf *s, int64_t rows, int64_t cols, bool colmajor) {
+    s->rows = rows, s->cols = cols, s->colmajor = colmajor, s->pal = (rows + 3) / 4 * 4;
+    s->mem = malloc((size_t)(s->pal * cols + 1) * 4);
+    s->row = malloc((size_t)(rows * cols + 1) * 4);
+    return s->mem && s->row;
+}
+static inline void sf_free(sf_buf *s) { free(s->mem), free(s->row); }
+static inline ts_tensor sf_tensor(sf_buf *s, ts_dtype dt) {
+    ts_tensor t = ts_tensor_2d(s->mem, dt, s->rows, s->cols);
+    if (s->colmajor) t.strides[0] = 1, t.strides[1] = s->pal;
+    return t;
+}
+static inline void sf_put(sf_buf *s, const void *rowmajor) {
+    const uint32_t *src = rowmajor;
+    for (int64_t i = 0; i < s->rows; i++)
+        for (int64_t j = 0; j < s->cols; j++)
+            s->mem[s->colmajor ? j * s->pal + i : i * s->cols + j] = src[i * s->cols + j];
+}
+static inline void sf_get(sf_buf *s) {
+    for (int64_t i = 0; i < s->rows; i++)
+        for (int64_t j = 0; j < s->cols; j++)
+            s->row[i * s->cols + j] = s->mem[s->colmajor ? j * s->pal + i : i * s->cols + j];
+}
 
 #endif

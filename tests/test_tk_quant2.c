@@ -16,37 +16,6 @@
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* a scale tensor [rows, cols] of 4-byte elements, column-major (TMA-aligned, rows padded to 4)
- * when colmajor; from/to the logical row-major copy */
-typedef struct sf_buf {
-    int64_t rows, cols, pal;
-    bool colmajor;
-    uint32_t *mem, *row;
-} sf_buf;
-
-static bool sf_alloc(sf_buf *s, int64_t rows, int64_t cols, bool colmajor) {
-    s->rows = rows, s->cols = cols, s->colmajor = colmajor, s->pal = (rows + 3) / 4 * 4;
-    s->mem = malloc((size_t)(s->pal * cols + 1) * 4);
-    s->row = malloc((size_t)(rows * cols + 1) * 4);
-    return s->mem && s->row;
-}
-static void sf_free(sf_buf *s) { free(s->mem), free(s->row); }
-static ts_tensor sf_tensor(sf_buf *s, ts_dtype dt) {
-    ts_tensor t = ts_tensor_2d(s->mem, dt, s->rows, s->cols);
-    if (s->colmajor) t.strides[0] = 1, t.strides[1] = s->pal;
-    return t;
-}
-static void sf_put(sf_buf *s, const void *rowmajor) {
-    const uint32_t *src = rowmajor;
-    for (int64_t i = 0; i < s->rows; i++)
-        for (int64_t j = 0; j < s->cols; j++)
-            s->mem[s->colmajor ? j * s->pal + i : i * s->cols + j] = src[i * s->cols + j];
-}
-static void sf_get(sf_buf *s) {
-    for (int64_t i = 0; i < s->rows; i++)
-        for (int64_t j = 0; j < s->cols; j++)
-            s->row[i * s->cols + j] = s->mem[s->colmajor ? j * s->pal + i : i * s->cols + j];
-}
 
 /* the quantised inputs of the big cases (gen_tk_quant2.py regen_bytes / regen_exponents):
  * bytes, and packed UE8M0 words [rows, ceil(cols / 4)] of exponents lo + u32 % span */
