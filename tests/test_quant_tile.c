@@ -143,8 +143,9 @@ TS_TEST(quant_tile_per_token_fp8_matches_hand) {
             for (int d = 0; d < 3; d++)
                 for (int mode = 0; mode < 3; mode++) { /* f32, ue8m0 f32, ue8m0 packed */
                     const bool ue = mode >= 1, pk = mode == 2;
-                    for (int kind = 0; kind < 2; kind++)
-                        if (!tq_quant_case(ts_t_, OP_TOKEN8, tq_srcs[d], shapes[s][0], shapes[s][1], grans[gi], ue, pk,
+                    for (int kind = 0; kind < (d == 0 ? 2 : 1); kind++) /* f16 / f32: golden-style rows */
+                        if ((d == 0 || s != 1) &&
+                            !tq_quant_case(ts_t_, OP_TOKEN8, tq_srcs[d], shapes[s][0], shapes[s][1], grans[gi], ue, pk,
                                            TS_FP4_ROUND_DEEPGEMM, (s + gi + mode) % 2 == 1, kind))
                             goto done;
                 }
@@ -158,7 +159,7 @@ TS_TEST(quant_tile_per_block_fp8_matches_hand) {
     for (size_t gi = 0; gi < sizeof grans / sizeof grans[0]; gi++)
         for (int d = 0; d < 3; d++)
             for (int ue = 0; ue < 2; ue++)
-                for (int kind = 0; kind < 2; kind++)
+                for (int kind = 0; kind < (d == 0 ? 2 : 1); kind++)
                     if (!tq_quant_case(ts_t_, OP_BLOCK8, tq_srcs[d], grans[gi] == 7 ? 23 : 261, 1000 + 17, grans[gi],
                                        ue, false, TS_FP4_ROUND_DEEPGEMM, (gi + ue) % 2 == 1, kind))
                         goto done;
@@ -190,8 +191,9 @@ TS_TEST(quant_tile_per_token_fp4_matches_hand) {
                 for (int mode = 0; mode < 6; mode++) { /* rule x {f32, ue8m0 f32, ue8m0 packed} */
                     const ts_fp4_rounding rule = mode % 2 ? TS_FP4_ROUND_RNE : TS_FP4_ROUND_DEEPGEMM;
                     const bool ue = mode >= 2, pk = mode >= 4;
-                    for (int kind = 0; kind < 2; kind++)
-                        if (!tq_quant_case(ts_t_, OP_TOKEN4, tq_srcs[d], shapes[s][0], shapes[s][1], grans[gi], ue, pk,
+                    for (int kind = 0; kind < (d == 0 ? 2 : 1); kind++)
+                        if ((d == 0 || s != 1) &&
+                            !tq_quant_case(ts_t_, OP_TOKEN4, tq_srcs[d], shapes[s][0], shapes[s][1], grans[gi], ue, pk,
                                            rule, (s + gi + mode) % 2 == 1, kind))
                             goto done;
                 }

@@ -98,6 +98,14 @@ ts_status ts__tq_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64
     TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
     TS__RETURN_IF_ERROR(check_disjoint3(x, x_fp8, "x_fp8", sf));
     if (m == 0 || n == 0) return TS_OK;
+    /* [source][g 128, 64, 32] */
+    static const tq_k3b kb[TS__QSRC_COUNT][3] = {
+        {ts_dg_fp8_block_bf16_g128, ts_dg_fp8_block_bf16_g64, ts_dg_fp8_block_bf16_g32},
+        {ts_dg_fp8_block_f16_g128, NULL, NULL},
+        {ts_dg_fp8_block_f32_g128, NULL, NULL},
+    };
+    const int gi = gran_k == 128 ? 0 : gran_k == 64 ? 1 : gran_k == 32 ? 2 : -1;
+    if (gi >= 0 && kb[src][gi]) return kb[src][gi](x, x_fp8, sf, use_ue8m0);
     return fp8_general(src, x, use_ue8m0, gran_k, gran_k, false, x_fp8, sf);
 }
 
