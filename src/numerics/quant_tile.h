@@ -1,0 +1,24 @@
+/* Internal: DeepGEMM's quantisers through the tile kernels of src/kernels/deepgemm_quant.tile.
+ * Each function validates its arguments exactly as the public function of the same name in
+ * include/tilestack/quant.h (same codes, same messages, outputs untouched on error) and gives
+ * the same bytes. */
+#ifndef TS_QUANT_TILE_H
+#define TS_QUANT_TILE_H
+
+#include "tilestack/quant.h"
+
+ts_status ts__tq_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                       bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf);
+ts_status ts__tq_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                       ts_tensor *x_fp8, ts_tensor *sf);
+ts_status ts__tq_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                         ts_tensor *x_fp8, ts_tensor *sf);
+ts_status ts__tq_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+                                       bool use_packed_ue8m0, ts_fp4_rounding rounding,
+                                       ts_tensor *x_fp4, ts_tensor *sf);
+ts_status ts__tq_cast_back_from_fp8(const ts_tensor *x_fp8, const ts_tensor *sf,
+                                    int64_t sf_gran_mn, int64_t sf_gran_k, ts_tensor *out);
+ts_status ts__tq_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *sf,
+                                    int64_t sf_gran_mn, int64_t sf_gran_k, ts_tensor *out);
+
+#endif
