@@ -234,3 +234,26 @@ TS_TEST(tile_fuse_carries_facts) {
     }
     free(f);
 }
+
+/* Trip counts written with constant division (an extent CH / G) are constants too: the
+ * producer is forwarded (a `/` there used to disable fusion of the whole nest). */
+TS_TEST(tile_fuse_divided_extents) {
+    static const char src[] =
+        "const CH = 256;\n"
+        "const G = 64;\n"
+        "kernel k(x: tensor<f32, [N, CH]>, y: tensor<f32, [N, 4]>) {\n"
+        "    launch (N) as (b) {\n"
+        "        tile t: f32[CH / G, G];\n"
+        "        tile m: f32[CH / G];\n"
+        "        for i, j in parallel(CH / G, G) {\n"
+        "            t[i, j] = x[b, i * G + j] * 2.0;\n"
+        "        }\n"
+        "        reduce<max>(t, m, axis=1);\n"
+        "        copy(m, y[b, 0]);\n"
+        "    }\n"
+        "}\n";
+    char *f = ir_of(src, true);
+    TS_CHECK(f);
+    if (f) TS_CHECK_MSG(!strstr(f, "t[i, j] =") && strstr(f, "x[b, __o"), "fused IR:\n%s", f);
+    free(f);
+}

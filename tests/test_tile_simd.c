@@ -840,6 +840,36 @@ TS_TEST(tile_simd_rt_conversions) {
     TS_CHECK(bad == 0);
 }
 
+/* 8- and 16-bit lane min / max and their lane folds against plain C */
+TS_TEST(tile_simd_rt_narrow_min_max) {
+    const int16_t v16[] = {0, 1, -1, 32767, -32768, 255, -256, 7, 0x1234, -0x4321, 2, 3, 4, 5, 6, 9};
+    for (int i = 0; i < 16; i++) {
+        ts__tv_i16 a = ts__tv_splat_i16(v16[i]), b;
+        ts__tv_u16 ua = ts__tv_splat_u16((uint16_t)v16[i]), ub;
+        ts__tv_i8 a8 = ts__tv_splat_i8((int8_t)v16[i]), b8;
+        ts__tv_u8 ua8 = ts__tv_splat_u8((uint8_t)v16[i]), ub8;
+        for (int l = 0; l < 8; l++) {
+            b[l] = v16[(i + 3 * l + 1) % 16], ub[l] = (uint16_t)b[l];
+            b8[l] = (int8_t)b[l], ub8[l] = (uint8_t)b[l];
+        }
+        ts__tv_i16 mx = ts__tv_max_i16(a, b), mn = ts__tv_min_i16(a, b);
+        ts__tv_u16 umx = ts__tv_max_u16(ua, ub), umn = ts__tv_min_u16(ua, ub);
+        ts__tv_i8 mx8 = ts__tv_max_i8(a8, b8), mn8 = ts__tv_min_i8(a8, b8);
+        ts__tv_u8 umx8 = ts__tv_max_u8(ua8, ub8), umn8 = ts__tv_min_u8(ua8, ub8);
+        int16_t hm = b[0];
+        uint16_t uh = ub[0];
+        for (int l = 0; l < 8; l++) {
+            TS_CHECK(mx[l] == (v16[i] > b[l] ? v16[i] : b[l]) && mn[l] == (v16[i] < b[l] ? v16[i] : b[l]));
+            TS_CHECK(umx[l] == (ua[l] > ub[l] ? ua[l] : ub[l]) && umn[l] == (ua[l] < ub[l] ? ua[l] : ub[l]));
+            TS_CHECK(mx8[l] == (a8[l] > b8[l] ? a8[l] : b8[l]) && mn8[l] == (a8[l] < b8[l] ? a8[l] : b8[l]));
+            TS_CHECK(umx8[l] == (ua8[l] > ub8[l] ? ua8[l] : ub8[l]) && umn8[l] == (ua8[l] < ub8[l] ? ua8[l] : ub8[l]));
+            hm = b[l] > hm ? b[l] : hm;
+            uh = ub[l] < uh ? ub[l] : uh;
+        }
+        TS_CHECK(ts__tv_hmax_i16(b) == hm && ts__tv_hmin_u16(ub) == uh);
+    }
+}
+
 TS_TEST(tile_simd_rt_min_max_fma_round) {
     const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -FLT_MAX, 2.5f, -2.5f, 3.5f, 0.49999997f};
     const int n = (int)(sizeof sp / sizeof sp[0]);

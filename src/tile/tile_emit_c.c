@@ -1242,8 +1242,7 @@ static char *vcall(em *e, const ts__tile_node *n) {
         if (kconst(n->list[1])) r = sfmt("ts__tv_%sk_f32(%s, %s)", f, x[0], x[1]);
         else if (kconst(n->list[0])) r = sfmt("ts__tv_%sk_f32(%s, %s)", f, x[1], x[0]);
         else r = sfmt("ts__tv_%s_f32(%s, %s)", f, x[0], x[1]);
-    } else if ((t == TT_I32 || t == TT_U32 || t == TT_I64 || t == TT_U64) &&
-               (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "clamp"))) {
+    } else if (int_fold_type(t) && (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "clamp"))) {
         if (f[1] == 'l') r = sfmt("ts__tv_min_%s(ts__tv_max_%s(%s, %s), %s)", vs(t), vs(t), x[0], x[1], x[2]);
         else r = sfmt("ts__tv_%s_%s(%s, %s)", f, vs(t), x[0], x[1]);
     } else if (f32 && !strcmp(f, "clamp")) {

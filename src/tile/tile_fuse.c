@@ -51,6 +51,9 @@ static bool cint(const ts__tile_node *n, int64_t *v) {
         if (n->op == TO_ADD) return *v = (int64_t)((uint64_t)x + (uint64_t)y), true;
         if (n->op == TO_SUB) return *v = (int64_t)((uint64_t)x - (uint64_t)y), true;
         if (n->op == TO_MUL && x >= 0 && y >= 0 && (x == 0 || y <= INT64_MAX / x)) return *v = x * y, true;
+        /* non-negative operands (extents like CH / G): the language's quotient is C's */
+        if (n->op == TO_DIV && x >= 0 && y > 0) return *v = x / y, true;
+        if (n->op == TO_MOD && x >= 0 && y > 0) return *v = x % y, true;
     }
     return false;
 }
