@@ -2134,7 +2134,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     if (!e->nodefer) main_loop |= vec_unrolled32(e, bd, hoisted, id, L + 1);
     /* loop control is a large share of a short 8-lane body: let the C compiler unroll it
      * (not after a 16- or 32-lane main loop, which leaves it at most three steps) */
-    if (!main_loop) ind(e, L + 1), ts__tile_buf_puts(e->o, "_Pragma(\"GCC unroll 4\")\n");
+    if (!main_loop) ind(e, L + 1), ts__tile_buf_puts(e->o, "TS__TV_UNROLL4\n");
     ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
     ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
     if (body8.oom) e->o->oom = true;
@@ -2164,12 +2164,15 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
      * loops, which on short rows (a 128-channel group) cost as much as the vector work. */
     int64_t cext;
     const bool twice = lit_int(it->list[nv - 1], &cext) && cext >= 16 && cext <= 1024;
-    if (twice) {
+    if (twice) { /* AVX2 builds only: the generic fallback keeps half the code */
+        ts__tile_buf_puts(e->o, "#if TS__TV_ROW_TWICE\n");
         ind(e, L + 1), ts__tile_buf_printf(e->o, "if (lo_%d == 0 && hi_%d == e%s) {\n", id, id, J);
         ind(e, L + 2), ts__tile_buf_printf(e->o, "const int64_t lo_%d = 0, hi_%d = %lld; (void)lo_%d; (void)hi_%d;\n", id, id,
                                            (long long)cext, id, id);
         ts__tile_buf_puts(e->o, row.data ? row.data : "");
-        ind(e, L + 1), ts__tile_buf_puts(e->o, "} else {\n");
+        ind(e, L + 1), ts__tile_buf_puts(e->o, "} else\n");
+        ts__tile_buf_puts(e->o, "#endif\n");
+        ind(e, L + 1), ts__tile_buf_puts(e->o, "{\n");
     }
     ts__tile_buf_puts(e->o, row.data ? row.data : "");
     if (twice) ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");

@@ -299,6 +299,16 @@ static inline float ts__tile_e2m1_to_f32(uint8_t c) { return ts_e2m1_to_f32((uin
 /* Always inlined: no out-of-line copy passes wide vectors, whose ABI differs with -mavx
  * (GCC's -Wpsabi notes). */
 #define TS__TV_INL static inline __attribute__((always_inline))
+/* Code-size knobs of the emitted loops (§11a): rows in range emitted a second time with
+ * constant bounds, and 8-lane loops unrolled by the C compiler, pay with AVX2; the generic
+ * fallback (SSE2 code for 32-byte vectors, already large) keeps one copy. */
+#if defined(__AVX2__)
+#define TS__TV_ROW_TWICE 1
+#define TS__TV_UNROLL4 _Pragma("GCC unroll 4")
+#else
+#define TS__TV_ROW_TWICE 0
+#define TS__TV_UNROLL4
+#endif
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
