@@ -68,31 +68,9 @@ static void cb_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
 
 static ts_status cast_back(const ts_tensor *x, const char *xname, bool fp4, const ts_tensor *sf,
                            int64_t gmn, int64_t gk, ts_tensor *out) {
-    TS__RETURN_IF_ERROR(ts_tensor_check(x, xname));
-    if (fp4 ? !(x->dtype == TS_E2M1X2 || x->dtype == TS_I8 || x->dtype == TS_U8) : x->dtype != TS_E4M3)
-        return ts__fail(TS_ERR_DTYPE, "tensor '%s': dtype %s, expected %s", xname,
-                        ts_dtype_name(x->dtype), fp4 ? "e2m1x2" : "e4m3");
-    if (x->ndim != 2) return ts__fail(TS_ERR_SHAPE, "tensor '%s': ndim %d, expected 2", xname, (int)x->ndim);
-    TS__RETURN_IF_ERROR(ts_tensor_check_last_contiguous(x, xname));
-    if (gmn <= 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "sf_gran_mn = %lld must be positive", (long long)gmn);
-    if (gk <= 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "sf_gran_k = %lld must be positive", (long long)gk);
+    bool packed;
+    TS__RETURN_IF_ERROR(ts__quant_args_cast_back(x, xname, fp4, sf, gmn, gk, out, &packed));
     const int64_t m = x->shape[0], n = fp4 ? x->shape[1] * 2 : x->shape[1];
-    const int64_t nb = ts__cdiv_safe(n, gk), mb = ts__cdiv_safe(m, gmn);
-    TS__RETURN_IF_ERROR(ts_tensor_check(sf, "sf"));
-    bool packed = sf->dtype == TS_UE8M0X4 || sf->dtype == TS_I32;
-    if (!packed && sf->dtype != TS_F32)
-        return ts__fail(TS_ERR_DTYPE, "tensor 'sf': dtype %s, expected f32 or ue8m0x4", ts_dtype_name(sf->dtype));
-    const int64_t sshape[2] = {mb, packed ? ts__cdiv_safe(nb, 4) : nb};
-    TS__RETURN_IF_ERROR(ts_tensor_check_shape(sf, "sf", 2, sshape)); /* an input: broadcast strides are fine */
-    if ((uintptr_t)sf->data % 4 != 0)
-        return ts__fail(TS_ERR_ALIGNMENT, "tensor 'sf': data %p not 4-byte aligned", sf->data);
-    TS__RETURN_IF_ERROR(ts_tensor_check(out, "out"));
-    if (out->dtype != TS_F32 && out->dtype != TS_BF16 && out->dtype != TS_F16)
-        return ts__fail(TS_ERR_DTYPE, "tensor 'out': dtype %s, expected bf16, f16 or f32", ts_dtype_name(out->dtype));
-    const int64_t oshape[2] = {m, n};
-    TS__RETURN_IF_ERROR(ts__quant_check_out(out, "out", out->dtype, out->dtype, 2, oshape, true));
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, xname, out, "out"));
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(sf, "sf", out, "out"));
     if (m == 0 || n == 0) return TS_OK;
     cb_ctx c = {
         .x = (const uint8_t *)x->data, .x_rs = x->strides[0], .fp4 = fp4,

@@ -90,22 +90,8 @@ ts_status ts_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t g
                                    bool use_packed_ue8m0, ts_fp4_rounding rounding,
                                    ts_tensor *x_fp4, ts_tensor *sf) {
     ts__qsrc src;
-    TS__RETURN_IF_ERROR(ts__quant_check_input(x, "x", &src));
-    if (gran_k <= 0)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "gran_k = %lld must be positive", (long long)gran_k);
-    if (use_packed_ue8m0 && !use_ue8m0)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "use_packed_ue8m0 requires use_ue8m0");
-    if (rounding != TS_FP4_ROUND_DEEPGEMM && rounding != TS_FP4_ROUND_RNE)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "rounding = %d is not a ts_fp4_rounding", (int)rounding);
+    TS__RETURN_IF_ERROR(ts__quant_args_token_fp4(x, use_ue8m0, gran_k, use_packed_ue8m0, rounding, x_fp4, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);
-    if (n % 2 != 0)
-        return ts__fail(TS_ERR_SHAPE, "tensor 'x': columns %lld must be even for packed fp4", (long long)n);
-    const int64_t qshape[2] = {m, n / 2};
-    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp4, "x_fp4", TS_E2M1X2, TS_E2M1X2, 2, qshape, true));
-    TS__RETURN_IF_ERROR(ts__quant_check_token_sf(sf, m, nb, use_packed_ue8m0));
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", x_fp4, "x_fp4"));
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", sf, "sf"));
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x_fp4, "x_fp4", sf, "sf"));
     if (m == 0 || n == 0) return TS_OK;
     fp4_ctx c = {
         .x = (const char *)x->data,

@@ -65,30 +65,11 @@ static void pt_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     }
 }
 
-static ts_status check_common(const ts_tensor *x, int64_t gran_k, ts__qsrc *src) {
-    TS__RETURN_IF_ERROR(ts__quant_check_input(x, "x", src));
-    if (gran_k <= 0)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "gran_k = %lld must be positive", (long long)gran_k);
-    return TS_OK;
-}
-
-static ts_status check_outputs_disjoint(const ts_tensor *x, const ts_tensor *q, const ts_tensor *sf) {
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", q, "x_fp8"));
-    TS__RETURN_IF_ERROR(ts__quant_check_disjoint(x, "x", sf, "sf"));
-    return ts__quant_check_disjoint(q, "x_fp8", sf, "sf");
-}
-
 ts_status ts_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                    bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
-    TS__RETURN_IF_ERROR(check_common(x, gran_k, &src));
-    if (use_packed_ue8m0 && !use_ue8m0)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "use_packed_ue8m0 requires use_ue8m0");
+    TS__RETURN_IF_ERROR(ts__quant_args_token_fp8(x, use_ue8m0, gran_k, use_packed_ue8m0, x_fp8, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);
-    const int64_t qshape[2] = {m, n};
-    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
-    TS__RETURN_IF_ERROR(ts__quant_check_token_sf(sf, m, nb, use_packed_ue8m0));
-    TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
     if (m == 0 || n == 0) return TS_OK;
 
     pt_ctx c = {
@@ -158,13 +139,9 @@ static void pb_rowblocks(void *vctx, int64_t b0, int64_t b1, int tid) {
 ts_status ts_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                    ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
-    TS__RETURN_IF_ERROR(check_common(x, gran_k, &src));
+    TS__RETURN_IF_ERROR(ts__quant_args_block_fp8(x, gran_k, x_fp8, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1];
-    const int64_t qshape[2] = {m, n};
     const int64_t sshape[2] = {ts__cdiv_safe(m, gran_k), ts__cdiv_safe(n, gran_k)};
-    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
-    TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
-    TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
     if (m == 0 || n == 0) return TS_OK;
     pb_ctx c = {
         .x = (const char *)x->data,
@@ -229,16 +206,8 @@ static void pc_tiles(void *vctx, int64_t t0, int64_t t1, int tid) {
 ts_status ts_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                      ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
-    TS__RETURN_IF_ERROR(check_common(x, gran_k, &src));
+    TS__RETURN_IF_ERROR(ts__quant_args_channel_fp8(x, gran_k, x_fp8, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1];
-    if (m % gran_k != 0)
-        return ts__fail(TS_ERR_SHAPE, "tensor 'x': rows %lld not a multiple of gran_k %lld",
-                        (long long)m, (long long)gran_k);
-    const int64_t qshape[2] = {m, n};
-    const int64_t sshape[2] = {m / gran_k, n};
-    TS__RETURN_IF_ERROR(ts__quant_check_out(x_fp8, "x_fp8", TS_E4M3, TS_E4M3, 2, qshape, true));
-    TS__RETURN_IF_ERROR(ts__quant_check_out(sf, "sf", TS_F32, TS_F32, 2, sshape, false));
-    TS__RETURN_IF_ERROR(check_outputs_disjoint(x, x_fp8, sf));
     if (m == 0 || n == 0) return TS_OK;
     pc_ctx c = {
         .x = (const char *)x->data,

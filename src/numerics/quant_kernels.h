@@ -7,6 +7,7 @@
 
 #include "core/internal.h"
 #include "tilestack/numerics.h"
+#include "tilestack/quant.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -186,5 +187,20 @@ ts_status ts__quant_check_disjoint(const ts_tensor *a, const char *an, const ts_
 /* ceil(a / b) for a >= 0, b > 0 without overflow. */
 static inline int64_t ts__cdiv_safe(int64_t a, int64_t b) { return a == 0 ? 0 : (a - 1) / b + 1; }
 static inline size_t ts__qsrc_size(ts__qsrc s) { return s == TS__QSRC_F32 ? 4 : 2; }
+
+/* Argument checks of the public quantisers (quant_args.c), one per operation, shared by the
+ * hand-written implementations and the tile kernels' dispatch (quant_tile.c). */
+ts_status ts__quant_args_token_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k, bool use_packed_ue8m0,
+                                   const ts_tensor *x_fp8, const ts_tensor *sf, ts__qsrc *src);
+ts_status ts__quant_args_block_fp8(const ts_tensor *x, int64_t gran_k, const ts_tensor *x_fp8, const ts_tensor *sf,
+                                   ts__qsrc *src);
+ts_status ts__quant_args_channel_fp8(const ts_tensor *x, int64_t gran_k, const ts_tensor *x_fp8,
+                                     const ts_tensor *sf, ts__qsrc *src);
+ts_status ts__quant_args_token_fp4(const ts_tensor *x, bool use_ue8m0, int64_t gran_k, bool use_packed_ue8m0,
+                                   ts_fp4_rounding rounding, const ts_tensor *x_fp4, const ts_tensor *sf,
+                                   ts__qsrc *src);
+/* *packed: sf holds packed ue8m0 words (i32 / ue8m0x4) rather than f32 */
+ts_status ts__quant_args_cast_back(const ts_tensor *x, const char *xname, bool fp4, const ts_tensor *sf,
+                                   int64_t gmn, int64_t gk, const ts_tensor *out, bool *packed);
 
 #endif
