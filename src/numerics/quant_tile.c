@@ -1,5 +1,5 @@
-/* DeepGEMM's quantisers through the tile kernels (src/kernels/deepgemm_quant.tile): argument
- * checks as the public functions (quant_fp8.c, quant_fp4.c, quant_cast_back.c), then the
+/* DeepGEMM's quantisers through the tile kernels (src/kernels/deepgemm_quant.tile): the
+ * public functions' argument checks (quant_args.c), then the
  * instance for the source kind, scale format and group size. Group sizes 32 / 64 / 128 have
  * instances with constant tile shapes; every other size runs the general kernels. */
 #include "numerics/quant_tile.h"
