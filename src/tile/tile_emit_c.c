@@ -1626,6 +1626,42 @@ static bool row_invariant(const em *e, const ts__tile_node *n) {
     return true;
 }
 
+/* Is integer expression n affine in the rows' loop variables (the outer dims of nest nn)? The
+ * parts that do not change with the row may be anything; names of the leading lets
+ * (bd->list[0..p)) are followed to their values, j counts as invariant. */
+static bool row_affine(const em *e, const ts__tile_node *n, const ts__tile_node *nn, const ts__tile_node *bd,
+                       int32_t p) {
+    if (!n) return false;
+    if (row_invariant(e, n)) return true;
+    if (natural(n->ty) != TT_I64) return false;
+    if (n->kind == TN_NAME) {
+        for (int32_t i = 0; i + 1 < nn->nlist2; i++)
+            if (n->sym == nn->list2[i]->sym) return true;
+        for (int32_t q = 0; q < p; q++)
+            if (bd->list[q]->sym == n->sym) return row_affine(e, bd->list[q]->a, nn, bd, p);
+        return false;
+    }
+    if (n->kind != TN_BINARY) return false;
+    if (n->op == TO_ADD || n->op == TO_SUB) return row_affine(e, n->a, nn, bd, p) && row_affine(e, n->b, nn, bd, p);
+    if (n->op == TO_MUL)
+        return (row_invariant(e, n->a) && row_affine(e, n->b, nn, bd, p)) ||
+               (row_invariant(e, n->b) && row_affine(e, n->a, nn, bd, p));
+    return false;
+}
+
+/* Is the set of rows where condition c holds (for all j, in the j-dependent comparisons) convex
+ * in the row variables: comparisons of row-affine i64 values joined by &&? Then a test that
+ * passes at every corner of the rows' box passes on every row. */
+static bool row_convex(const em *e, const ts__tile_node *c, const ts__tile_node *nn, const ts__tile_node *bd,
+                       int32_t p) {
+    if (row_invariant(e, c)) return true;
+    if (c->kind != TN_BINARY) return false;
+    if (c->op == TO_LAND) return row_convex(e, c->a, nn, bd, p) && row_convex(e, c->b, nn, bd, p);
+    if (c->op != TO_GE && c->op != TO_GT && c->op != TO_LT && c->op != TO_LE && c->op != TO_EQ) return false;
+    return natural(join(c->a->ty, c->b->ty)) == TT_I64 && row_affine(e, c->a, nn, bd, p) &&
+           row_affine(e, c->b, nn, bd, p);
+}
+
 /* One conjunct of a j-dependent if: emit the range narrowing; false if not a range test. */
 static bool vrange_term(em *e, const ts__tile_node *c, int lv, int id, const void **late, int nlate) {
     for (int i = 0; i < nlate; i++)
@@ -2055,6 +2091,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     }
     int L = lv + nv;
     ind(e, L), ts__tile_buf_printf(e->o, "if (e%s > 0) {\n", J);
+    const size_t hdr_lets = e->o->len; /* the row's own lets start here */
     /* leading lets: those independent of j run once per row; index lets j + base are folded
      * into the accesses */
     int32_t p = 0;
@@ -2077,10 +2114,19 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     int nlate = 0;
     for (int32_t q = p; q < bd->nlist; q++) decls(bd->list[q], late, &nlate, 256);
     if (nlate >= 256) e->vfail = true;
-    /* bounds tests hoisted: the range of j where every j-dependent if holds */
+    /* bounds tests hoisted: the range of j where every j-dependent if holds. When every test
+     * is convex in the rows (row_convex) and passes in full at the corners of the rows' box,
+     * it passes on every row: one check before the nest (`full`, spliced in with pre) spares
+     * each row its range arithmetic. */
+    bool corner = e->pre != NULL;
+    for (int32_t q = p; q < bd->nlist && corner; q++)
+        if (bd->list[q]->kind == TN_IF && dep(e, bd->list[q]->a)) corner = row_convex(e, bd->list[q]->a, n, bd, p);
     if (e->pre) ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t lo_%d = lo0_%d, hi_%d = hi0_%d;\n", id, id, id, id);
     else ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t lo_%d = 0, hi_%d = e%s;\n", id, id, J);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "bool ok_%d = true;\n", id);
+    const size_t hdr_decl = e->o->len;
+    if (corner) ind(e, L + 1), ts__tile_buf_printf(e->o, "if (!full_%d) {\n", id);
+    const size_t hdr_tests = e->o->len;
     for (int32_t q = p; q < bd->nlist && !e->vfail; q++) {
         const ts__tile_node *s = bd->list[q];
         if (s->kind != TN_IF || !dep(e, s->a)) continue;
@@ -2094,6 +2140,27 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     ind(e, L + 1), ts__tile_buf_printf(e->o, "if (lo_%d > e%s) lo_%d = e%s;\n", id, J, id, J);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "if (hi_%d > e%s) hi_%d = e%s;\n", id, J, id, J);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "if (hi_%d < lo_%d || !ok_%d) hi_%d = lo_%d;\n", id, id, id, id, id);
+    if (corner) {
+        /* the corner check, into pre: the row's lets and tests at each corner of the box */
+        const char *t = e->o->data ? e->o->data : "";
+        const size_t hdr_end = e->o->len;
+        ts__tile_buf_printf(e->pre, "%*sbool full_%d = true;\n", 4 * e->prelv, "", id);
+        for (int32_t i = 0; i + 1 < nv; i++) {
+            const ts__tile_sym *ls = n->list2[i]->sym;
+            ts__tile_buf_printf(e->pre, "%*sfor (int64_t v%d_%s = 0; v%d_%s < e%d_%s; v%d_%s += e%d_%s > 1 ? e%d_%s - 1 : 1) {\n",
+                                4 * (e->prelv + i), "", ls->uid, ls->name, ls->uid, ls->name, ls->uid, ls->name,
+                                ls->uid, ls->name, ls->uid, ls->name, ls->uid, ls->name);
+        }
+        ts__tile_buf_printf(e->pre, "%*sif (e%s > 0) {\n", 4 * (e->prelv + nv - 1), "", J);
+        ts__tile_buf_printf(e->pre, "%.*s", (int)(hdr_decl - hdr_lets), t + hdr_lets);
+        ts__tile_buf_printf(e->pre, "%.*s", (int)(hdr_end - hdr_tests), t + hdr_tests);
+        ts__tile_buf_printf(e->pre, "%*sfull_%d = full_%d && lo_%d == 0 && hi_%d == e%s;\n", 4 * (L + 1), "", id, id, id,
+                            id, J);
+        for (int32_t i = nv - 1; i >= 0; i--) ts__tile_buf_printf(e->pre, "%*s}\n", 4 * (e->prelv + i), "");
+        ind(e, L + 1), ts__tile_buf_printf(e->o, "} else {\n");
+        ind(e, L + 2), ts__tile_buf_printf(e->o, "lo_%d = 0, hi_%d = e%s;\n", id, id, J);
+        ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
+    }
     char lo[32], hi[310];
     snprintf(lo, sizeof lo, "lo_%d", id);
     snprintf(hi, sizeof hi, "e%s", J);
