@@ -1783,6 +1783,17 @@ static bool fold_reads_ok(const ts__tile_node *n, const ts__tile_sym *X, const v
     return true;
 }
 
+/* n reads nothing that loop body a writes, except s (the store of a fold: `Y[o] = acc`, or with
+ * accumulate `Y[o] = max(Y[o], acc)`, is emitted after the fused row as written) */
+static bool unwritten_reads(const ts__tile_node *n, const ts__tile_node *a, const void *s) {
+    if (!n) return true;
+    if ((n->kind == TN_NAME || n->kind == TN_INDEX) && n->sym && n->sym != s && refs_written(a, n->sym)) return false;
+    if (!unwritten_reads(n->a, a, s) || !unwritten_reads(n->b, a, s) || !unwritten_reads(n->c, a, s)) return false;
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (!unwritten_reads(n->list[i], a, s)) return false;
+    return true;
+}
+
 /* Statement a ends in a loop over (i, j) in parallel(R, C) and statement b is a row fold over
  * a tile X that the loop writes only as X[i, j]: then reading X[o = i, k = j] right after
  * iteration (i, j) sees what b would see, and an exact integer fold (any order gives the same
@@ -1799,7 +1810,7 @@ static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b)
     const ts__tile_node *var = b->b->list[0], *ser = b->b->list[1], *stv = b->b->list[2];
     if (var->kind != TN_VAR || ser->kind != TN_FOR || strcmp(ser->a->name, "serial") || ser->nlist2 != 1 ||
         ser->a->nlist != 1 || !ser->b || ser->b->nlist != 1 || stv->kind != TN_ASSIGN || stv->op != TO_SET ||
-        stv->b->kind != TN_NAME || stv->b->sym != var->sym || stv->a->kind != TN_INDEX)
+        !refs(stv->b, var->sym) || stv->a->kind != TN_INDEX || !unwritten_reads(stv->b, a->b, var->sym))
         return false;
     const ts__tile_sym *acc = NULL;
     const char *op = NULL;
