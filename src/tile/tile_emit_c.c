@@ -47,6 +47,7 @@ typedef struct em {
     bool defbf16[8];           /* bf16 from f32: f32 values kept (ts__tv_st_bf16x32) */
     bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
     const ts__tile_node *defbf[8], *defbfs[8]; /* such a value as bf16 element * scalar */
+    bool defbfh[8];                             /* the scalar read once, before the loop */
     const ts__tile_node *nzv[8]; /* values with that fact in the current vector body */
     int nnz;
     /* bounds tests of a vector loop that do not change from row to row (the outer dims) are
@@ -1409,7 +1410,7 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
         else {
             ind(e, lv), ts__tile_buf_printf(e->o, "na%d_%d = %s;\n", e->defid, k, p);
             ind(e, lv), ts__tile_buf_printf(e->o, "nb%d_%d = %s;\n", e->defid, k, x);
-            ind(e, lv), ts__tile_buf_printf(e->o, "ns%d_%d = %s;\n", e->defid, k, f);
+            if (!e->defbfh[k]) ind(e, lv), ts__tile_buf_printf(e->o, "ns%d_%d = %s;\n", e->defid, k, f);
         }
         free(p), free(x), free(f);
         return;
@@ -2018,13 +2019,27 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
      * would otherwise spend half its instructions on loop control) */
     if (!e->ndef && !(e->rf.loop && e->rf.n)) return false;
     e->defid = id;
+    /* a store's scalar factor that the body does not write is read once here: read in the
+     * loop, the C compiler reloads it after every byte store (which may alias it) */
+    for (int k = 0; k < e->ndef; k++) {
+        e->defbfh[k] = e->defbf[k] && unwritten_reads(e->defbfs[k], bd, NULL);
+        const void *dv[64];
+        int nd = 0;
+        decls(bd, dv, &nd, 64);
+        for (int q = 0; q < nd && e->defbfh[k]; q++) e->defbfh[k] = nd < 64 && !refs(e->defbfs[k], dv[q]);
+        if (!e->defbfh[k]) continue;
+        char *f = ex_str(e, e->defbfs[k], TT_F32);
+        ind(e, lv), ts__tile_buf_printf(e->o, "const float nsh%d_%d = %s;\n", id, k, f);
+        free(f);
+    }
     ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
     ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
     for (int k = 0; k < e->ndef; k++) {
         if (e->defbf[k]) {
             ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
             ind(e, lv + 1), ts__tile_buf_printf(e->o, "const uint16_t *nb%d_%d = NULL;\n", id, k);
-            ind(e, lv + 1), ts__tile_buf_printf(e->o, "float ns%d_%d = 0.0f;\n", id, k);
+            if (e->defbfh[k]) ind(e, lv + 1), ts__tile_buf_printf(e->o, "const float ns%d_%d = nsh%d_%d;\n", id, k, id, k);
+            else ind(e, lv + 1), ts__tile_buf_printf(e->o, "float ns%d_%d = 0.0f;\n", id, k);
             continue;
         }
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
