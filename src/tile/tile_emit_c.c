@@ -41,6 +41,8 @@ typedef struct em {
      * 8-bit destinations that nothing else in the body touches are kept in registers and
      * packed once per 32 lanes (vec_parallel) */
     bool nodefer;              /* retry without them (a deferred store could not be emitted) */
+    bool vscalar;              /* vec_parallel without vectors: the hoisted range, scalar loops */
+    bool inrange;              /* emitting the in-range scalar loop: thenv ifs hold */
     int ndef, defu, defid;     /* defu: the copy being emitted (0..3), -1 outside */
     const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
@@ -639,6 +641,7 @@ static void add_check(em *e, const ts__tile_node *call) {
     e->nchecks++;
 }
 
+static bool then_only(const em *e, const ts__tile_node *n);
 static void st(em *e, const ts__tile_node *n, int lv) {
     ts__tile_buf *o = e->o;
     switch (n->kind) {
@@ -743,6 +746,12 @@ static void st(em *e, const ts__tile_node *n, int lv) {
         break;
     }
     case TN_IF: {
+        if (e->inrange && then_only(e, n)) {
+            ind(e, lv), ts__tile_buf_puts(o, "{\n");
+            body(e, n->b, lv + 1);
+            ind(e, lv), ts__tile_buf_puts(o, "}\n");
+            break;
+        }
         char *c = ex_str(e, n->a, TT_BOOL);
         ind(e, lv), ts__tile_buf_printf(o, "if (%s) {\n", c);
         free(c);
@@ -2071,6 +2080,49 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     return true;
 }
 
+/* The vector loops of a row of vec_parallel (from e->vjname up to hi_<id>): the 8-lane body,
+ * the 16- or 32-lane main loop before it, the fused row folds' lane reductions after. */
+static void vec_row_loops(em *e, const ts__tile_node *bd, const bool *hoisted, int id, int L) {
+    find_pairs(e, bd, hoisted, id);
+    v2_find_groups(e, bd, hoisted);
+    /* the 8-lane body, written once: with its names widened it is also the 16-lane body */
+    ts__tile_buf *outer = e->o, body8 = {0};
+    e->o = &body8;
+    e->ndef = 0;
+    v2_group_begin(e, L + 2);
+    for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
+        if (!hoisted[q]) vst(e, bd->list[q], L + 2);
+    rf_vec_step(e, id, L + 2);
+    e->o = outer;
+    bool main_loop = !e->vfail && !body8.oom && body8.data && vec_wide16(e, body8.data, id, L + 1);
+    if (!e->nodefer) main_loop |= vec_unrolled32(e, bd, hoisted, id, L + 1);
+    /* loop control is a large share of a short 8-lane body: let the C compiler unroll it
+     * (not after a 16- or 32-lane main loop, which leaves it at most three steps) */
+    if (!main_loop) ind(e, L + 1), ts__tile_buf_puts(e->o, "TS__TV_UNROLL4\n");
+    ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+    ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
+    if (body8.oom) e->o->oom = true;
+    ts__tile_buf_free(&body8);
+    ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
+    for (int r = 0; r < e->rf.n; r++) /* exact in any order: integer max / min / + / & / | / ^ */
+        for (int l = 0; l < 8 && !v2_rf_hfold(e, id, r, l, L + 1); l++) {
+            const ts__tile_sym *A = e->rf.f[r].acc;
+            ts__tile_buf av = {0};
+            sym_ref(e, &av, A);
+            const char *op = e->rf.f[r].op, *a = av.data ? av.data : "";
+            if (op[0] != 'm' || !l) ind(e, L + 1);
+            if (op[0] == 'm') {
+                if (!l) /* the lanes by halving (ts__tv_hmax_*), then the scalar start */
+                    ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, ts__tv_h%s_%s(vacc_%d_%d));\n", a, ctype(A->dt),
+                                        op, ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, op, vs(A->dt), id, r);
+            } else if (op[0] == '+')
+                ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)vacc_%d_%d[%d]);\n", a, ctype(A->dt), utype(A->dt),
+                                    a, utype(A->dt), id, r, l);
+            else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s vacc_%d_%d[%d]);\n", a, ctype(A->dt), a, op, id, r, l);
+            ts__tile_buf_free(&av);
+        }
+}
+
 static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     const ts__tile_node *it = n->a, *bd = n->b;
     int nv = n->nlist2;
@@ -2094,7 +2146,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     snprintf(J, sizeof J, "%d_%s", js->uid, js->name);
     int id = ++e->vtmp;
     ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
-    v2_transposed_copies(e, n, lv + 1);
+    if (!e->vscalar) v2_transposed_copies(e, n, lv + 1);
     for (int32_t i = 0; i < nv; i++) {
         char *x = ex_str(e, it->list[i], TT_I64);
         const ts__tile_sym *ls = n->list2[i]->sym;
@@ -2204,7 +2256,15 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     e->o = &row;
     scalar_loop(e, bd, hoisted, J, "0", lo, L + 1);
     ind(e, L + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
-    for (int r = 0; r < e->rf.n; r++) {
+    if (e->vscalar) { /* the range's elements without their bounds tests */
+        char hv[32];
+        snprintf(hv, sizeof hv, "hi_%d", id);
+        e->inrange = true;
+        scalar_loop(e, bd, hoisted, J, e->vjname, hv, L + 1);
+        e->inrange = false;
+        ind(e, L + 1), ts__tile_buf_printf(e->o, "%s = hi_%d;\n", e->vjname, id);
+    }
+    for (int r = 0; r < e->rf.n && !e->vscalar; r++) {
         const ts__tile_sym *A = e->rf.f[r].acc;
         ind(e, L + 1), ts__tile_buf_printf(e->o, "ts__tv_%s vacc_%d_%d = ts__tv_splat_%s((%s)(", vs(A->dt), id, r,
                                            vs(A->dt), ctype(A->dt));
@@ -2212,51 +2272,14 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
         else ts__tile_buf_puts(e->o, e->rf.f[r].op[0] == '&' ? "~0" : "0");
         ts__tile_buf_puts(e->o, "));\n");
     }
-    find_pairs(e, bd, hoisted, id);
-    v2_find_groups(e, bd, hoisted);
-    /* the 8-lane body, written once: with its names widened it is also the 16-lane body */
-    ts__tile_buf *outer = e->o, body8 = {0};
-    e->o = &body8;
-    e->ndef = 0;
-    v2_group_begin(e, L + 2);
-    for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
-        if (!hoisted[q]) vst(e, bd->list[q], L + 2);
-    rf_vec_step(e, id, L + 2);
-    e->o = outer;
-    bool main_loop = !e->vfail && !body8.oom && body8.data && vec_wide16(e, body8.data, id, L + 1);
-    if (!e->nodefer) main_loop |= vec_unrolled32(e, bd, hoisted, id, L + 1);
-    /* loop control is a large share of a short 8-lane body: let the C compiler unroll it
-     * (not after a 16- or 32-lane main loop, which leaves it at most three steps) */
-    if (!main_loop) ind(e, L + 1), ts__tile_buf_puts(e->o, "TS__TV_UNROLL4\n");
-    ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
-    ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
-    if (body8.oom) e->o->oom = true;
-    ts__tile_buf_free(&body8);
-    ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
-    for (int r = 0; r < e->rf.n; r++) /* exact in any order: integer max / min / + / & / | / ^ */
-        for (int l = 0; l < 8 && !v2_rf_hfold(e, id, r, l, L + 1); l++) {
-            const ts__tile_sym *A = e->rf.f[r].acc;
-            ts__tile_buf av = {0};
-            sym_ref(e, &av, A);
-            const char *op = e->rf.f[r].op, *a = av.data ? av.data : "";
-            if (op[0] != 'm' || !l) ind(e, L + 1);
-            if (op[0] == 'm') {
-                if (!l) /* the lanes by halving (ts__tv_hmax_*), then the scalar start */
-                    ts__tile_buf_printf(e->o, "%s = (%s)ts__tile_%s%s(%s, ts__tv_h%s_%s(vacc_%d_%d));\n", a, ctype(A->dt),
-                                        op, ts__tile_dt_is_signed(A->dt) ? "i" : "u", a, op, vs(A->dt), id, r);
-            } else if (op[0] == '+')
-                ts__tile_buf_printf(e->o, "%s = (%s)((%s)%s + (%s)vacc_%d_%d[%d]);\n", a, ctype(A->dt), utype(A->dt),
-                                    a, utype(A->dt), id, r, l);
-            else ts__tile_buf_printf(e->o, "%s = (%s)(%s %s vacc_%d_%d[%d]);\n", a, ctype(A->dt), a, op, id, r, l);
-            ts__tile_buf_free(&av);
-        }
+    if (!e->vscalar) vec_row_loops(e, bd, hoisted, id, L);
     scalar_loop(e, bd, hoisted, J, e->vjname, hi, L + 1);
     e->o = rowout;
     /* A row entirely in range (the common case) runs the same text with the range as
      * constants: the C compiler then unrolls the vector loops and drops the head and tail
      * loops, which on short rows (a 128-channel group) cost as much as the vector work. */
     int64_t cext;
-    const bool twice = lit_int(it->list[nv - 1], &cext) && cext >= 16 && cext <= 1024;
+    const bool twice = !e->vscalar && lit_int(it->list[nv - 1], &cext) && cext >= 16 && cext <= 1024;
     if (twice) { /* AVX2 builds only: the generic fallback keeps half the code */
         ts__tile_buf_puts(e->o, "#if TS__TV_ROW_TWICE\n");
         ind(e, L + 1), ts__tile_buf_printf(e->o, "if (lo_%d == 0 && hi_%d == e%s) {\n", id, id, J);
@@ -2294,10 +2317,15 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     ts__tile_buf_free(&tmp);
     vreset(e);
     free(hoisted), free(late);
-    if (!ok && !e->nodefer) { /* perhaps only a deferred store failed: once more without */
+    if (!ok && !e->nodefer && !e->vscalar) { /* perhaps only a deferred store failed: once more without */
         e->nodefer = true;
         ok = vec_parallel(e, n, lv);
         e->nodefer = false;
+    }
+    if (!ok && !e->vscalar) { /* no vector body (a strided access...): still hoist the bounds tests */
+        e->vscalar = true;
+        ok = vec_parallel(e, n, lv);
+        e->vscalar = false;
     }
     return ok;
 }
