@@ -8,6 +8,7 @@
 #include "bench.h"
 
 #include "core/internal.h"
+#include "numerics/quant_hand.h"
 #include "numerics/quant_tile.h"
 
 #include <math.h>
@@ -21,7 +22,8 @@ typedef enum { DQ_TOKEN8, DQ_TOKEN8_PK, DQ_BLOCK8, DQ_CHANNEL8, DQ_FP4_DG_PK, DQ
 
 typedef struct dq_ctx {
     dq_op op;
-    int which; /* 0 hand-written, 1 tile, 2 memcpy */
+    int64_t gk; /* gran_k of the quantisers, sf_gran_k of the cast backs */
+    int which;  /* 0 hand-written, 1 tile, 2 memcpy */
     ts_tensor x, q, sf, out;
     char *msrc, *mdst;
     int64_t mbytes;
@@ -42,36 +44,42 @@ static ts_status dq_run(void *p) {
         return TS_OK;
     }
     const bool t = c->which == 1;
+    const int64_t g = c->gk;
     switch (c->op) {
     case DQ_TOKEN8:
-        return t ? ts__tq_per_token_cast_to_fp8(&c->x, false, 128, false, &c->q, &c->sf)
-                 : ts_per_token_cast_to_fp8(&c->x, false, 128, false, &c->q, &c->sf);
+        return t ? ts__tq_per_token_cast_to_fp8(&c->x, false, g, false, &c->q, &c->sf)
+                 : ts__qh_per_token_cast_to_fp8(&c->x, false, g, false, &c->q, &c->sf);
     case DQ_TOKEN8_PK:
-        return t ? ts__tq_per_token_cast_to_fp8(&c->x, true, 128, true, &c->q, &c->sf)
-                 : ts_per_token_cast_to_fp8(&c->x, true, 128, true, &c->q, &c->sf);
+        return t ? ts__tq_per_token_cast_to_fp8(&c->x, true, g, true, &c->q, &c->sf)
+                 : ts__qh_per_token_cast_to_fp8(&c->x, true, g, true, &c->q, &c->sf);
     case DQ_BLOCK8:
-        return t ? ts__tq_per_block_cast_to_fp8(&c->x, false, 128, &c->q, &c->sf)
-                 : ts_per_block_cast_to_fp8(&c->x, false, 128, &c->q, &c->sf);
+        return t ? ts__tq_per_block_cast_to_fp8(&c->x, false, g, &c->q, &c->sf)
+                 : ts__qh_per_block_cast_to_fp8(&c->x, false, g, &c->q, &c->sf);
     case DQ_CHANNEL8:
-        return t ? ts__tq_per_channel_cast_to_fp8(&c->x, false, 128, &c->q, &c->sf)
-                 : ts_per_channel_cast_to_fp8(&c->x, false, 128, &c->q, &c->sf);
+        return t ? ts__tq_per_channel_cast_to_fp8(&c->x, false, g, &c->q, &c->sf)
+                 : ts__qh_per_channel_cast_to_fp8(&c->x, false, g, &c->q, &c->sf);
     case DQ_FP4_DG_PK:
-        return t ? ts__tq_per_token_cast_to_fp4(&c->x, true, 32, true, TS_FP4_ROUND_DEEPGEMM, &c->q, &c->sf)
-                 : ts_per_token_cast_to_fp4(&c->x, true, 32, true, TS_FP4_ROUND_DEEPGEMM, &c->q, &c->sf);
+        return t ? ts__tq_per_token_cast_to_fp4(&c->x, true, g, true, TS_FP4_ROUND_DEEPGEMM, &c->q, &c->sf)
+                 : ts__qh_per_token_cast_to_fp4(&c->x, true, g, true, TS_FP4_ROUND_DEEPGEMM, &c->q, &c->sf);
     case DQ_FP4_RNE:
-        return t ? ts__tq_per_token_cast_to_fp4(&c->x, false, 32, false, TS_FP4_ROUND_RNE, &c->q, &c->sf)
-                 : ts_per_token_cast_to_fp4(&c->x, false, 32, false, TS_FP4_ROUND_RNE, &c->q, &c->sf);
+        return t ? ts__tq_per_token_cast_to_fp4(&c->x, false, g, false, TS_FP4_ROUND_RNE, &c->q, &c->sf)
+                 : ts__qh_per_token_cast_to_fp4(&c->x, false, g, false, TS_FP4_ROUND_RNE, &c->q, &c->sf);
     case DQ_BACK8:
-        return t ? ts__tq_cast_back_from_fp8(&c->q, &c->sf, 1, 128, &c->out)
-                 : ts_cast_back_from_fp8(&c->q, &c->sf, 1, 128, &c->out);
+        return t ? ts__tq_cast_back_from_fp8(&c->q, &c->sf, 1, g, &c->out)
+                 : ts__qh_cast_back_from_fp8(&c->q, &c->sf, 1, g, &c->out);
     case DQ_BACK4_PK:
-        return t ? ts__tq_cast_back_from_fp4(&c->q, &c->sf, 1, 32, &c->out)
-                 : ts_cast_back_from_fp4(&c->q, &c->sf, 1, 32, &c->out);
+        return t ? ts__tq_cast_back_from_fp4(&c->q, &c->sf, 1, g, &c->out)
+                 : ts__qh_cast_back_from_fp4(&c->q, &c->sf, 1, g, &c->out);
     }
     return TS_ERR_INVALID_ARGUMENT;
 }
 
-typedef struct dq_spec { const char *name, *dtype; dq_op op; } dq_spec;
+typedef struct dq_spec {
+    const char *name, *dtype;
+    dq_op op;
+    int64_t gk;
+    bool f32; /* f32 source (else bf16) */
+} dq_spec;
 
 int ts__suite_dg_quant(const ts__bench_opts *opts) {
     int threads[2];
@@ -84,26 +92,33 @@ int ts__suite_dg_quant(const ts__bench_opts *opts) {
     ts__bench_table_header(stdout);
     const int64_t m = 4001, n = 7168, e = m * n;
     uint16_t *x = ts__aligned_alloc((size_t)e * 2);
+    float *x32 = ts__aligned_alloc((size_t)e * 4);
     uint8_t *q[2] = {ts__aligned_alloc((size_t)e), ts__aligned_alloc((size_t)e)};
     float *sf[2] = {ts__aligned_alloc((size_t)e / 8 * 4), ts__aligned_alloc((size_t)e / 8 * 4)};
     uint16_t *out[2] = {ts__aligned_alloc((size_t)e * 2), ts__aligned_alloc((size_t)e * 2)};
-    char *mbuf = ts__aligned_alloc((size_t)e * 4);
+    char *mbuf = ts__aligned_alloc((size_t)e * 6);
     int failures = 0;
-    if (!x || !q[0] || !q[1] || !sf[0] || !sf[1] || !out[0] || !out[1] || !mbuf) {
+    if (!x || !x32 || !q[0] || !q[1] || !sf[0] || !sf[1] || !out[0] || !out[1] || !mbuf) {
         fprintf(stderr, "tilestack bench: out of memory\n");
         failures = 1;
         goto done;
     }
-    memset(mbuf, 1, (size_t)e * 4);
+    memset(mbuf, 1, (size_t)e * 6);
     static const dq_spec specs[] = {
-        {"per_token_cast_to_fp8", "bf16->e4m3,f32 sf", DQ_TOKEN8},
-        {"per_token_cast_to_fp8 ue8m0x4", "bf16->e4m3,ue8m0x4", DQ_TOKEN8_PK},
-        {"per_block_cast_to_fp8", "bf16->e4m3 128x128", DQ_BLOCK8},
-        {"per_channel_cast_to_fp8", "bf16->e4m3 128x1", DQ_CHANNEL8},
-        {"per_token_cast_to_fp4", "bf16->e2m1,ue8m0x4 g32", DQ_FP4_DG_PK},
-        {"per_token_cast_to_fp4 rne", "bf16->e2m1,f32 g32", DQ_FP4_RNE},
-        {"cast_back_from_fp8", "e4m3,f32->bf16", DQ_BACK8},
-        {"cast_back_from_fp4", "e2m1,ue8m0x4->bf16", DQ_BACK4_PK},
+        {"per_token_cast_to_fp8", "bf16->e4m3,f32 sf", DQ_TOKEN8, 128, false},
+        {"per_token_cast_to_fp8 ue8m0x4", "bf16->e4m3,ue8m0x4", DQ_TOKEN8_PK, 128, false},
+        {"per_token_cast_to_fp8 g64", "bf16->e4m3,f32 sf", DQ_TOKEN8, 64, false},
+        {"per_token_cast_to_fp8 g112", "bf16->e4m3,f32 sf", DQ_TOKEN8, 112, false},
+        {"per_token_cast_to_fp8 f32", "f32->e4m3,f32 sf", DQ_TOKEN8, 128, true},
+        {"per_block_cast_to_fp8", "bf16->e4m3 128x128", DQ_BLOCK8, 128, false},
+        {"per_block_cast_to_fp8 f32", "f32->e4m3 128x128", DQ_BLOCK8, 128, true},
+        {"per_channel_cast_to_fp8", "bf16->e4m3 128x1", DQ_CHANNEL8, 128, false},
+        {"per_channel_cast_to_fp8 f32", "f32->e4m3 128x1", DQ_CHANNEL8, 128, true},
+        {"per_token_cast_to_fp4", "bf16->e2m1,ue8m0x4 g32", DQ_FP4_DG_PK, 32, false},
+        {"per_token_cast_to_fp4 rne", "bf16->e2m1,f32 g32", DQ_FP4_RNE, 32, false},
+        {"per_token_cast_to_fp4 g112", "bf16->e2m1,ue8m0x4", DQ_FP4_DG_PK, 112, false},
+        {"cast_back_from_fp8", "e4m3,f32->bf16", DQ_BACK8, 128, false},
+        {"cast_back_from_fp4", "e2m1,ue8m0x4->bf16", DQ_BACK4_PK, 32, false},
     };
     for (int dist = 0; dist < 2; dist++) {
         ts__bench_rng r = {0x9E3779B97F4A7C15ull};
@@ -116,6 +131,7 @@ int ts__suite_dg_quant(const ts__bench_opts *opts) {
             double u1 = ((double)(v >> 38) + 0.5) / 67108864.0, u2 = ((double)(v & 0x3FFFFFF) + 0.5) / 67108864.0;
             x[i] = ts_f32_to_bf16((float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2)));
         }
+        for (int64_t i = 0; i < e; i++) x32[i] = ts_bf16_to_f32(x[i]);
         char shape[48];
         snprintf(shape, sizeof shape, "%lldx%lld %s", (long long)m, (long long)n, dist ? "wide" : "gauss");
         for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
@@ -126,29 +142,30 @@ int ts__suite_dg_quant(const ts__bench_opts *opts) {
             if (!ts__bench_wanted(filter, hname, shape) && !ts__bench_wanted(filter, tname, shape)) continue;
             const bool fp4 = sp->op == DQ_FP4_DG_PK || sp->op == DQ_FP4_RNE || sp->op == DQ_BACK4_PK;
             const bool pk = sp->op == DQ_TOKEN8_PK || sp->op == DQ_FP4_DG_PK || sp->op == DQ_BACK4_PK;
-            const int64_t g = fp4 ? 32 : 128, nb = n / g;
+            const int64_t g = sp->gk, nb = (n + g - 1) / g;
             int64_t sr = m, sc = pk ? nb / 4 : nb;
-            if (sp->op == DQ_BLOCK8) sr = (m + 127) / 128;
+            if (pk) sc = (nb + 3) / 4;
+            if (sp->op == DQ_BLOCK8) sr = (m + g - 1) / g;
             if (sp->op == DQ_CHANNEL8) sr = 31, sc = n; /* 31 groups of 128 rows: 3968 rows */
             const int64_t mm = sp->op == DQ_CHANNEL8 ? 31 * 128 : m;
             dq_ctx c[3];
             void *ctxs[3];
             double bytes = 0;
             for (int v = 0; v < 3; v++) {
-                c[v] = (dq_ctx){.op = sp->op, .which = v};
-                c[v].x = ts_tensor_2d(x, TS_BF16, mm, n);
+                c[v] = (dq_ctx){.op = sp->op, .gk = g, .which = v};
+                c[v].x = sp->f32 ? ts_tensor_2d(x32, TS_F32, mm, n) : ts_tensor_2d(x, TS_BF16, mm, n);
                 c[v].q = ts_tensor_2d(q[v & 1], fp4 ? TS_E2M1X2 : TS_E4M3, mm, fp4 ? n / 2 : n);
                 c[v].sf = ts_tensor_2d(sf[v & 1], pk ? TS_UE8M0X4 : TS_F32, sr, sc);
                 c[v].out = ts_tensor_2d(out[v & 1], TS_BF16, mm, n);
                 ctxs[v] = &c[v];
             }
             const double qb = (double)(mm * n) / (fp4 ? 2.0 : 1.0), sb = 4.0 * (double)(sr * sc);
-            bytes = 2.0 * (double)(mm * n) + qb + sb;
+            bytes = (sp->f32 ? 4.0 : 2.0) * (double)(mm * n) + qb + sb;
             ts_status st = TS_OK;
             if (sp->op == DQ_BACK8 || sp->op == DQ_BACK4_PK) {
                 /* codes and scales from the quantiser, the same for both paths */
                 dq_ctx qc = c[0];
-                qc.op = sp->op == DQ_BACK8 ? DQ_TOKEN8 : DQ_FP4_DG_PK;
+                qc.op = sp->op == DQ_BACK8 ? DQ_TOKEN8 : DQ_FP4_DG_PK; /* the same gk */
                 for (int v = 0; v < 2 && st == TS_OK; v++) {
                     qc.q = c[v].q, qc.sf = c[v].sf;
                     st = dq_run(&qc);
@@ -186,7 +203,7 @@ int ts__suite_dg_quant(const ts__bench_opts *opts) {
         }
     }
 done:
-    ts__aligned_free(x), ts__aligned_free(mbuf);
+    ts__aligned_free(x), ts__aligned_free(x32), ts__aligned_free(mbuf);
     for (int v = 0; v < 2; v++) ts__aligned_free(q[v]), ts__aligned_free(sf[v]), ts__aligned_free(out[v]);
     return failures;
 }

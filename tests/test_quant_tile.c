@@ -5,6 +5,7 @@
  * row-major and MN-major views, both ISA paths and 1 / 2 threads; and the same error codes. */
 #include "test_quant_common.h"
 
+#include "numerics/quant_hand.h"
 #include "numerics/quant_tile.h"
 
 #include <stdio.h>
@@ -95,19 +96,19 @@ static bool tq_quant_case(ts_test_ctx *ts_t_, tq_op op, ts_dtype dt, int64_t m, 
         ts_status a = TS_OK, b = TS_OK;
         switch (op) {
         case OP_TOKEN8:
-            a = ts_per_token_cast_to_fp8(&xt, ue, g, packed, &ta, &ssa);
+            a = ts__qh_per_token_cast_to_fp8(&xt, ue, g, packed, &ta, &ssa);
             b = ts__tq_per_token_cast_to_fp8(&xt, ue, g, packed, &tb, &ssb);
             break;
         case OP_BLOCK8:
-            a = ts_per_block_cast_to_fp8(&xt, ue, g, &ta, &ssa);
+            a = ts__qh_per_block_cast_to_fp8(&xt, ue, g, &ta, &ssa);
             b = ts__tq_per_block_cast_to_fp8(&xt, ue, g, &tb, &ssb);
             break;
         case OP_CHANNEL8:
-            a = ts_per_channel_cast_to_fp8(&xt, ue, g, &ta, &ssa);
+            a = ts__qh_per_channel_cast_to_fp8(&xt, ue, g, &ta, &ssa);
             b = ts__tq_per_channel_cast_to_fp8(&xt, ue, g, &tb, &ssb);
             break;
         case OP_TOKEN4:
-            a = ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &ta, &ssa);
+            a = ts__qh_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &ta, &ssa);
             b = ts__tq_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &tb, &ssb);
             break;
         }
@@ -248,8 +249,8 @@ TS_TEST(quant_tile_cast_back_matches_hand) {
                         for (int e = 0; e < ne; e++) {
                             tq_env_set(envs[e]);
                             memset(oa, 0x5A, bytes), memset(ob, 0x5A, bytes);
-                            ts_status a = fp4 ? ts_cast_back_from_fp4(&xt, &st, gmn, gk, &ta)
-                                              : ts_cast_back_from_fp8(&xt, &st, gmn, gk, &ta);
+                            ts_status a = fp4 ? ts__qh_cast_back_from_fp4(&xt, &st, gmn, gk, &ta)
+                                              : ts__qh_cast_back_from_fp8(&xt, &st, gmn, gk, &ta);
                             ts_status b = fp4 ? ts__tq_cast_back_from_fp4(&xt, &st, gmn, gk, &tb)
                                               : ts__tq_cast_back_from_fp8(&xt, &st, gmn, gk, &tb);
                             TS_CHECK_MSG(a == TS_OK && b == TS_OK, "cast_back status %d / %d (%s)", (int)a, (int)b,
@@ -284,21 +285,21 @@ TS_TEST(quant_tile_errors_match_hand) {
     memset(q, 0x33, sizeof q), memset(s, 0x44, sizeof s);
     memcpy(q2, q, sizeof q), memcpy(s2, s, sizeof s);
 #define TQ_SAME(a, b) TS_CHECK_STATUS(b, a)
-    TQ_SAME(ts_per_token_cast_to_fp8(&xt, false, 0, false, &qt, &st), ts__tq_per_token_cast_to_fp8(&xt, false, 0, false, &qt, &st));
-    TQ_SAME(ts_per_token_cast_to_fp8(&xt, false, 64, true, &qt, &spk), ts__tq_per_token_cast_to_fp8(&xt, false, 64, true, &qt, &spk));
-    TQ_SAME(ts_per_token_cast_to_fp8(&xt, false, 64, false, &qt, &sbad), ts__tq_per_token_cast_to_fp8(&xt, false, 64, false, &qt, &sbad));
-    TQ_SAME(ts_per_token_cast_to_fp8(&xi, false, 64, false, &qt, &st), ts__tq_per_token_cast_to_fp8(&xi, false, 64, false, &qt, &st));
-    TQ_SAME(ts_per_token_cast_to_fp8(&xt, false, 64, false, &ov, &st), ts__tq_per_token_cast_to_fp8(&xt, false, 64, false, &ov, &st));
-    TQ_SAME(ts_per_block_cast_to_fp8(&xt, false, 64, &qt, &sbad), ts__tq_per_block_cast_to_fp8(&xt, false, 64, &qt, &sbad));
-    TQ_SAME(ts_per_channel_cast_to_fp8(&xt, false, 3, &qt, &st), ts__tq_per_channel_cast_to_fp8(&xt, false, 3, &qt, &st));
-    TQ_SAME(ts_per_token_cast_to_fp4(&xo, false, 64, false, TS_FP4_ROUND_RNE, &q4, &st),
+    TQ_SAME(ts__qh_per_token_cast_to_fp8(&xt, false, 0, false, &qt, &st), ts__tq_per_token_cast_to_fp8(&xt, false, 0, false, &qt, &st));
+    TQ_SAME(ts__qh_per_token_cast_to_fp8(&xt, false, 64, true, &qt, &spk), ts__tq_per_token_cast_to_fp8(&xt, false, 64, true, &qt, &spk));
+    TQ_SAME(ts__qh_per_token_cast_to_fp8(&xt, false, 64, false, &qt, &sbad), ts__tq_per_token_cast_to_fp8(&xt, false, 64, false, &qt, &sbad));
+    TQ_SAME(ts__qh_per_token_cast_to_fp8(&xi, false, 64, false, &qt, &st), ts__tq_per_token_cast_to_fp8(&xi, false, 64, false, &qt, &st));
+    TQ_SAME(ts__qh_per_token_cast_to_fp8(&xt, false, 64, false, &ov, &st), ts__tq_per_token_cast_to_fp8(&xt, false, 64, false, &ov, &st));
+    TQ_SAME(ts__qh_per_block_cast_to_fp8(&xt, false, 64, &qt, &sbad), ts__tq_per_block_cast_to_fp8(&xt, false, 64, &qt, &sbad));
+    TQ_SAME(ts__qh_per_channel_cast_to_fp8(&xt, false, 3, &qt, &st), ts__tq_per_channel_cast_to_fp8(&xt, false, 3, &qt, &st));
+    TQ_SAME(ts__qh_per_token_cast_to_fp4(&xo, false, 64, false, TS_FP4_ROUND_RNE, &q4, &st),
             ts__tq_per_token_cast_to_fp4(&xo, false, 64, false, TS_FP4_ROUND_RNE, &q4, &st));
-    TQ_SAME(ts_per_token_cast_to_fp4(&xt, false, 64, false, (ts_fp4_rounding)7, &q4, &st),
+    TQ_SAME(ts__qh_per_token_cast_to_fp4(&xt, false, 64, false, (ts_fp4_rounding)7, &q4, &st),
             ts__tq_per_token_cast_to_fp4(&xt, false, 64, false, (ts_fp4_rounding)7, &q4, &st));
     ts_tensor o = ts_tensor_2d(x, TS_BF16, 4, 64);
-    TQ_SAME(ts_cast_back_from_fp8(&qt, &st, 0, 64, &o), ts__tq_cast_back_from_fp8(&qt, &st, 0, 64, &o));
-    TQ_SAME(ts_cast_back_from_fp8(&qt, &sbad, 1, 64, &o), ts__tq_cast_back_from_fp8(&qt, &sbad, 1, 64, &o));
-    TQ_SAME(ts_cast_back_from_fp4(&qt, &st, 1, 64, &o), ts__tq_cast_back_from_fp4(&qt, &st, 1, 64, &o));
+    TQ_SAME(ts__qh_cast_back_from_fp8(&qt, &st, 0, 64, &o), ts__tq_cast_back_from_fp8(&qt, &st, 0, 64, &o));
+    TQ_SAME(ts__qh_cast_back_from_fp8(&qt, &sbad, 1, 64, &o), ts__tq_cast_back_from_fp8(&qt, &sbad, 1, 64, &o));
+    TQ_SAME(ts__qh_cast_back_from_fp4(&qt, &st, 1, 64, &o), ts__tq_cast_back_from_fp4(&qt, &st, 1, 64, &o));
 #undef TQ_SAME
     TS_CHECK(memcmp(q, q2, sizeof q) == 0 && memcmp(s, s2, sizeof s) == 0);
 }

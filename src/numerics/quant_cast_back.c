@@ -2,6 +2,7 @@
  * to out's dtype. Packed scales decode as upstream's unpack_ue8m0_from_int: byte << 23 viewed
  * as f32 (so byte 0 gives +0.0 and byte 255 gives +inf, not 2^-127 / NaN). FP4 code 8 (-0)
  * decodes to +0 as in upstream's _dequantize_from_fp4_e2m1. */
+#include "numerics/quant_hand.h"
 #include "numerics/quant_kernels.h"
 
 #include "tilestack/quant.h"
@@ -85,12 +86,12 @@ static ts_status cast_back(const ts_tensor *x, const char *xname, bool fp4, cons
     return TS_OK;
 }
 
-ts_status ts_cast_back_from_fp8(const ts_tensor *x_fp8, const ts_tensor *sf, int64_t sf_gran_mn,
+ts_status ts__qh_cast_back_from_fp8(const ts_tensor *x_fp8, const ts_tensor *sf, int64_t sf_gran_mn,
                                 int64_t sf_gran_k, ts_tensor *out) {
     return cast_back(x_fp8, "x_fp8", false, sf, sf_gran_mn, sf_gran_k, out);
 }
 
-ts_status ts_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *sf, int64_t sf_gran_mn,
+ts_status ts__qh_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *sf, int64_t sf_gran_mn,
                                 int64_t sf_gran_k, ts_tensor *out) {
     return cast_back(x_fp4, "x_fp4", true, sf, sf_gran_mn, sf_gran_k, out);
 }

@@ -6,6 +6,7 @@
  *    exponent e = ((bits(sf) - 1) >> 23) + 1 - 127 gives sf = 2^e, sf_inv = 2^-e (uint32
  *    arithmetic, replicated literally); x * sf_inv converted by RNE with saturation to +-6.
  * Codes are packed two per byte, element 2i in the low nibble. */
+#include "numerics/quant_hand.h"
 #include "numerics/quant_kernels.h"
 
 #include "tilestack/quant.h"
@@ -86,7 +87,7 @@ static void fp4_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     }
 }
 
-ts_status ts_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+ts_status ts__qh_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                    bool use_packed_ue8m0, ts_fp4_rounding rounding,
                                    ts_tensor *x_fp4, ts_tensor *sf) {
     ts__qsrc src;

@@ -1,6 +1,7 @@
 /* FP8 (e4m3) quantisers with DeepGEMM's formulas (deep_gemm/utils/math.py): per-token 1 x g,
  * per-block g x g and per-channel g x 1. Threads split rows (or columns) statically; each
  * output block depends only on its own inputs, so results never depend on the thread count. */
+#include "numerics/quant_hand.h"
 #include "numerics/quant_kernels.h"
 
 #include "tilestack/quant.h"
@@ -65,7 +66,7 @@ static void pt_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
     }
 }
 
-ts_status ts_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+ts_status ts__qh_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                    bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_token_fp8(x, use_ue8m0, gran_k, use_packed_ue8m0, x_fp8, sf, &src));
@@ -136,7 +137,7 @@ static void pb_rowblocks(void *vctx, int64_t b0, int64_t b1, int tid) {
     }
 }
 
-ts_status ts_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+ts_status ts__qh_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                    ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_block_fp8(x, gran_k, x_fp8, sf, &src));
@@ -203,7 +204,7 @@ static void pc_tiles(void *vctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
-ts_status ts_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
+ts_status ts__qh_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
                                      ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_channel_fp8(x, gran_k, x_fp8, sf, &src));
