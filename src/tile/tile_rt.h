@@ -575,9 +575,12 @@ TS__TV_HMINMAX(u64, uint64_t)
     }
 TS__TV_HMM16(i16, int16_t, max)
 TS__TV_HMM16(i16, int16_t, min)
-TS__TV_HMM16(u16, uint16_t, max)
-TS__TV_HMM16(u16, uint16_t, min)
 #undef TS__TV_HMM16
+/* unsigned 16-bit: one phminposuw (max as the complement's min) */
+TS__TV_INL uint16_t ts__tv_hmin_u16(ts__tv_u16 v) { return (uint16_t)_mm_cvtsi128_si32(_mm_minpos_epu16((__m128i)v)); }
+TS__TV_INL uint16_t ts__tv_hmax_u16(ts__tv_u16 v) {
+    return (uint16_t)~_mm_cvtsi128_si32(_mm_minpos_epu16((__m128i)~v));
+}
 #else
 TS__TV_HMINMAX(i16, int16_t)
 TS__TV_HMINMAX(u16, uint16_t)
