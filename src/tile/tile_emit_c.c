@@ -1010,6 +1010,22 @@ static char *lanemap_fmt(em *e, int nin, char **vin, int tin, int tout, const ch
     return lanemap(e, nin, a, ts, tout, lane_fmt, (void *)fmt);
 }
 
+/* the address of a vector text that is exactly one stride-2 u16 load, ts__tv_ld2_u16(addr)
+ * (a copy), else NULL */
+static char *ld2_u16_addr(const char *s) {
+    static const char pre[] = "ts__tv_ld2_u16(";
+    const size_t np = sizeof pre - 1, n = strlen(s);
+    if (n <= np + 1 || strncmp(s, pre, np) || s[n - 1] != ')') return NULL;
+    int depth = 1;
+    for (size_t i = np; i < n - 1; i++) {
+        depth += s[i] == '(' ? 1 : s[i] == ')' ? -1 : 0;
+        if (depth == 0) return NULL; /* the call ends before the text does */
+    }
+    char *a = malloc(n - np);
+    if (a) memcpy(a, s + np, n - np - 1), a[n - np - 1] = 0;
+    return a;
+}
+
 /* vector text of type `from` converted to `to` (conv's rules, lane by lane) */
 static char *vconv(em *e, char *s, int from, int to) {
     from = natural(from);
@@ -1018,7 +1034,9 @@ static char *vconv(em *e, char *s, int from, int to) {
     char *r = v2_conv(s, from, to);
     if (r) return vconv(e, r, from == TT_F16 || from == TT_E5M6 ? TT_F32 : to, to);
     if (ts__tile_dt_is_narrow(from)) {
-        if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
+        char *p2 = from == TT_BF16 ? ld2_u16_addr(s) : NULL;
+        if (p2) r = sfmt("ts__tv_ld2_bf16_f32(%s)", p2); /* a stride-2 read widened in one step */
+        else if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
         else if (from == TT_E4M3) r = sfmt("ts__tv_e4m3_to_f32(%s)", s);
         else if (from == TT_E2M1) r = sfmt("ts__tv_e2m1_to_f32(%s)", s);
         else if (from == TT_UE8M0) r = sfmt("ts__tv_ue8m0_to_f32(%s)", s);
@@ -1026,6 +1044,7 @@ static char *vconv(em *e, char *s, int from, int to) {
             conv_ctx c = {from, TT_F32};
             r = lanemap(e, 1, &s, &from, TT_F32, lane_conv, &c);
         }
+        free(p2);
         free(s);
         return vconv(e, r, TT_F32, to);
     }
