@@ -777,6 +777,22 @@ static void st(em *e, const ts__tile_node *n, int lv) {
             add_check(e, c);
             ind(e, lv), ts__tile_buf_printf(o, "if (!(%s)) ts__tile_fail(&sh->failed, %d);\n", x, e->nchecks);
             free(x);
+        } else if (!strcmp(c->name, "prefetch")) {
+            /* the element's byte offset in wrapping arithmetic: any index is allowed */
+            const ts__tile_node *x = c->list[0];
+            const ts__tile_sym *s = x->a->sym;
+            ts__tile_buf off = {0};
+            for (int32_t i = 0; i < x->nlist; i++) {
+                char *ix = ex_str(e, x->list[i], TT_I64);
+                ts__tile_buf_printf(&off, "%s(uint64_t)(%s)", i ? " + " : "", ix);
+                if (s->strided || i < s->rank - 1) ts__tile_buf_puts(&off, " * (uint64_t)(1");
+                stride_factor(&off, s, i);
+                if (s->strided || i < s->rank - 1) ts__tile_buf_puts(&off, ")");
+                free(ix);
+            }
+            ind(e, lv), ts__tile_buf_printf(o, "ts__tile_prefetch(a->p_%s, (%s) * sizeof *a->p_%s);\n", s->name,
+                                            off.data ? off.data : "0", s->name);
+            ts__tile_buf_free(&off);
         } else if (!strcmp(c->name, "atomic_add")) {
             int t = ((const ts__tile_sym *)c->list[0]->a->sym)->dt;
             ts__tile_buf lt = {0};
@@ -1614,6 +1630,10 @@ static void vst(em *e, const ts__tile_node *n, int lv) {
     case TN_BREAK: case TN_CONTINUE: st(e, n, lv); return;
     case TN_CALLSTMT:
         if (!strcmp(n->a->name, "assume")) return; /* not checked inside blocks */
+        if (!strcmp(n->a->name, "prefetch") && !dep(e, n->a)) { /* the same line for every lane */
+            st(e, n, lv);
+            return;
+        }
         e->vfail = true;
         return;
     default: e->vfail = true; return;

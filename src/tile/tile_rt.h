@@ -276,6 +276,13 @@ static inline void ts__tile_atomic_add_i64(int64_t *p, int64_t v) {
     __atomic_fetch_add((uint64_t *)p, (uint64_t)v, __ATOMIC_RELAXED);
 }
 
+/* prefetch(x[...]): a read hint for the cache line `off` bytes past base. The address is
+ * formed as an integer (an index past the tensor is allowed: a prefetch never faults, and no
+ * out-of-range pointer is ever made). */
+static inline void ts__tile_prefetch(const void *base, uint64_t off) {
+    __builtin_prefetch((const void *)((uintptr_t)base + (uintptr_t)off), 0, 3);
+}
+
 /* A failed in-kernel check() records the smallest failing check id (0 = none). */
 static inline void ts__tile_fail(int *flag, int id) {
     int cur = __atomic_load_n(flag, __ATOMIC_RELAXED);
