@@ -242,6 +242,12 @@ TS_TEST(tile_check_atomic_target) {
                  TT_KERNEL("        atomic_add(x[b, 0], 1.0);\n        atomic_add(b, 1);\n"),
                  "t.tile:4:20: error: atomic_add() target must be an element like x[i, j]");
 }
+TS_TEST(tile_check_prefetch_target) {
+    expect_first(ts_t_, TT_KERNEL("        prefetch(x[b + 5, 0]);\n        prefetch(b);\n"),
+                 "t.tile:4:18: error: prefetch() needs a tensor element like x[i, j]");
+    expect_first(ts_t_, TT_KERNEL("        tile t: f32[4];\n        for i in parallel(4) { prefetch(t[i]); }\n"),
+                 "t.tile:4:42: error: prefetch() needs a tensor element, 't' is not a tensor");
+}
 TS_TEST(tile_check_tile_op_in_parallel) {
     expect_first(ts_t_,
                  TT_KERNEL("        tile t: f32[4];\n        for i in parallel(4) { copy(x[b, 0], t); }\n"),

@@ -281,7 +281,7 @@ static bool in_list(const char *const *l, const char *s) {
     return false;
 }
 static const char *const k_tile_ops[] = {"copy", "fill", "clear", "reduce", "cumsum", "gemm",
-                                         "atomic_add", "check", "assume", NULL};
+                                         "atomic_add", "check", "assume", "prefetch", NULL};
 
 static int float_arg(chk *c, ts__tile_node *call, ts__tile_node *arg) {
     int t = arith_type(expr(c, arg));
@@ -865,7 +865,7 @@ static void check_call_stmt(chk *c, ts__tile_node *st);
 
 static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
     const char *f = n->name;
-    if (c->in_par && strcmp(f, "atomic_add") && strcmp(f, "check") && strcmp(f, "assume")) {
+    if (c->in_par && strcmp(f, "atomic_add") && strcmp(f, "check") && strcmp(f, "assume") && strcmp(f, "prefetch")) {
         ERR(c, n->loc, "'%s' is not allowed inside a parallel loop (tile operations act on whole tiles)", f);
         return;
     }
@@ -936,6 +936,19 @@ static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
             return;
         }
         check_assign_types(c, n->list[1]->loc, t, expr(c, n->list[1]), "atomic_add()");
+        return;
+    }
+    if (!strcmp(f, "prefetch")) {
+        /* a hint: the element's cache line is fetched; any index, in range or not */
+        if (!only_kwargs(c, n, NULL) || !nargs(c, n, 1, 1)) return;
+        ts__tile_node *r = n->list[0];
+        if (r->kind != TN_INDEX) {
+            ERR(c, r->loc, "prefetch() needs a tensor element like x[i, j]");
+            return;
+        }
+        if (check_index(c, r, false) == TT_ERROR) return;
+        const ts__tile_sym *s = r->a->sym;
+        if (s->kind != SYM_TENSOR) ERR(c, r->loc, "prefetch() needs a tensor element, '%s' is not a tensor", s->name);
         return;
     }
     /* check / assume */

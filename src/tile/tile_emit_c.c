@@ -787,6 +787,22 @@ static void st(em *e, const ts__tile_node *n, int lv) {
             add_check(e, c);
             ind(e, lv), ts__tile_buf_printf(o, "if (!(%s)) ts__tile_fail(&sh->failed, %d);\n", x, e->nchecks);
             free(x);
+        } else if (!strcmp(c->name, "prefetch")) {
+            /* the element's byte offset in wrapping arithmetic: any index is allowed */
+            const ts__tile_node *x = c->list[0];
+            const ts__tile_sym *s = x->a->sym;
+            ts__tile_buf off = {0};
+            for (int32_t i = 0; i < x->nlist; i++) {
+                char *ix = ex_str(e, x->list[i], TT_I64);
+                ts__tile_buf_printf(&off, "%s(uint64_t)(%s)", i ? " + " : "", ix);
+                if (s->strided || i < s->rank - 1) ts__tile_buf_puts(&off, " * (uint64_t)(1");
+                stride_factor(&off, s, i);
+                if (s->strided || i < s->rank - 1) ts__tile_buf_puts(&off, ")");
+                free(ix);
+            }
+            ind(e, lv), ts__tile_buf_printf(o, "ts__tile_prefetch(a->p_%s, (%s) * sizeof *a->p_%s);\n", s->name,
+                                            off.data ? off.data : "0", s->name);
+            ts__tile_buf_free(&off);
         } else if (!strcmp(c->name, "atomic_add")) {
             int t = ((const ts__tile_sym *)c->list[0]->a->sym)->dt;
             ts__tile_buf lt = {0};
@@ -1020,6 +1036,22 @@ static char *lanemap_fmt(em *e, int nin, char **vin, int tin, int tout, const ch
     return lanemap(e, nin, a, ts, tout, lane_fmt, (void *)fmt);
 }
 
+/* the address of a vector text that is exactly one stride-2 u16 load, ts__tv_ld2_u16(addr)
+ * (a copy), else NULL */
+static char *ld2_u16_addr(const char *s) {
+    static const char pre[] = "ts__tv_ld2_u16(";
+    const size_t np = sizeof pre - 1, n = strlen(s);
+    if (n <= np + 1 || strncmp(s, pre, np) || s[n - 1] != ')') return NULL;
+    int depth = 1;
+    for (size_t i = np; i < n - 1; i++) {
+        depth += s[i] == '(' ? 1 : s[i] == ')' ? -1 : 0;
+        if (depth == 0) return NULL; /* the call ends before the text does */
+    }
+    char *a = malloc(n - np);
+    if (a) memcpy(a, s + np, n - np - 1), a[n - np - 1] = 0;
+    return a;
+}
+
 /* vector text of type `from` converted to `to` (conv's rules, lane by lane) */
 static char *vconv(em *e, char *s, int from, int to) {
     from = natural(from);
@@ -1028,7 +1060,9 @@ static char *vconv(em *e, char *s, int from, int to) {
     char *r = v2_conv(s, from, to);
     if (r) return vconv(e, r, from == TT_F16 || from == TT_E5M6 ? TT_F32 : to, to);
     if (ts__tile_dt_is_narrow(from)) {
-        if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
+        char *p2 = from == TT_BF16 ? ld2_u16_addr(s) : NULL;
+        if (p2) r = sfmt("ts__tv_ld2_bf16_f32(%s)", p2); /* a stride-2 read widened in one step */
+        else if (from == TT_BF16) r = sfmt("ts__tv_bf16_to_f32(%s)", s);
         else if (from == TT_E4M3) r = sfmt("ts__tv_e4m3_to_f32(%s)", s);
         else if (from == TT_E2M1) r = sfmt("ts__tv_e2m1_to_f32(%s)", s);
         else if (from == TT_UE8M0) r = sfmt("ts__tv_ue8m0_to_f32(%s)", s);
@@ -1036,6 +1070,7 @@ static char *vconv(em *e, char *s, int from, int to) {
             conv_ctx c = {from, TT_F32};
             r = lanemap(e, 1, &s, &from, TT_F32, lane_conv, &c);
         }
+        free(p2);
         free(s);
         return vconv(e, r, TT_F32, to);
     }
@@ -1605,6 +1640,10 @@ static void vst(em *e, const ts__tile_node *n, int lv) {
     case TN_BREAK: case TN_CONTINUE: st(e, n, lv); return;
     case TN_CALLSTMT:
         if (!strcmp(n->a->name, "assume")) return; /* not checked inside blocks */
+        if (!strcmp(n->a->name, "prefetch") && !dep(e, n->a)) { /* the same line for every lane */
+            st(e, n, lv);
+            return;
+        }
         e->vfail = true;
         return;
     default: e->vfail = true; return;
