@@ -66,6 +66,8 @@ typedef struct em {
             const ts__tile_node *var, *fold, *store; /* var acc, acc = acc OP f, Y[o] = acc */
             const ts__tile_sym *o, *k, *acc;
             const char *op;
+            const ts__tile_sym *x; /* the tile folded; xdead: read by this fold only */
+            bool xdead;
         } f[4];
         bool done;
     } rf;
@@ -75,6 +77,7 @@ typedef struct em {
      * vector body, x touched nowhere else in it): one interleaved store (ts__tv_st2x_*) */
     const ts__tile_node *pfirst[8], *psecond[8];
     int npairs, pid;
+    int rfid;                  /* names the registers of dead fold tiles (rfx<rfid>_<r>) */
     /* second set (tile_emit_c.c, end): tiles the vector loop reads transposed, x[j, i], and
      * the ids of their transposed copies */
     const ts__tile_sym *v2tr[8];
@@ -614,6 +617,8 @@ static void fold_step(em *e, const char *acc, int id, const char *op, const char
 static bool vec_reduce(em *e, const ts__tile_node *n, int lv);
 
 static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b);
+static int rf_dead_tile(const em *e, const void *s);
+static void rf_dead_decls(em *e, int lv);
 static void body(em *e, const ts__tile_node *blk, int lv) {
     for (int32_t i = 0; blk && i < blk->nlist; i++) {
         int m = 0;
@@ -1342,6 +1347,7 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
     }
     case TN_INDEX: {
         const ts__tile_sym *s = n->a->sym;
+        if (rf_dead_tile(e, s) >= 0) return sfmt("rfx%d_%d", e->rfid, rf_dead_tile(e, s));
         char *gr = v2_group_read(e, n);
         if (gr) return gr;
         char *p = contig_addr(e, n);
@@ -1540,6 +1546,13 @@ static void vst(em *e, const ts__tile_node *n, int lv) {
                 return;
             }
         if (v2_group_store(e, n, lv)) return;
+        const int rx = l->kind == TN_INDEX && n->op == TO_SET ? rf_dead_tile(e, l->a->sym) : -1;
+        if (rx >= 0) {
+            char *v = vex(e, n->b, vt);
+            ind(e, lv), ts__tile_buf_printf(o, "rfx%d_%d = %s;\n", e->rfid, rx, v);
+            free(v);
+            return;
+        }
         char *val;
         if (n->op == TO_SET) val = vex(e, n->b, vt);
         else {
@@ -1832,6 +1845,71 @@ static bool fold_reads_ok(const ts__tile_node *n, const ts__tile_sym *X, const v
     return true;
 }
 
+/* reads of tile X in n (its elements as values, not as assignment targets) */
+static int tile_reads(const ts__tile_node *n, const ts__tile_sym *X) {
+    if (!n) return 0;
+    int c = n->kind == TN_INDEX && n->a && n->a->sym == X;
+    if (n->kind == TN_ASSIGN && n->a->kind == TN_INDEX) { /* the target's indices only */
+        for (int32_t i = 0; i < n->a->nlist; i++) c += tile_reads(n->a->list[i], X);
+        if (n->op != TO_SET && n->a->a->sym == X) c++; /* X[i] += v reads it */
+        return c + tile_reads(n->b, X) + tile_reads(n->c, X);
+    }
+    c += tile_reads(n->a, X) + tile_reads(n->b, X) + tile_reads(n->c, X);
+    for (int32_t i = 0; i < n->nlist; i++) c += tile_reads(n->list[i], X);
+    for (int32_t i = 0; i < n->nlist2; i++) c += tile_reads(n->list2[i], X);
+    return c;
+}
+
+/* Reads of X by row folds that directly follow (after other such folds) a parallel loop writing
+ * X[i, j]: where every read of X is one, the folds see only what the loop before them wrote,
+ * which a fused fold takes from a register. */
+static bool is_row_fold(const ts__tile_node *b) {
+    b = sole(b);
+    return b && b->kind == TN_FOR && !strcmp(b->a->name, "parallel") && b->nlist2 == 1 && b->b && b->b->nlist == 3 &&
+           b->b->list[0]->kind == TN_VAR && b->b->list[1]->kind == TN_FOR && b->b->list[2]->kind == TN_ASSIGN;
+}
+static int paired_fold_reads(const ts__tile_node *n, const ts__tile_sym *X) {
+    if (!n) return 0;
+    int c = 0;
+    if (n->kind == TN_BLOCK)
+        for (int32_t i = 0; i < n->nlist; i++) {
+            if (!is_row_fold(n->list[i]) || !tile_reads(n->list[i], X)) continue;
+            int32_t w = i - 1;
+            while (w >= 0 && is_row_fold(n->list[w])) w--;
+            const ts__tile_node *a = w >= 0 ? n->list[w] : NULL;
+            if (a && a->kind == TN_BLOCK && a->nlist) a = a->list[a->nlist - 1];
+            const ts__tile_node *b = sole(n->list[i]); /* and it covers what the fold reads */
+            if (a && a->kind == TN_FOR && !strcmp(a->a->name, "parallel") && a->nlist2 == 2 && a->b &&
+                writes_only_at(a->b, X, a->list2[0]->sym, a->list2[1]->sym) && same_extent(a->a->list[0], b->a->list[0]) &&
+                b->b->list[1]->a->nlist == 1 && same_extent(a->a->list[1], b->b->list[1]->a->list[0]))
+                c += tile_reads(n->list[i], X);
+        }
+    c += paired_fold_reads(n->a, X) + paired_fold_reads(n->b, X) + paired_fold_reads(n->c, X);
+    for (int32_t i = 0; i < n->nlist; i++)
+        if (n->kind != TN_BLOCK) c += paired_fold_reads(n->list[i], X);
+    for (int32_t i = 0; i < n->nlist && n->kind == TN_BLOCK; i++)
+        if (!is_row_fold(n->list[i])) c += paired_fold_reads(n->list[i], X);
+    return c;
+}
+
+/* at the top of a vector body: the registers of the dead fold tiles (the stores to them may
+ * sit in inner blocks, the folds read them after) */
+static void rf_dead_decls(em *e, int lv) {
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
+        if (!e->rf.f[r].xdead) continue;
+        const char *t = vs(ts__tile_dt_packed_raw(e->rf.f[r].x->dt));
+        ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_%s rfx%d_%d = ts__tv_splat_%s(0); (void)rfx%d_%d;\n", t, e->rfid, r, t,
+                                        e->rfid, r);
+    }
+}
+
+/* the fused row fold r whose tile (read by it alone) is s, or -1 */
+static int rf_dead_tile(const em *e, const void *s) {
+    for (int r = 0; e->rf.loop && r < e->rf.n; r++)
+        if (e->rf.f[r].xdead && e->rf.f[r].x == s) return r;
+    return -1;
+}
+
 /* n reads nothing that loop body a writes, except s (the store of a fold: `Y[o] = acc`, or with
  * accumulate `Y[o] = max(Y[o], acc)`, is emitted after the fused row as written) */
 static bool unwritten_reads(const ts__tile_node *n, const ts__tile_node *a, const void *s) {
@@ -1880,6 +1958,10 @@ static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b)
         if (refs(f, e->rf.f[r].store->a->a->sym) || refs(f, e->rf.f[r].acc) || stv->a->a->sym == e->rf.f[r].store->a->a->sym)
             return false;
     e->rf.loop = a, e->rf.done = false;
+    /* a tile only this fold reads (an |x| tile made for its max...) need not be stored by the
+     * vector loop: the fold takes the value from a register (vst, vex) */
+    e->rf.f[e->rf.n].x = X;
+    e->rf.f[e->rf.n].xdead = int_fold_type(X->dt) && tile_reads(e->k->body, X) == paired_fold_reads(e->k->body, X);
     e->rf.f[e->rf.n].var = var, e->rf.f[e->rf.n].fold = ser->b->list[0], e->rf.f[e->rf.n].store = stv;
     e->rf.f[e->rf.n].o = o, e->rf.f[e->rf.n].k = k, e->rf.f[e->rf.n].acc = acc, e->rf.f[e->rf.n].op = op;
     e->rf.n++;
@@ -1919,9 +2001,13 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     /* x[..., j + b] * s with x bf16 and s the same for every lane: the packed store computes
      * the products itself from the raw bf16 (ts__tv_st_e4m3x32_nz_bf16) */
     e->defbf[e->ndef] = e->defbfs[e->ndef] = NULL;
-    if (e->defnz[e->ndef] && v->kind == TN_BINARY && v->op == TO_MUL)
+    const ts__tile_node *vm = v; /* a let's value (what it reads, the body does not write) */
+    for (int32_t q = 0; vm->kind == TN_NAME && q < bd->nlist; q++)
+        if (bd->list[q]->kind == TN_LET && bd->list[q]->sym == vm->sym && unwritten_reads(bd->list[q]->a, bd, NULL))
+            vm = bd->list[q]->a;
+    if (e->defnz[e->ndef] && vm->kind == TN_BINARY && vm->op == TO_MUL)
         for (int side = 0; side < 2; side++) {
-            const ts__tile_node *x = side ? v->b : v->a, *k = side ? v->a : v->b;
+            const ts__tile_node *x = side ? vm->b : vm->a, *k = side ? vm->a : vm->b;
             if (x->kind != TN_INDEX || !x->a->sym || ((const ts__tile_sym *)x->a->sym)->dt != TT_BF16 ||
                 natural(k->ty) != TT_F32 || dep(e, k))
                 continue;
@@ -2098,6 +2184,7 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         e->defu = u;
         ind(e, lv + 1), ts__tile_buf_puts(e->o, "{\n");
         ind(e, lv + 2), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d; (void)%s;\n", e->vjname, id, 8 * u, e->vjname);
+        rf_dead_decls(e, lv + 2);
         for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
             if (!hoisted[q]) vst(e, bd->list[q], lv + 2);
         rf_vec_step(e, id, lv + 2);
@@ -2128,6 +2215,7 @@ static void vec_row_loops(em *e, const ts__tile_node *bd, const bool *hoisted, i
     ts__tile_buf *outer = e->o, body8 = {0};
     e->o = &body8;
     e->ndef = 0;
+    rf_dead_decls(e, L + 2);
     v2_group_begin(e, L + 2);
     for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
         if (!hoisted[q]) vst(e, bd->list[q], L + 2);
@@ -2184,6 +2272,7 @@ static bool vec_parallel(em *e, const ts__tile_node *n, int lv) {
     char J[300];
     snprintf(J, sizeof J, "%d_%s", js->uid, js->name);
     int id = ++e->vtmp;
+    e->rfid = id;
     ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
     if (!e->vscalar) v2_transposed_copies(e, n, lv + 1);
     for (int32_t i = 0; i < nv; i++) {
