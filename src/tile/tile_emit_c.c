@@ -1465,15 +1465,33 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
 
 /* One half of a pair of stride-2 stores: the first keeps its value, the second stores both,
  * interleaved, from lane 0 of the first's address. */
+static const ts__tile_node *uncast(const ts__tile_node *v) {
+    return v->kind == TN_CALL && !strcmp(v->name, "cast") && v->nlist == 1 ? v->list[0] : v;
+}
+/* A bf16 pair of f32 values keeps the codes in 32-bit lanes: a | b << 16 is the interleaved
+ * pair (ts__tv_st2x_u16w), no narrowing and unpacking. */
+static char *pair_bf16w(em *e, const ts__tile_node *n, int k) {
+    const ts__tile_sym *s = n->a->a->sym;
+    const ts__tile_node *a = uncast(e->pfirst[k]->b), *b = uncast(e->psecond[k]->b), *v = uncast(n->b);
+    if (s->dt != TT_BF16 || natural(a->ty) != TT_F32 || natural(b->ty) != TT_F32) return NULL;
+    char *c = vbf16_nank(e, v);
+    if (c) return c;
+    char *x = vex(e, v, TT_F32);
+    c = sfmt("ts__tv_f32_to_bf16_w(%s)", x);
+    free(x);
+    return c;
+}
 static void vst_pair(em *e, const ts__tile_node *n, int k, bool second, int lv) {
     const ts__tile_sym *s = n->a->a->sym;
-    char *v = vex(e, n->b, ts__tile_dt_packed_raw(s->dt));
+    char *v = pair_bf16w(e, n, k);
+    const char *vt = v ? "u32" : vs(s->dt), *sx = v ? "u16w" : vs(s->dt);
+    if (!v) v = vex(e, n->b, ts__tile_dt_packed_raw(s->dt));
     if (!second) {
-        ind(e, lv), ts__tile_buf_printf(e->o, "const ts__tv_%s pv%d_%d = %s;\n", vs(s->dt), e->pid, k, v);
+        ind(e, lv), ts__tile_buf_printf(e->o, "const ts__tv_%s pv%d_%d = %s;\n", vt, e->pid, k, v);
     } else {
         char *p = lane0_addr(e, e->pfirst[k]->a, 2);
         if (!p) e->vfail = true;
-        else ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st2x_%s(%s, pv%d_%d, %s);\n", vs(s->dt), p, e->pid, k, v);
+        else ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st2x_%s(%s, pv%d_%d, %s);\n", sx, p, e->pid, k, v);
         free(p);
     }
     free(v);
@@ -1874,6 +1892,18 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     e->defv[e->ndef++] = s;
 }
 
+/* The deferrable stores of the body: its statements, those of nested blocks (a macro's
+ * expansion) and of the `then` blocks of hoisted bounds tests. */
+static void defer_in(em *e, const ts__tile_node *blk, const ts__tile_node *bd, const bool *hoisted) {
+    for (int32_t q = 0; q < blk->nlist; q++) {
+        const ts__tile_node *s = blk->list[q];
+        if (hoisted && hoisted[q]) continue;
+        if (s->kind == TN_ASSIGN) defer_consider(e, s, bd);
+        if (s->kind == TN_BLOCK) defer_in(e, s, bd, NULL);
+        if (s->kind == TN_IF && then_only(e, s) && s->b) defer_in(e, s->b, bd, NULL);
+    }
+}
+
 /* Adjacent stores x[..., L] = a; x[..., L + 1] = b of the body with L = 2 j + c and x not
  * touched elsewhere in it (holding a back until b is invisible then): e->pfirst / psecond.
  * Also inside nested blocks (a macro's expansion) and the `then` blocks of hoisted bounds
@@ -2011,13 +2041,7 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         const ts__tile_node *s = bd->list[q];
         if (!hoisted[q] && s->kind == TN_IF && then_only(e, s) && s->b) nz_facts_of(e, s->b);
     }
-    for (int32_t q = 0; q < bd->nlist; q++) {
-        const ts__tile_node *s = bd->list[q];
-        if (hoisted[q]) continue;
-        if (s->kind == TN_ASSIGN) defer_consider(e, s, bd);
-        if (s->kind == TN_IF && then_only(e, s) && s->b)
-            for (int32_t r = 0; r < s->b->nlist; r++) defer_consider(e, s->b->list[r], bd);
-    }
+    defer_in(e, bd, bd, hoisted);
     /* unrolled for narrowing stores, and for row folds fused into a copy (whose 8-lane loop
      * would otherwise spend half its instructions on loop control) */
     if (!e->ndef && !(e->rf.loop && e->rf.n)) return false;

@@ -744,6 +744,18 @@ TS__TV_INL ts__tv_u32 ts__tv_f32_to_bf16_nank_w(ts__tv_f32 x, float k) {
     ts__tv_u32 u = (ts__tv_u32)x, r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
     return (ts__tv_u32)ts__tv_blend32((ts__tv_i32)ts__tv_splat_u32(ts_f32_to_bf16(k)), (ts__tv_i32)r, TS__TV_MASK(x != x));
 }
+/* bf16 codes of a and b (32-bit lanes, < 2^16) interleaved, a0 b0 a1 b1 ... a7 b7, stored at p
+ * (a pair of stride-2 bf16 stores): a | b << 16 is that order already */
+TS__TV_INL void ts__tv_st2x_u16w(uint16_t *p, ts__tv_u32 a, ts__tv_u32 b) {
+#if defined(__AVX2__) /* little-endian */
+    ts__tv_u32 w = a | (b << 16);
+    memcpy(p, &w, sizeof w);
+#else
+    uint16_t v[16];
+    for (int l = 0; l < 8; l++) v[2 * l] = (uint16_t)a[l], v[2 * l + 1] = (uint16_t)b[l];
+    memcpy(p, v, sizeof v);
+#endif
+}
 /* 32 bf16 codes held in 32-bit lanes stored (a store deferred over four copies of the body,
  * §11a): two unsigned 32 -> 16-bit packs and two qword permutes instead of a pack and an
  * extract per 8 lanes */
