@@ -499,7 +499,7 @@ TS_TEST(tile_simd2_what_is_vectorised) {
             "ts__tv_hor_u32(", "ts__tv_hxor_u32(", "ts__tv_hmax_u32(", "ts__tv_hmin_u32(", "ts__tv_f16_to_f32(",
             "ts__tv_f32_to_e5m6(", "ts__tv_e5m6_to_f32(", "ts__tv_divaff_i64(", "const ts__tv_i64 gx1_", "ts__tv_lo8_u32(", "ts__tv_lo16_u32(",
             "ts__tv_shlk_u8(", "ts__tv_shrk_u8(", "ts__tv_f32_to_bf16_nank_w(", "ts__tv_st_u16wx32(",
-            "ts__tv_st2x_u16w(", "ts__tv_widen_u8(", "ts__tv_e4m3_to_f32(", "ts__tv_f32_to_f16(",
+            "ts__tv_st2x_u16w(", "ts__tv_widen_u8(", "ts__tv_e4m3_to_f32(", "ts__tv_st_f16x32(",
         };
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
             TS_CHECK_MSG(strstr(v, want[i]) != NULL, "missing in the SIMD emission: %s", want[i]);

@@ -46,6 +46,7 @@ typedef struct em {
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
     bool defbf16[8];           /* bf16 from f32: f32 values kept (ts__tv_st_bf16x32) */
     bool defbfk[8];            /* bf16 of a NaN-canonicalising select: codes kept (vbf16_nank) */
+    bool deff16[8];            /* f16 from f32: f32 values kept (ts__tv_st_f16x32) */
     bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
     const ts__tile_node *defbf[8], *defbfs[8]; /* such a value as bf16 element * scalar */
     const ts__tile_node *nzv[8]; /* values with that fact in the current vector body */
@@ -1444,12 +1445,12 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
         return;
     }
     char *x = e->defbfk[k] ? vbf16_nank(e, e->defval[k])
-              : vex(e, e->defval[k], e->defe4m3[k] || e->defbf16[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
+              : vex(e, e->defval[k], e->defe4m3[k] || e->defbf16[k] || e->deff16[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
     if (!x) {
         e->vfail = true;
         return;
     }
-    if (e->defe4m3[k] || e->defbf16[k] || e->defbfk[k]) v = x, x = NULL;
+    if (e->defe4m3[k] || e->defbf16[k] || e->defbfk[k] || e->deff16[k]) v = x, x = NULL;
     else if (s->dt == TT_E5M2) v = sfmt("ts__tv_f32_to_e5m2_w(%s)", x);
     else v = sfmt("(%s & ts__tv_splat_u32(0xFFu))", x);
     free(x);
@@ -1865,10 +1866,11 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     bool fp8 = d->dt == TT_E4M3 || d->dt == TT_E5M2;
     bool int8 = (d->dt == TT_U8 || d->dt == TT_I8) && from != TT_F32 && from != TT_F64 &&
                 !ts__tile_dt_is_narrow(from) && irank(from) > 1;
-    bool bf16 = d->dt == TT_BF16 && from == TT_F32;
-    if (!fp8 && !int8 && !bf16) return;
+    bool bf16 = d->dt == TT_BF16 && from == TT_F32, f16 = d->dt == TT_F16 && from == TT_F32;
+    if (!fp8 && !int8 && !bf16 && !f16) return;
     e->defe4m3[e->ndef] = d->dt == TT_E4M3;
     e->defbf16[e->ndef] = bf16;
+    e->deff16[e->ndef] = f16;
     e->defbfk[e->ndef] = false;
     if (bf16 && nank_form(e, v)) e->defbf16[e->ndef] = false, e->defbfk[e->ndef] = true;
     e->defnz[e->ndef] = false;
@@ -2057,7 +2059,8 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         }
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tv_%s nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3;\n",
-                                            e->defe4m3[k] || e->defbf16[k] ? "f32" : "u32", id, k, id, k, id, k, id, k);
+                                            e->defe4m3[k] || e->defbf16[k] || e->deff16[k] ? "f32" : "u32", id, k, id, k,
+                                            id, k, id, k);
     }
     for (int u = 0; u < 4 && !e->vfail; u++) {
         e->defu = u;
@@ -2079,6 +2082,7 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
                             e->defnz[k]     ? "e4m3x32_nz"
                             : e->defe4m3[k] ? "e4m3x32"
                             : e->defbf16[k] ? "bf16x32"
+                            : e->deff16[k]  ? "f16x32"
                             : e->defbfk[k]  ? "u16wx32"
                                             : "u8x32",
                             id, k, id, k, id, k, id,

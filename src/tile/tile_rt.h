@@ -967,6 +967,19 @@ TS__TV_INL ts__tv_u16 ts__tv_f32_to_f16(ts__tv_f32 x) {
     return ts__tv_narrow_u16(s | c);
 #endif
 }
+/* 32 f16 of 32 f32 (deferred store): with F16C four vcvtps2ph into two 32-byte stores (the
+ * memory form of vcvtps2ph is slow on Zen) */
+TS__TV_INL void ts__tv_st_f16x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
+#if defined(__AVX2__) && defined(__F16C__)
+    const int r = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    _mm256_storeu_si256((__m256i *)p, _mm256_set_m128i(_mm256_cvtps_ph((__m256)x1, r), _mm256_cvtps_ph((__m256)x0, r)));
+    _mm256_storeu_si256((__m256i *)((char *)p + 32),
+                        _mm256_set_m128i(_mm256_cvtps_ph((__m256)x3, r), _mm256_cvtps_ph((__m256)x2, r)));
+#else
+    ts__tv_u16 v[4] = {ts__tv_f32_to_f16(x0), ts__tv_f32_to_f16(x1), ts__tv_f32_to_f16(x2), ts__tv_f32_to_f16(x3)};
+    memcpy(p, v, 64);
+#endif
+}
 /* ts_f32_to_e2m1 lane-wise: RNE, |x| >= 6 (inf too) saturates, NaN -> 0x7 */
 TS__TV_INL ts__tv_u8 ts__tv_f32_to_e2m1(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 28) & 0x8u;
