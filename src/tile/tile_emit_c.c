@@ -47,6 +47,8 @@ typedef struct em {
     const ts__tile_node *defv[8], *defval[8]; /* the store, its value (an outer cast peeled) */
     bool defe4m3[8];           /* e4m3: f32 values kept (ts__tv_st_e4m3x32); else u32 codes */
     bool defbf16[8];           /* bf16 from f32: f32 values kept (ts__tv_st_bf16x32) */
+    bool defbfk[8];            /* bf16 of a NaN-canonicalising select: codes kept (vbf16_nank) */
+    bool deff16[8];            /* f16 from f32: f32 values kept (ts__tv_st_f16x32) */
     bool defnz[8];             /* e4m3 values known zero or >= 2^-6 in magnitude (assume) */
     const ts__tile_node *defbf[8], *defbfs[8]; /* such a value as bf16 element * scalar */
     bool defbfh[8];                             /* the scalar read once, before the loop */
@@ -1426,9 +1428,37 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
     }
 }
 
+/* select(isnan(x), k, x) of f32, k the same for every lane (a NaN made canonical before a
+ * bf16 store), as bf16 codes in 32-bit lanes: ts__tv_f32_to_bf16_nank_w, whose NaN lanes take
+ * k's code and whose other lanes round without the encoder's NaN step - the codes the store
+ * of the select gives. NULL when n (a cast to bf16 unwrapped) is not of that form. */
+static bool nank_form(em *e, const ts__tile_node *n) {
+    if (n->kind != TN_CALL || strcmp(n->name, "select") || n->nlist != 3 || natural(n->ty) != TT_F32) return false;
+    const ts__tile_node *c = n->list[0], *k = n->list[1], *x = n->list[2];
+    return c->kind == TN_CALL && !strcmp(c->name, "isnan") && c->nlist == 1 && natural(c->list[0]->ty) == TT_F32 &&
+           natural(x->ty) == TT_F32 && !dep(e, k) && eq_shift(c->list[0], x, NULL, 0);
+}
+static char *vbf16_nank(em *e, const ts__tile_node *n) {
+    if (!nank_form(e, n)) return NULL;
+    const ts__tile_node *k = n->list[1], *x = n->list[2];
+    char *xs = vex(e, x, TT_F32), *ks = ex_str(e, k, TT_F32), *r = sfmt("ts__tv_f32_to_bf16_nank_w(%s, %s)", xs, ks);
+    free(xs), free(ks);
+    return r;
+}
+
 static char *vex(em *e, const ts__tile_node *n, int want) {
     if (want == TT_NONE) want = natural(n->ty);
     want = natural(want);
+    if (want == TT_BF16 && dep(e, n)) {
+        const ts__tile_node *v = n;
+        if (v->kind == TN_CALL && !strcmp(v->name, "cast") && v->nlist == 1) v = v->list[0];
+        char *c = vbf16_nank(e, v);
+        if (c) {
+            char *r = sfmt("ts__tv_narrow_u16(%s)", c);
+            free(c);
+            return r;
+        }
+    }
     if (!dep(e, n)) {
         char *s = ex_str(e, n, want), *r;
         if (want == TT_BOOL) r = sfmt("ts__tv_splat_i32((%s) ? -1 : 0)", s);
@@ -1465,8 +1495,13 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
         free(p), free(x), free(f);
         return;
     }
-    char *x = vex(e, e->defval[k], e->defe4m3[k] || e->defbf16[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
-    if (e->defe4m3[k] || e->defbf16[k]) v = x, x = NULL;
+    char *x = e->defbfk[k] ? vbf16_nank(e, e->defval[k])
+              : vex(e, e->defval[k], e->defe4m3[k] || e->defbf16[k] || e->deff16[k] || s->dt == TT_E5M2 ? TT_F32 : TT_U32), *v;
+    if (!x) {
+        e->vfail = true;
+        return;
+    }
+    if (e->defe4m3[k] || e->defbf16[k] || e->defbfk[k] || e->deff16[k]) v = x, x = NULL;
     else if (s->dt == TT_E5M2) v = sfmt("ts__tv_f32_to_e5m2_w(%s)", x);
     else v = sfmt("(%s & ts__tv_splat_u32(0xFFu))", x);
     free(x);
@@ -1482,15 +1517,33 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
 
 /* One half of a pair of stride-2 stores: the first keeps its value, the second stores both,
  * interleaved, from lane 0 of the first's address. */
+static const ts__tile_node *uncast(const ts__tile_node *v) {
+    return v->kind == TN_CALL && !strcmp(v->name, "cast") && v->nlist == 1 ? v->list[0] : v;
+}
+/* A bf16 pair of f32 values keeps the codes in 32-bit lanes: a | b << 16 is the interleaved
+ * pair (ts__tv_st2x_u16w), no narrowing and unpacking. */
+static char *pair_bf16w(em *e, const ts__tile_node *n, int k) {
+    const ts__tile_sym *s = n->a->a->sym;
+    const ts__tile_node *a = uncast(e->pfirst[k]->b), *b = uncast(e->psecond[k]->b), *v = uncast(n->b);
+    if (s->dt != TT_BF16 || natural(a->ty) != TT_F32 || natural(b->ty) != TT_F32) return NULL;
+    char *c = vbf16_nank(e, v);
+    if (c) return c;
+    char *x = vex(e, v, TT_F32);
+    c = sfmt("ts__tv_f32_to_bf16_w(%s)", x);
+    free(x);
+    return c;
+}
 static void vst_pair(em *e, const ts__tile_node *n, int k, bool second, int lv) {
     const ts__tile_sym *s = n->a->a->sym;
-    char *v = vex(e, n->b, ts__tile_dt_packed_raw(s->dt));
+    char *v = pair_bf16w(e, n, k);
+    const char *vt = v ? "u32" : vs(s->dt), *sx = v ? "u16w" : vs(s->dt);
+    if (!v) v = vex(e, n->b, ts__tile_dt_packed_raw(s->dt));
     if (!second) {
-        ind(e, lv), ts__tile_buf_printf(e->o, "const ts__tv_%s pv%d_%d = %s;\n", vs(s->dt), e->pid, k, v);
+        ind(e, lv), ts__tile_buf_printf(e->o, "const ts__tv_%s pv%d_%d = %s;\n", vt, e->pid, k, v);
     } else {
         char *p = lane0_addr(e, e->pfirst[k]->a, 2);
         if (!p) e->vfail = true;
-        else ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st2x_%s(%s, pv%d_%d, %s);\n", vs(s->dt), p, e->pid, k, v);
+        else ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st2x_%s(%s, pv%d_%d, %s);\n", sx, p, e->pid, k, v);
         free(p);
     }
     free(v);
@@ -1991,10 +2044,13 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     bool fp8 = d->dt == TT_E4M3 || d->dt == TT_E5M2;
     bool int8 = (d->dt == TT_U8 || d->dt == TT_I8) && from != TT_F32 && from != TT_F64 &&
                 !ts__tile_dt_is_narrow(from) && irank(from) > 1;
-    bool bf16 = d->dt == TT_BF16 && from == TT_F32;
-    if (!fp8 && !int8 && !bf16) return;
+    bool bf16 = d->dt == TT_BF16 && from == TT_F32, f16 = d->dt == TT_F16 && from == TT_F32;
+    if (!fp8 && !int8 && !bf16 && !f16) return;
     e->defe4m3[e->ndef] = d->dt == TT_E4M3;
     e->defbf16[e->ndef] = bf16;
+    e->deff16[e->ndef] = f16;
+    e->defbfk[e->ndef] = false;
+    if (bf16 && nank_form(e, v)) e->defbf16[e->ndef] = false, e->defbfk[e->ndef] = true;
     e->defnz[e->ndef] = false;
     for (int q = 0; d->dt == TT_E4M3 && q < e->nnz; q++)
         if (eq_shift(e->nzv[q], v, NULL, 0)) e->defnz[e->ndef] = true;
@@ -2020,14 +2076,28 @@ static void defer_consider(em *e, const ts__tile_node *s, const ts__tile_node *b
     e->defv[e->ndef++] = s;
 }
 
+/* The deferrable stores of the body: its statements, those of nested blocks (a macro's
+ * expansion) and of the `then` blocks of hoisted bounds tests. */
+static void defer_in(em *e, const ts__tile_node *blk, const ts__tile_node *bd, const bool *hoisted) {
+    for (int32_t q = 0; q < blk->nlist; q++) {
+        const ts__tile_node *s = blk->list[q];
+        if (hoisted && hoisted[q]) continue;
+        if (s->kind == TN_ASSIGN) defer_consider(e, s, bd);
+        if (s->kind == TN_BLOCK) defer_in(e, s, bd, NULL);
+        if (s->kind == TN_IF && then_only(e, s) && s->b) defer_in(e, s->b, bd, NULL);
+    }
+}
+
 /* Adjacent stores x[..., L] = a; x[..., L + 1] = b of the body with L = 2 j + c and x not
- * touched elsewhere in it (holding a back until b is invisible then): e->pfirst / psecond. */
-static void find_pairs(em *e, const ts__tile_node *bd, const bool *hoisted, int id) {
-    e->npairs = 0, e->pid = id;
-    for (int32_t q = 0; q + 1 < bd->nlist && e->npairs < 8; q++) {
-        const ts__tile_node *f = bd->list[q], *g = bd->list[q + 1];
-        if (hoisted[q] || hoisted[q + 1] || f->kind != TN_ASSIGN || g->kind != TN_ASSIGN || f->op != TO_SET ||
-            g->op != TO_SET || f->a->kind != TN_INDEX || g->a->kind != TN_INDEX)
+ * touched elsewhere in it (holding a back until b is invisible then): e->pfirst / psecond.
+ * Also inside nested blocks (a macro's expansion) and the `then` blocks of hoisted bounds
+ * tests (e->thenv: the vector loop runs them unconditionally), where a copy-free kernel's
+ * bounds-checked stores sit. */
+static void find_pairs_in(em *e, const ts__tile_node *bd, const ts__tile_node *blk, const bool *hoisted) {
+    for (int32_t q = 0; q + 1 < blk->nlist && e->npairs < 8; q++) {
+        const ts__tile_node *f = blk->list[q], *g = blk->list[q + 1];
+        if ((hoisted && (hoisted[q] || hoisted[q + 1])) || f->kind != TN_ASSIGN || g->kind != TN_ASSIGN ||
+            f->op != TO_SET || g->op != TO_SET || f->a->kind != TN_INDEX || g->a->kind != TN_INDEX)
             continue;
         const ts__tile_sym *x = f->a->a->sym;
         if (g->a->a->sym != x || x->dt == TT_BOOL || ts__tile_dt_packed_raw(x->dt) != x->dt ||
@@ -2044,6 +2114,19 @@ static void find_pairs(em *e, const ts__tile_node *bd, const bool *hoisted, int 
         e->pfirst[e->npairs] = f, e->psecond[e->npairs++] = g;
         q++;
     }
+}
+static void find_pairs_nested(em *e, const ts__tile_node *bd, const ts__tile_node *blk, const bool *hoisted) {
+    find_pairs_in(e, bd, blk, hoisted);
+    for (int32_t q = 0; q < blk->nlist; q++) {
+        const ts__tile_node *s = blk->list[q];
+        if (hoisted && hoisted[q]) continue;
+        if (s->kind == TN_BLOCK) find_pairs_nested(e, bd, s, NULL); /* a macro's expansion */
+        if (s->kind == TN_IF && then_only(e, s) && s->b && s->b->kind == TN_BLOCK) find_pairs_nested(e, bd, s->b, NULL);
+    }
+}
+static void find_pairs(em *e, const ts__tile_node *bd, const bool *hoisted, int id) {
+    e->npairs = 0, e->pid = id;
+    find_pairs_nested(e, bd, bd, hoisted);
 }
 
 /* The 4 x 8 unrolled main loop of vec_parallel when its body has deferrable stores. */
@@ -2142,13 +2225,7 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         const ts__tile_node *s = bd->list[q];
         if (!hoisted[q] && s->kind == TN_IF && then_only(e, s) && s->b) nz_facts_of(e, s->b);
     }
-    for (int32_t q = 0; q < bd->nlist; q++) {
-        const ts__tile_node *s = bd->list[q];
-        if (hoisted[q]) continue;
-        if (s->kind == TN_ASSIGN) defer_consider(e, s, bd);
-        if (s->kind == TN_IF && then_only(e, s) && s->b)
-            for (int32_t r = 0; r < s->b->nlist; r++) defer_consider(e, s->b->list[r], bd);
-    }
+    defer_in(e, bd, bd, hoisted);
     /* unrolled for narrowing stores, and for row folds fused into a copy (whose 8-lane loop
      * would otherwise spend half its instructions on loop control) */
     if (!e->ndef && !(e->rf.loop && e->rf.n)) return false;
@@ -2178,7 +2255,8 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         }
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "void *na%d_%d = NULL;\n", id, k);
         ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__tv_%s nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3;\n",
-                                            e->defe4m3[k] || e->defbf16[k] ? "f32" : "u32", id, k, id, k, id, k, id, k);
+                                            e->defe4m3[k] || e->defbf16[k] || e->deff16[k] ? "f32" : "u32", id, k, id, k,
+                                            id, k, id, k);
     }
     for (int u = 0; u < 4 && !e->vfail; u++) {
         e->defu = u;
@@ -2198,7 +2276,13 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
             continue;
         }
         ts__tile_buf_printf(e->o, "ts__tv_st_%s(na%d_%d, nq%d_%d_0, nq%d_%d_1, nq%d_%d_2, nq%d_%d_3);\n",
-                            e->defnz[k] ? "e4m3x32_nz" : e->defe4m3[k] ? "e4m3x32" : e->defbf16[k] ? "bf16x32" : "u8x32", id, k, id, k, id, k, id,
+                            e->defnz[k]     ? "e4m3x32_nz"
+                            : e->defe4m3[k] ? "e4m3x32"
+                            : e->defbf16[k] ? "bf16x32"
+                            : e->deff16[k]  ? "f16x32"
+                            : e->defbfk[k]  ? "u16wx32"
+                                            : "u8x32",
+                            id, k, id, k, id, k, id,
                             k, id, k);
     }
     ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
@@ -3222,6 +3306,10 @@ static char *v2_conv(char *s, int from, int to) {
     else if (to == TT_E5M6 && from == TT_F32) r = sfmt("ts__tv_f32_to_e5m6(%s)", s);
     else if ((from == TT_I32 || from == TT_U32) && (to == TT_U8 || to == TT_I8 || to == TT_U16 || to == TT_I16))
         r = sfmt("((ts__tv_%s)ts__tv_lo%d_u32((ts__tv_u32)(%s)))", vs(to), lane_bits(to), s);
+    /* zero extension to 32-bit lanes: one vpmovzx (GCC 12 widens 8-byte vectors lane by lane
+     * through general registers) */
+    else if ((from == TT_U8 || from == TT_U16) && (to == TT_I32 || to == TT_U32))
+        r = sfmt("((ts__tv_%s)ts__tv_widen_u%d(%s))", vs(to), lane_bits(from), s);
     if (r) free(s);
     return r;
 }

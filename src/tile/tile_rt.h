@@ -408,10 +408,23 @@ TS__TV_LD2(i8, int8_t)
 TS__TV_ST2X(i32, int32_t)
 TS__TV_ST2X(u32, uint32_t)
 TS__TV_ST2X(i16, int16_t)
-TS__TV_ST2X(u16, uint16_t)
 TS__TV_ST2X(i8, int8_t)
 TS__TV_ST2X(u8, uint8_t)
 #undef TS__TV_ST2X
+/* (the 16-bit outputs of FP4 unpacking: two unpacks instead of 16 lane moves) */
+TS__TV_INL void ts__tv_st2x_u16(uint16_t *p, ts__tv_u16 a, ts__tv_u16 b) {
+#if defined(__AVX2__)
+    __m128i x, y;
+    memcpy(&x, &a, 16);
+    memcpy(&y, &b, 16);
+    _mm_storeu_si128((__m128i *)p, _mm_unpacklo_epi16(x, y));
+    _mm_storeu_si128((__m128i *)(p + 8), _mm_unpackhi_epi16(x, y));
+#else
+    uint16_t v[16];
+    for (int l = 0; l < 8; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];
+    memcpy(p, v, sizeof v);
+#endif
+}
 TS__TV_INL void ts__tv_st2x_f32(float *p, ts__tv_f32 a, ts__tv_f32 b) {
 #if defined(__AVX__)
     __m256 lo = _mm256_unpacklo_ps((__m256)a, (__m256)b), hi = _mm256_unpackhi_ps((__m256)a, (__m256)b);
@@ -751,18 +764,43 @@ TS__TV_INL ts__tv_u32 ts__tv_f32_to_bf16_w(ts__tv_f32 x) {
     return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) { return ts__tv_narrow_u16(ts__tv_f32_to_bf16_w(x)); }
-/* 32 bf16 of 32 f32 (a store deferred over four copies of the body, §11a): two unsigned
- * 32 -> 16-bit packs and two qword permutes instead of a pack and an extract per 8 lanes */
-TS__TV_INL void ts__tv_st_bf16x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
-#if defined(__AVX2__)
-    __m256i a = _mm256_packus_epi32((__m256i)ts__tv_f32_to_bf16_w(x0), (__m256i)ts__tv_f32_to_bf16_w(x1));
-    __m256i b = _mm256_packus_epi32((__m256i)ts__tv_f32_to_bf16_w(x2), (__m256i)ts__tv_f32_to_bf16_w(x3));
-    __m256i c[2] = {_mm256_permute4x64_epi64(a, 0xD8), _mm256_permute4x64_epi64(b, 0xD8)};
-    memcpy(p, c, 64);
+/* ts__tv_f32_to_bf16_w of select(isnan(x), k, x), k the same for every lane (NaN made
+ * canonical, as dequantisers do): NaN lanes take k's code, so the others round without the
+ * encoder's NaN step (a compare and a blend instead of four) */
+TS__TV_INL ts__tv_u32 ts__tv_f32_to_bf16_nank_w(ts__tv_f32 x, float k) {
+    ts__tv_u32 u = (ts__tv_u32)x, r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    return (ts__tv_u32)ts__tv_blend32((ts__tv_i32)ts__tv_splat_u32(ts_f32_to_bf16(k)), (ts__tv_i32)r, TS__TV_MASK(x != x));
+}
+/* bf16 codes of a and b (32-bit lanes, < 2^16) interleaved, a0 b0 a1 b1 ... a7 b7, stored at p
+ * (a pair of stride-2 bf16 stores): a | b << 16 is that order already */
+TS__TV_INL void ts__tv_st2x_u16w(uint16_t *p, ts__tv_u32 a, ts__tv_u32 b) {
+#if defined(__AVX2__) /* little-endian */
+    ts__tv_u32 w = a | (b << 16);
+    memcpy(p, &w, sizeof w);
 #else
-    ts__tv_u16 v[4] = {ts__tv_f32_to_bf16(x0), ts__tv_f32_to_bf16(x1), ts__tv_f32_to_bf16(x2), ts__tv_f32_to_bf16(x3)};
+    uint16_t v[16];
+    for (int l = 0; l < 8; l++) v[2 * l] = (uint16_t)a[l], v[2 * l + 1] = (uint16_t)b[l];
+    memcpy(p, v, sizeof v);
+#endif
+}
+/* 32 bf16 codes held in 32-bit lanes stored (a store deferred over four copies of the body,
+ * §11a): two unsigned 32 -> 16-bit packs and two qword permutes instead of a pack and an
+ * extract per 8 lanes */
+TS__TV_INL void ts__tv_st_u16wx32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u32 c2, ts__tv_u32 c3) {
+#if defined(__AVX2__)
+    __m256i a = _mm256_packus_epi32((__m256i)c0, (__m256i)c1), b = _mm256_packus_epi32((__m256i)c2, (__m256i)c3);
+    /* two stores, not a memcpy of a 2-vector array (GCC 12 bounces that through the stack) */
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(a, 0xD8));
+    _mm256_storeu_si256((__m256i *)((char *)p + 32), _mm256_permute4x64_epi64(b, 0xD8));
+#else
+    ts__tv_u16 v[4] = {ts__tv_narrow_u16(c0), ts__tv_narrow_u16(c1), ts__tv_narrow_u16(c2), ts__tv_narrow_u16(c3)};
     memcpy(p, v, 64);
 #endif
+}
+/* 32 bf16 of 32 f32 */
+TS__TV_INL void ts__tv_st_bf16x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
+    ts__tv_st_u16wx32(p, ts__tv_f32_to_bf16_w(x0), ts__tv_f32_to_bf16_w(x1), ts__tv_f32_to_bf16_w(x2),
+                      ts__tv_f32_to_bf16_w(x3));
 }
 /* rne_mag of convert_scalar.c: RNE magnitude code of a finite |x| (bits a) with mbits mantissa
  * bits and exponent bias `bias`, no upper bound. The scalar code returns 0 for shifts past
@@ -918,7 +956,20 @@ TS__TV_INL void ts__tv_st_e4m3x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_
     memcpy(p, v, 32);
 #endif
 }
+/* ts_e4m3_to_f32 lane-wise. With F16C (the library's AVX2 decoder): the code shifted into f16
+ * position (s eeee mmm -> f16 exponent 0eeee) is the f16 of decode(code) * 2^-8 exactly,
+ * subnormals included; vcvtph2ps and a multiply by 256 (exact) give the value. NaN codes are
+ * made the f16 quiet NaN of their sign first, which widens to s | 0x7FC00000 as below. */
 TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
+#if defined(__AVX2__) && defined(__F16C__)
+    int64_t b;
+    memcpy(&b, &v8, sizeof b);
+    __m128i t = _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(b)), 7); /* s s eeee mmm 0000000 */
+    __m128i h = _mm_and_si128(t, _mm_set1_epi16((short)0xBF80));
+    __m128i nan = _mm_cmpeq_epi16(_mm_or_si128(t, _mm_set1_epi16((short)0xC000)), _mm_set1_epi16((short)0xFF80));
+    h = _mm_add_epi16(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00 - 0x3F80)));
+    return (ts__tv_f32)_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+#else
     ts__tv_u32 v = ts__tv_widen_u8(v8);
     ts__tv_u32 s = (v & 0x80u) << 24, m = v & 0x7Fu;
     ts__tv_u32 nrm = (m << 20) + (120u << 23);
@@ -927,15 +978,34 @@ TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
     ts__tv_i32 r = ((ts__tv_i32)nrm & isn) | ((ts__tv_i32)sub & ~isn);
     r = (isnan & 0x7FC00000) | (r & ~isnan);
     return (ts__tv_f32)(s | (ts__tv_u32)r);
+#endif
 }
-/* ts_f32_to_f16 lane-wise: NaN keeps its top payload bits (quieted), >= 65520 -> inf */
+/* ts_f32_to_f16 lane-wise: NaN keeps its top payload bits (quieted), >= 65520 -> inf. With
+ * F16C one vcvtps2ph in RNE (the same code for all 2^32 inputs, checked exhaustively). */
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_f16(ts__tv_f32 x) {
+#if defined(__AVX2__) && defined(__F16C__)
+    return (ts__tv_u16)_mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
     ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 16) & 0x8000u;
     ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x477FF000u;
     ts__tv_u32 c = ts__tv_rne_mag(a, 10, 15);
     c = (ts__tv_u32)((big & 0x7C00) | ((ts__tv_i32)c & ~big));
     c = (ts__tv_u32)((nan & (ts__tv_i32)(0x7E00u | ((a >> 13) & 0x3FFu))) | ((ts__tv_i32)c & ~nan));
     return ts__tv_narrow_u16(s | c);
+#endif
+}
+/* 32 f16 of 32 f32 (deferred store): with F16C four vcvtps2ph into two 32-byte stores (the
+ * memory form of vcvtps2ph is slow on Zen) */
+TS__TV_INL void ts__tv_st_f16x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
+#if defined(__AVX2__) && defined(__F16C__)
+    const int r = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    _mm256_storeu_si256((__m256i *)p, _mm256_set_m128i(_mm256_cvtps_ph((__m256)x1, r), _mm256_cvtps_ph((__m256)x0, r)));
+    _mm256_storeu_si256((__m256i *)((char *)p + 32),
+                        _mm256_set_m128i(_mm256_cvtps_ph((__m256)x3, r), _mm256_cvtps_ph((__m256)x2, r)));
+#else
+    ts__tv_u16 v[4] = {ts__tv_f32_to_f16(x0), ts__tv_f32_to_f16(x1), ts__tv_f32_to_f16(x2), ts__tv_f32_to_f16(x3)};
+    memcpy(p, v, 64);
+#endif
 }
 /* ts_f32_to_e2m1 lane-wise: RNE, |x| >= 6 (inf too) saturates, NaN -> 0x7 */
 TS__TV_INL ts__tv_u8 ts__tv_f32_to_e2m1(ts__tv_f32 x) {
