@@ -3,7 +3,7 @@
  *  - JIT: cold compile (a module never seen, fresh cache directory: front end + cc + load)
  *    and cache-hit load (front end + key + entry check + dlopen), targets < 2 s and < 20 ms.
  *  - per_token_cast_e4m3 compiled into the library (AOT) and the same source through the JIT
- *    (which compiles for the active ISA) against the hand-written ts_per_token_cast_to_fp8
+ *    (which compiles for the active ISA) against the hand-written ts__qh_per_token_cast_to_fp8
  *    (gran 128, f32 scales; same bits): GB/s, share of memcpy bandwidth, hand-written time /
  *    tile time (>= 0.9 wanted).
  *  - The 64 x 4096 rows keep their data in L2 (~0.8 MB in and out): their GB/s is the kernel's
@@ -13,6 +13,7 @@
  * TS_BENCH_FILTER selects rows by "name shape" substring. */
 #include "bench.h"
 #include "core/internal.h"
+#include "numerics/quant_hand.h"
 #include "tilestack/kernels.h"
 #include "tilestack/numerics.h"
 #include "tilestack/tile.h"
@@ -135,7 +136,7 @@ static void memcpy_range(void *p, int64_t begin, int64_t end, int tid) {
 static ts_status run_ptc(void *p) {
     ptc_ctx *c = p;
     switch (c->which) {
-    case 0: return ts_per_token_cast_to_fp8(&c->x, false, 128, false, &c->q, &c->sf);
+    case 0: return ts__qh_per_token_cast_to_fp8(&c->x, false, 128, false, &c->q, &c->sf);
     case 1: return ts_per_token_cast_e4m3(&c->x, &c->q, &c->sf, false);
     case 2: {
         ts_tile_arg a[4] = {ts_tile_arg_tensor(&c->x), ts_tile_arg_tensor(&c->q), ts_tile_arg_tensor(&c->sf),
@@ -336,7 +337,7 @@ int ts__suite_kernels(const ts__bench_opts *opts) {
     for (int t = 0; t < nthreads; t++) ts__bench_print_machine(stdout, ts__probe_machine(threads[t], opts->quick));
     const char *filter = getenv("TS_BENCH_FILTER");
     printf("\nsuite kernels (ISA %s); frac = share of the roofline; ratio = baseline time / time "
-           "(hand = hand-written ts_per_token_cast_to_fp8)\n", opts->isa_name ? opts->isa_name : "?");
+           "(hand = hand-written ts__qh_per_token_cast_to_fp8)\n", opts->isa_name ? opts->isa_name : "?");
     ts__bench_table_header(stdout);
     const int saved = ts_get_num_threads();
     ts_tile_kernel *jit = NULL;
