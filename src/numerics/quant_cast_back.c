@@ -87,11 +87,11 @@ static ts_status cast_back(const ts_tensor *x, const char *xname, bool fp4, cons
 }
 
 ts_status ts__qh_cast_back_from_fp8(const ts_tensor *x_fp8, const ts_tensor *sf, int64_t sf_gran_mn,
-                                int64_t sf_gran_k, ts_tensor *out) {
+                                    int64_t sf_gran_k, ts_tensor *out) {
     return cast_back(x_fp8, "x_fp8", false, sf, sf_gran_mn, sf_gran_k, out);
 }
 
 ts_status ts__qh_cast_back_from_fp4(const ts_tensor *x_fp4, const ts_tensor *sf, int64_t sf_gran_mn,
-                                int64_t sf_gran_k, ts_tensor *out) {
+                                    int64_t sf_gran_k, ts_tensor *out) {
     return cast_back(x_fp4, "x_fp4", true, sf, sf_gran_mn, sf_gran_k, out);
 }

@@ -88,8 +88,8 @@ static void fp4_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
 }
 
 ts_status ts__qh_per_token_cast_to_fp4(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
-                                   bool use_packed_ue8m0, ts_fp4_rounding rounding,
-                                   ts_tensor *x_fp4, ts_tensor *sf) {
+                                       bool use_packed_ue8m0, ts_fp4_rounding rounding,
+                                       ts_tensor *x_fp4, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_token_fp4(x, use_ue8m0, gran_k, use_packed_ue8m0, rounding, x_fp4, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);

@@ -67,7 +67,7 @@ static void pt_rows(void *vctx, int64_t r0, int64_t r1, int tid) {
 }
 
 ts_status ts__qh_per_token_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
-                                   bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf) {
+                                       bool use_packed_ue8m0, ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_token_fp8(x, use_ue8m0, gran_k, use_packed_ue8m0, x_fp8, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1], nb = ts__cdiv_safe(n, gran_k);
@@ -138,7 +138,7 @@ static void pb_rowblocks(void *vctx, int64_t b0, int64_t b1, int tid) {
 }
 
 ts_status ts__qh_per_block_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
-                                   ts_tensor *x_fp8, ts_tensor *sf) {
+                                       ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_block_fp8(x, gran_k, x_fp8, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1];
@@ -205,7 +205,7 @@ static void pc_tiles(void *vctx, int64_t t0, int64_t t1, int tid) {
 }
 
 ts_status ts__qh_per_channel_cast_to_fp8(const ts_tensor *x, bool use_ue8m0, int64_t gran_k,
-                                     ts_tensor *x_fp8, ts_tensor *sf) {
+                                         ts_tensor *x_fp8, ts_tensor *sf) {
     ts__qsrc src;
     TS__RETURN_IF_ERROR(ts__quant_args_channel_fp8(x, gran_k, x_fp8, sf, &src));
     const int64_t m = x->shape[0], n = x->shape[1];

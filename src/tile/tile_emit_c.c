@@ -1983,13 +1983,12 @@ static bool rowfold_match(em *e, const ts__tile_node *a, const ts__tile_node *b)
     if (a->kind == TN_BLOCK && a->nlist) a = a->list[a->nlist - 1];
     if (e->rf.loop && e->rf.loop != a) return false;
 
-    b = sole(b);
-    if (!a || a->kind != TN_FOR || strcmp(a->a->name, "parallel") || a->nlist2 != 2 || !a->b) return false;
-    if (!b || b->kind != TN_FOR || strcmp(b->a->name, "parallel") || b->nlist2 != 1 || !b->b || b->b->nlist != 3)
+    if (!a || a->kind != TN_FOR || strcmp(a->a->name, "parallel") || a->nlist2 != 2 || !a->b || !is_row_fold(b))
         return false;
+    b = sole(b);
     const ts__tile_node *var = b->b->list[0], *ser = b->b->list[1], *stv = b->b->list[2];
-    if (var->kind != TN_VAR || ser->kind != TN_FOR || strcmp(ser->a->name, "serial") || ser->nlist2 != 1 ||
-        ser->a->nlist != 1 || !ser->b || ser->b->nlist != 1 || stv->kind != TN_ASSIGN || stv->op != TO_SET ||
+    if (strcmp(ser->a->name, "serial") || ser->nlist2 != 1 ||
+        ser->a->nlist != 1 || !ser->b || ser->b->nlist != 1 || stv->op != TO_SET ||
         !refs(stv->b, var->sym) || stv->a->kind != TN_INDEX || !unwritten_reads(stv->b, a->b, var->sym))
         return false;
     const ts__tile_sym *acc = NULL;
@@ -2232,12 +2231,12 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     e->defid = id;
     /* a store's scalar factor that the body does not write is read once here: read in the
      * loop, the C compiler reloads it after every byte store (which may alias it) */
+    const void *dv[64]; /* the body's own names: not in scope before the loop */
+    int nd = 0;
+    decls(bd, dv, &nd, 64);
     for (int k = 0; k < e->ndef; k++) {
-        e->defbfh[k] = e->defbf[k] && unwritten_reads(e->defbfs[k], bd, NULL);
-        const void *dv[64];
-        int nd = 0;
-        decls(bd, dv, &nd, 64);
-        for (int q = 0; q < nd && e->defbfh[k]; q++) e->defbfh[k] = nd < 64 && !refs(e->defbfs[k], dv[q]);
+        e->defbfh[k] = e->defbf[k] && nd < 64 && unwritten_reads(e->defbfs[k], bd, NULL);
+        for (int q = 0; q < nd && e->defbfh[k]; q++) e->defbfh[k] = !refs(e->defbfs[k], dv[q]);
         if (!e->defbfh[k]) continue;
         char *f = ex_str(e, e->defbfs[k], TT_F32);
         ind(e, lv), ts__tile_buf_printf(e->o, "const float nsh%d_%d = %s;\n", id, k, f);
