@@ -703,6 +703,8 @@ def main():
     block_cast_case(w, 257, 256, 128, 1, 712)
     block_cast_case(w, 33, 70, 32, 1, 713)
     block_cast_case(w, 1, 7, 32, 0, 714)
+    block_cast_case(w, 200, 2100, 128, 1, 715)   # strips of 1024 columns: two whole, one partial
+    block_cast_case(w, 40, 1100, 32, 0, 716)
     channel_cast_case(w, 256, 200, 0, 721)
     channel_cast_case(w, 300, 128, 1, 722)
     channel_cast_case(w, 7, 33, 0, 723)
