@@ -711,6 +711,8 @@ def main():
     cast_back_case(w, 130, 300, 128, 128, 0, 731)
     cast_back_case(w, 33, 96, 1, 32, 1, 732)
     cast_back_case(w, 65, 256, 32, 64, 0, 733)
+    cast_back_case(w, 5, 2100, 1, 96, 0, 734)    # 1024-value chunks; scale groups across chunk edges
+    cast_back_case(w, 3, 2048, 2, 128, 1, 735)
     with open(os.path.join(out, "tk_rope_cast.bin"), "wb") as f:
         f.write(w.buf)
 
