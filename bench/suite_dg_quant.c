@@ -143,8 +143,7 @@ int ts__suite_dg_quant(const ts__bench_opts *opts) {
             const bool fp4 = sp->op == DQ_FP4_DG_PK || sp->op == DQ_FP4_RNE || sp->op == DQ_BACK4_PK;
             const bool pk = sp->op == DQ_TOKEN8_PK || sp->op == DQ_FP4_DG_PK || sp->op == DQ_BACK4_PK;
             const int64_t g = sp->gk, nb = (n + g - 1) / g;
-            int64_t sr = m, sc = pk ? nb / 4 : nb;
-            if (pk) sc = (nb + 3) / 4;
+            int64_t sr = m, sc = pk ? (nb + 3) / 4 : nb;
             if (sp->op == DQ_BLOCK8) sr = (m + g - 1) / g;
             if (sp->op == DQ_CHANNEL8) sr = 31, sc = n; /* 31 groups of 128 rows: 3968 rows */
             const int64_t mm = sp->op == DQ_CHANNEL8 ? 31 * 128 : m;

@@ -282,6 +282,8 @@ static bool in_list(const char *const *l, const char *s) {
 }
 static const char *const k_tile_ops[] = {"copy", "fill", "clear", "reduce", "cumsum", "gemm",
                                          "atomic_add", "check", "assume", "prefetch", NULL};
+/* the ones that act on one element (or none), so a parallel loop may contain them */
+static const char *const k_element_ops[] = {"atomic_add", "check", "assume", "prefetch", NULL};
 
 static int float_arg(chk *c, ts__tile_node *call, ts__tile_node *arg) {
     int t = arith_type(expr(c, arg));
@@ -863,9 +865,21 @@ static void check_reduce(chk *c, ts__tile_node *n) {
 
 static void check_call_stmt(chk *c, ts__tile_node *st);
 
+/* The call's first argument as an element x[i, ...] (n_args arguments in all, no keywords):
+ * its type, or TT_ERROR after a diagnostic (`not_element` when it is not an index). */
+static int element_operand(chk *c, ts__tile_node *n, int n_args, const char *not_element) {
+    if (!only_kwargs(c, n, NULL) || !nargs(c, n, n_args, n_args)) return TT_ERROR;
+    ts__tile_node *r = n->list[0];
+    if (r->kind != TN_INDEX) {
+        ERR(c, r->loc, "%s", not_element);
+        return TT_ERROR;
+    }
+    return check_index(c, r, false);
+}
+
 static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
     const char *f = n->name;
-    if (c->in_par && strcmp(f, "atomic_add") && strcmp(f, "check") && strcmp(f, "assume") && strcmp(f, "prefetch")) {
+    if (c->in_par && !in_list(k_element_ops, f)) {
         ERR(c, n->loc, "'%s' is not allowed inside a parallel loop (tile operations act on whole tiles)", f);
         return;
     }
@@ -923,14 +937,9 @@ static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
         return;
     }
     if (!strcmp(f, "atomic_add")) {
-        if (!only_kwargs(c, n, NULL) || !nargs(c, n, 2, 2)) return;
-        ts__tile_node *r = n->list[0];
-        if (r->kind != TN_INDEX) {
-            ERR(c, r->loc, "atomic_add() target must be an element like x[i, j]");
-            return;
-        }
-        int t = check_index(c, r, false);
+        int t = element_operand(c, n, 2, "atomic_add() target must be an element like x[i, j]");
         if (t == TT_ERROR) return;
+        ts__tile_node *r = n->list[0];
         if (t != TT_I32 && t != TT_I64 && t != TT_F32) {
             ERR(c, r->loc, "atomic_add() supports i32, i64 and f32 elements, not '%s'", ts__tile_dt_name(t));
             return;
@@ -940,13 +949,8 @@ static void check_tile_op(chk *c, ts__tile_node *st, ts__tile_node *n) {
     }
     if (!strcmp(f, "prefetch")) {
         /* a hint: the element's cache line is fetched; any index, in range or not */
-        if (!only_kwargs(c, n, NULL) || !nargs(c, n, 1, 1)) return;
+        if (element_operand(c, n, 1, "prefetch() needs a tensor element like x[i, j]") == TT_ERROR) return;
         ts__tile_node *r = n->list[0];
-        if (r->kind != TN_INDEX) {
-            ERR(c, r->loc, "prefetch() needs a tensor element like x[i, j]");
-            return;
-        }
-        if (check_index(c, r, false) == TT_ERROR) return;
         const ts__tile_sym *s = r->a->sym;
         if (s->kind != SYM_TENSOR) ERR(c, r->loc, "prefetch() needs a tensor element, '%s' is not a tensor", s->name);
         return;

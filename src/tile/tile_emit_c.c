@@ -1349,7 +1349,8 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
     }
     case TN_INDEX: {
         const ts__tile_sym *s = n->a->sym;
-        if (rf_dead_tile(e, s) >= 0) return sfmt("rfx%d_%d", e->rfid, rf_dead_tile(e, s));
+        const int rx = rf_dead_tile(e, s);
+        if (rx >= 0) return sfmt("rfx%d_%d", e->rfid, rx);
         char *gr = v2_group_read(e, n);
         if (gr) return gr;
         char *p = contig_addr(e, n);
@@ -1428,16 +1429,22 @@ static char *vex_natural(em *e, const ts__tile_node *n) {
     }
 }
 
-/* select(isnan(x), k, x) of f32, k the same for every lane (a NaN made canonical before a
- * bf16 store), as bf16 codes in 32-bit lanes: ts__tv_f32_to_bf16_nank_w, whose NaN lanes take
- * k's code and whose other lanes round without the encoder's NaN step - the codes the store
- * of the select gives. NULL when n (a cast to bf16 unwrapped) is not of that form. */
+/* v without an outer one-argument cast */
+static const ts__tile_node *uncast(const ts__tile_node *v) {
+    return v->kind == TN_CALL && !strcmp(v->name, "cast") && v->nlist == 1 ? v->list[0] : v;
+}
+
+/* n is select(isnan(x), k, x) of f32, k the same for every lane (a NaN made canonical before
+ * a bf16 store) */
 static bool nank_form(em *e, const ts__tile_node *n) {
     if (n->kind != TN_CALL || strcmp(n->name, "select") || n->nlist != 3 || natural(n->ty) != TT_F32) return false;
     const ts__tile_node *c = n->list[0], *k = n->list[1], *x = n->list[2];
     return c->kind == TN_CALL && !strcmp(c->name, "isnan") && c->nlist == 1 && natural(c->list[0]->ty) == TT_F32 &&
            natural(x->ty) == TT_F32 && !dep(e, k) && eq_shift(c->list[0], x, NULL, 0);
 }
+/* such a select (a cast to bf16 unwrapped) as bf16 codes in 32-bit lanes:
+ * ts__tv_f32_to_bf16_nank_w, whose NaN lanes take k's code and whose other lanes round without
+ * the encoder's NaN step - the codes the store of the select gives. NULL for other forms. */
 static char *vbf16_nank(em *e, const ts__tile_node *n) {
     if (!nank_form(e, n)) return NULL;
     const ts__tile_node *k = n->list[1], *x = n->list[2];
@@ -1450,9 +1457,7 @@ static char *vex(em *e, const ts__tile_node *n, int want) {
     if (want == TT_NONE) want = natural(n->ty);
     want = natural(want);
     if (want == TT_BF16 && dep(e, n)) {
-        const ts__tile_node *v = n;
-        if (v->kind == TN_CALL && !strcmp(v->name, "cast") && v->nlist == 1) v = v->list[0];
-        char *c = vbf16_nank(e, v);
+        char *c = vbf16_nank(e, uncast(n));
         if (c) {
             char *r = sfmt("ts__tv_narrow_u16(%s)", c);
             free(c);
@@ -1515,11 +1520,6 @@ static void vst_deferred(em *e, const ts__tile_node *n, int k, int lv) {
     free(v);
 }
 
-/* One half of a pair of stride-2 stores: the first keeps its value, the second stores both,
- * interleaved, from lane 0 of the first's address. */
-static const ts__tile_node *uncast(const ts__tile_node *v) {
-    return v->kind == TN_CALL && !strcmp(v->name, "cast") && v->nlist == 1 ? v->list[0] : v;
-}
 /* A bf16 pair of f32 values keeps the codes in 32-bit lanes: a | b << 16 is the interleaved
  * pair (ts__tv_st2x_u16w), no narrowing and unpacking. */
 static char *pair_bf16w(em *e, const ts__tile_node *n, int k) {
@@ -1533,6 +1533,8 @@ static char *pair_bf16w(em *e, const ts__tile_node *n, int k) {
     free(x);
     return c;
 }
+/* One half of a pair of stride-2 stores: the first keeps its value, the second stores both,
+ * interleaved, from lane 0 of the first's address. */
 static void vst_pair(em *e, const ts__tile_node *n, int k, bool second, int lv) {
     const ts__tile_sym *s = n->a->a->sym;
     char *v = pair_bf16w(e, n, k);

@@ -755,21 +755,22 @@ TS__TV_INL ts__tv_f32 ts__tv_ld2_bf16_f32(const uint16_t *p) {
     return ts__tv_bf16_to_f32(ts__tv_ld2_u16(p));
 #endif
 }
-/* RNE on the f32 bits; a NaN is first replaced by the quiet NaN of its sign (0x7FC00000 |
- * sign), which the rounding add leaves as sign | 0x7FC0: one compare and one blend instead of
- * a second result to select from */
+/* RNE on the f32 bits (bf16 codes in 32-bit lanes); ts__tv_f32_to_bf16_w first replaces a NaN
+ * by the quiet NaN of its sign (0x7FC00000 | sign), which the rounding add leaves as
+ * sign | 0x7FC0: one compare and one blend instead of a second result to select from */
+TS__TV_INL ts__tv_u32 ts__tv_bf16_rne_w(ts__tv_u32 u) { return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16; }
 TS__TV_INL ts__tv_u32 ts__tv_f32_to_bf16_w(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x;
     u = (ts__tv_u32)ts__tv_blend32((ts__tv_i32)((u & 0x80000000u) | 0x7FC00000u), (ts__tv_i32)u, TS__TV_MASK(x != x));
-    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    return ts__tv_bf16_rne_w(u);
 }
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_bf16(ts__tv_f32 x) { return ts__tv_narrow_u16(ts__tv_f32_to_bf16_w(x)); }
 /* ts__tv_f32_to_bf16_w of select(isnan(x), k, x), k the same for every lane (NaN made
  * canonical, as dequantisers do): NaN lanes take k's code, so the others round without the
  * encoder's NaN step (a compare and a blend instead of four) */
 TS__TV_INL ts__tv_u32 ts__tv_f32_to_bf16_nank_w(ts__tv_f32 x, float k) {
-    ts__tv_u32 u = (ts__tv_u32)x, r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    return (ts__tv_u32)ts__tv_blend32((ts__tv_i32)ts__tv_splat_u32(ts_f32_to_bf16(k)), (ts__tv_i32)r, TS__TV_MASK(x != x));
+    return (ts__tv_u32)ts__tv_blend32((ts__tv_i32)ts__tv_splat_u32(ts_f32_to_bf16(k)),
+                                      (ts__tv_i32)ts__tv_bf16_rne_w((ts__tv_u32)x), TS__TV_MASK(x != x));
 }
 /* bf16 codes of a and b (32-bit lanes, < 2^16) interleaved, a0 b0 a1 b1 ... a7 b7, stored at p
  * (a pair of stride-2 bf16 stores): a | b << 16 is that order already */
