@@ -67,7 +67,7 @@ int64_t ts__mega_moe_gemm_n(const ts_packed_weight *pw) { return pw->n; }
 
 size_t ts__mega_moe_gemm_scratch(int64_t m, int64_t K) {
     const int64_t nkb = K / G;
-    return (size_t)(2 * ts__align(m * K * 4, 64) + 3 * ts__align(m * nkb * 4, 64) + ts__align(m * K * 2, 64) + 64);
+    return (size_t)(ts__align(m * K * 4, 64) + 3 * ts__align(m * nkb * 4, 64) + ts__align(m * K * 2, 64) + 64);
 }
 
 /* e4m3 byte -> odd signed mantissa and exponent (value = mant * 2^ex; mant 0 for zeros, NaN
@@ -167,8 +167,6 @@ void ts__mega_moe_gemm(const ts_packed_weight *pw, int64_t e, const uint8_t *a, 
     uint8_t *s = (uint8_t *)scratch;
     float *af = (float *)(void *)s;
     s += ts__align(m * K * 4, 64);
-    float *ahi = (float *)(void *)s;
-    s += ts__align(m * K * 4, 64);
     float *sa = (float *)(void *)s;
     s += ts__align(m * nkb * 4, 64);
     float *pscale = (float *)(void *)s;
@@ -177,7 +175,6 @@ void ts__mega_moe_gemm(const ts_packed_weight *pw, int64_t e, const uint8_t *a, 
     s += ts__align(m * K * 2, 64);
     uint8_t *ok = s;
     prep_rows(a, sfa, m, K, af, sa, pscale, apair, ok);
-    for (int64_t i = 0; i < m * K; i++) ahi[i] = af[i] * 0x1p64f;
     mmg_ctx c;
     memset(&c, 0, sizeof c);
     c.base.nkb = nkb;
@@ -186,7 +183,7 @@ void ts__mega_moe_gemm(const ts_packed_weight *pw, int64_t e, const uint8_t *a, 
     c.base.sf_normal = pw->sf_normal;
     c.base.m = m;
     c.base.K = K;
-    c.base.af = af, c.base.ahi = ahi, c.base.sa = sa, c.base.pscale = pscale, c.base.apair = apair, c.base.ok = ok;
+    c.base.af = af, c.base.sa = sa, c.base.pscale = pscale, c.base.apair = apair, c.base.ok = ok;
     c.group = pw->data + e * pw->group_bytes;
     c.panel_bytes = pw->panel_bytes;
     c.d = d, c.ldd = ldd;

@@ -23,7 +23,7 @@ typedef struct ts__mmg_args {
     int64_t nkb, block_bytes;
     bool sf_u8, sf_normal;
     int64_t m, K;
-    const float *af, *ahi, *sa, *pscale; /* ahi = af * 2^64 (the AVX2 f32 chain) */
+    const float *af, *sa, *pscale;
     const int32_t *apair;
     const uint8_t *ok;
     float *acc;

@@ -5,7 +5,7 @@
  * block's values then its scales, front to back, one kernel call per panel), a plain one
  * through 256-value K-major chunks converted to f32 rows (e4m3 on AVX2: byte-transposed into
  * packed rows instead). Each thread converts A (and its scales) to f32 once per problem it
- * meets, plus a copy times 2^TS__GEMM_DEC_AHI_EXP for kernels that decode B pre-scaled. The
+ * meets. The
  * arithmetic is the canonical order, so the bits equal the big-M path's. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
@@ -23,7 +23,7 @@ typedef struct dec_job {
     int64_t total_cost, nparts; /* cost-balanced split (item_at) */
     ts_dtype d_dtype;
     bool scaled;
-    size_t af_floats, ahi_floats, sa_floats, acc_floats, bbuf_floats, sb_floats;
+    size_t af_floats, sa_floats, acc_floats, bbuf_floats, sb_floats;
     atomic_bool oom;
 } dec_job;
 
@@ -89,7 +89,7 @@ static void plain_scales(const ts__gemm_operand *op, int64_t n0, int64_t k0, int
 }
 
 static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, const float *af,
-                      const float *ahf, const float *saf, float *acc, float *bbuf, float *sbuf) {
+                      const float *saf, float *acc, float *bbuf, float *sbuf) {
     const int64_t m = p->m, n0 = pi * W, cols = ts__min64(W, j->n - n0);
     memset(acc, 0, (size_t)(m * W) * sizeof(float));
     ts__gemm_dec_args x;
@@ -108,7 +108,6 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
         x.bp = panel;
         x.len = p->k;
         x.a = af;
-        x.a_hi = ahf;
         /* bf16 blocks are bare rows (no scales, 64-byte multiples): one contiguous stream */
         if (pw->block_bytes != pw->kb * pw->row_bytes) {
             x.blk_rows = pw->kb;
@@ -147,7 +146,6 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
                 ts__gemm_pack_panel(&p->b, n0, cols, k0, kc, W, bbuf);
             x.len = kc;
             x.a = af + k0 * m;
-            x.a_hi = ahf ? ahf + k0 * m : NULL;
             if (j->scaled) {
                 if (cols == W) plain_scales(&p->b, n0, k0, ts__ceil_div(kc, j->g), j->g, perm, sbuf);
                 else ts__gemm_pack_scales(&p->b, n0, cols, k0 / j->g, ts__ceil_div(kc, j->g), j->g,
@@ -194,14 +192,14 @@ static void dec_task(void *ctx, int64_t t0, int64_t t1, int tid) {
 }
 
 static void dec_items(dec_job *j, int64_t begin, int64_t end, int tid) {
-    size_t total = j->af_floats + j->ahi_floats + j->sa_floats + j->acc_floats + j->bbuf_floats +
+    size_t total = j->af_floats + j->sa_floats + j->acc_floats + j->bbuf_floats +
                    j->sb_floats;
     float *s = (float *)ts__scratch(tid, total * sizeof(float));
     if (!s) { /* reserved before the parallel region; only a changed thread mapping gets here */
         atomic_store(&j->oom, true);
         return;
     }
-    float *af = s, *ahf = af + j->af_floats, *saf = ahf + j->ahi_floats, *acc = saf + j->sa_floats,
+    float *af = s, *saf = af + j->af_floats, *acc = saf + j->sa_floats,
           *bbuf = acc + j->acc_floats, *sbuf = bbuf + j->bbuf_floats;
     int64_t cur = -1;
     for (int64_t item = begin; item < end; item++) {
@@ -212,13 +210,10 @@ static void dec_items(dec_job *j, int64_t begin, int64_t end, int tid) {
             if (j->scaled) {
                 ts__gemm_pack_scales(&p->a, 0, p->m, 0, ts__ceil_div(p->k, j->g), j->g,
                                      (int)p->m, saf);
-                /* A is e4m3 / e2m1 here: times 2^64 is exact */
-                const float hi = ldexpf(1.0f, TS__GEMM_DEC_AHI_EXP);
-                for (int64_t q = 0; q < p->m * p->k; q++) ahf[q] = af[q] * hi;
             }
             cur = pi;
         }
-        run_panel(j, p, panel, af, j->scaled ? ahf : NULL, saf, acc, bbuf, sbuf);
+        run_panel(j, p, panel, af, saf, acc, bbuf, sbuf);
     }
 }
 
@@ -240,7 +235,6 @@ ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,
         m_max = ts__max64(m_max, probs[i].m);
     }
     j->af_floats = align_floats((size_t)(m_max * j->k_max));
-    j->ahi_floats = scaled ? j->af_floats : 0;
     j->sa_floats = align_floats(scaled ? (size_t)(m_max * ts__ceil_div(j->k_max, g)) : 0);
     j->acc_floats = align_floats((size_t)(m_max * W));
     j->bbuf_floats = align_floats((size_t)(KCD * W));
@@ -248,7 +242,7 @@ ts_status ts__gemm_run_decode(ts__gemm_problem *probs, int64_t nprob, int64_t n,
     const int64_t items = nprob * j->npanel;
     for (int64_t i = 0; i < nprob; i++) j->total_cost += item_cost(&probs[i]) * j->npanel;
     j->nparts = ts__min64(ts_get_num_threads(), items);
-    size_t bytes = (j->af_floats + j->ahi_floats + j->sa_floats + j->acc_floats +
+    size_t bytes = (j->af_floats + j->sa_floats + j->acc_floats +
                     j->bbuf_floats + j->sb_floats) *
                    sizeof(float);
     TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(j->nparts, 1, bytes));

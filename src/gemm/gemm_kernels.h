@@ -31,8 +31,7 @@ typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *
  *   bp + (k / blk_rows) * blk_bytes + (k % blk_rows) * row_bytes, and the 32 scales of the
  *   block holding K value k at bp + (k / blk_rows) * blk_bytes + sb_off (sb, sb_step unused);
  *   blk_rows is a multiple of g. blk_bytes == 0: rows k * row_bytes from bp.
- *   a: f32 A values, a[k * m + i]; a_hi (scaled e4m3 / e2m1 only, may be NULL): the same
- *   values times 2^TS__GEMM_DEC_AHI_EXP (exact), for kernels that decode B pre-scaled.
+ *   a: f32 A values, a[k * m + i] (e4m3 / e2m1 values when B is).
  *   Scaled (sa != NULL): sub-blocks of g values from k = 0 (the last may be short); for
  *   sub-block s: p = 0; p = fmaf(a, b, p) over its K values; then
  *   acc[i * 32 + j] = fmaf(p, sa[s * m + i] * sb_s[j], acc), sb_s = the 32 scales at
@@ -41,7 +40,6 @@ typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *
  * Every lane is one output column's scalar fmaf chain, so all ISA versions give the same bits
  * as the 6x16 kernels. */
 #define TS__GEMM_DW 32
-#define TS__GEMM_DEC_AHI_EXP 64
 typedef struct ts__gemm_dec_args {
     int fmt; /* ts_dtype */
     bool nan_free; /* TS_E4M3: no NaN code in the B rows */
@@ -50,7 +48,7 @@ typedef struct ts__gemm_dec_args {
     const void *bp;
     int64_t row_bytes;
     int64_t blk_rows, blk_bytes, sb_off;
-    const float *a, *a_hi, *sa;
+    const float *a, *sa;
     const void *sb;
     bool sb_u8;
     int64_t sb_step; /* scales (elements) between sub-blocks; 0: one set for all */

@@ -9,6 +9,7 @@
  * columns, i.e. 16 multiply-adds per instruction. 256 * S stays below 2^31 by the per-block
  * check (sum |A| <= 699050) and converts to f32 exactly (S < 2^23). */
 #include "ep/mega_moe_gemm.h"
+#include "gemm/kernels/avx2/gemm_dec_avx2_inl.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -73,49 +74,38 @@ INL void grp(const ts__mmg_args *x, const uint8_t *blk, int64_t s, int64_t i0, c
     }
 }
 
-/* Half h of an e2m1 row as f32 bits b * 2^-126 (the GEMM decoder's trick, gemm_decode_avx2.c):
- * h = 0 -> columns 24..31 (o[0]) and 8..15 (o[1]); h = 1 -> 16..23 and 0..7. */
-INL void dec_half(const uint8_t *row, int h, __m256 o[2]) {
-    const __m256i ctrl = _mm256_setr_epi8(-128, 0, -128, 1, -128, 2, -128, 3, -128, 4, -128, 5, -128, 6, -128, 7,
-                                          -128, 8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128,
-                                          15);
-    const __m256i y =
-        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)row)), ctrl);
-    const __m256i z = _mm256_srai_epi16(h ? _mm256_slli_epi16(y, 4) : y, 6);
-    const __m256i msk = _mm256_set1_epi32((int)0x81C00000u);
-    o[0] = _mm256_castsi256_ps(_mm256_and_si256(z, msk));
-    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(z, 16), msk));
-}
-
-/* The f32 chain for a group with a block the integer sum cannot take: a * 2^64 times
- * b * 2^-126 is a * b * 2^-62 exactly, every partial sum stays normal, so the chain rounds as
- * the canonical one and p = p' * 2^62 (as the GEMM's decode kernel). */
+/* The f32 chain for a group with a block the integer sum cannot take: b decoded as the GEMM's
+ * decode kernel does (gemm_dec_avx2_inl.h: b * 2^-14 through f16, never an f32 subnormal), so
+ * a * b * 2^-14 and every partial sum are the canonical ones times 2^-14, normal, rounded
+ * alike; p = p' * 2^14. */
 INL void grp_f32(const ts__mmg_args *x, const uint8_t *blk, int64_t s, int64_t i0, const int R, int pf) {
-    const __m256 unscale = _mm256_set1_ps(0x1p62f);
+    const __m256 unscale = _mm256_set1_ps(0x1p14f);
     const int64_t nkb = x->nkb, K = x->K;
     for (int h = 0; h < 2; h++) {
         __m256 p[RMAX][2];
         for (int r = 0; r < R; r++) p[r][0] = _mm256_setzero_ps(), p[r][1] = _mm256_setzero_ps();
-        const float *a = x->ahi + i0 * K + s * G;
+        const float *a = x->af + i0 * K + s * G;
         for (int k = 0; k < G; k++) {
             if (pf && h == 0 && !(k & 3)) _mm_prefetch((const char *)blk + k * (W / 2) + PF_AHEAD, _MM_HINT_T0);
             __m256 o[2];
-            dec_half(blk + k * (W / 2), h, o);
+            ts__dec_half(blk + k * (W / 2), TS_E2M1X2, 0, h, 1, o);
             for (int r = 0; r < R; r++) {
                 const __m256 xa = _mm256_broadcast_ss(a + r * K + k);
                 p[r][0] = _mm256_fmadd_ps(xa, o[0], p[r][0]);
                 p[r][1] = _mm256_fmadd_ps(xa, o[1], p[r][1]);
             }
         }
-        const int c0 = h ? 16 : 24, c1 = h ? 0 : 8;
+        const int c0 = 8 * h, c1 = 16 + 8 * h; /* ts__dec_unperm's column groups */
         const __m256 sb0 = sb8(x, blk, c0 / 8), sb1 = sb8(x, blk, c1 / 8);
         for (int r = 0; r < R; r++) {
             const int64_t i = i0 + r;
             const __m256 sa = _mm256_set1_ps(x->sa[i * nkb + s]);
             float *c = x->acc + i * W;
-            _mm256_storeu_ps(c + c0, _mm256_fmadd_ps(_mm256_mul_ps(p[r][0], unscale), _mm256_mul_ps(sa, sb0),
+            __m256 lo, hi;
+            ts__dec_unperm(p[r][0], p[r][1], &lo, &hi);
+            _mm256_storeu_ps(c + c0, _mm256_fmadd_ps(_mm256_mul_ps(lo, unscale), _mm256_mul_ps(sa, sb0),
                                                      _mm256_loadu_ps(c + c0)));
-            _mm256_storeu_ps(c + c1, _mm256_fmadd_ps(_mm256_mul_ps(p[r][1], unscale), _mm256_mul_ps(sa, sb1),
+            _mm256_storeu_ps(c + c1, _mm256_fmadd_ps(_mm256_mul_ps(hi, unscale), _mm256_mul_ps(sa, sb1),
                                                      _mm256_loadu_ps(c + c1)));
         }
     }

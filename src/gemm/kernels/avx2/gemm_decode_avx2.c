@@ -2,29 +2,18 @@
  * weight rows into ymm registers (8 columns each), A broadcast per row. Lanes run across
  * columns only, so each lane performs the scalar fmaf chain of the generic kernel.
  *
- * e4m3 / e2m1 rows decode to f32 bit patterns with two shifts (16- and 32-bit) and a mask per
- * 8 columns, no conversion instruction: the slot order of ts__pw_slot puts columns L, 8 + L,
- * 16 + L, 24 + L in 32-bit lane L (e2m1: in 16-bit lane L, zero-extended to 32 bits first),
- * and a code's magnitude bits land in the f32 exponent/mantissa field unchanged, its sign in
- * bit 31. That reads the code as b * 2^-120 (e4m3: code magnitude << 20; its subnormals
- * become f32 subnormals, exactly) or b * 2^-126 (e2m1: magnitude << 22). A is read
- * pre-multiplied by 2^64 (a_hi, exact), so each product is a * b * 2^-56 (e4m3) or 2^-62
- * (e2m1), exact, and every partial sum is the canonical one times that power of two: every
- * nonzero canonical partial sum is a multiple of 2^-18 (A and B are e4m3 / e2m1), so the
- * scaled sums stay normal and round exactly as the unscaled ones. Before the promotion the
- * sum is multiplied back (exact), so acc = fmaf(p, sa * sb, acc) sees the canonical p.
- * e4m3 code magnitude 0x7F is patched to the quiet NaN unless the weight is NaN-free.
+ * e4m3 / e2m1 codes are widened through f16 (gemm_dec_avx2_inl.h: no subnormal f32 operand
+ * ever), in a lane order that ts__dec_unperm restores once per sub-block.
  *
  * Shapes: one row: two sub-blocks interleaved (8 independent FMA chains, the block sums are
  * independent), each promoted in block order; two rows: one full row of B feeds both (8
  * chains); three or more: the panel in two halves of 16 columns, each half decoded once per
- * group of up to GMAX = 6 rows (2 chains per row), so B never goes through memory as f32.
- * bf16 and f32 rows (plain weights, bf16 GEMMs) keep the straightforward path. Measured
- * against the previous decoder (vcvtph2ps for e4m3, cvtdq2ps for e2m1, f32 staging for 3+
- * rows), L1-resident panel, same session: e4m3 M = 1 2.9 -> 1.8 ns per row, M = 4
- * 6.5 -> 4.2; e2m1 2.8 -> 2.2 and 6.6 -> 4.7. */
+ * group of up to GMAX = 6 rows (2 chains per row), so B never goes through memory as f32;
+ * above 12 rows (6 for e2m1) each sub-block is decoded once into an L1 buffer of f32.
+ * bf16 and f32 rows (plain weights, bf16 GEMMs) keep the straightforward path. */
 #include "core/internal.h"
 #include "gemm/gemm_kernels.h"
+#include "gemm/kernels/avx2/gemm_dec_avx2_inl.h"
 #include "numerics/kernels/avx2/cvt_avx2_inl.h"
 
 #include <immintrin.h>
@@ -40,54 +29,12 @@ enum { W = TS__GEMM_DW, STAGE = 128, PF_AHEAD = 6144, GMAX = 6 };
 
 /* ---------------------------------------------------------------- e4m3 / e2m1 */
 
-/* e4m3 code magnitude 0x7F (bits 0x07F00000 here) -> the quiet NaN 0x7FC00000, sign kept. */
-INL __m256 nan_patch(__m256i b) {
-    const __m256i mag = _mm256_set1_epi32(0x07F00000);
-    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, mag), mag);
-    return _mm256_castsi256_ps(
-        _mm256_xor_si256(b, _mm256_and_si256(nan, _mm256_set1_epi32(0x07F00000 ^ 0x7FC00000))));
-}
-
-INL __m256 fin(__m256i b, int fmt, int nanfix) {
-    if (fmt == TS_E4M3 && nanfix) return nan_patch(b);
-    return _mm256_castsi256_ps(b);
-}
-
-/* Half h of a row: h = 0 -> columns 24..31 (o[0]) and 8..15 (o[1]); h = 1 -> 16..23 (o[0])
- * and 0..7 (o[1]). */
-INL void dec_half(const uint8_t *row, int fmt, int nanfix, int h, int pshuf, __m256 o[2]) {
-    __m256i z;
-    __m256i msk;
-    if (fmt == TS_E4M3) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)row);
-        z = _mm256_srai_epi16(h ? _mm256_slli_epi16(v, 8) : v, 4);
-        msk = _mm256_set1_epi32((int)0x87F00000u);
-    } else if (pshuf) {
-        /* byte w of the row -> high byte of 16-bit lane w (one pshufb on the broadcast row:
-         * the widening and the first shift of h = 0 in one op; ~6% per row at M = 1, but the
-         * control vector costs a register the 6-row groups need, so they zero-extend) */
-        const __m256i ctrl = _mm256_setr_epi8(-128, 0, -128, 1, -128, 2, -128, 3, -128, 4, -128, 5,
-                                              -128, 6, -128, 7, -128, 8, -128, 9, -128, 10, -128, 11,
-                                              -128, 12, -128, 13, -128, 14, -128, 15);
-        const __m256i y = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)row)), ctrl);
-        z = _mm256_srai_epi16(h ? _mm256_slli_epi16(y, 4) : y, 6);
-        msk = _mm256_set1_epi32((int)0x81C00000u);
-    } else {
-        const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)row));
-        z = _mm256_srai_epi16(_mm256_slli_epi16(v, h ? 12 : 8), 6);
-        msk = _mm256_set1_epi32((int)0x81C00000u);
-    }
-    o[0] = fin(_mm256_and_si256(z, msk), fmt, nanfix);
-    o[1] = fin(_mm256_and_si256(_mm256_slli_epi32(z, 16), msk), fmt, nanfix);
-}
-
-/* p[t] = fmaf(xa, columns 8t .. 8t + 7, p[t]) for the two column groups of half h. */
+/* p[2h + t] = fmaf(xa, o[t] of half h, p[2h + t]) (lane order). */
 INL void fma_half(const uint8_t *row, int fmt, int nanfix, int h, __m256 xa, __m256 p[4]) {
     __m256 o[2];
-    dec_half(row, fmt, nanfix, h, 1, o);
-    p[3 - h] = _mm256_fmadd_ps(xa, o[0], p[3 - h]);
-    p[1 - h] = _mm256_fmadd_ps(xa, o[1], p[1 - h]);
+    ts__dec_half(row, fmt, nanfix, h, 1, o);
+    p[2 * h] = _mm256_fmadd_ps(xa, o[0], p[2 * h]);
+    p[2 * h + 1] = _mm256_fmadd_ps(xa, o[1], p[2 * h + 1]);
 }
 
 /* ts_ue8m0_to_f32 of 8 bytes: 2^(e-127); e = 0 is the subnormal 2^-127, 255 NaN. */
@@ -136,11 +83,21 @@ INL void promote1(float *c, __m256 p, __m256 unscale, float sa, __m256 sb) {
     _mm256_storeu_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(p, unscale), s, _mm256_loadu_ps(c)));
 }
 
+/* promote1 of the four lane-order sums of a full row (fma_half's p) into columns 0..31. */
+INL void promote_row(float *c, const __m256 p[4], __m256 unscale, float sa, const __m256 sb[4]) {
+    for (int h = 0; h < 2; h++) {
+        __m256 lo, hi;
+        ts__dec_unperm(p[2 * h], p[2 * h + 1], &lo, &hi);
+        promote1(c + 8 * h, lo, unscale, sa, sb[h]);
+        promote1(c + 16 + 8 * h, hi, unscale, sa, sb[2 + h]);
+    }
+}
+
 /* One row (m == 1): sub-blocks in pairs, interleaved. */
 INL void scaled_m1(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int sh) {
     const int64_t len = x->len, g = x->g, rb = x->row_bytes, nsb = ts__ceil_div(len, g);
     const int64_t pfm = 64 / rb - 1; /* one prefetch per 64-byte line */
-    const float *a = x->a_hi;
+    const float *a = x->a;
     float *c = x->acc;
     for (int64_t s = 0; s < nsb; s += 2) {
         const int64_t n0 = ts__min64(g, len - s * g);
@@ -170,10 +127,10 @@ INL void scaled_m1(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsca
         }
         __m256 sb[4];
         load_sb(x, sh, s, sb);
-        for (int t = 0; t < 4; t++) promote1(c + 8 * t, p0[t], unscale, x->sa[s], sb[t]);
+        promote_row(c, p0, unscale, x->sa[s], sb);
         if (n1) {
             load_sb(x, sh, s + 1, sb);
-            for (int t = 0; t < 4; t++) promote1(c + 8 * t, p1[t], unscale, x->sa[s + 1], sb[t]);
+            promote_row(c, p1, unscale, x->sa[s + 1], sb);
         }
     }
 }
@@ -185,7 +142,7 @@ INL void scaled_m2(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsca
     for (int64_t s = 0; s < nsb; s++) {
         const int64_t n = ts__min64(g, len - s * g);
         const uint8_t *r = sub_rows(x, sh, s);
-        const float *a = x->a_hi + s * g * 2;
+        const float *a = x->a + s * g * 2;
         __m256 p0[4], p1[4];
         for (int t = 0; t < 4; t++) p0[t] = _mm256_setzero_ps(), p1[t] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n; k++) {
@@ -193,19 +150,17 @@ INL void scaled_m2(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsca
             const __m256 x0 = _mm256_broadcast_ss(a + 2 * k), x1 = _mm256_broadcast_ss(a + 2 * k + 1);
             for (int h = 0; h < 2; h++) {
                 __m256 o[2];
-                dec_half(r + k * rb, fmt, nanfix, h, 1, o);
-                p0[3 - h] = _mm256_fmadd_ps(x0, o[0], p0[3 - h]);
-                p0[1 - h] = _mm256_fmadd_ps(x0, o[1], p0[1 - h]);
-                p1[3 - h] = _mm256_fmadd_ps(x1, o[0], p1[3 - h]);
-                p1[1 - h] = _mm256_fmadd_ps(x1, o[1], p1[1 - h]);
+                ts__dec_half(r + k * rb, fmt, nanfix, h, 1, o);
+                p0[2 * h] = _mm256_fmadd_ps(x0, o[0], p0[2 * h]);
+                p0[2 * h + 1] = _mm256_fmadd_ps(x0, o[1], p0[2 * h + 1]);
+                p1[2 * h] = _mm256_fmadd_ps(x1, o[0], p1[2 * h]);
+                p1[2 * h + 1] = _mm256_fmadd_ps(x1, o[1], p1[2 * h + 1]);
             }
         }
         __m256 sb[4];
         load_sb(x, sh, s, sb);
-        for (int t = 0; t < 4; t++) {
-            promote1(x->acc + 8 * t, p0[t], unscale, x->sa[s * 2], sb[t]);
-            promote1(x->acc + W + 8 * t, p1[t], unscale, x->sa[s * 2 + 1], sb[t]);
-        }
+        promote_row(x->acc, p0, unscale, x->sa[s * 2], sb);
+        promote_row(x->acc + W, p1, unscale, x->sa[s * 2 + 1], sb);
     }
 }
 
@@ -213,7 +168,7 @@ INL void scaled_m2(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsca
 INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unscale, int R,
                     int64_t i0, int h, const uint8_t *r, int64_t s, int64_t n, int sh, int pf) {
     const int64_t m = x->m, rb = x->row_bytes;
-    const float *a = x->a_hi + s * x->g * m + i0;
+    const float *a = x->a + s * x->g * m + i0;
     __m256 p[6][2];
     for (int i = 0; i < 6; i++) p[i][0] = _mm256_setzero_ps(), p[i][1] = _mm256_setzero_ps();
     int64_t k = 0;
@@ -226,7 +181,7 @@ INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsc
             if (pf) PFX((const char *)rk + PF_AHEAD);
             for (int u = 0; u < 2; u++) {
                 __m256 o[2];
-                dec_half(rk + u * rb, fmt, nanfix, h, 0, o);
+                ts__dec_half(rk + u * rb, fmt, nanfix, h, 0, o);
                 const float *au = ak + u * m;
                 for (int i = 0; i < R; i++) {
                     const __m256 xa = _mm256_broadcast_ss(au + i);
@@ -240,17 +195,17 @@ INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsc
     for (; k < n; k++) {
         if (pf && !(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
         __m256 o[2];
-        dec_half(r + k * rb, fmt, nanfix, h, 0, o);
+        ts__dec_half(r + k * rb, fmt, nanfix, h, 0, o);
         for (int i = 0; i < R; i++) {
             const __m256 xa = _mm256_broadcast_ss(a + k * m + i);
             p[i][0] = _mm256_fmadd_ps(xa, o[0], p[i][0]);
             p[i][1] = _mm256_fmadd_ps(xa, o[1], p[i][1]);
         }
     }
-    /* h = 0: o[0] = columns 24..31, o[1] = 8..15; h = 1: 16..23, 0..7. The scales are
-     * decoded here, after the loop: kept live across it, gcc spilled a sum (R = 6: 5.2 ->
-     * 8.4 ns per row). */
-    const int c0 = h ? 16 : 24, c1 = h ? 0 : 8;
+    /* back in column order: c0 = 8h .. 8h + 7, c1 = 16 + 8h ... The scales are decoded
+     * here, after the loop: kept live across it, gcc spilled a sum (R = 6: 5.2 -> 8.4 ns per
+     * row). */
+    const int c0 = 8 * h, c1 = 16 + 8 * h;
     const uint8_t *sp = sb_ptr(x, sh, s);
     __m256 sbh[2];
     for (int t = 0; t < 2; t++) {
@@ -260,8 +215,10 @@ INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsc
     for (int i = 0; i < R; i++) {
         const float sa = x->sa[s * m + i0 + i];
         float *c = x->acc + (i0 + i) * W;
-        promote1(c + c0, p[i][0], unscale, sa, sbh[0]);
-        promote1(c + c1, p[i][1], unscale, sa, sbh[1]);
+        __m256 lo, hi;
+        ts__dec_unperm(p[i][0], p[i][1], &lo, &hi);
+        promote1(c + c0, lo, unscale, sa, sbh[0]);
+        promote1(c + c1, hi, unscale, sa, sbh[1]);
     }
 }
 
@@ -300,7 +257,7 @@ INL void scaled_many(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 uns
 INL void staged_group(const ts__gemm_dec_args *x, __m256 unscale, int R, int64_t i0, int hh,
                       const float *buf, int64_t s, int64_t n, int sh) {
     const int64_t m = x->m;
-    const float *a = x->a_hi + s * x->g * m + i0;
+    const float *a = x->a + s * x->g * m + i0;
     __m256 p[6][2];
     for (int i = 0; i < 6; i++) p[i][0] = _mm256_setzero_ps(), p[i][1] = _mm256_setzero_ps();
     const float *b = buf + 16 * hh;
@@ -327,7 +284,7 @@ INL void staged_group(const ts__gemm_dec_args *x, __m256 unscale, int R, int64_t
 }
 
 /* More than GMAX rows: each sub-block's rows are decoded once into an L1 buffer of f32 bits
- * (column order; the same bits dec_half gives, still scaled by 2^-120 / 2^-126) and every
+ * (column order; the same bits dec_half gives, still scaled by 2^-8 / 2^-14) and every
  * group of <= 6 rows runs over it, instead of decoding B again per row group: the decode
  * is paid once per panel row rather than once per 6 rows. Same products, same order per
  * column, so the same bits. */
@@ -340,14 +297,14 @@ INL void scaled_staged(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 u
         const uint8_t *r = sub_rows(x, sh, s);
         for (int64_t k = 0; k < n; k++) {
             if (!(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
-            __m256 lo[2], hi[2];
-            dec_half(r + k * rb, fmt, nanfix, 1, 0, lo); /* columns 16..23, 0..7 */
-            dec_half(r + k * rb, fmt, nanfix, 0, 0, hi); /* columns 24..31, 8..15 */
             float *d = buf + k * W;
-            _mm256_store_ps(d, lo[1]);
-            _mm256_store_ps(d + 8, hi[1]);
-            _mm256_store_ps(d + 16, lo[0]);
-            _mm256_store_ps(d + 24, hi[0]);
+            for (int h = 0; h < 2; h++) {
+                __m256 o[2], lo, hi;
+                ts__dec_half(r + k * rb, fmt, nanfix, h, 0, o);
+                ts__dec_unperm(o[0], o[1], &lo, &hi);
+                _mm256_store_ps(d + 8 * h, lo);
+                _mm256_store_ps(d + 16 + 8 * h, hi);
+            }
         }
         for (int hh = 0; hh < 2; hh++)
             for (int64_t gi = 0, i0 = 0; gi < ng; gi++) {
@@ -366,8 +323,8 @@ INL void scaled_staged(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 u
 }
 
 INL void scaled_run(const ts__gemm_dec_args *x, int fmt, int nanfix) {
-    /* p' = p * 2^(64 - 120) (e4m3) or 2^(64 - 126) (e2m1) */
-    const __m256 unscale = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p56f : 0x1p62f);
+    /* p' = p * 2^-8 (e4m3) or 2^-14 (e2m1) */
+    const __m256 unscale = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p8f : 0x1p14f);
     const int sh = sub_shift(x);
     if (x->m == 1) scaled_m1(x, fmt, nanfix, unscale, sh);
     else if (x->m == 2) scaled_m2(x, fmt, nanfix, unscale, sh);
@@ -389,25 +346,17 @@ void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, 
         }
         return;
     }
-    /* back from b * 2^-120 (e4m3) / b * 2^-126 (e2m1): exact, the results are normal or 0 */
-    const __m256 up = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p120f : 0x1p126f);
-    /* columns 16 half + 0..7 are column group t = 2 half, from dec_half h = 1, o[1] (t = 0) or
-     * o[0] (t = 2); 8..15 are t = 2 half + 1, from h = 0, o[1] (t = 1) or o[0] (t = 3) */
-    const int oi = half ? 0 : 1;
+    /* back from b * 2^-8 (e4m3) / b * 2^-14 (e2m1): exact, the decoded values are normal or 0 */
+    const __m256 up = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p8f : 0x1p14f);
     for (int64_t k = 0; k < n; k++, row += row_bytes) {
-        __m256 lo[2], hi[2];
-        if (fmt == TS_E4M3 && !nan_free) {
-            dec_half(row, TS_E4M3, 1, 1, 0, lo);
-            dec_half(row, TS_E4M3, 1, 0, 0, hi);
-        } else if (fmt == TS_E4M3) {
-            dec_half(row, TS_E4M3, 0, 1, 0, lo);
-            dec_half(row, TS_E4M3, 0, 0, 0, hi);
-        } else {
-            dec_half(row, TS_E2M1X2, 0, 1, 0, lo);
-            dec_half(row, TS_E2M1X2, 0, 0, 0, hi);
+        for (int h = 0; h < 2; h++) { /* columns 16 half + 8h .. 16 half + 8h + 7 */
+            __m256 o[2], c[2];
+            if (fmt == TS_E4M3 && !nan_free) ts__dec_half(row, TS_E4M3, 1, h, 0, o);
+            else if (fmt == TS_E4M3) ts__dec_half(row, TS_E4M3, 0, h, 0, o);
+            else ts__dec_half(row, TS_E2M1X2, 0, h, 0, o);
+            ts__dec_unperm(o[0], o[1], &c[0], &c[1]);
+            _mm256_storeu_ps(dst + k * ld + 8 * h, _mm256_mul_ps(c[half], up));
         }
-        _mm256_storeu_ps(dst + k * ld, _mm256_mul_ps(lo[oi], up));
-        _mm256_storeu_ps(dst + k * ld + 8, _mm256_mul_ps(hi[oi], up));
     }
 }
 
