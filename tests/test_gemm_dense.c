@@ -340,17 +340,18 @@ TS_TEST(gemm_isa_and_threads_bitwise) {
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
         TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
         TS_CHECK_STATUS(run_nt(&a, &b, ref, TS_F32, NULL), TS_OK);
-        const ts_isa isas[2] = {TS_ISA_GENERIC, TS_ISA_AVX2};
+        int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
         const int ths[4] = {1, 2, 3, 7};
-        for (int i = 0; i < 2; i++) {
-            if (ts_set_isa(isas[i]) != TS_OK) continue; /* no AVX2 here */
+        for (int i = 0; i < nisa; i++) {
+            if (ts_set_isa((ts_isa)isas[i]) != TS_OK) continue; /* no AVX2 here */
             for (int t = 0; t < 4; t++) {
                 TS_CHECK_STATUS(ts_set_num_threads(ths[t]), TS_OK);
                 memset(d, 0, (size_t)(M * N) * 4);
                 TS_CHECK_STATUS(run_nt(&a, &b, d, TS_F32, NULL), TS_OK);
                 TS_CHECK_MSG(memcmp(d, ref, (size_t)(M * N) * 4) == 0,
                              "case %zu isa %s threads %d differs from generic/1", c,
-                             ts_isa_name(isas[i]), ths[t]);
+                             ts_isa_name((ts_isa)isas[i]), ths[t]);
             }
         }
         free(ref), free(d);

@@ -232,15 +232,16 @@ TS_TEST(gemm_hc_prenorm_oracle_and_splits) {
     /* ISA paths x threads: the same bits. */
     const ts_isa isa0 = ts_get_isa();
     const int th0 = ts_get_num_threads();
-    const ts_isa isas[2] = {TS_ISA_GENERIC, TS_ISA_AVX2};
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
     const int ths[3] = {1, 2, 7};
     float *d2 = (float *)malloc((size_t)(3 * M * N) * 4), *s2 = (float *)malloc((size_t)(3 * M) * 4);
     float *d3 = (float *)malloc((size_t)(3 * M * N) * 4), *s3 = (float *)malloc((size_t)(3 * M) * 4);
     ts_tensor t2 = ts_tensor_3d(d2, TS_F32, 3, M, N), u2 = ts_tensor_2d(s2, TS_F32, 3, M);
     ts_tensor t3 = ts_tensor_3d(d3, TS_F32, 3, M, N), u3 = ts_tensor_2d(s3, TS_F32, 3, M);
     TS_CHECK_STATUS(ts_tf32_hc_prenorm_gemm(&ta, &tb, &t2, &u2, 3), TS_OK);
-    for (int i = 0; i < 2; i++) {
-        if (ts_set_isa(isas[i]) != TS_OK) continue;
+    for (int i = 0; i < nisa; i++) {
+        if (ts_set_isa((ts_isa)isas[i]) != TS_OK) continue;
         for (int t = 0; t < 3; t++) {
             ts_set_num_threads(ths[t]);
             TS_CHECK_STATUS(ts_tf32_hc_prenorm_gemm(&ta, &tb, &t3, &u3, 3), TS_OK);

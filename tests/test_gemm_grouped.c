@@ -546,21 +546,22 @@ TS_TEST(gemm_grouped_isa_and_threads_bitwise) {
     TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
     TS_CHECK_STATUS(mp_contig(&mp, false, ref, TS_F32, lay, M, false, false), TS_OK);
     TS_CHECK_STATUS(kp_run(&kp, kref, true), TS_OK);
-    const ts_isa isas[2] = {TS_ISA_GENERIC, TS_ISA_AVX2};
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
     const int ths[4] = {1, 2, 3, 7};
-    for (int i = 0; i < 2; i++) {
-        if (ts_set_isa(isas[i]) != TS_OK) continue;
+    for (int i = 0; i < nisa; i++) {
+        if (ts_set_isa((ts_isa)isas[i]) != TS_OK) continue;
         for (int t = 0; t < 4; t++) {
             TS_CHECK_STATUS(ts_set_num_threads(ths[t]), TS_OK);
             free(d);
             d = canary_f32(M * N);
             TS_CHECK_STATUS(mp_contig(&mp, false, d, TS_F32, lay, M, false, false), TS_OK);
             TS_CHECK_MSG(memcmp(d, ref, (size_t)(M * N) * 4) == 0, "m-grouped: isa %s threads %d",
-                         ts_isa_name(isas[i]), ths[t]);
+                         ts_isa_name((ts_isa)isas[i]), ths[t]);
             memset(kd, 0, (size_t)(3 * 40 * 50) * 4);
             TS_CHECK_STATUS(kp_run(&kp, kd, true), TS_OK);
             TS_CHECK_MSG(memcmp(kd, kref, (size_t)(3 * 40 * 50) * 4) == 0,
-                         "k-grouped: isa %s threads %d", ts_isa_name(isas[i]), ths[t]);
+                         "k-grouped: isa %s threads %d", ts_isa_name((ts_isa)isas[i]), ths[t]);
         }
     }
     free(ref), free(d), free(kref), free(kd);

@@ -166,10 +166,11 @@ static void check_dense_x(ts_test_ctx *ts_t_, enum rkind kind, int64_t n, int64_
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
         TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
         TS_CHECK_STATUS(dense(&p, m, NULL, ref), TS_OK);
-        const ts_isa isas[2] = {TS_ISA_GENERIC, TS_ISA_AVX2};
+        int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
         const int ths[4] = {1, 2, 3, 7};
-        for (int i = 0; i < 2; i++) {
-            if (ts_set_isa(isas[i]) != TS_OK) continue;
+        for (int i = 0; i < nisa; i++) {
+            if (ts_set_isa((ts_isa)isas[i]) != TS_OK) continue;
             for (int t = 0; t < 4; t++) {
                 if (m > 16 && t > 1) continue; /* threads are covered at the smaller M and in test_gemm_dense.c */
                 TS_CHECK_STATUS(ts_set_num_threads(ths[t]), TS_OK);

@@ -16,6 +16,22 @@ void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, .
     va_end(ap);
 }
 
+int ts_test_isas(int out[]) {
+    static int reported[TS_ISA_COUNT_];
+    const ts_isa saved = ts_get_isa();
+    int n = 0;
+    for (int i = 0; i < TS_ISA_COUNT_; i++) {
+        if (ts_set_isa((ts_isa)i) == TS_OK) {
+            out[n++] = i;
+        } else if (!reported[i]) {
+            reported[i] = 1;
+            printf("skip isa %s: %s\n", ts_isa_name((ts_isa)i), ts_last_error());
+        }
+    }
+    ts_set_isa(saved);
+    return n;
+}
+
 void *ts_test_read_golden(ts_test_ctx *t, const char *name, size_t *size) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", TS_GOLDEN_DIR, name);

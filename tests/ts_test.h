@@ -56,4 +56,9 @@ void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, .
 void *ts_test_read_golden(ts_test_ctx *t, const char *name, size_t *size);
 #define TS_READ_GOLDEN(name, sizep) ts_test_read_golden(ts_t_, (name), (sizep))
 
+/* The ISA paths this build and CPU can run, generic first (out has TS_ISA_COUNT_ slots);
+ * returns their count. Each path it cannot run is printed once per test binary, by name
+ * ("skip isa avx512: ..."), so a log shows what a machine did not cover. */
+int ts_test_isas(int out[]);
+
 #endif

@@ -3,6 +3,9 @@
 #include "gemm/gemm_kernels.h"
 
 const ts__gemm_kernels *ts__gemm_select_kernels(void) {
+#if defined(TS_HAVE_AVX512_KERNELS)
+    if (ts__active_isa() == TS_ISA_AVX512) return &ts__gemm_kernels_avx512;
+#endif
 #if defined(TS_HAVE_AVX2_KERNELS)
     ts_isa isa = ts__active_isa();
     if (isa == TS_ISA_AVX2 || isa == TS_ISA_AVX512) return &ts__gemm_kernels_avx2;

@@ -22,6 +22,14 @@ typedef void (*ts__gemm_ukr_scaled_fn)(int64_t kc, int64_t g, const float *ap, c
                                        const float *sa, const float *sb, float *acc);
 /* Plain: acc = fmaf(a_k, b_k, acc) for k ascending over kc values. */
 typedef void (*ts__gemm_ukr_plain_fn)(int64_t kc, const float *ap, const float *bp, float *acc);
+/* The same for two horizontally adjacent tiles sharing the A micro-panel: B micro-panels bp0
+ * / bp1, their scales sb0 / sb1 and accumulators acc0 / acc1 (ISAs whose vectors hold a whole
+ * 16-column tile row; NULL elsewhere). */
+typedef void (*ts__gemm_ukr_scaled2_fn)(int64_t kc, int64_t g, const float *ap, const float *bp0,
+                                        const float *bp1, const float *sa, const float *sb0,
+                                        const float *sb1, float *acc0, float *acc1);
+typedef void (*ts__gemm_ukr_plain2_fn)(int64_t kc, const float *ap, const float *bp0,
+                                       const float *bp1, float *acc0, float *acc1);
 
 /* Decode (small-M) kernel: one panel of TS__GEMM_DW = 32 output columns, rows i < m (m <= TS__GEMM_SMALL_M),
  * over `len` K values.
@@ -61,11 +69,16 @@ typedef struct ts__gemm_kernels {
     ts__gemm_ukr_scaled_fn scaled; /* MR x NR */
     ts__gemm_ukr_plain_fn plain;   /* MR x NR */
     ts__gemm_dec_fn decode;        /* 32-column panel, m <= 16 */
+    ts__gemm_ukr_scaled2_fn scaled2; /* MR x 2 NR, or NULL */
+    ts__gemm_ukr_plain2_fn plain2;   /* MR x 2 NR, or NULL */
 } ts__gemm_kernels;
 
 extern const ts__gemm_kernels ts__gemm_kernels_generic;
 #if defined(TS_HAVE_AVX2_KERNELS)
 extern const ts__gemm_kernels ts__gemm_kernels_avx2;
+#endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+extern const ts__gemm_kernels ts__gemm_kernels_avx512;
 #endif
 
 #if defined(TS_HAVE_AVX2_KERNELS)

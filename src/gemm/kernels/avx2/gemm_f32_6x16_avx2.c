@@ -3,6 +3,8 @@
  * exactly the scalar fmaf chain of the generic kernel: the bits match. */
 #include "gemm/gemm_kernels.h"
 
+#include <stddef.h>
+
 #include <immintrin.h>
 
 enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
@@ -113,4 +115,6 @@ const ts__gemm_kernels ts__gemm_kernels_avx2 = {
     ts__gemm_f32_6x16_scaled__avx2,
     ts__gemm_f32_6x16_plain__avx2,
     ts__gemm_decode_32__avx2,
+    NULL, /* no 2-tile kernels: a ymm is half a tile row */
+    NULL,
 };

@@ -1,6 +1,8 @@
 /* Portable reference micro-kernels: the canonical order written out in scalar C. */
 #include "gemm/gemm_kernels.h"
 
+#include <stddef.h>
+
 #include <math.h>
 
 enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
@@ -40,4 +42,6 @@ const ts__gemm_kernels ts__gemm_kernels_generic = {
     ts__gemm_f32_6x16_scaled__generic,
     ts__gemm_f32_6x16_plain__generic,
     ts__gemm_decode_32__generic,
+    NULL, /* no 2-tile kernels: a ymm is half a tile row */
+    NULL,
 };

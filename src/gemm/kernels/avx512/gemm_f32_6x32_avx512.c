@@ -1,0 +1,150 @@
+/* AVX-512 f32 micro-kernels. The driver's tiles stay 6 x 16 (TS__GEMM_MR x TS__GEMM_NR) and so
+ * do its packed panels; a zmm holds one 16-column row of a tile, so the main kernels take two
+ * horizontally adjacent tiles at once (6 x 32: 12 zmm accumulators, enough independent chains
+ * to cover the FMA latency on two ports, against 6 for a lone 6 x 16 tile), reading the two B
+ * micro-panels side by side and one broadcast of A for both. A lone tile (an odd tile count)
+ * takes the 6 x 16 version. Lanes run across N only, so each lane performs exactly the scalar
+ * fmaf chain of the generic kernel: the bits match every other path. */
+#include "gemm/gemm_kernels.h"
+
+#include <immintrin.h>
+
+enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
+
+/* The first K value of a block is a multiply (see gemm_f32_6x16_avx2.c: a*b is exact and
+ * equals fmaf(a, b, +0) but for the sign of a zero, which never reaches D). */
+#define ROW_MUL2(i)                                     \
+    do {                                                \
+        const __m512 ai = _mm512_set1_ps(a[i]);         \
+        p##i##0 = _mm512_mul_ps(ai, b0);                \
+        p##i##1 = _mm512_mul_ps(ai, b1);                \
+    } while (0)
+#define ROW_FMA2(i)                                     \
+    do {                                                \
+        const __m512 ai = _mm512_set1_ps(a[i]);         \
+        p##i##0 = _mm512_fmadd_ps(ai, b0, p##i##0);     \
+        p##i##1 = _mm512_fmadd_ps(ai, b1, p##i##1);     \
+    } while (0)
+#define ROWS2(OP) OP(0); OP(1); OP(2); OP(3); OP(4); OP(5)
+
+/* The driver walks accumulator tiles in memory order and an item's accumulator is larger
+ * than L2: fetch the next tile (6 lines) while this one's FMAs run (as the AVX2 kernels do). */
+#define PREFETCH_NEXT_TILE(acc)                                                   \
+    do {                                                                          \
+        for (int q_ = 0; q_ < MR * NR; q_ += 16)                                  \
+            _mm_prefetch((const char *)((acc) + MR * NR + q_), _MM_HINT_T0);      \
+    } while (0)
+
+/* acc row i += p * (sa[i] * sb): the scale product rounded to f32 first (canonical order). */
+#define ROW_PROMOTE2(i)                                                                        \
+    do {                                                                                       \
+        const __m512 si = _mm512_set1_ps(sai[i]);                                              \
+        _mm512_store_ps(c0 + (i) * NR, _mm512_fmadd_ps(p##i##0, _mm512_mul_ps(si, sb0),        \
+                                                       _mm512_load_ps(c0 + (i) * NR)));        \
+        _mm512_store_ps(c1 + (i) * NR, _mm512_fmadd_ps(p##i##1, _mm512_mul_ps(si, sb1),        \
+                                                       _mm512_load_ps(c1 + (i) * NR)));        \
+    } while (0)
+
+static void f32_6x32_scaled(int64_t kc, int64_t g, const float *ap, const float *bp0,
+                            const float *bp1, const float *sa, const float *sb0p,
+                            const float *sb1p, float *acc0, float *acc1) {
+    PREFETCH_NEXT_TILE(acc0);
+    PREFETCH_NEXT_TILE(acc1);
+    for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
+        const int64_t len = kc - k0 < g ? kc - k0 : g;
+        const float *a = ap + k0 * MR, *x0 = bp0 + k0 * NR, *x1 = bp1 + k0 * NR;
+        __m512 p00, p01, p10, p11, p20, p21, p30, p31, p40, p41, p50, p51;
+        {
+            const __m512 b0 = _mm512_load_ps(x0), b1 = _mm512_load_ps(x1);
+            ROWS2(ROW_MUL2);
+            a += MR, x0 += NR, x1 += NR;
+        }
+#pragma GCC unroll 4
+        for (int64_t k = 1; k < len; k++, a += MR, x0 += NR, x1 += NR) {
+            const __m512 b0 = _mm512_load_ps(x0), b1 = _mm512_load_ps(x1);
+            ROWS2(ROW_FMA2);
+        }
+        const float *sai = sa + blk * MR;
+        const __m512 sb0 = _mm512_loadu_ps(sb0p + blk * NR), sb1 = _mm512_loadu_ps(sb1p + blk * NR);
+        /* the tiles' addresses hidden from gcc, which otherwise keeps them in stack copies
+         * across blocks (as in the AVX2 kernel) */
+        float *c0 = acc0, *c1 = acc1;
+        __asm__("" : "+r"(c0), "+r"(c1));
+        ROWS2(ROW_PROMOTE2);
+    }
+}
+
+static void f32_6x32_plain(int64_t kc, const float *ap, const float *bp0, const float *bp1,
+                           float *acc0, float *acc1) {
+    PREFETCH_NEXT_TILE(acc0);
+    PREFETCH_NEXT_TILE(acc1);
+#define LOAD2(i) __m512 p##i##0 = _mm512_load_ps(acc0 + (i) * NR), p##i##1 = _mm512_load_ps(acc1 + (i) * NR)
+    LOAD2(0); LOAD2(1); LOAD2(2); LOAD2(3); LOAD2(4); LOAD2(5);
+#undef LOAD2
+    const float *a = ap, *x0 = bp0, *x1 = bp1;
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; k++, a += MR, x0 += NR, x1 += NR) {
+        const __m512 b0 = _mm512_load_ps(x0), b1 = _mm512_load_ps(x1);
+        ROWS2(ROW_FMA2);
+    }
+#define STORE2(i) _mm512_store_ps(acc0 + (i) * NR, p##i##0), _mm512_store_ps(acc1 + (i) * NR, p##i##1)
+    STORE2(0); STORE2(1); STORE2(2); STORE2(3); STORE2(4); STORE2(5);
+#undef STORE2
+}
+
+/* ---- one 6 x 16 tile (the odd one out) */
+
+#define ROW_MUL1(i) p##i = _mm512_mul_ps(_mm512_set1_ps(a[i]), b)
+#define ROW_FMA1(i) p##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b, p##i)
+
+static void f32_6x16_scaled(int64_t kc, int64_t g, const float *ap, const float *bp,
+                            const float *sa, const float *sb, float *acc) {
+    PREFETCH_NEXT_TILE(acc);
+    for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
+        const int64_t len = kc - k0 < g ? kc - k0 : g;
+        const float *a = ap + k0 * MR, *x = bp + k0 * NR;
+        __m512 p0, p1, p2, p3, p4, p5;
+        {
+            const __m512 b = _mm512_load_ps(x);
+            ROWS2(ROW_MUL1);
+            a += MR, x += NR;
+        }
+#pragma GCC unroll 4
+        for (int64_t k = 1; k < len; k++, a += MR, x += NR) {
+            const __m512 b = _mm512_load_ps(x);
+            ROWS2(ROW_FMA1);
+        }
+        const float *sai = sa + blk * MR;
+        const __m512 sbv = _mm512_loadu_ps(sb + blk * NR);
+        float *c = acc;
+        __asm__("" : "+r"(c));
+#define PROMOTE1(i)                                                                             \
+    _mm512_store_ps(c + (i) * NR, _mm512_fmadd_ps(p##i, _mm512_mul_ps(_mm512_set1_ps(sai[i]), sbv), \
+                                                  _mm512_load_ps(c + (i) * NR)))
+        ROWS2(PROMOTE1);
+#undef PROMOTE1
+    }
+}
+
+static void f32_6x16_plain(int64_t kc, const float *ap, const float *bp, float *acc) {
+    PREFETCH_NEXT_TILE(acc);
+    __m512 p0 = _mm512_load_ps(acc), p1 = _mm512_load_ps(acc + NR), p2 = _mm512_load_ps(acc + 2 * NR),
+           p3 = _mm512_load_ps(acc + 3 * NR), p4 = _mm512_load_ps(acc + 4 * NR),
+           p5 = _mm512_load_ps(acc + 5 * NR);
+    const float *a = ap, *x = bp;
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; k++, a += MR, x += NR) {
+        const __m512 b = _mm512_load_ps(x);
+        ROWS2(ROW_FMA1);
+    }
+    _mm512_store_ps(acc, p0), _mm512_store_ps(acc + NR, p1), _mm512_store_ps(acc + 2 * NR, p2);
+    _mm512_store_ps(acc + 3 * NR, p3), _mm512_store_ps(acc + 4 * NR, p4), _mm512_store_ps(acc + 5 * NR, p5);
+}
+
+void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x);
+
+/* The decode (small-M) kernel is the AVX2 one: it streams the weight from DRAM at M = 1..2
+ * and is bound by that, not by the vector width. */
+const ts__gemm_kernels ts__gemm_kernels_avx512 = {
+    "avx512", f32_6x16_scaled, f32_6x16_plain, ts__gemm_decode_32__avx2, f32_6x32_scaled, f32_6x32_plain,
+};
