@@ -340,10 +340,10 @@ TS_TEST(gemm_isa_and_threads_bitwise) {
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
         TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
         TS_CHECK_STATUS(run_nt(&a, &b, ref, TS_F32, NULL), TS_OK);
-        const ts_isa isas[2] = {TS_ISA_GENERIC, TS_ISA_AVX2};
+        const ts_isa isas[3] = {TS_ISA_GENERIC, TS_ISA_AVX2, TS_ISA_AVX512};
         const int ths[4] = {1, 2, 3, 7};
-        for (int i = 0; i < 2; i++) {
-            if (ts_set_isa(isas[i]) != TS_OK) continue; /* no AVX2 here */
+        for (int i = 0; i < 3; i++) {
+            if (ts_set_isa(isas[i]) != TS_OK) continue; /* no such path here */
             for (int t = 0; t < 4; t++) {
                 TS_CHECK_STATUS(ts_set_num_threads(ths[t]), TS_OK);
                 memset(d, 0, (size_t)(M * N) * 4);
