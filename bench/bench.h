@@ -18,7 +18,11 @@
 
 typedef struct ts__machine {
     int threads;
-    double fma_peak_gflops; /* FP32, all `threads` together */
+    ts_isa isa;             /* the kernel path fma_peak_gflops belongs to: the one in use */
+    double fma_peak_gflops; /* FP32, all `threads` together, on the `isa` path's widest FMA */
+    /* Each path's own FP32 peak (generic C, 12 ymm chains, 24 zmm chains); 0 where the path
+     * cannot run here. A row is judged on the peak of the path that ran it. */
+    double fma_peak_isa_gflops[TS_ISA_COUNT_];
     double dram_read_gbps;  /* read-only reduction over a buffer >= 8x L3 */
     double l3_read_gbps;    /* read-only, ~half of L3 in all */
     double l2_read_gbps;    /* read-only, ~half of L2 per thread */
@@ -26,7 +30,10 @@ typedef struct ts__machine {
 } ts__machine;
 
 /* Probe once per thread count per process (cached); `quick` shortens every probe. Never NULL:
- * a failed allocation leaves the affected bandwidths at 0. */
+ * a failed allocation leaves the affected bandwidths at 0. The figures are the ones of the
+ * ISA path in use at the call (ts_get_isa()): every runnable path's FMA peak is probed once,
+ * and `isa` / `fma_peak_gflops` name the active one, so a row timed after ts_set_isa is judged
+ * on its own path's peak. */
 const ts__machine *ts__probe_machine(int threads, bool quick);
 
 /* Kernels of the probes; the avx2 ones live in bench/avx2/ (compiled with -mavx2 -mfma). Each
@@ -36,6 +43,26 @@ float ts__probe_read_generic(const void *p, size_t bytes); /* bytes % 256 == 0 *
 #ifdef TS_HAVE_AVX2_KERNELS
 float ts__probe_fma_avx2(int64_t iters);             /* 12 ymm chains: 192 flops/iteration */
 float ts__probe_read_avx2(const void *p, size_t bytes);    /* 32-byte aligned, bytes % 256 == 0 */
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+#define TS__PROBE_ZMM_CHAINS 24
+float ts__probe_fma_avx512(int64_t iters);           /* 24 zmm chains: 768 flops/iteration */
+#endif
+
+/* ---- peers: the oneDNN matmul baseline (bench/baseline_dnnl.c, built with TS_HAVE_DNNL) ---- */
+#ifdef TS_HAVE_DNNL
+typedef struct ts__dnnl_mm ts__dnnl_mm;
+/* D[m, n] = A[m, k] · B_i[n, k]ᵀ, all f32 or all bf16 (f32 accumulation), row-major; each
+ * call uses the next of the ncopies weight copies. Created for `threads` (the primitive's
+ * parallelisation depends on it). NULL with the reason in why when oneDNN refuses. */
+ts__dnnl_mm *ts__dnnl_mm_create(int64_t m, int64_t n, int64_t k, bool bf16, void *a,
+                                void *const *b, int ncopies, void *d, int threads, char *why,
+                                size_t cap);
+ts_status ts__dnnl_mm_run(void *ctx); /* ctx: a ts__dnnl_mm */
+const char *ts__dnnl_mm_impl(const ts__dnnl_mm *p); /* e.g. "brg:avx512_core" */
+void ts__dnnl_mm_destroy(ts__dnnl_mm *p);
+bool ts__dnnl_set_threads(int threads); /* before timing: the count the primitive was made for */
+void ts__dnnl_version(char *buf, size_t cap);
 #endif
 
 /* ---- timing (bench/bench.c) ---- */
@@ -82,8 +109,19 @@ typedef struct ts__bench_row {
     double flops; /* per call; 0 when not a compute kernel */
     double bytes; /* per call, as the roofline counts them; 0 if not applicable */
     ts__roof roof;
+    /* Bytes the calls stream through in turn (every weight copy a row rotates over, plus what
+     * each call touches besides); 0: `bytes` (one call's set, re-read by the next). A dram_read
+     * or memcpy row whose set fits in 2 x L3 is re-read from the cache, so the harness judges
+     * it on l3_read instead (ts__bench_roof) unless roof_fixed. */
+    double set_bytes;
+    bool roof_fixed; /* the suite's roofline stands whatever the set (e.g. EP's memcpy share) */
     const char *baseline;    /* NULL if none */
     double baseline_seconds; /* median per call of the baseline */
+    /* Every baseline timed for the row (the strongest of them is `baseline`), for the JSON's
+     * "baselines" object; nbaselines = 0 when the row has only `baseline`. */
+    int nbaselines;
+    const char *baseline_names[4];
+    double baseline_all_seconds[4];
 } ts__bench_row;
 
 typedef struct ts__bench_opts {
@@ -101,6 +139,17 @@ void ts__bench_report(const ts__bench_opts *opts, const ts__bench_row *row);
 void ts__bench_report_error(const ts__bench_opts *opts, const ts__bench_row *row,
                             const char *why);
 void ts__bench_print_machine(FILE *f, const ts__machine *m);
+/* The other runnable paths' peaks, e.g. "avx2 70.3, generic 23.1" ("" if none). */
+void ts__bench_machine_peaks(char *buf, size_t cap, const ts__machine *m);
+
+/* The roofline a row is judged on: its own, except that a dram_read / memcpy row whose set
+ * (set_bytes, else bytes) is at most 2 x L3 (ts_cpu_info.l3_bytes, 32 MiB if unknown) becomes
+ * l3_read: a buffer that fits in L3 and is re-read is not a DRAM measurement. */
+ts__roof ts__bench_roof(const ts__bench_row *row);
+/* What a row must stream to be a DRAM measurement here: 2 x L3 in all. */
+double ts__bench_dram_set_bytes(void);
+/* Copies of a `per_copy`-byte working set needed to stream more than 2 x L3 (>= 1, <= max). */
+int ts__bench_dram_copies(double per_copy, int max);
 
 /* Derived figures (also used by `tilestack demo`). */
 double ts__row_gbps(const ts__bench_row *row);

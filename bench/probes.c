@@ -3,6 +3,7 @@
  * barrier; the figure is the best of a few repetitions after one warm-up, because a probe
  * estimates a ceiling, not a typical run. */
 #include "bench.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -18,7 +19,8 @@ typedef enum probe_kind { PROBE_FMA, PROBE_READ, PROBE_MEMCPY } probe_kind;
 typedef struct probe_job {
     probe_kind kind;
     int threads, reps;
-    bool avx2;
+    bool avx2;               /* READ: the ymm reduction */
+    ts_isa fma_isa;          /* FMA: whose chains (generic C, ymm, zmm) */
     int64_t fma_iters;       /* per thread per repetition */
     const char *src;         /* READ / MEMCPY: thread t uses [t*slice, (t+1)*slice) */
     char *dst;
@@ -87,8 +89,11 @@ static void *probe_worker(void *p) {
         if (tid == 0) j->t0 = ts__now_s();
         switch (j->kind) {
         case PROBE_FMA:
+#ifdef TS_HAVE_AVX512_KERNELS
+            if (j->fma_isa == TS_ISA_AVX512) { sink += ts__probe_fma_avx512(j->fma_iters); break; }
+#endif
 #ifdef TS_HAVE_AVX2_KERNELS
-            if (j->avx2) { sink += ts__probe_fma_avx2(j->fma_iters); break; }
+            if (j->fma_isa == TS_ISA_AVX2) { sink += ts__probe_fma_avx2(j->fma_iters); break; }
 #endif
             sink += ts__probe_fma_generic(j->fma_iters);
             break;
@@ -187,13 +192,59 @@ static double read_gbps(int threads, bool avx2, const char *buf, size_t slice, i
     return s > 0 ? (double)slice * passes * threads / s * 1e-9 : 0;
 }
 
+/* Flops per iteration of each path's FMA probe kernel; 0 where this build has none. */
+static double fma_flops_per_iter(ts_isa isa) {
+    switch (isa) {
+    case TS_ISA_GENERIC: return 64.0 * 2;
+#ifdef TS_HAVE_AVX2_KERNELS
+    case TS_ISA_AVX2: return 12.0 * 8 * 2;
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+    case TS_ISA_AVX512: return TS__PROBE_ZMM_CHAINS * 16.0 * 2;
+#endif
+    default: return 0;
+    }
+}
+
+/* One path's FP32 FMA peak at `threads`, GFLOP/s; 0 if the path cannot run here (its probe
+ * kernel would fault) or has no probe kernel. */
+static double fma_peak(ts_isa isa, int threads, int reps, bool quick) {
+    const double fpi = fma_flops_per_iter(isa);
+    if (fpi <= 0 || !ts__isa_runnable(isa)) return 0;
+    probe_job j;
+    memset(&j, 0, sizeof j);
+    j.kind = PROBE_FMA;
+    j.threads = threads;
+    j.reps = reps;
+    j.fma_isa = isa;
+    /* ~30-50 ms (quick) or ~100-150 ms per repetition at the path's speed: the generic chains
+     * run at a fraction of the ymm rate (a third of the work), zmm at about twice (twice). */
+    const double flops = (quick ? 3e9 : 1e10) * (isa == TS_ISA_GENERIC ? 1.0 / 3 : 1.0) *
+                         (isa == TS_ISA_AVX512 ? 2.0 : 1.0);
+    j.fma_iters = (int64_t)(flops / fpi);
+    double s = probe_run(&j);
+    return s > 0 ? fpi * (double)j.fma_iters * threads / s * 1e-9 : 0;
+}
+
+/* Probed figures per thread count (every path's peak), and the per-path views handed out. */
 static ts__machine g_cache[TS__PROBE_MAX_THREADS + 1];
 static bool g_cached[TS__PROBE_MAX_THREADS + 1];
+static ts__machine g_view[TS_ISA_COUNT_][TS__PROBE_MAX_THREADS + 1];
+
+static const ts__machine *view(int threads) {
+    ts_isa isa = ts_get_isa();
+    if ((unsigned)isa >= TS_ISA_COUNT_) isa = TS_ISA_GENERIC;
+    ts__machine *v = &g_view[isa][threads];
+    *v = g_cache[threads];
+    v->isa = isa;
+    v->fma_peak_gflops = v->fma_peak_isa_gflops[isa];
+    return v;
+}
 
 const ts__machine *ts__probe_machine(int threads, bool quick) {
     if (threads < 1) threads = 1;
     if (threads > TS__PROBE_MAX_THREADS) threads = TS__PROBE_MAX_THREADS;
-    if (g_cached[threads]) return &g_cache[threads];
+    if (g_cached[threads]) return view(threads);
 
     ts__machine *m = &g_cache[threads];
     memset(m, 0, sizeof *m);
@@ -206,19 +257,11 @@ const ts__machine *ts__probe_machine(int threads, bool quick) {
     /* Threads may all share one L3 instance (one CCX): size the L3 probe for one instance. */
     const size_t l3_one = (ci && ci->l3_instance_bytes > 0) ? (size_t)ci->l3_instance_bytes : l3;
 
-    /* FMA: ~30 ms (quick) or ~100 ms per repetition at ~3 GHz. */
-    {
-        probe_job j;
-        memset(&j, 0, sizeof j);
-        j.kind = PROBE_FMA;
-        j.threads = threads;
-        j.reps = reps;
-        j.avx2 = avx2;
-        const double flops_per_iter = avx2 ? 12.0 * 8 * 2 : 64.0 * 2;
-        j.fma_iters = (int64_t)((quick ? 3e9 : 1e10) / flops_per_iter);
-        double s = probe_run(&j);
-        if (s > 0) m->fma_peak_gflops = flops_per_iter * (double)j.fma_iters * threads / s * 1e-9;
-    }
+    /* FMA: every runnable path's own peak. Each probe's warm-up repetition (tens of ms) also
+     * lets the core settle at the clock its instruction mix gets (Intel cores lower it for
+     * heavy zmm work), so the order of the paths does not matter. */
+    for (int i = TS_ISA_COUNT_ - 1; i >= 0; i--)
+        m->fma_peak_isa_gflops[i] = fma_peak((ts_isa)i, threads, reps, quick);
 
     /* DRAM: >= 8x L3 in all so no cache level holds a meaningful part of it. */
     size_t dram = l3 * 8;
@@ -250,5 +293,5 @@ const ts__machine *ts__probe_machine(int threads, bool quick) {
         m->l2_read_gbps = read_gbps(threads, avx2, big, s2, passes, reps);
     }
     g_cached[threads] = true;
-    return m;
+    return view(threads);
 }

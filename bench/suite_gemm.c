@@ -15,6 +15,9 @@
  *            the plain [N, K] weight ("decode plain").
  * Recipes: FP8 = e4m3 x e4m3 with f32 scales (1, 128, 128); FP8xFP4 = e4m3 A (1, 128) x
  * packed e2m1 B (1, 32), packed ue8m0 scales (the SM100 route); BF16 = plain bf16.
+ * Peers: besides OpenBLAS, oneDNN's f32 and bf16 matmul on the same values when the build
+ * found oneDNN (TS_HAVE_DNNL); each row's ratio is against the strongest (fastest) baseline
+ * timed for its shape and thread count, and the JSON lists them all.
  * TS_BENCH_FILTER=substring keeps only the rows whose "name shape" contains it. */
 #include "bench.h"
 
@@ -87,7 +90,9 @@ static void *balloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(si
 
 /* ---- one problem: operands for a kind, with `ncopies` copies of the weights ---- */
 
-#define MAX_COPIES 16
+/* Enough for 2 x L3 of the smallest decode weight (FP4 [2112, 7168], 7.6 MiB) on a 260 MiB
+ * L3; rows that still fit in 2 x L3 are judged on l3_read (ts__bench_roof). */
+#define MAX_COPIES 72
 
 typedef struct gemm_problem {
     gemm_kind kind;
@@ -217,18 +222,45 @@ static ts_status run_problem(void *ctx) {
     }
 }
 
-/* ---- the OpenBLAS baseline: f32 copies of the operands' values ---- */
+/* ---- the baselines: f32 copies of the operands' values (OpenBLAS, oneDNN f32), and bf16
+ * copies of them (oneDNN bf16; e4m3 / e2m1 / bf16 values are exact in bf16) ---- */
 
 typedef struct blas_problem {
     int64_t m, n, k;
     int ncopies, next;
     float *a, *c, *b[MAX_COPIES];
+    int ncopies16;
+    uint16_t *a16, *c16, *b16[MAX_COPIES]; /* NULL: no bf16 peer */
 } blas_problem;
 
 static void blas_free(blas_problem *p) {
-    free(p->a), free(p->c);
+    free(p->a), free(p->c), free(p->a16), free(p->c16);
     for (int i = 0; i < p->ncopies; i++) free(p->b[i]);
+    for (int i = 0; i < p->ncopies16; i++) free(p->b16[i]);
     memset(p, 0, sizeof *p);
+}
+
+/* bf16 copies of bp's f32 operands, spanning min_total_bytes like the f32 ones. */
+static bool blas_init_bf16(blas_problem *bp, int max_copies, double min_total_bytes) {
+    const int64_t mk = bp->m * bp->k, nk = bp->n * bp->k;
+    bp->ncopies16 = 1;
+    while (bp->ncopies16 < max_copies && (double)bp->ncopies16 * 2.0 * (double)nk < min_total_bytes)
+        bp->ncopies16++;
+    bp->a16 = balloc((size_t)mk * 2);
+    bp->c16 = balloc((size_t)(bp->m * bp->n) * 2);
+    bool ok = bp->a16 && bp->c16 && ts_convert(bp->a, TS_F32, bp->a16, TS_BF16, mk) == TS_OK;
+    for (int i = 0; i < bp->ncopies16 && ok; i++) {
+        ok = (bp->b16[i] = balloc((size_t)nk * 2)) != NULL;
+        ok = ok && ts_convert(bp->b[i % bp->ncopies], TS_F32, bp->b16[i], TS_BF16, nk) == TS_OK;
+    }
+    if (!ok) {
+        free(bp->a16), free(bp->c16);
+        for (int i = 0; i < bp->ncopies16; i++) free(bp->b16[i]);
+        bp->a16 = bp->c16 = NULL;
+        memset(bp->b16, 0, sizeof bp->b16);
+        bp->ncopies16 = 0;
+    }
+    return ok;
 }
 
 /* The values of src's A and weight copies (unscaled: the time does not depend on them); the
@@ -286,20 +318,97 @@ typedef struct gemm_env {
     int failures;
 } gemm_env;
 
-/* Median time of the OpenBLAS baseline at `threads`, or 0 when it is unavailable. */
-static double time_blas(const gemm_env *env, blas_problem *bp, int threads) {
-#ifdef TS_HAVE_OPENBLAS
-    openblas_set_num_threads(threads);
-    ts__timing bt;
-    if (ts__bench_time(run_blas, bp, env->opts->quick, &bt) == TS_OK) return bt.median_s;
-#else
-    (void)env, (void)bp, (void)threads;
-#endif
-    return 0;
+/* The baselines of one shape at one thread count: names and median times (0: not run). */
+enum { BL_OPENBLAS, BL_DNNL_F32, BL_DNNL_BF16, BL_COUNT };
+typedef struct baselines {
+    const char *name[BL_COUNT];
+    double s[BL_COUNT];
+    char impl[BL_COUNT][160]; /* oneDNN's implementation, or why it did not run */
+    int best;                /* index of the fastest, -1 if none ran */
+} baselines;
+
+/* A baseline's median; under --quick, one that takes more than 0.25 s a call (oneDNN's bf16
+ * matmul without AVX512_BF16 hardware) gets 1 warm-up + 3 timed calls instead of >= 7. */
+static ts_status time_peer(ts__bench_fn fn, void *ctx, bool quick, ts__timing *t) {
+    if (quick) {
+        double a = ts__now_s();
+        TS__RETURN_IF_ERROR(fn(ctx));
+        if (ts__now_s() - a > 0.25) {
+            double s[3];
+            for (int i = 0; i < 3; i++) {
+                a = ts__now_s();
+                TS__RETURN_IF_ERROR(fn(ctx));
+                s[i] = ts__now_s() - a;
+            }
+            const double lo = s[0] < s[1] ? s[0] : s[1], hi = s[0] < s[1] ? s[1] : s[0];
+            t->median_s = s[2] < lo ? lo : s[2] > hi ? hi : s[2];
+            t->min_s = s[2] < lo ? s[2] : lo;
+            t->runs = 3;
+            t->inner = 1;
+            return TS_OK;
+        }
+    }
+    return ts__bench_time(fn, ctx, quick, t);
 }
 
-static void report(gemm_env *env, ts__bench_row *row, ts_status st, double base_s,
-                   const char *base_name) {
+/* Time every baseline available for bp at `threads`. */
+static void time_baselines(const gemm_env *env, blas_problem *bp, int threads, baselines *bl) {
+    memset(bl, 0, sizeof *bl);
+    bl->best = -1;
+    bl->name[BL_OPENBLAS] = bp->m == 1 ? "openblas_sgemv" : "openblas_sgemm";
+    bl->name[BL_DNNL_F32] = "onednn_f32";
+    bl->name[BL_DNNL_BF16] = "onednn_bf16";
+    ts__timing bt;
+#ifdef TS_HAVE_OPENBLAS
+    openblas_set_num_threads(threads);
+    bp->next = 0;
+    if (time_peer(run_blas, bp, env->opts->quick, &bt) == TS_OK) bl->s[BL_OPENBLAS] = bt.median_s;
+#endif
+#ifdef TS_HAVE_DNNL
+    for (int v = BL_DNNL_F32; v <= BL_DNNL_BF16; v++) {
+        const bool bf16 = v == BL_DNNL_BF16;
+        if (bf16 && !bp->a16) continue;
+        char why[128];
+        ts__dnnl_mm *mm = ts__dnnl_mm_create(bp->m, bp->n, bp->k, bf16, bf16 ? (void *)bp->a16 : bp->a,
+                                             bf16 ? (void *const *)bp->b16 : (void *const *)bp->b,
+                                             bf16 ? bp->ncopies16 : bp->ncopies,
+                                             bf16 ? (void *)bp->c16 : bp->c, threads, why, sizeof why);
+        if (!mm) {
+            snprintf(bl->impl[v], sizeof bl->impl[v], "not run: %s", why);
+            continue;
+        }
+        snprintf(bl->impl[v], sizeof bl->impl[v], "%s", ts__dnnl_mm_impl(mm));
+        if (time_peer(ts__dnnl_mm_run, mm, env->opts->quick, &bt) == TS_OK) bl->s[v] = bt.median_s;
+        ts__dnnl_mm_destroy(mm);
+    }
+#endif
+    (void)env, (void)bp, (void)threads, (void)bt;
+    for (int i = 0; i < BL_COUNT; i++)
+        if (bl->s[i] > 0 && (bl->best < 0 || bl->s[i] < bl->s[bl->best])) bl->best = i;
+}
+
+static void print_baselines(const baselines *bl, int threads) {
+    if (bl->best < 0) return;
+    printf("  %-28s %d thread%s:", "baselines", threads, threads == 1 ? "" : "s");
+    int n = 0;
+    for (int i = 0; i < BL_COUNT; i++) {
+        if (bl->s[i] <= 0 && !bl->impl[i][0]) continue;
+        if (bl->s[i] > 0) printf("%s %s %.3f ms", n++ ? "," : "", bl->name[i], bl->s[i] * 1e3);
+        else printf("%s %s", n++ ? "," : "", bl->name[i]);
+        if (bl->impl[i][0]) printf(" (%s)", bl->impl[i]);
+    }
+    printf("; ratio vs %s\n", bl->name[bl->best]);
+}
+
+static void report(gemm_env *env, ts__bench_row *row, ts_status st, const baselines *bl) {
+    const double base_s = bl && bl->best >= 0 ? bl->s[bl->best] : 0;
+    const char *base_name = bl && bl->best >= 0 ? bl->name[bl->best] : NULL;
+    row->nbaselines = 0;
+    for (int i = 0; bl && i < BL_COUNT; i++)
+        if (bl->s[i] > 0) {
+            row->baseline_names[row->nbaselines] = bl->name[i];
+            row->baseline_all_seconds[row->nbaselines++] = bl->s[i];
+        }
     row->suite = SUITE;
     if (st != TS_OK) {
         char why[256];
@@ -353,12 +462,18 @@ static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool deco
     blas_problem bp;
     memset(&bp, 0, sizeof bp);
     bool have_blas = false;
-#ifdef TS_HAVE_OPENBLAS
+#if defined(TS_HAVE_OPENBLAS) || defined(TS_HAVE_DNNL)
     if (first >= 0) have_blas = blas_init(&bp, &probs[first], span);
+#endif
+#ifdef TS_HAVE_DNNL
+    if (have_blas) (void)blas_init_bf16(&bp, probs[first].ncopies, span);
 #endif
     for (int t = 0; t < nthreads; t++) {
         (void)ts_set_num_threads(threads[t]);
-        double base_s = 0;
+        baselines bl;
+        bool timed = false;
+        memset(&bl, 0, sizeof bl);
+        bl.best = -1;
         for (int kd = 0; kd < K_COUNT; kd++) {
             if (!want[kd]) continue;
             ts__bench_row row = {0};
@@ -368,16 +483,19 @@ static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool deco
             row.threads = threads[t];
             row.flops = 2.0 * (double)m * (double)n * (double)k;
             row.bytes = decode ? probs[kd].weight_bytes : 0;
+            row.set_bytes = decode ? probs[kd].weight_bytes * probs[kd].ncopies : 0;
             row.roof = decode ? TS__ROOF_DRAM : TS__ROOF_FMA;
             ts_status st = ts__bench_time(run_problem, &probs[kd], env->opts->quick, &row.t);
             /* The baseline runs after the first kernel row so its threads never spin while
              * ours are timed for the rest of this thread count. */
-            if (have_blas && base_s == 0) {
-                base_s = time_blas(env, &bp, threads[t]);
+            if (have_blas && !timed) {
+                time_baselines(env, &bp, threads[t], &bl);
+                timed = true;
                 (void)ts_set_num_threads(threads[t]);
             }
-            report(env, &row, st, base_s, m == 1 ? "openblas_sgemv" : "openblas_sgemm");
+            report(env, &row, st, &bl);
         }
+        print_baselines(&bl, threads[t]);
     }
     blas_free(&bp);
     for (int kd = 0; kd < K_COUNT; kd++) problem_free(&probs[kd]);
@@ -403,12 +521,22 @@ int ts__suite_gemm(const ts__bench_opts *opts) {
     int threads[2];
     int nthreads = ts__bench_thread_list(opts, threads);
     print_machines(opts, threads, nthreads);
-    printf("\nsuite gemm (ISA %s); frac = share of the roofline (fma_peak: compute rows; "
-           "dram_read: decode rows, weight + scale bytes, or the FMA bound when larger);\n"
-           "ratio = OpenBLAS time (f32 copies of the operands) / time\n",
-           opts->isa_name ? opts->isa_name : "?");
+    printf("\nsuite gemm (ISA %s); frac = share of the roofline (fma_peak of the %s path: compute "
+           "rows; dram_read: decode rows, weight + scale bytes, or the FMA bound when larger);\n"
+           "ratio = the strongest baseline's time / time (OpenBLAS f32, oneDNN f32 and bf16 matmul "
+           "on copies of the operands' values; all listed after each shape)\n",
+           opts->isa_name ? opts->isa_name : "?", opts->isa_name ? opts->isa_name : "?");
 #ifndef TS_HAVE_OPENBLAS
-    printf("(built without OpenBLAS: no baseline)\n");
+    printf("(built without OpenBLAS: no OpenBLAS baseline)\n");
+#endif
+#ifdef TS_HAVE_DNNL
+    {
+        char v[96];
+        ts__dnnl_version(v, sizeof v);
+        printf("(peers: %s)\n", v);
+    }
+#else
+    printf("(built without oneDNN: no oneDNN baselines)\n");
 #endif
     ts__bench_table_header(stdout);
     gemm_env env;

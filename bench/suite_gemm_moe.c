@@ -254,6 +254,7 @@ int ts__suite_gemm_moe(const ts__bench_opts *opts, const int *threads, int nthre
                         row.threads = threads[t];
                         row.flops = flops;
                         row.bytes = w.bytes + act;
+                        row.set_bytes = w.bytes * w.ncopies + act;
                         row.roof = TS__ROOF_DRAM;
                         bool light = false;
                         ts_status st = time_call(&c, opts->quick, &row.t, &light);

@@ -259,7 +259,7 @@ static int rms_rows(const ts__bench_opts *opts, const char *filter, const int *t
     (void)opts, (void)filter, (void)threads, (void)nthreads;
     return 0; /* the comparator is AVX2 code */
 #else
-    if (ts__active_isa() != TS_ISA_AVX2) return 0;
+    if (!ts__isa_avx2_up(ts__active_isa())) return 0;
     static const int64_t shapes[][2] = {{64, 4096}, {4001, 4096}, {4001, 7168}, {8001, 4096}, {8001, 7168}};
     const int nshapes = opts->quick ? 3 : 5;
     const int64_t maxe = 8001 * 7168;

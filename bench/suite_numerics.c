@@ -2,7 +2,8 @@
  *
  * Rows and their rooflines (bytes always count input + output):
  *   decode  e4m3/e2m1/bf16 -> f32, in+out = L2/2 (as the L2 probe) -> L2 read bandwidth;
- *   encode  f32 -> bf16/e4m3, 16M values, DRAM-resident          -> memcpy bandwidth;
+ *   encode  f32 -> bf16/e4m3, 16M values, DRAM-resident (rotating over copies that span
+ *           more than 2 x L3)                                    -> memcpy bandwidth;
  *   casts   bf16 [8192, 7168] (DeepSeek V3 hidden size), DRAM    -> memcpy bandwidth.
  * Baselines timed in the same run: the generic C path (ts_set_isa(TS_ISA_GENERIC)) for the
  * conversions; for the casts, a threaded memcpy moving the same bytes (half read, half
@@ -63,11 +64,18 @@ typedef struct convert_ctx {
     void *dst;
     ts_dtype dd;
     int64_t n;
+    /* DRAM rows: src and dst hold `ncopies` blocks (src_step / dst_step bytes apart) and each
+     * call converts the next one, so the set streamed exceeds 2 x L3; 0 or 1: one block. */
+    int ncopies, next;
+    size_t src_step, dst_step;
 } convert_ctx;
 
 static ts_status run_convert(void *p) {
     convert_ctx *c = (convert_ctx *)p;
-    return ts_convert(c->src, c->sd, c->dst, c->dd, c->n);
+    const int i = c->ncopies > 1 ? c->next : 0;
+    if (c->ncopies > 1) c->next = (c->next + 1) % c->ncopies;
+    return ts_convert((const char *)c->src + (size_t)i * c->src_step, c->sd,
+                      (char *)c->dst + (size_t)i * c->dst_step, c->dd, c->n);
 }
 
 typedef enum cast_kind {
@@ -210,7 +218,7 @@ static void decode_rows(numerics_env *env, int threads) {
         if (cases[i].sd == TS_E4M3) fill_e4m3(src, n);
         else if (cases[i].sd == TS_BF16) fill_bf16(src, n);
         else fill_bytes(src, n / 2);
-        convert_ctx c = {src, cases[i].sd, dst, TS_F32, n};
+        convert_ctx c = {src, cases[i].sd, dst, TS_F32, n, 0, 0, 0, 0};
         ts__bench_row row = {0};
         row.name = cases[i].name;
         row.shape = shape;
@@ -225,9 +233,12 @@ static void decode_rows(numerics_env *env, int threads) {
 }
 
 static void encode_rows(numerics_env *env, const int *threads, int nthreads) {
-    const int64_t n = (int64_t)16 << 20; /* 64 MiB of f32 in: twice L3 */
-    float *src = alloc_or_null((size_t)n * 4);
-    void *dst = alloc_or_null((size_t)n * 2);
+    const int64_t n = (int64_t)16 << 20; /* 64 MiB of f32 in */
+    /* DRAM-resident: enough (input, output) copies that the set streamed exceeds 2 x L3
+     * (two here, with 48 MiB of L3; seven on a 260 MiB one), sized for the smaller output. */
+    const int copies = ts__bench_dram_copies((double)n * (4.0 + 1.0), 8);
+    float *src = alloc_or_null((size_t)n * 4 * (size_t)copies);
+    void *dst = alloc_or_null((size_t)n * 2 * (size_t)copies);
     if (!src || !dst) {
         fprintf(stderr, "tilestack bench: out of memory\n");
         env->failures++;
@@ -236,7 +247,8 @@ static void encode_rows(numerics_env *env, const int *threads, int nthreads) {
         return;
     }
     fill_f32(src, n);
-    memset(dst, 0, (size_t)n * 2);
+    for (int i = 1; i < copies; i++) memcpy(src + (size_t)i * (size_t)n, src, (size_t)n * 4);
+    memset(dst, 0, (size_t)n * 2 * (size_t)copies);
     static const struct {
         const char *name, *dtype;
         ts_dtype dd;
@@ -247,13 +259,15 @@ static void encode_rows(numerics_env *env, const int *threads, int nthreads) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int t = 0; t < nthreads; t++) {
-            convert_ctx c = {src, TS_F32, dst, cases[i].dd, n};
+            const size_t out_step = (size_t)n * (size_t)cases[i].out_bytes_per_value;
+            convert_ctx c = {src, TS_F32, dst, cases[i].dd, n, copies, 0, (size_t)n * 4, out_step};
             ts__bench_row row = {0};
             row.name = cases[i].name;
             row.shape = "[16777216]";
             row.dtype = cases[i].dtype;
             row.threads = threads[t];
             row.bytes = (double)n * (4.0 + cases[i].out_bytes_per_value);
+            row.set_bytes = row.bytes * copies;
             row.roof = TS__ROOF_MEMCPY;
             run_row(env, &row, run_convert, &c, BASE_GENERIC);
         }

@@ -1,6 +1,7 @@
 /* `tilestack bench`: the suite registry and the command line. A new suite is one line in
  * g_suites plus its ts__suite_* function. */
 #include "bench.h"
+#include "core/internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -44,10 +45,12 @@ static void list_suites(FILE *f) {
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: tilestack bench <suite|all> [--quick] [--threads N] [--json FILE]\n"
+            "usage: tilestack bench <suite|all> [--quick] [--threads N] [--isa NAME] [--json FILE]\n"
             "       tilestack bench --list\n"
             "  --quick      shorter probes and fewer samples (>= 5 either way)\n"
             "  --threads N  run every row at N threads (default: 1 and all cores)\n"
+            "  --isa NAME   run the kernels on one path: generic, avx2, avx512, neon\n"
+            "               (default: TS_ISA, else the best here; `tilestack info` lists them)\n"
             "  --json FILE  write one JSON object per result row to FILE\n");
 }
 
@@ -63,7 +66,7 @@ static bool parse_threads(const char *s, int *out) {
 int ts__cmd_bench(int argc, char **argv) {
     ts__bench_opts opts;
     memset(&opts, 0, sizeof opts);
-    const char *suite = NULL, *json_path = NULL;
+    const char *suite = NULL, *json_path = NULL, *isa_arg = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) {
@@ -79,6 +82,12 @@ int ts__cmd_bench(int argc, char **argv) {
             const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v || !parse_threads(v, &opts.threads)) {
                 fprintf(stderr, "tilestack bench: --threads needs an integer in [1, 256]\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--isa") || !strncmp(a, "--isa=", 6)) {
+            isa_arg = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!isa_arg || !*isa_arg) {
+                fprintf(stderr, "tilestack bench: --isa needs a path name (generic, avx2, avx512, neon)\n");
                 return 2;
             }
         } else if (!strcmp(a, "--json") || !strncmp(a, "--json=", 7)) {
@@ -112,6 +121,22 @@ int ts__cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tilestack bench: unknown suite '%s'\n", suite);
         list_suites(stderr);
         return 2;
+    }
+
+    /* The path before anything is probed or timed: the probes hand out its FMA peak. */
+    if (isa_arg) {
+        int found = -1;
+        for (int i = 0; i < TS_ISA_COUNT_; i++)
+            if (!strcmp(isa_arg, ts_isa_name((ts_isa)i))) found = i;
+        if (found < 0) {
+            fprintf(stderr, "tilestack bench: unknown --isa '%s' (generic, avx2, avx512, neon)\n",
+                    isa_arg);
+            return 2;
+        }
+        if (ts_set_isa((ts_isa)found) != TS_OK) {
+            fprintf(stderr, "tilestack bench: --isa %s: %s\n", isa_arg, ts_last_error());
+            return 2;
+        }
     }
 
     if (json_path) {

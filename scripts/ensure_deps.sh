@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tilestack needs to build (when run as root), or prints the
-# exact apt-get line to run. Optional packages (OpenBLAS for the bench baseline, Open MPI for
-# the multi-rank modules) are installed when possible but never required.
+# exact apt-get line to run. Optional packages (OpenBLAS and oneDNN for the bench baselines,
+# Open MPI for the multi-rank modules) are installed when possible but never required.
 set -euo pipefail
 
 required=(gcc make cmake)
-optional_pkgs=(libopenblas-dev openmpi-bin libopenmpi-dev)
+optional_pkgs=(libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev)
 
 missing_pkgs=()
 command -v gcc >/dev/null 2>&1 || missing_pkgs+=(build-essential)

@@ -341,10 +341,10 @@ TS_TEST(gemm_isa_and_threads_bitwise) {
         TS_CHECK_STATUS(ts_set_num_threads(1), TS_OK);
         TS_CHECK_STATUS(run_nt(&a, &b, ref, TS_F32, NULL), TS_OK);
         int isas[TS_ISA_COUNT_];
-    const int nisa = ts_test_isas(isas);
+        const int nisa = ts_test_isas(isas);
         const int ths[4] = {1, 2, 3, 7};
         for (int i = 0; i < nisa; i++) {
-            if (ts_set_isa((ts_isa)isas[i]) != TS_OK) continue; /* no AVX2 here */
+            if (ts_set_isa((ts_isa)isas[i]) != TS_OK) continue;
             for (int t = 0; t < 4; t++) {
                 TS_CHECK_STATUS(ts_set_num_threads(ths[t]), TS_OK);
                 memset(d, 0, (size_t)(M * N) * 4);

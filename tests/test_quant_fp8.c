@@ -215,8 +215,8 @@ TS_TEST(quant_fp8_bad_input) {
 /* Generic and AVX2 per-token paths on adversarial blocks: random finite bf16 bit patterns
  * mixed with tiny, zero and huge values, so every fast/slow branch of the AVX2 kernel runs. */
 TS_TEST(quant_fp8_generic_vs_avx2_random_bits) {
+    const ts_isa saved = ts_get_isa();
     if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
-    const ts_isa saved = TS_ISA_AVX2;
     const int64_t m = 64, n = 7168 + 96;
     uint16_t *x = (uint16_t *)malloc((size_t)(m * n) * 2);
     ts_prng p = ts_prng_seed(4242);

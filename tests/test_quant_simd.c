@@ -49,6 +49,7 @@ static float qs_scale(ts_prng *p) {
 /* Cast-back of both formats, f32 and packed scales, every output kind, gran shapes with
  * block tails, odd fp4 gran_k and row-block scales. */
 TS_TEST(quant_simd_cast_back_random_bits) {
+    const ts_isa isa0 = ts_get_isa();
     if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t m = 12, n = 2 * 203; /* n: not a multiple of 16 or 32 */
@@ -94,7 +95,7 @@ TS_TEST(quant_simd_cast_back_random_bits) {
         }
     }
     ts_set_num_threads(saved_threads);
-    ts_set_isa(TS_ISA_AVX2);
+    ts_set_isa(isa0);
     free(q), free(sf), free(oa), free(ob);
 }
 
@@ -140,6 +141,7 @@ static void qs_fill_bf16(uint16_t *x, int64_t m, int64_t n, uint64_t seed) {
  * (the AVX2 integer path), narrow with one all-zero row, narrow with inf / NaN, and a short
  * last block-row; n spans two column strips and ends in a short block. */
 TS_TEST(quant_simd_fp8_block_random_bits) {
+    const ts_isa isa0 = ts_get_isa();
     if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t m = 128 * 3 + 40, n = 128 * 70 + 50;
@@ -173,7 +175,7 @@ TS_TEST(quant_simd_fp8_block_random_bits) {
         }
     }
     ts_set_num_threads(saved_threads);
-    ts_set_isa(TS_ISA_AVX2);
+    ts_set_isa(isa0);
     free(x), free(xf), free(qa), free(qb), free(sa), free(sb);
 }
 
@@ -181,6 +183,7 @@ TS_TEST(quant_simd_fp8_block_random_bits) {
  * them too), then narrow-range groups, a group with an inf column (inv 0: inf * 0) and a NaN;
  * n spans two column strips plus a tail shorter than 32; bf16, f16 and f32. */
 TS_TEST(quant_simd_fp8_channel_random_bits) {
+    const ts_isa isa0 = ts_get_isa();
     if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t g = 32, m = g * 6, n = 1024 * 2 + 77;
@@ -212,7 +215,7 @@ TS_TEST(quant_simd_fp8_channel_random_bits) {
         }
     }
     ts_set_num_threads(saved_threads);
-    ts_set_isa(TS_ISA_AVX2);
+    ts_set_isa(isa0);
     free(x), free(xh), free(xf), free(qa), free(qb), free(sa), free(sb);
 }
 
@@ -220,6 +223,7 @@ TS_TEST(quant_simd_fp8_channel_random_bits) {
  * the per-block path (16, 48 with tails) and the odd-gran_k framework path; bf16, f16 and f32
  * sources; f32 and packed scales. */
 TS_TEST(quant_simd_fp4_random_bits) {
+    const ts_isa isa0 = ts_get_isa();
     if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t m = 20, n = 2 * 1100; /* 2200: not a multiple of 32, 64 or 48 */
@@ -258,6 +262,6 @@ TS_TEST(quant_simd_fp4_random_bits) {
         }
     }
     ts_set_num_threads(saved_threads);
-    ts_set_isa(TS_ISA_AVX2);
+    ts_set_isa(isa0);
     free(xb), free(xf), free(xh), free(qa), free(qb), free(sa), free(sb);
 }

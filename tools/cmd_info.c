@@ -1,6 +1,7 @@
 /* `tilestack info`: what this binary will run on and with. */
 #include "cli.h"
 #include "bench.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,13 +25,7 @@ int ts__cmd_info(int argc, char **argv) {
     const ts_cpu_info *ci = ts_get_cpu_info();
     printf("tilestack   %s (headers %s)\n", ts_version_string(), TS_VERSION_STRING);
 #if defined(__VERSION__)
-    printf("built with  gcc/clang %s%s\n", __VERSION__,
-#ifdef TS_HAVE_AVX2_KERNELS
-           ", AVX2 kernels compiled in"
-#else
-           ", generic kernels only"
-#endif
-    );
+    printf("built with  gcc/clang %s\n", __VERSION__);
 #endif
     if (!ci) {
         printf("cpu         unknown (detection failed)\n");
@@ -42,6 +37,7 @@ int ts__cmd_info(int argc, char **argv) {
         {ci->has_sse42, "sse4.2"},     {ci->has_avx, "avx"},           {ci->has_avx2, "avx2"},
         {ci->has_fma, "fma"},          {ci->has_f16c, "f16c"},         {ci->has_bmi2, "bmi2"},
         {ci->has_avx512f, "avx512f"},  {ci->has_avx512bw, "avx512bw"}, {ci->has_avx512vl, "avx512vl"},
+        {ci->has_avx512dq, "avx512dq"},
         {ci->has_avx512bf16, "avx512bf16"}, {ci->has_avx512vnni, "avx512vnni"},
         {ci->has_neon, "neon"},        {ci->has_asimddp, "asimddp"},   {ci->has_sve, "sve"},
     };
@@ -49,7 +45,22 @@ int ts__cmd_info(int argc, char **argv) {
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].on) printf(" %s", f[i].name), any = 1;
     printf("%s\n", any ? "" : " (none detected)");
-    printf("isa         %s in use, best here %s (TS_ISA=generic|avx2 forces a path)\n",
+    /* The library's view (it decides what runs), not this binary's own macros. */
+    printf("compiled   ");
+    for (int i = 0; i < TS_ISA_COUNT_; i++)
+        if (ts__isa_compiled((ts_isa)i)) printf(" %s", ts_isa_name((ts_isa)i));
+    printf("%s\n", ts__isa_compiled(TS_ISA_AVX512) ? " (avx512 runs the avx2 kernels where it has none)" : "");
+    printf("paths      ");
+    for (int i = 0; i < TS_ISA_COUNT_; i++)
+        if (ts__isa_runnable((ts_isa)i)) printf(" %s", ts_isa_name((ts_isa)i));
+    printf("   (runnable here)\n");
+    for (int i = 0; i < TS_ISA_COUNT_; i++) {
+        char why[160];
+        if (ts__isa_why_not((ts_isa)i, why, sizeof why))
+            printf("            %s: not runnable, %s\n", ts_isa_name((ts_isa)i), why);
+    }
+    printf("isa         %s in use, best here %s (TS_ISA=generic|avx2|avx512 or bench --isa "
+           "forces a path)\n",
            ts_isa_name(ts_get_isa()), ts_isa_name(ci->best_isa));
     printf("threads     %d in the pool, %d logical CPUs (TS_NUM_THREADS=N sets the pool)\n",
            ts_get_num_threads(), ci->logical_cpus);

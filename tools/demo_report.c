@@ -53,12 +53,16 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
         fprintf(f, "  notes    the indexer scores every compressed row (L/4 per ratio-4 layer) "
                 "before its top-%lld;%s\n", (long long)c->index_topk,
                 ranks > 1 ? " EP exchange over shared memory on one node" : "");
-    if (mach)
+    if (mach) {
+        char others[128];
+        ts__bench_machine_peaks(others, sizeof others, mach);
         fprintf(f, "  machine  %s, %d cores; per rank (%d thread%s, probed %s): FP32 FMA peak %.1f "
-                "GFLOP/s, DRAM read %.1f GB/s, L3 %.1f GB/s\n",
+                "GFLOP/s on the %s path in use%s%s%s, DRAM read %.1f GB/s, L3 %.1f GB/s\n",
                 ci && ci->brand[0] ? ci->brand : "?", ts__demo_cores(), threads,
                 threads == 1 ? "" : "s", ranks > 1 ? "on all ranks at once" : "now",
-                mach->fma_peak_gflops, mach->dram_read_gbps, mach->l3_read_gbps);
+                mach->fma_peak_gflops, ts_isa_name(mach->isa), others[0] ? " (" : "", others,
+                others[0] ? ")" : "", mach->dram_read_gbps, mach->l3_read_gbps);
+    }
 }
 
 static double roof_frac(const ts__demo_kernel *k, const ts__machine *m) {
@@ -161,7 +165,9 @@ void ts__demo_json_config(FILE *f, const ts_model_config *c, const ts__demo_opts
             (long long)o->topk);
     ts__json_write_string(f, moe_path(o, ranks));
     if (mach) {
-        fputs(",\"machine\":{\"fma_peak_gflops\":", f);
+        fputs(",\"machine\":{\"isa\":", f);
+        ts__json_write_string(f, ts_isa_name(mach->isa));
+        fputs(",\"fma_peak_gflops\":", f);
         ts__json_write_number(f, mach->fma_peak_gflops);
         fputs(",\"dram_read_gbps\":", f);
         ts__json_write_number(f, mach->dram_read_gbps);

@@ -134,12 +134,13 @@ TS_API ts_status ts_mul_overflow_i64(int64_t a, int64_t b, int64_t *out);
 TS_API ts_status ts_set_num_threads(int n);
 TS_API int ts_get_num_threads(void);
 
-/* CPU features and the ISA path in use (TS_ISA=generic|avx2 forces one). */
+/* CPU features and the ISA path in use (TS_ISA=generic|avx2|avx512 forces one). */
 typedef enum ts_isa {
     TS_ISA_GENERIC = 0,
-    TS_ISA_AVX2 = 1, /* AVX2 + FMA + F16C */
-    TS_ISA_AVX512 = 2,
-    TS_ISA_NEON = 3,
+    TS_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    TS_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ (+ AVX2 + FMA + F16C: it runs the AVX2 kernels
+                          wherever no AVX-512 kernel exists yet) */
+    TS_ISA_NEON = 3,   /* reserved: no kernels yet */
     TS_ISA_COUNT_
 } ts_isa;
 
@@ -153,6 +154,7 @@ typedef struct ts_cpu_info {
     int64_t l1d_bytes, l2_bytes, l3_bytes; /* per core for L1/L2, total visible for L3; 0 unknown */
     ts_isa best_isa;                        /* best path this build can run here */
     int64_t l3_instance_bytes; /* one L3 instance (a CCX or a socket shares it); 0 unknown */
+    bool has_avx512dq;         /* appended after l3_instance_bytes: the layout above is ABI */
 } ts_cpu_info;
 
 TS_API const ts_cpu_info *ts_get_cpu_info(void);

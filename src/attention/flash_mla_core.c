@@ -11,7 +11,7 @@
 
 const ts__mla_kernels *ts__mla_pick_kernels(void) {
 #ifdef TS_HAVE_AVX2_KERNELS
-    if (ts__active_isa() == TS_ISA_AVX2) return &ts__mla_kernels_avx2;
+    if (ts__isa_avx2_up(ts__active_isa())) return &ts__mla_kernels_avx2;
 #endif
     return &ts__mla_kernels_generic;
 }

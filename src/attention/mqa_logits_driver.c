@@ -12,7 +12,7 @@
 static const ts__mqa_kernels *select_kernels(void) {
 #if defined(TS_HAVE_AVX2_KERNELS)
     ts_isa isa = ts__active_isa();
-    if (isa == TS_ISA_AVX2 || isa == TS_ISA_AVX512) return &ts__mqa_kernels_avx2;
+    if (ts__isa_avx2_up(isa)) return &ts__mqa_kernels_avx2;
 #endif
     return &ts__mqa_kernels_generic;
 }

@@ -19,6 +19,7 @@
 #endif
 
 static ts_cpu_info g_info;
+static ts__cpu_raw g_raw;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* Instances of a cache shared by `sharing` logical CPUs, over all logical CPUs. */
@@ -147,6 +148,10 @@ static void detect_x86(ts_cpu_info *ci) {
             os_ymm = (xcr0 & 0x6) == 0x6;     /* XMM and YMM state */
             os_zmm = (xcr0 & 0xe6) == 0xe6;   /* plus opmask, ZMM_Hi256, Hi16_ZMM */
         }
+        g_raw.osxsave = osxsave;
+        g_raw.os_ymm = os_ymm;
+        g_raw.os_zmm = os_zmm;
+        g_raw.cpu_avx = (r[2] >> 28) & 1;
         ci->has_avx = os_ymm && ((r[2] >> 28) & 1);
         ci->has_fma = os_ymm && ((r[2] >> 12) & 1);
         ci->has_f16c = os_ymm && ((r[2] >> 29) & 1);
@@ -159,7 +164,10 @@ static void detect_x86(ts_cpu_info *ci) {
         ci->has_avx512f = os_zmm && ((r[1] >> 16) & 1);
         ci->has_avx512bw = ci->has_avx512f && ((r[1] >> 30) & 1);
         ci->has_avx512vl = ci->has_avx512f && ((r[1] >> 31) & 1);
+        ci->has_avx512dq = ci->has_avx512f && ((r[1] >> 17) & 1);
         ci->has_avx512vnni = ci->has_avx512f && ((r[2] >> 11) & 1);
+        g_raw.cpu_avx2 = (r[1] >> 5) & 1;
+        g_raw.cpu_avx512f = (r[1] >> 16) & 1;
         if (max_sub7 >= 1) {
             cpuid(7, 1, r);
             ci->has_avx512bf16 = ci->has_avx512f && ((r[0] >> 5) & 1);
@@ -206,6 +214,7 @@ static void detect_x86(ts_cpu_info *ci) {
 static void detect(void) {
     ts_cpu_info *ci = &g_info;
     memset(ci, 0, sizeof *ci);
+    memset(&g_raw, 0, sizeof g_raw);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     ci->logical_cpus = n > 0 ? (int)n : 1;
 #if defined(TS_X86_CPU)
@@ -221,12 +230,17 @@ static void detect(void) {
 #endif
     if (ci->l1d_bytes == 0 && ci->l2_bytes == 0 && ci->l3_bytes == 0) caches_from_sysfs(ci);
 
+    /* The same rule as dispatch.c's isa_runnable (which reads this struct): the avx512 path
+     * also runs the AVX2 kernels where it has none of its own, so it needs AVX2 + FMA + F16C,
+     * and its files are compiled with -mavx512dq. */
     ci->best_isa = TS_ISA_GENERIC;
 #if defined(TS_HAVE_AVX2_KERNELS)
-    if (ci->has_avx2 && ci->has_fma && ci->has_f16c) ci->best_isa = TS_ISA_AVX2;
-#endif
+    const bool avx2 = ci->has_avx2 && ci->has_fma && ci->has_f16c;
+    if (avx2) ci->best_isa = TS_ISA_AVX2;
 #if defined(TS_HAVE_AVX512_KERNELS)
-    if (ci->has_avx512f && ci->has_avx512bw && ci->has_avx512vl) ci->best_isa = TS_ISA_AVX512;
+    if (avx2 && ci->has_avx512f && ci->has_avx512bw && ci->has_avx512vl && ci->has_avx512dq)
+        ci->best_isa = TS_ISA_AVX512;
+#endif
 #endif
 #if defined(TS_HAVE_NEON_KERNELS)
     if (ci->has_neon) ci->best_isa = TS_ISA_NEON;
@@ -236,4 +250,9 @@ static void detect(void) {
 const ts_cpu_info *ts_get_cpu_info(void) {
     pthread_once(&g_once, detect);
     return &g_info;
+}
+
+const ts__cpu_raw *ts__get_cpu_raw(void) {
+    pthread_once(&g_once, detect);
+    return &g_raw;
 }

@@ -78,4 +78,31 @@ void ts__aligned_free(void *p);
  * kernel tables per ISA and pick one with this. */
 ts_isa ts__active_isa(void);
 
+/* The paths that run the AVX2 kernels: AVX2 itself, and AVX-512 wherever no AVX-512 kernel
+ * exists yet (the avx512 path is only runnable where AVX2 + FMA + F16C are too). Modules test
+ * this, never `== TS_ISA_AVX2`, so an AVX-512 machine never falls back to the generic C. */
+static inline bool ts__isa_avx2_up(ts_isa i) { return i == TS_ISA_AVX2 || i == TS_ISA_AVX512; }
+
+/* Whether this build has the path's kernels (compiled in), and whether it can run here
+ * (compiled in, and the CPU and OS support it). */
+bool ts__isa_compiled(ts_isa isa);
+bool ts__isa_runnable(ts_isa isa);
+/* Why `isa` cannot run here, e.g. "CPU lacks avx512bw" or "built without avx512 kernels",
+ * written to buf (always terminated); returns false (buf "") when it can run. */
+bool ts__isa_why_not(ts_isa isa, char *buf, size_t cap);
+/* The path a TS_ISA value picks (NULL, "", "auto" or "best": the best path), and the warning
+ * to print when the value is unknown or cannot run here (warn "" otherwise). What resolution
+ * on first use does with getenv("TS_ISA"); exposed for tests. */
+ts_isa ts__isa_from_env(const char *value, char *warn, size_t cap);
+
+/* ---- cpu features (src/core/cpu_features.c) ----
+ * What the raw cpuid bits and the OS's XCR0 say, before the OS-state masking of
+ * ts_cpu_info (which clears has_avx512f when the OS does not save the ZMM state), so a
+ * diagnostic can tell "CPU lacks avx512f" from "OS does not enable ZMM state". */
+typedef struct ts__cpu_raw {
+    bool osxsave, os_ymm, os_zmm; /* XCR0 bits 1-2 (XMM, YMM) and 5-7 (opmask, ZMM) */
+    bool cpu_avx, cpu_avx2, cpu_avx512f;
+} ts__cpu_raw;
+const ts__cpu_raw *ts__get_cpu_raw(void);
+
 #endif

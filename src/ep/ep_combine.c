@@ -329,7 +329,7 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
     reduce_ctx rc = {b, h, lay, bias0, bias1, combined_x, combined_topk_weights, H, K, topk_weights != NULL, 1, 0,
                      ts__ep_acc_bf16__generic, ts__ep_store_bf16__generic, b->rdma + b->rdma_half, roff, cr};
 #ifdef TS_HAVE_AVX2_KERNELS
-    if (ts__active_isa() == TS_ISA_AVX2) {
+    if (ts__isa_avx2_up(ts__active_isa())) {
         rc.acc = ts__ep_acc_bf16__avx2;
         rc.store = ts__ep_store_bf16__avx2;
     }

@@ -404,7 +404,7 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
     send_ctx sc = {b, a->x, a->topk_idx, N, K, h->hidden, El, h->T, a->use_fp8, a->round_scale, lay, half, 1, 0,
                    ts__ep_ll_cast__generic, NULL, 0};
 #ifdef TS_HAVE_AVX2_KERNELS
-    if (ts__active_isa() == TS_ISA_AVX2) sc.cast = ts__ep_ll_cast__avx2;
+    if (ts__isa_avx2_up(ts__active_isa())) sc.cast = ts__ep_ll_cast__avx2;
 #endif
     const int R = b->num_ranks;
     int32_t *nrows = NULL;

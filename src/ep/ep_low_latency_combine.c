@@ -491,7 +491,7 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
         reduce_ctx rc = {hk, slot, rowsp, metap, rowbase, 0, ts__ep_ll_fma_bf16__generic, ts__ep_ll_fma_f32__generic,
                          ts__ep_store_bf16__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
-        if (ts__active_isa() == TS_ISA_AVX2) {
+        if (ts__isa_avx2_up(ts__active_isa())) {
             rc.fma_bf16 = ts__ep_ll_fma_bf16__avx2;
             rc.fma_f32 = ts__ep_ll_fma_f32__avx2;
             rc.store = ts__ep_store_bf16__avx2;

@@ -187,6 +187,6 @@ void ts__mega_moe_gemm(const ts_packed_weight *pw, int64_t e, const uint8_t *a, 
     c.group = pw->data + e * pw->group_bytes;
     c.panel_bytes = pw->panel_bytes;
     c.d = d, c.ldd = ldd;
-    c.avx2 = !generic && (ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512);
+    c.avx2 = !generic && ts__isa_avx2_up(ts__active_isa());
     ts__parallel_for(pw->npanel, 4, panels_task, &c);
 }

@@ -8,7 +8,7 @@ const ts__gemm_kernels *ts__gemm_select_kernels(void) {
 #endif
 #if defined(TS_HAVE_AVX2_KERNELS)
     ts_isa isa = ts__active_isa();
-    if (isa == TS_ISA_AVX2 || isa == TS_ISA_AVX512) return &ts__gemm_kernels_avx2;
+    if (ts__isa_avx2_up(isa)) return &ts__gemm_kernels_avx2;
 #endif
     return &ts__gemm_kernels_generic;
 }

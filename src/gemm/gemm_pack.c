@@ -22,7 +22,7 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
 #if defined(TS_HAVE_AVX2_KERNELS)
     if (rows == w && op->k_major) {
         ts_isa isa = ts__active_isa();
-        if ((isa == TS_ISA_AVX2 || isa == TS_ISA_AVX512) &&
+        if (ts__isa_avx2_up(isa) &&
             ts__gemm_pack_kmajor__avx2(op, r0, k0, kc, w, dst))
             return;
     }

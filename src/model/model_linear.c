@@ -45,7 +45,7 @@ void ts__model_gemv_f32(const float *x, int64_t m, int64_t ldx, const float *w, 
                         int64_t k, float *y, int64_t ldy) {
     gemv_ctx g = {x, w, y, m, ldx, k, ldy, ts__model_dot_rows__generic};
 #ifdef TS_HAVE_AVX2_KERNELS
-    if (ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512)
+    if (ts__isa_avx2_up(ts__active_isa()))
         g.dot = ts__model_dot_rows__avx2;
 #endif
     /* each output is one weight row against all m rows: the split never changes a sum */

@@ -95,7 +95,7 @@ extern const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT];
 /* The table for the active ISA and source kind. */
 static inline const ts__quant_kernels *ts__quant_kernels_for(ts__qsrc src) {
 #if defined(TS_HAVE_AVX2_KERNELS)
-    if (ts__active_isa() == TS_ISA_AVX2) return &ts__quant_kernels_avx2[src];
+    if (ts__isa_avx2_up(ts__active_isa())) return &ts__quant_kernels_avx2[src];
 #endif
     return &ts__quant_kernels_generic[src];
 }

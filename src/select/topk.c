@@ -528,7 +528,7 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     }
     p.values = values;
     p.idx = output_idx;
-    const bool avx2 = ts__active_isa() == TS_ISA_AVX2 || ts__active_isa() == TS_ISA_AVX512;
+    const bool avx2 = ts__isa_avx2_up(ts__active_isa());
 #ifdef TS_HAVE_AVX2_KERNELS
     if (avx2)
         p.filter = p.sample_runs ? (p.bf16 ? ts__topk_filter_bf16_stream__avx2 : ts__topk_filter_f32_stream__avx2)

@@ -348,7 +348,7 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
     flags[nflags++] = "-fvisibility=hidden";
     flags[nflags++] = "-D_GNU_SOURCE";
     flags[nflags++] = "-w";
-    if (ts__active_isa() == TS_ISA_AVX2) {
+    if (ts__isa_avx2_up(ts__active_isa())) {
         flags[nflags++] = "-mavx2";
         flags[nflags++] = "-mfma";
         flags[nflags++] = "-mf16c";

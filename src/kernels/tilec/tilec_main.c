@@ -6,8 +6,8 @@
  * header with every wrapper's prototype. With --variants, the module is emitted once per ISA
  * variant V into DIR/<name>.V.c (wrappers ts__k_V_<kernel>; the build compiles each with its
  * ISA's flags, since the SIMD lowering follows the compiler's target) and DIR/<name>.c holds
- * the public wrappers, which pick a variant by ts__active_isa() (avx2 when the build has AVX2
- * kernels and the CPU runs them, else generic). All variants give the same bits. Built from the compiler sources alone (no
+ * the public wrappers, which pick a variant by ts__active_isa() (avx2 on the avx2 and avx512
+ * paths when the build has AVX2 kernels, else generic). All variants give the same bits. Built from the compiler sources alone (no
  * libtilestack: the library is what it feeds). Files are replaced only when their contents
  * change, so an unchanged kernel does not rebuild the library. Exit 1 on errors (diagnostics
  * on stderr), 2 on a bad command line. */
@@ -113,7 +113,7 @@ static void dispatcher(ts__tile_buf *o, const ts__tile_program *prog, const char
         ts__tile_buf_puts(o, ") {\n");
         for (int v = 0; v < nvar; v++) {
             if (strcmp(variants[v], "avx2")) continue;
-            ts__tile_buf_printf(o, "#ifdef TS_HAVE_AVX2_KERNELS\n    if (ts__active_isa() == TS_ISA_AVX2) return ts__k_avx2_%s(",
+            ts__tile_buf_printf(o, "#ifdef TS_HAVE_AVX2_KERNELS\n    if (ts__isa_avx2_up(ts__active_isa())) return ts__k_avx2_%s(",
                                 k->decl->name);
             params_call(o, k);
             ts__tile_buf_puts(o, ");\n#endif\n");
