@@ -247,7 +247,8 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
                     ts__gemm_pack_scales(&p->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g,
                                          MR, sap + it * NKB_MAX * MR);
             }
-            /* tiles in pairs where the ISA has 2-tile kernels (AVX-512: a zmm is a tile row) */
+            /* tiles in pairs (and 2 x 2) where the ISA has multi-tile kernels (AVX-512: a
+             * zmm is a tile row) */
             for (int64_t jt = 0, step; jt < n_nt; jt += step) {
                 const bool two = j->kern->scaled2 && jt + 1 < n_nt;
                 step = two ? 2 : 1;
@@ -257,22 +258,30 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
                  * L2 a slice per kernel call, so the first calls on it do not wait for L3
                  * (measured ~+4% at [512, 4096, 4096] FP8, 1 thread). */
                 const char *bnext = (const char *)(bp + step * KC * NR);
-                const int64_t lines = step * KC * NR * (int64_t)sizeof(float) / 64;
-                const int64_t per = ts__ceil_div(lines, mct);
-                for (int64_t it = 0; it < mct; it++) {
+                const int64_t lines = jt + step < n_nt ? step * KC * NR * (int64_t)sizeof(float) / 64 : 0;
+                int64_t pf_done = 0;
+                for (int64_t it = 0, rstep; it < mct; it += rstep) {
+                    const bool rows2 = two && j->kern->scaled22 && it + 1 < mct;
+                    rstep = rows2 ? 2 : 1;
                     float *t = acc_col + (ic + it) * MR * NR, *t1 = acc_col1 + (ic + it) * MR * NR;
                     const float *a = apack + it * KC * MR, *sa = sap + it * NKB_MAX * MR;
-                    if (jt + step < n_nt)
-                        for (int64_t l = it * per; l < ts__min64((it + 1) * per, lines); l++)
-                            __builtin_prefetch(bnext + l * 64, 0, 2);
-                    if (j->scaled && two)
+                    for (const int64_t want = lines * (it + rstep) / mct; pf_done < want; pf_done++)
+                        __builtin_prefetch(bnext + pf_done * 64, 0, 2);
+                    if (rows2) {
+                        const ts__gemm_tiles22 tl = {
+                            {a, a + KC * MR}, {sa, sa + NKB_MAX * MR}, {bp, bp + KC * NR},
+                            {sb, sb + NKB_MAX * NR}, {{t, t1}, {t + MR * NR, t1 + MR * NR}}};
+                        if (j->scaled) j->kern->scaled22(kc, j->g, &tl);
+                        else j->kern->plain22(kc, &tl);
+                    } else if (j->scaled && two) {
                         j->kern->scaled2(kc, j->g, a, bp, bp + KC * NR, sa, sb, sb + NKB_MAX * NR, t, t1);
-                    else if (j->scaled)
+                    } else if (j->scaled) {
                         j->kern->scaled(kc, j->g, a, bp, sa, sb, t);
-                    else if (two)
+                    } else if (two) {
                         j->kern->plain2(kc, a, bp, bp + KC * NR, t, t1);
-                    else
+                    } else {
                         j->kern->plain(kc, a, bp, t);
+                    }
                 }
             }
         }

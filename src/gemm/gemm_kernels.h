@@ -30,6 +30,14 @@ typedef void (*ts__gemm_ukr_scaled2_fn)(int64_t kc, int64_t g, const float *ap, 
                                         const float *sb1, float *acc0, float *acc1);
 typedef void (*ts__gemm_ukr_plain2_fn)(int64_t kc, const float *ap, const float *bp0,
                                        const float *bp1, float *acc0, float *acc1);
+/* 2 x 2 tiles: row tiles i (A micro-panel a[i], scales sa[i]) by column tiles j (b[j], sb[j]),
+ * accumulators c[i][j]. */
+typedef struct ts__gemm_tiles22 {
+    const float *a[2], *sa[2], *b[2], *sb[2];
+    float *c[2][2];
+} ts__gemm_tiles22;
+typedef void (*ts__gemm_ukr_scaled22_fn)(int64_t kc, int64_t g, const ts__gemm_tiles22 *t);
+typedef void (*ts__gemm_ukr_plain22_fn)(int64_t kc, const ts__gemm_tiles22 *t);
 
 /* Decode (small-M) kernel: one panel of TS__GEMM_DW = 32 output columns, rows i < m (m <= TS__GEMM_SMALL_M),
  * over `len` K values.
@@ -71,6 +79,8 @@ typedef struct ts__gemm_kernels {
     ts__gemm_dec_fn decode;        /* 32-column panel, m <= 16 */
     ts__gemm_ukr_scaled2_fn scaled2; /* MR x 2 NR, or NULL */
     ts__gemm_ukr_plain2_fn plain2;   /* MR x 2 NR, or NULL */
+    ts__gemm_ukr_scaled22_fn scaled22; /* 2 MR x 2 NR, or NULL */
+    ts__gemm_ukr_plain22_fn plain22;   /* 2 MR x 2 NR, or NULL */
 } ts__gemm_kernels;
 
 extern const ts__gemm_kernels ts__gemm_kernels_generic;

@@ -115,6 +115,8 @@ const ts__gemm_kernels ts__gemm_kernels_avx2 = {
     ts__gemm_f32_6x16_scaled__avx2,
     ts__gemm_f32_6x16_plain__avx2,
     ts__gemm_decode_32__avx2,
-    NULL, /* no 2-tile kernels: a ymm is half a tile row */
+    NULL, /* no multi-tile kernels: a ymm is half a tile row */
+    NULL,
+    NULL,
     NULL,
 };

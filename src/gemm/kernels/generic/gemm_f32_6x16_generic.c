@@ -42,6 +42,8 @@ const ts__gemm_kernels ts__gemm_kernels_generic = {
     ts__gemm_f32_6x16_scaled__generic,
     ts__gemm_f32_6x16_plain__generic,
     ts__gemm_decode_32__generic,
-    NULL, /* no 2-tile kernels: a ymm is half a tile row */
+    NULL, /* no multi-tile kernels: a ymm is half a tile row */
+    NULL,
+    NULL,
     NULL,
 };
