@@ -183,7 +183,7 @@ TS_TEST(model_pieces_routing) {
 
 TS_TEST(model_pieces_dot_rows_generic_avx2_same_bits) {
     ts_prng p = ts_prng_seed(21);
-    enum { K = 203, M = 5, LD = 211 };
+    enum { K = 203, M = 13, LD = 211 }; /* 13 rows: the 8-, 4- and 1-row blocks */
     float w[K], x[M * LD], y0[M * 3], y1[M * 3];
     for (int i = 0; i < K; i++) w[i] = ts_prng_uniform(&p) * 3;
     for (int i = 0; i < M * LD; i++) x[i] = ts_prng_uniform(&p);
@@ -201,6 +201,17 @@ TS_TEST(model_pieces_dot_rows_generic_avx2_same_bits) {
         if (ts_get_cpu_info()->has_avx2) {
             ts__model_dot_rows__avx2(w, k, x, M, LD, y1, 3);
             for (int r = 0; r < M; r++) TS_CHECK(memcmp(&y0[r * 3], &y1[r * 3], 4) == 0);
+        }
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+        const ts_isa saved = ts_get_isa();
+        if (ts_set_isa(TS_ISA_AVX512) == TS_OK) {
+            memset(y1, 0, sizeof y1);
+            ts__model_dot_rows__avx512(w, k, x, M, LD, y1, 3);
+            for (int r = 0; r < M; r++) TS_CHECK(memcmp(&y0[r * 3], &y1[r * 3], 4) == 0);
+            ts_set_isa(saved);
+        } else if (k == 1) {
+            printf("skip isa avx512: not runnable here\n");
         }
 #endif
     }

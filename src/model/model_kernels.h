@@ -1,4 +1,4 @@
-/* The model's own small kernels (generic C and AVX2, the same bits). */
+/* The model's own small kernels (generic C, AVX2 and AVX-512, the same bits). */
 #ifndef TILESTACK_MODEL_KERNELS_H
 #define TILESTACK_MODEL_KERNELS_H
 
@@ -20,6 +20,10 @@ void ts__model_dot_rows__generic(const float *w, int64_t k, const float *x, int6
 #ifdef TS_HAVE_AVX2_KERNELS
 void ts__model_dot_rows__avx2(const float *w, int64_t k, const float *x, int64_t m, int64_t ldx,
                               float *y, int64_t ldy);
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+void ts__model_dot_rows__avx512(const float *w, int64_t k, const float *x, int64_t m, int64_t ldx,
+                                float *y, int64_t ldy);
 #endif
 
 #endif

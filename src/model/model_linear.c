@@ -48,6 +48,9 @@ void ts__model_gemv_f32(const float *x, int64_t m, int64_t ldx, const float *w, 
     if (ts__isa_avx2_up(ts__active_isa()))
         g.dot = ts__model_dot_rows__avx2;
 #endif
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512) g.dot = ts__model_dot_rows__avx512;
+#endif
     /* each output is one weight row against all m rows: the split never changes a sum */
     ts__parallel_for(n, 8, gemv_rows, &g);
 }
