@@ -54,6 +54,12 @@ void ts__parallel_for(int64_t n, int64_t grain, ts__range_fn fn, void *ctx);
 typedef void (*ts__task_fn)(void *ctx, int tid, int nthreads);
 void ts__parallel_run(int nthreads, ts__task_fn fn, void *ctx);
 
+/* Run fn(ctx, tid, nthreads) exactly once on every thread of the pool (sized for
+ * ts_get_num_threads()), the caller as tid 0 and worker p as tid p; returns nthreads. For
+ * per-thread state (the MXCSR flags in tests); waits for a pool busy with another caller's
+ * job. From inside a pool task it runs nothing and returns -1. */
+int ts__pool_on_each_thread(ts__task_fn fn, void *ctx);
+
 /* Dynamic claiming: run fn on items [0, n) in ranges of `grab` consecutive items (the last may
  * be shorter), the threads claiming ranges from a shared counter, so a thread slowed by another
  * process leaves its remaining ranges to the others. Items must be independent (each writes its

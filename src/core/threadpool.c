@@ -388,3 +388,29 @@ void ts__parallel_run(int nthreads, ts__task_fn fn, void *ctx) {
     }
     fork_join(&j);
 }
+
+/* One task on each pool thread, the caller included: worker p runs task p (stride = the
+ * thread count), so per-thread state such as the MXCSR flags can be set or read everywhere.
+ * ts__parallel_run gives no such promise (a busy pool or a nested call runs it inline), so
+ * this waits for the pool instead of running inline, and refuses nested calls. */
+int ts__pool_on_each_thread(ts__task_fn fn, void *ctx) {
+    if (ts__tls_depth > 0 || tls_is_worker) return -1;
+    pthread_mutex_lock(&g_pool.mu);
+    pthread_once(&g_pool_once, pool_register);
+    pool_resize(ts_get_num_threads());
+    const int active = g_pool.nworkers;
+    job j = {0};
+    j.task_fn = fn;
+    j.ctx = ctx;
+    j.nchunks = active + 1;
+    j.stride = active + 1;
+    g_pool.job = j;
+    if (active > 0) {
+        atomic_store_explicit(&g_pool.pending, (unsigned)active, memory_order_relaxed);
+        publish(active);
+    }
+    run_chunk(&g_pool.job, 0);
+    if (active > 0) wait_done();
+    pthread_mutex_unlock(&g_pool.mu);
+    return active + 1;
+}

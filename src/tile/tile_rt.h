@@ -1044,9 +1044,12 @@ TS__TV_INL ts__tv_f32 ts__tv_ue8m0_to_f32(ts__tv_u8 v8) {
  * polynomial, the two-multiply ldexp); special lanes (NaN, overflow, underflow) are selected
  * at the end, computed from a clamped input so that the integer conversion stays in range. */
 TS__TV_INL ts__tv_f32 ts__tv_exp_f32(ts__tv_f32 x) {
-    /* the clamp only keeps the integer conversion in range (NaN lanes become the bound and
-     * are replaced at the end), so the plain min / max suffice */
-    ts__tv_f32 xc = ts__tv_mink_f32(ts__tv_maxk_f32(x, ts__tv_splat_f32(-104.0f)), ts__tv_splat_f32(89.0f));
+    /* The lanes replaced at the end (NaN, past 89, below -104) compute exp(0) instead: they
+     * only need the integer conversion in range, and clamped to -104 (where NaN lanes went
+     * too) the final ldexp made a subnormal, a microcode assist per op on Intel for every
+     * -inf lane (masked and padding lanes of softmax / sigmoid). Kept lanes are unchanged. */
+    const ts__tv_i32 keep = TS__TV_MASK(x >= ts__tv_splat_f32(-104.0f)) & TS__TV_MASK(x <= ts__tv_splat_f32(89.0f));
+    ts__tv_f32 xc = ts__tv_sel_f32(keep, x, ts__tv_splat_f32(0.0f));
     ts__tv_f32 n = ts__tv_round_f32(xc * ts__tv_splat_f32(1.44269502f), 0);
     ts__tv_f32 r = ts__tv_fma_f32(-n, ts__tv_splat_f32(0.693145751953125f), xc);
     r = ts__tv_fma_f32(-n, ts__tv_splat_f32(1.42860677e-06f), r);
