@@ -33,8 +33,8 @@ typedef struct ts__gemm_operand {
  * each block_bytes long: kb rows of TS__PW_W values (row = one K value across the panel's
  * columns; e4m3 one byte each, e2m1 two per byte, both in the slot order of ts__pw_slot;
  * bf16 two bytes each, column order), zeros past K and past N, then TS__PW_W scales in column
- * order (f32, or one ue8m0 byte each when sf_u8; replicated per column for gran_mn 128; 0 past
- * N). */
+ * order (f32, or one ue8m0 byte each when sf_u8; replicated per column for gran_mn 128; past
+ * N 0.0f, or byte 127 (1.0: byte 0 would decode to a subnormal)). */
 #define TS__PW_W 32
 struct ts_packed_weight {
     uint64_t magic;

@@ -65,6 +65,14 @@ static void pack_group(struct ts_packed_weight *pw, const ts__gemm_operand *op, 
             }
         }
     }
+    /* ue8m0 scale bytes of the last panel's padding columns (past N): 127 (1.0), not 0, whose
+     * 2^-127 is an f32 subnormal that the generic decoder would multiply by sa (a microcode
+     * assist on Intel cores, and the MXCSR guard's DE flag); their weights are zero and their
+     * results never stored. */
+    if (pw->scaled && pw->sf_u8 && pw->n % W)
+        for (int64_t j = pw->n % W; j < W; j++)
+            for (int64_t b = 0; b < pw->nkb; b++)
+                dst[(pw->n / W) * pw->panel_bytes + b * pw->block_bytes + pw->kb * pw->row_bytes + j] = 127;
 }
 
 static bool all_pow2(const ts_tensor *sf) {
