@@ -243,10 +243,8 @@ TS_TEST(cpu_isa_from_env) {
     TS_CHECK(strlen(small) < sizeof small);
 }
 
-/* The avx512 path, with no AVX-512 kernels of its own yet, runs the AVX2 kernels (never the
- * generic ones), and gives the generic path's bits. */
-/* The avx512 path runs its own kernels where it has them (GEMM) and the AVX2 ones elsewhere,
- * never the generic ones. */
+/* The avx512 path runs its own kernels where it has them (GEMM, FlashMLA, MQA logits) and the
+ * AVX2 ones elsewhere, never the generic ones. */
 TS_TEST(cpu_avx512_path_uses_avx2_kernels) {
     const ts_isa saved = ts_get_isa();
     TS_CHECK(ts__isa_avx2_up(TS_ISA_AVX2) && ts__isa_avx2_up(TS_ISA_AVX512));
@@ -255,8 +253,10 @@ TS_TEST(cpu_avx512_path_uses_avx2_kernels) {
 #if defined(TS_HAVE_AVX2_KERNELS)
 #if defined(TS_HAVE_AVX512_KERNELS)
     TS_CHECK(ts__gemm_select_kernels() == &ts__gemm_kernels_avx512); /* GEMM has its own */
-#endif
+    TS_CHECK(ts__mla_pick_kernels() == &ts__mla_kernels_avx512);     /* and FlashMLA */
+#else
     TS_CHECK(ts__mla_pick_kernels() == &ts__mla_kernels_avx2);
+#endif
     TS_CHECK(ts__quant_kernels_for((ts__qsrc)0) == &ts__quant_kernels_avx2[0]);
 #endif
     /* Same bits as generic through a few entry points (bulk conversion, quantiser, GEMM). */

@@ -141,7 +141,7 @@ static inline ts_status fm_kvcache_run_fn(void *ctx) {
     return ts_flash_mla_with_kvcache(&r->a, r->out, r->lse);
 }
 
-/* Runs run(ctx) under each ISA this build can select (generic, then AVX2) at 1, 2 and 3
+/* Runs run(ctx) under each ISA path this build and CPU can run (ts_test_isas: generic first) at 1, 2 and 3
  * threads, clearing the live buffers before every run so that an unwritten output shows; every
  * run after the first must reproduce its bytes exactly. Restores the thread count and ISA. */
 static inline void fm_check_isa_threads(ts_test_ctx *ts_t_, ts_status (*run)(void *ctx),
@@ -149,8 +149,11 @@ static inline void fm_check_isa_threads(ts_test_ctx *ts_t_, ts_status (*run)(voi
     int saved_t = ts_get_num_threads();
     ts_isa saved_isa = ts_get_isa();
     int first = 1;
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) {
+        const int isa = isas[ii];
+        if (ts_set_isa((ts_isa)isa) != TS_OK) continue;
         for (int t = 1; t <= 3; t++) {
             ts_set_num_threads(t);
             for (int i = 0; i < nbuf; i++) memset(bufs[i].live, 0, bufs[i].bytes);
@@ -160,7 +163,8 @@ static inline void fm_check_isa_threads(ts_test_ctx *ts_t_, ts_status (*run)(voi
                     memcpy(bufs[i].first, bufs[i].live, bufs[i].bytes);
                 else
                     TS_CHECK_MSG(memcmp(bufs[i].first, bufs[i].live, bufs[i].bytes) == 0,
-                                 "%s differs (isa %d, %d threads)", bufs[i].name, isa, t);
+                                 "%s differs (isa %s, %d threads)", bufs[i].name,
+                                 ts_isa_name((ts_isa)isa), t);
             }
             first = 0;
         }

@@ -512,6 +512,34 @@ TS_TEST(flash_mla_sparse_never_reads_unused) {
     sp_guard_case(ts_t_, &c2, 112, "model1 + extra guarded");
 }
 
+/* DeepSeek's head counts, bitwise over every path: h_q 128, 100 (rows padded to 112) and 80
+ * take every strip grouping of the AVX-512 QK kernel (4 + 4, 4 + 3, 3 + 2) and both PV row
+ * rests (two 4-row blocks, one), which the small cases above never reach; 2 and 3 threads
+ * also split the rows into panels of other strip counts. */
+TS_TEST(flash_mla_sparse_many_heads_every_path) {
+    const sp_case cases[] = {
+        {TS_MLA_KV_V32, 2, 1, 128, 60, 64, 4, 0, 0, 0, 1, 1, NULL, NULL},
+        {TS_MLA_KV_V32, 1, 2, 100, 50, 64, 4, 0, 0, 0, 1, 0, NULL, NULL},
+        {TS_MLA_KV_MODEL1, 2, 1, 80, 60, 64, 4, 0, 0, 0, 0, 1, NULL, NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const sp_case c = cases[k];
+        sp_data s;
+        sp_build(&s, &c, 130 + k);
+        fm_outs o;
+        fm_outs_make(&o, c.b, c.sq, c.hq);
+        ts_mla_metadata *meta;
+        ts_get_mla_metadata(&meta);
+        fm_kvcache_run run = {sp_args(&s, meta), &o.to, &o.tl};
+        const fm_buf bufs[] = {{o.out, o.out0, (size_t)o.no * 2, "out"},
+                               {o.lse, o.lse0, (size_t)o.nl * 4, "lse"}};
+        fm_check_isa_threads(ts_t_, fm_kvcache_run_fn, &run, bufs, 2);
+        ts_mla_metadata_free(meta);
+        fm_outs_free(&o);
+        sp_free(&s);
+    }
+}
+
 /* ---- FP8 dequantisation rule ---- */
 
 /* upstream's SM90 kernel: bf16(e4m3) * bf16(scale) in bf16 arithmetic = bf16(e4m3 * bf16(scale)) */
@@ -582,8 +610,11 @@ TS_TEST(flash_mla_sparse_fp8_dequant_rounding) {
         ts_tensor to = ts_tensor_make(out, TS_BF16, 4, (int64_t[]){b, sq, hq, 512});
         ts_tensor tl = ts_tensor_3d(lse, TS_F32, b, hq, sq);
         ts_isa saved = ts_get_isa();
-        for (int isa = 0; isa < 2; isa++) {
-            if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+        int isas[TS_ISA_COUNT_];
+        const int nisa = ts_test_isas(isas);
+        for (int ii = 0; ii < nisa; ii++) {
+            const int isa = isas[ii];
+            if (ts_set_isa((ts_isa)isa) != TS_OK) continue;
             ts_mla_metadata *meta;
             ts_get_mla_metadata(&meta);
             ts_flash_mla_kvcache_args a;
@@ -606,13 +637,83 @@ TS_TEST(flash_mla_sparse_fp8_dequant_rounding) {
                         /* == on floats: o starts at +0, so a -0 value comes out +0 */
                         bad += fm_bf(out[(r * hq + h) * 512 + c]) != want[tkn * 512 + c];
             }
-            TS_CHECK_MSG(bad == 0, "layout %d isa %d: %lld decoded values differ from the rule", L,
-                         isa, (long long)bad);
+            TS_CHECK_MSG(bad == 0, "layout %d isa %s: %lld decoded values differ from the rule", L,
+                         ts_isa_name((ts_isa)isa), (long long)bad);
         }
         ts_set_isa(saved);
         free(out);
         free(q);
         free(kc);
         free(want);
+    }
+}
+
+/* ---- the per-ISA token decoders, bit for bit ---- */
+
+/* Every path's decoders against the generic ones on tokens the model-level tests never make:
+ * scales that are not powers of two, powers of two outside the fast path's range, subnormal,
+ * zero, negative, inf and NaN scales, NaN and subnormal e4m3 codes, every UE8M0 exponent, and
+ * bf16 rows whose length is no multiple of the vector width. (With one valid slot per row the
+ * engine's output is the decoded V rounded to bf16 once more, which hides a missing rounding of
+ * the product: this compares the f32 rows themselves.) */
+#include "attention/flash_mla_internal.h"
+
+TS_TEST(flash_mla_decoders_every_path) {
+    const ts__mla_kernels *tabs[TS_ISA_COUNT_] = {&ts__mla_kernels_generic};
+#if defined(TS_HAVE_AVX2_KERNELS)
+    tabs[TS_ISA_AVX2] = &ts__mla_kernels_avx2;
+#endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+    tabs[TS_ISA_AVX512] = &ts__mla_kernels_avx512;
+#endif
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    ts_prng p = ts_prng_seed(177);
+    const float special[] = {0x1p-3f, 0x1p-118f, 0x1p-117f, 0x1p119f, 0x1p120f, 0x1p-130f, 0.0f,
+                             -0x1p-2f, INFINITY, NAN, 1.0f / 448.0f, 0.00123f, -3.5f};
+    const int nspec = (int)(sizeof special / sizeof special[0]);
+    enum { NTOK = 64 };
+    uint8_t tok[656], scales[8];
+    uint16_t row[576];
+    float ref[576], got[576];
+    for (int k = 0; k < NTOK; k++) {
+        /* V32: four scales, codes with some NaN (every 4th token) and subnormal ones */
+        for (int i = 0; i < 512; i++) {
+            uint8_t c = (uint8_t)ts_prng_u32(&p);
+            if (k % 4 != 1 && (c & 0x7F) == 0x7F) c ^= 1;
+            if (i % 16 == 3) c = (uint8_t)((c & 0x80) | (c & 0x07)); /* subnormal / zero */
+            tok[i] = c;
+        }
+        for (int j = 0; j < 4; j++) {
+            float sc = (k + j) % 3 == 0 ? special[(k * 4 + j) % nspec]
+                                         : ldexpf(1.0f + 0.5f * ts_prng_uniform(&p),
+                                                  (int)(ts_prng_u32(&p) % 17) - 12);
+            if ((k + j) % 5 == 0) sc = ldexpf(1.0f, (int)(ts_prng_u32(&p) % 40) - 20);
+            memcpy(tok + 512 + 4 * j, &sc, 4);
+        }
+        for (int i = 0; i < 64; i++) {
+            uint16_t h = fm_tobf(ts_prng_uniform(&p) * 4.0f);
+            memcpy(tok + 528 + 2 * i, &h, 2);
+        }
+        /* MODEL1 reuses the bytes: 448 codes, 64 bf16 at 448; scale exponents sweep 0..255 */
+        for (int j = 0; j < 7; j++) scales[j] = (uint8_t)((k * 7 + j) * 37 % 256);
+        scales[7] = 0;
+        for (int i = 0; i < 576; i++) row[i] = (uint16_t)ts_prng_u32(&p); /* NaNs included */
+        const int64_t nbf = k % 3 == 0 ? 576 : k % 3 == 1 ? 512 : 37 + k;
+        for (int ii = 1; ii < nisa; ii++) {
+            const ts__mla_kernels *K = tabs[isas[ii]], *G = tabs[0];
+            if (!K) continue;
+            const char *name = ts_isa_name((ts_isa)isas[ii]);
+            G->dec_v32(tok, ref);
+            K->dec_v32(tok, got);
+            TS_CHECK_MSG(memcmp(ref, got, 576 * 4) == 0, "dec_v32 %s token %d", name, k);
+            G->dec_model1(tok, scales, ref);
+            K->dec_model1(tok, scales, got);
+            TS_CHECK_MSG(memcmp(ref, got, 512 * 4) == 0, "dec_model1 %s token %d", name, k);
+            G->dec_bf16(row, ref, nbf);
+            K->dec_bf16(row, got, nbf);
+            TS_CHECK_MSG(memcmp(ref, got, (size_t)nbf * 4) == 0, "dec_bf16 %s n %lld", name,
+                         (long long)nbf);
+        }
     }
 }

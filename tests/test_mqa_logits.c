@@ -227,7 +227,7 @@ static void check_flat(ts_test_ctx *ts_t_, const inputs *in, const float *w, con
     free(y);
 }
 
-/* Run `fn` under generic / AVX2 and 1 / 2 / 3 threads; every run must give the bits of the
+/* Run `fn` under every runnable ISA path (generic first) and 1 / 2 / 3 threads; every run must give the bits of the
  * first. The first result stays in o. */
 typedef ts_status (*run_fn)(void *ctx, out_buf *o);
 
@@ -236,8 +236,11 @@ static void run_all_paths(ts_test_ctx *ts_t_, run_fn fn, void *ctx, out_buf *o,
     ts_isa saved_isa = ts_get_isa();
     int saved_threads = ts_get_num_threads();
     int first = 1;
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) {
+        const int isa = isas[ii];
+        if (ts_set_isa((ts_isa)isa) != TS_OK) continue;
         for (int t = 1; t <= 3; t++) {
             ts_set_num_threads(t);
             if (first) {
@@ -249,7 +252,8 @@ static void run_all_paths(ts_test_ctx *ts_t_, run_fn fn, void *ctx, out_buf *o,
             out_buf o2;
             init(&o2, ctx);
             TS_CHECK_STATUS(fn(ctx, &o2), TS_OK);
-            TS_CHECK_MSG(out_equal(o, &o2), "%s: isa %d threads %d differs from generic/1", what, isa, t);
+            TS_CHECK_MSG(out_equal(o, &o2), "%s: isa %s threads %d differs from generic/1", what,
+                         ts_isa_name((ts_isa)isa), t);
             free(o2.data);
         }
     }
@@ -396,9 +400,11 @@ TS_TEST(mqa_logits_compressed_bf16) {
 
 TS_TEST(mqa_logits_fp4_and_mx) {
     /* FP4 q/kv with UE8M0 block scales, H not a multiple of 16 (padded heads), D = 64 and 128;
-     * FP8 with MX scales at D = 32 */
-    const struct { int fp4; int64_t h, d; } cases[] = {{1, 20, 64}, {1, 64, 128}, {0, 12, 32}};
-    for (int c = 0; c < 3; c++) {
+     * FP8 with MX scales at D = 32 and 128; H = 40 and 72 (48 / 80 padded heads) take the
+     * AVX-512 kernel's 3- and 3 + 2-pass groups, H = 64 its 4-pass one */
+    const struct { int fp4; int64_t h, d; } cases[] = {
+        {1, 20, 64}, {1, 64, 128}, {0, 12, 32}, {0, 40, 128}, {1, 72, 64}};
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         inputs in;
         gen_inputs(&in, 20 + (uint64_t)c, cases[c].fp4, 1, 9, cases[c].h, cases[c].d, 77);
         flat_ctx f = {&in, 0, 1, 0, 0};
@@ -863,5 +869,43 @@ TS_TEST(mqa_logits_paged_never_reads_unused) {
         ts_guard_free(&gb);
         free_paged(&p);
         free_inputs(&in);
+    }
+}
+
+/* ---- the per-ISA key decoders, bit for bit ---- */
+
+#include "attention/mqa_logits_internal.h"
+
+/* Every path's decoder against the generic one over every e4m3 code and every e2m1x2 byte
+ * (NaN codes and -0 included, which the logits themselves hide: relu turns NaN and -0 into
+ * +0), with and without block scales (powers of two, some out of the normal range). */
+TS_TEST(mqa_logits_decoders_every_path) {
+    const ts__mqa_kernels *tabs[TS_ISA_COUNT_] = {&ts__mqa_kernels_generic};
+#if defined(TS_HAVE_AVX2_KERNELS)
+    tabs[TS_ISA_AVX2] = &ts__mqa_kernels_avx2;
+#endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+    tabs[TS_ISA_AVX512] = &ts__mqa_kernels_avx512;
+#endif
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    enum { D = 128, ROWS = 8 };
+    static uint8_t src[ROWS * (D + 3)];
+    static float sf[ROWS * 4], ref[ROWS * D], got[ROWS * D];
+    for (int i = 0; i < ROWS * (D + 3); i++) src[i] = (uint8_t)(i * 7 + i / 256);
+    for (int i = 0; i < ROWS * 4; i++) sf[i] = ldexpf(1.0f, (i * 29) % 300 - 150);
+    for (int fp4 = 0; fp4 < 2; fp4++) {
+        const int64_t rb = fp4 ? D / 2 + 3 : D + 3; /* odd row strides: unaligned rows */
+        for (int with_sf = 0; with_sf < 2; with_sf++) {
+            tabs[0]->decode(src, rb, ROWS, D, fp4, with_sf ? sf : NULL, 4, ref);
+            for (int ii = 1; ii < nisa; ii++) {
+                const ts__mqa_kernels *K = tabs[isas[ii]];
+                if (!K) continue;
+                memset(got, 0, sizeof got);
+                K->decode(src, rb, ROWS, D, fp4, with_sf ? sf : NULL, 4, got);
+                TS_CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "decode %s fp4 %d sf %d",
+                             K->name, fp4, with_sf);
+            }
+        }
     }
 }

@@ -55,6 +55,13 @@ typedef struct ts__mla_kernels {
 extern const ts__mla_kernels ts__mla_kernels_generic;
 #ifdef TS_HAVE_AVX2_KERNELS
 extern const ts__mla_kernels ts__mla_kernels_avx2;
+/* the AVX2 row operations of the finish / merge steps, shared with the AVX-512 table (a few
+ * rows of 512 per request: zmm would gain nothing measurable) */
+void ts__mla_row_to_bf16__avx2(const float *o, float f, uint16_t *out);
+void ts__mla_row_axpy__avx2(const float *x, float w, float *y);
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+extern const ts__mla_kernels ts__mla_kernels_avx512;
 #endif
 const ts__mla_kernels *ts__mla_pick_kernels(void);
 

@@ -10,6 +10,9 @@
 #include <string.h>
 
 static const ts__mqa_kernels *select_kernels(void) {
+#if defined(TS_HAVE_AVX512_KERNELS)
+    if (ts__active_isa() == TS_ISA_AVX512) return &ts__mqa_kernels_avx512;
+#endif
 #if defined(TS_HAVE_AVX2_KERNELS)
     ts_isa isa = ts__active_isa();
     if (ts__isa_avx2_up(isa)) return &ts__mqa_kernels_avx2;

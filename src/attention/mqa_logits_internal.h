@@ -42,6 +42,9 @@ extern const ts__mqa_kernels ts__mqa_kernels_generic;
 #if defined(TS_HAVE_AVX2_KERNELS)
 extern const ts__mqa_kernels ts__mqa_kernels_avx2;
 #endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+extern const ts__mqa_kernels ts__mqa_kernels_avx512;
+#endif
 
 /* One call, validated. Queries are grouped in blocks of qblk consecutive rows that share one
  * decoded key chunk; key index ranges are per query. */

@@ -226,7 +226,7 @@ static void dec_bf16_avx2(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
-static void row_to_bf16_avx2(const float *o, float f, uint16_t *out) {
+void ts__mla_row_to_bf16__avx2(const float *o, float f, uint16_t *out) {
     const __m256 vf = _mm256_set1_ps(f);
     for (int c = 0; c < TS__MLA_DV; c += 16) {
         __m256i a = ts__avx2_bf16_codes(_mm256_mul_ps(_mm256_loadu_ps(o + c), vf));
@@ -237,7 +237,7 @@ static void row_to_bf16_avx2(const float *o, float f, uint16_t *out) {
     }
 }
 
-static void row_axpy_avx2(const float *x, float w, float *y) {
+void ts__mla_row_axpy__avx2(const float *x, float w, float *y) {
     const __m256 vw = _mm256_set1_ps(w);
     for (int c = 0; c < TS__MLA_DV; c += 8)
         _mm256_storeu_ps(y + c, _mm256_add_ps(_mm256_loadu_ps(y + c),
@@ -245,6 +245,12 @@ static void row_axpy_avx2(const float *x, float w, float *y) {
 }
 
 const ts__mla_kernels ts__mla_kernels_avx2 = {
-    qk_avx2,         softmax_avx2,    pv_avx2,          dec_v32_avx2,
-    dec_model1_avx2, dec_bf16_avx2,   row_to_bf16_avx2, row_axpy_avx2,
+    qk_avx2,
+    softmax_avx2,
+    pv_avx2,
+    dec_v32_avx2,
+    dec_model1_avx2,
+    dec_bf16_avx2,
+    ts__mla_row_to_bf16__avx2,
+    ts__mla_row_axpy__avx2,
 };
