@@ -12,10 +12,11 @@
 
 #define PF_BYTES 16384
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + PF_BYTES, _MM_HINT_T0)
-/* Rows in cache get a prefetch too, nearer: at 2 loads per 128 bytes the zmm loop outruns the
- * L2 streamer on rows from L3 (measured 1 x 1M bf16 k 512: 89 -> 76 us with 2 - 8 KB, 1 x 1M
- * k 2048 112 -> 87 us, 64 x 65536 k 512 ~1.3x; 1 x 65536 in L2 unchanged). The AVX2 loop, at
- * twice the uops per byte, does not gain from it. */
+/* Rows in cache get a prefetch too, nearer: on this Ice Lake the L2 streamer alone does not
+ * keep up with the loop on rows from L3 (measured 1 x 1M bf16 k 512: 89 -> 76 us with 2 - 8 KB,
+ * 1 x 1M k 2048 112 -> 87 us, 64 x 65536 k 512 ~1.3x; 1 x 65536 in L2 unchanged). The AVX2
+ * filter gains as much here from it (1M-value filter calls 81 -> 67 us) but has none: on the
+ * Zen 3 it was tuned on, prefetches on rows in cache only competed with the loads. */
 #define PF_CACHED_BYTES 4096
 #define HIT_GROUPS 16 /* 32 or 64 (one call's block): 1 x 1M k 512 5% slower, 64K rows even */
 
