@@ -92,6 +92,8 @@ TS_TEST(convert_bulk_matches_scalar) {
     ts_prng p = ts_prng_seed(42);
     int saved = ts_get_num_threads();
     ts_isa saved_isa = ts_get_isa();
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas); /* every runnable path: generic, avx2, avx512, ... */
     size_t cap = 100008 * 8 + 64;
     (void)cap;
     unsigned char *src = malloc(cap), *ref = malloc(cap), *out = malloc(cap);
@@ -107,15 +109,16 @@ TS_TEST(convert_bulk_matches_scalar) {
             size_t obytes = (size_t)(n * pr->dw / 2);
             memset(ref, 0xA5, obytes);
             reference(pr, s, ref, n);
-            for (int isa = 0; isa < 2; isa++) {
-                if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+            for (int ii = 0; ii < nisa; ii++) {
+                if (ts_set_isa((ts_isa)isas[ii]) != TS_OK) continue;
                 for (int t = 1; t <= 4; t++) {
                     ts_set_num_threads(t);
                     memset(o, 0x5A, obytes + 1);
                     TS_CHECK_STATUS(ts_convert(s, pr->s, o, pr->d, n), TS_OK);
                     int bad = memcmp(o, ref, obytes) != 0;
-                    TS_CHECK_MSG(!bad, "%s->%s n=%lld isa=%d threads=%d differs from scalar",
-                                 ts_dtype_name(pr->s), ts_dtype_name(pr->d), (long long)n, isa, t);
+                    TS_CHECK_MSG(!bad, "%s->%s n=%lld isa=%s threads=%d differs from scalar",
+                                 ts_dtype_name(pr->s), ts_dtype_name(pr->d), (long long)n,
+                                 ts_isa_name((ts_isa)isas[ii]), t);
                     TS_CHECK_MSG(o[obytes] == 0x5A, "%s->%s n=%lld wrote past the end",
                                  ts_dtype_name(pr->s), ts_dtype_name(pr->d), (long long)n);
                 }
@@ -137,8 +140,10 @@ TS_TEST(convert_bulk_exhaustive_decode) {
     uint8_t c8[256];
     for (int i = 0; i < 256; i++) c8[i] = (uint8_t)i;
     ts_isa saved_isa = ts_get_isa();
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) {
+        if (ts_set_isa((ts_isa)isas[ii]) != TS_OK) continue;
         for (uint32_t i = 0; i < 65536; i++) ref[i] = ts_bf16_to_f32((uint16_t)i);
         TS_CHECK_STATUS(ts_convert(codes, TS_BF16, out, TS_F32, 65536), TS_OK);
         TS_CHECK(!memcmp(ref, out, 65536 * 4));
@@ -202,18 +207,21 @@ TS_TEST(convert_bulk_e4m3_edges) {
         memcpy(&f, &in[i], 4);
         want[i] = ts_f32_to_e4m3(f);
     }
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) {
+        if (ts_set_isa((ts_isa)isas[ii]) != TS_OK) continue;
+        const char *isa = ts_isa_name((ts_isa)isas[ii]);
         for (int off = 0; off < 8; off++) {
             for (int i = 0; i < 256; i++) c8[off + i] = (uint8_t)i;
             TS_CHECK_STATUS(ts_convert(c8 + off, TS_E4M3, out + off, TS_F32, 256 - off), TS_OK);
-            TS_CHECK_MSG(!memcmp(out + off, ref, (size_t)(256 - off) * 4), "decode off=%d isa=%d",
+            TS_CHECK_MSG(!memcmp(out + off, ref, (size_t)(256 - off) * 4), "decode off=%d isa=%s",
                          off, isa);
         }
         for (int off = 0; off < 4; off++) { /* shifts which lanes of a 32-block hold what */
             memset(got, 0x5A, sizeof got);
             TS_CHECK_STATUS(ts_convert(in + off, TS_F32, got, TS_E4M3, NE - off), TS_OK);
-            TS_CHECK_MSG(!memcmp(got, want + off, (size_t)(NE - off)), "encode off=%d isa=%d",
+            TS_CHECK_MSG(!memcmp(got, want + off, (size_t)(NE - off)), "encode off=%d isa=%s",
                          off, isa);
             TS_CHECK(got[NE - off] == 0x5A);
         }

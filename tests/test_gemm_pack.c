@@ -1,6 +1,7 @@
 /* GEMM packing: the AVX2 panel packer gives the scalar table packer's floats bit for bit
  * (every e4m3 code including NaN, every e2m1 code, arbitrary bf16 bits), for both panel
- * widths, K offsets and chunk tails. */
+ * widths, K offsets and chunk tails, on every path that packs with it (avx2, and avx512,
+ * whose kernels take the same panels). */
 #include "ts_test.h"
 #include "ts_prng.h"
 
@@ -12,7 +13,11 @@
 
 TS_TEST(gemm_pack_avx2_matches_scalar) {
     const ts_isa isa0 = ts_get_isa();
-    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return; /* no AVX2 path here */
+    int isas[TS_ISA_COUNT_], nsimd = 0;
+    const int nisa = ts_test_isas(isas);
+    for (int i = 0; i < nisa; i++) /* the paths that pack with the AVX2 packer */
+        if (ts__isa_avx2_up((ts_isa)isas[i])) isas[nsimd++] = isas[i];
+    if (nsimd == 0) return; /* no AVX2 path here */
     const int64_t R = 20, K = 700;
     uint8_t *buf = (uint8_t *)malloc((size_t)(R * K) * 2);
     float *ref = (float *)malloc(16 * 320 * 4), *out = (float *)malloc(16 * 320 * 4);
@@ -38,14 +43,16 @@ TS_TEST(gemm_pack_avx2_matches_scalar) {
                     const int w = ws[wi];
                     const int64_t r0 = 3, kc = kcs[a], k0 = k0s[b];
                     memset(ref, 0xAB, 16 * 320 * 4);
-                    memset(out, 0xCD, 16 * 320 * 4);
                     TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
                     ts__gemm_pack_panel(&op, r0, w, k0, kc, w, ref);
-                    TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
-                    ts__gemm_pack_panel(&op, r0, w, k0, kc, w, out);
-                    TS_CHECK_MSG(memcmp(ref, out, (size_t)(kc * w) * 4) == 0,
-                                 "dtype %s w %d kc %lld k0 %lld", ts_dtype_name(dts[d]), w,
-                                 (long long)kc, (long long)k0);
+                    for (int i = 0; i < nsimd; i++) {
+                        memset(out, 0xCD, 16 * 320 * 4);
+                        TS_CHECK_STATUS(ts_set_isa((ts_isa)isas[i]), TS_OK);
+                        ts__gemm_pack_panel(&op, r0, w, k0, kc, w, out);
+                        TS_CHECK_MSG(memcmp(ref, out, (size_t)(kc * w) * 4) == 0,
+                                     "isa %s dtype %s w %d kc %lld k0 %lld", ts_isa_name((ts_isa)isas[i]),
+                                     ts_dtype_name(dts[d]), w, (long long)kc, (long long)k0);
+                    }
                 }
     free(buf), free(ref), free(out);
     ts_set_isa(isa0);

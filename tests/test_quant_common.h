@@ -130,10 +130,10 @@ static int qt_run_record(ts_test_ctx *ts_t_, const qrec *r) {
     return bad;
 }
 
-/* Every record whose op is in [op_lo, op_hi], for each ISA path and thread counts 1..4 (or,
- * unless all_pairs, generic with 1 and 3 threads and AVX2 with 2 and 4)
- * (records with more than 2M values: generic with 2 threads, AVX2 with 1 and 3, to bound
- * the run time). */
+/* Every record whose op is in [op_lo, op_hi], for each ISA path that runs here (generic,
+ * avx2, avx512, ...) and thread counts 1..4 (or, unless all_pairs, generic with 1 and 3
+ * threads and each SIMD path with 2 and 4) (records with more than 2M values: generic with 2
+ * threads, each SIMD path with 1 and 3, to bound the run time). */
 static void qt_run_golden(ts_test_ctx *ts_t_, uint32_t op_lo, uint32_t op_hi, bool all_pairs) {
     size_t size = 0;
     qrec *recs = (qrec *)TS_READ_GOLDEN("quant_cases.bin", &size);
@@ -142,7 +142,10 @@ static void qt_run_golden(ts_test_ctx *ts_t_, uint32_t op_lo, uint32_t op_hi, bo
     const int saved_threads = ts_get_num_threads();
     const ts_isa saved_isa = ts_get_isa();
     int count = 0;
-    for (int isa = TS_ISA_GENERIC; isa <= TS_ISA_AVX2; isa++) {
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) {
+        const int isa = isas[ii];
         if (ts_set_isa((ts_isa)isa) != TS_OK) continue;
         for (int th = 1; th <= 4; th++) {
             ts_set_num_threads(th);

@@ -213,10 +213,13 @@ TS_TEST(quant_fp8_bad_input) {
 }
 
 /* Generic and AVX2 per-token paths on adversarial blocks: random finite bf16 bit patterns
- * mixed with tiny, zero and huge values, so every fast/slow branch of the AVX2 kernel runs. */
+ * mixed with tiny, zero and huge values, so every fast/slow branch of the AVX2 kernel runs;
+ * every other SIMD path that runs here (avx512, ...) is compared with the generic one too. */
 TS_TEST(quant_fp8_generic_vs_avx2_random_bits) {
     const ts_isa saved = ts_get_isa();
-    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    if (nisa < 2) return; /* no SIMD path here */
     const int64_t m = 64, n = 7168 + 96;
     uint16_t *x = (uint16_t *)malloc((size_t)(m * n) * 2);
     ts_prng p = ts_prng_seed(4242);
@@ -236,34 +239,37 @@ TS_TEST(quant_fp8_generic_vs_avx2_random_bits) {
     uint8_t *q1 = (uint8_t *)malloc((size_t)(m * n)), *q2 = (uint8_t *)malloc((size_t)(m * n));
     float *s1 = (float *)malloc((size_t)m * 57 * 4), *s2 = (float *)malloc((size_t)m * 57 * 4);
     ts_tensor xt = ts_tensor_2d(x, TS_BF16, m, n);
+    for (int ii = 0; ii < nisa; ii++)
     for (int ue = 0; ue < 2; ue++) {
+        const ts_isa simd = (ts_isa)isas[ii];
+        if (simd == TS_ISA_GENERIC) continue;
         ts_tensor a = ts_tensor_2d(q1, TS_E4M3, m, n), b = ts_tensor_2d(q2, TS_E4M3, m, n);
         ts_tensor sa = ts_tensor_2d(s1, TS_F32, m, 57), sb = ts_tensor_2d(s2, TS_F32, m, 57);
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
         TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&xt, ue, 128, false, &a, &sa), TS_OK);
-        TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
+        TS_CHECK_STATUS(ts_set_isa(simd), TS_OK);
         TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&xt, ue, 128, false, &b, &sb), TS_OK);
-        TS_CHECK(memcmp(q1, q2, (size_t)(m * n)) == 0);
-        TS_CHECK(memcmp(s1, s2, (size_t)m * 57 * 4) == 0);
+        TS_CHECK_MSG(memcmp(q1, q2, (size_t)(m * n)) == 0, "per_token 128 ue8m0 %d: generic and %s differ", ue, ts_isa_name(simd));
+        TS_CHECK_MSG(memcmp(s1, s2, (size_t)m * 57 * 4) == 0, "per_token 128 ue8m0 %d: scales, %s", ue, ts_isa_name(simd));
         /* gran_k 32 and per-block go through the general run encoder */
         ts_tensor sa32 = ts_tensor_2d(s1, TS_F32, m / 8, 227), sb32 = ts_tensor_2d(s2, TS_F32, m / 8, 227);
         ts_tensor x8 = ts_tensor_2d(x, TS_BF16, m / 8, n), a8 = ts_tensor_2d(q1, TS_E4M3, m / 8, n),
                   b8 = ts_tensor_2d(q2, TS_E4M3, m / 8, n);
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
         TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&x8, ue, 32, false, &a8, &sa32), TS_OK);
-        TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
+        TS_CHECK_STATUS(ts_set_isa(simd), TS_OK);
         TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&x8, ue, 32, false, &b8, &sb32), TS_OK);
-        TS_CHECK(memcmp(q1, q2, (size_t)(m / 8 * n)) == 0);
-        TS_CHECK(memcmp(s1, s2, (size_t)(m / 8) * 227 * 4) == 0);
+        TS_CHECK_MSG(memcmp(q1, q2, (size_t)(m / 8 * n)) == 0, "per_token 32 ue8m0 %d: generic and %s differ", ue, ts_isa_name(simd));
+        TS_CHECK_MSG(memcmp(s1, s2, (size_t)(m / 8) * 227 * 4) == 0, "per_token 32 ue8m0 %d: scales, %s", ue, ts_isa_name(simd));
         ts_tensor pa = ts_tensor_2d(s1, TS_F32, 1, 57), pb = ts_tensor_2d(s2, TS_F32, 1, 57);
         ts_tensor xb = ts_tensor_2d(x, TS_BF16, m, n), qa = ts_tensor_2d(q1, TS_E4M3, m, n),
                   qb = ts_tensor_2d(q2, TS_E4M3, m, n);
         TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
         TS_CHECK_STATUS(ts_per_block_cast_to_fp8(&xb, ue, 128, &qa, &pa), TS_OK);
-        TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);
+        TS_CHECK_STATUS(ts_set_isa(simd), TS_OK);
         TS_CHECK_STATUS(ts_per_block_cast_to_fp8(&xb, ue, 128, &qb, &pb), TS_OK);
-        TS_CHECK(memcmp(q1, q2, (size_t)(m * n)) == 0);
-        TS_CHECK(memcmp(s1, s2, 57 * 4) == 0);
+        TS_CHECK_MSG(memcmp(q1, q2, (size_t)(m * n)) == 0, "per_block ue8m0 %d: generic and %s differ", ue, ts_isa_name(simd));
+        TS_CHECK_MSG(memcmp(s1, s2, 57 * 4) == 0, "per_block ue8m0 %d: scales, %s", ue, ts_isa_name(simd));
     }
     ts_set_isa(saved);
     free(x); free(q1); free(q2); free(s1); free(s2);

@@ -1,32 +1,51 @@
-/* Generic vs AVX2 quantiser paths on random bit patterns: every SIMD fast path and its
- * fall-backs (NaN / inf / subnormal / zero blocks, odd shapes, block tails) must give the
- * generic bits, at several thread counts. Inputs come from tests/ts_prng.h; nothing golden. */
+/* Generic vs SIMD quantiser paths (every one that runs here: avx2, avx512, ...) on random bit
+ * patterns: every SIMD fast path and its fall-backs (NaN / inf / subnormal / zero blocks, odd
+ * shapes, block tails) must give the generic bits, at several thread counts. Inputs come from
+ * tests/ts_prng.h; nothing golden. */
 #include "ts_prng.h"
 #include "ts_test.h"
 
 #include "tilestack/numerics.h"
 #include "tilestack/quant.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Runs `call` with the generic path into out_a and with AVX2 into out_b (both `bytes` long,
- * pre-filled with the same junk), threads 1..3, and checks the bytes agree. */
-#define QS_SAME(ctx_bytes, out_a, out_b, call_a, call_b, what)                                  \
+/* Runs `call_a` on the generic path into out_a and `call_b` on every SIMD path that runs here
+ * (avx2, avx512, ...) into out_b (both `bytes` long, pre-filled with the same junk), threads
+ * 1..3, and checks the bytes agree; with sf_bytes > 0, also the scales sf_a / sf_b. */
+#define QS_SAME_SF(ctx_bytes, out_a, out_b, sf_bytes, sf_a, sf_b, call_a, call_b, what)            \
     do {                                                                                        \
-        for (int th_ = 1; th_ <= 3; th_++) {                                                    \
-            ts_set_num_threads(th_);                                                            \
-            memset(out_a, 0x5A, ctx_bytes);                                                     \
-            memset(out_b, 0x5A, ctx_bytes);                                                     \
-            TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);                                 \
-            TS_CHECK_STATUS(call_a, TS_OK);                                                     \
-            TS_CHECK_STATUS(ts_set_isa(TS_ISA_AVX2), TS_OK);                                    \
-            TS_CHECK_STATUS(call_b, TS_OK);                                                     \
-            TS_CHECK_MSG(memcmp(out_a, out_b, ctx_bytes) == 0, "%s: generic and AVX2 differ (threads %d)", \
-                         what, th_);                                                            \
+        int isas_[TS_ISA_COUNT_];                                                               \
+        const int nisa_ = ts_test_isas(isas_);                                                  \
+        for (int ii_ = 0; ii_ < nisa_; ii_++) {                                                 \
+            if (isas_[ii_] == TS_ISA_GENERIC) continue;                                         \
+            const char *isa_ = ts_isa_name((ts_isa)isas_[ii_]);                                 \
+            for (int th_ = 1; th_ <= 3; th_++) {                                                \
+                ts_set_num_threads(th_);                                                        \
+                memset(out_a, 0x5A, ctx_bytes);                                                 \
+                memset(out_b, 0x5A, ctx_bytes);                                                 \
+                TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);                             \
+                TS_CHECK_STATUS(call_a, TS_OK);                                                 \
+                TS_CHECK_STATUS(ts_set_isa((ts_isa)isas_[ii_]), TS_OK);                         \
+                TS_CHECK_STATUS(call_b, TS_OK);                                                 \
+                TS_CHECK_MSG(memcmp(out_a, out_b, ctx_bytes) == 0, "%s: generic and %s differ (threads %d)", \
+                             what, isa_, th_);                                                  \
+                TS_CHECK_MSG((sf_bytes) == 0 || memcmp(sf_a, sf_b, (sf_bytes)) == 0,            \
+                             "%s: scales differ (generic and %s, threads %d)", what, isa_, th_); \
+            }                                                                                   \
         }                                                                                       \
     } while (0)
+#define QS_SAME(ctx_bytes, out_a, out_b, call_a, call_b, what) \
+    QS_SAME_SF(ctx_bytes, out_a, out_b, 0, out_a, out_b, call_a, call_b, what)
+
+/* Whether a SIMD path runs here (the tests compare it with the generic one). */
+static bool qs_have_simd(void) {
+    int isas[TS_ISA_COUNT_];
+    return ts_test_isas(isas) > 1;
+}
 
 /* A scale: mostly ordinary positive values, sometimes 0, negative, subnormal, huge (256 * s
  * overflows), inf or NaN. */
@@ -50,7 +69,7 @@ static float qs_scale(ts_prng *p) {
  * block tails, odd fp4 gran_k and row-block scales. */
 TS_TEST(quant_simd_cast_back_random_bits) {
     const ts_isa isa0 = ts_get_isa();
-    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    if (!qs_have_simd()) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t m = 12, n = 2 * 203; /* n: not a multiple of 16 or 32 */
     ts_prng p = ts_prng_seed(777);
@@ -142,7 +161,7 @@ static void qs_fill_bf16(uint16_t *x, int64_t m, int64_t n, uint64_t seed) {
  * last block-row; n spans two column strips and ends in a short block. */
 TS_TEST(quant_simd_fp8_block_random_bits) {
     const ts_isa isa0 = ts_get_isa();
-    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    if (!qs_have_simd()) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t m = 128 * 3 + 40, n = 128 * 70 + 50;
     uint16_t *x = malloc((size_t)(m * n) * 2);
@@ -168,9 +187,9 @@ TS_TEST(quant_simd_fp8_block_random_bits) {
                 ts_tensor ssb = ts_tensor_2d(sb, TS_F32, (m + g - 1) / g, (n + g - 1) / g);
                 char what[96];
                 snprintf(what, sizeof what, "per_block %s g %lld ue8m0 %d", f32 ? "f32" : "bf16", (long long)g, ue);
-                QS_SAME((size_t)(m * n), qa, qb, ts_per_block_cast_to_fp8(&xt, ue, g, &ta, &ssa),
-                        ts_per_block_cast_to_fp8(&xt, ue, g, &tb, &ssb), what);
-                TS_CHECK_MSG(memcmp(sa, sb, (size_t)(ssa.shape[0] * ssa.shape[1]) * 4) == 0, "%s: scales differ", what);
+                QS_SAME_SF((size_t)(m * n), qa, qb, (size_t)(ssa.shape[0] * ssa.shape[1]) * 4, sa, sb,
+                           ts_per_block_cast_to_fp8(&xt, ue, g, &ta, &ssa), ts_per_block_cast_to_fp8(&xt, ue, g, &tb, &ssb),
+                           what);
             }
         }
     }
@@ -184,7 +203,7 @@ TS_TEST(quant_simd_fp8_block_random_bits) {
  * n spans two column strips plus a tail shorter than 32; bf16, f16 and f32. */
 TS_TEST(quant_simd_fp8_channel_random_bits) {
     const ts_isa isa0 = ts_get_isa();
-    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    if (!qs_have_simd()) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t g = 32, m = g * 6, n = 1024 * 2 + 77;
     uint16_t *x = malloc((size_t)(m * n) * 2), *xh = malloc((size_t)(m * n) * 2);
@@ -209,9 +228,9 @@ TS_TEST(quant_simd_fp8_channel_random_bits) {
             ts_tensor ssa = ts_tensor_2d(sa, TS_F32, m / g, n), ssb = ts_tensor_2d(sb, TS_F32, m / g, n);
             char what[96];
             snprintf(what, sizeof what, "per_channel %s ue8m0 %d", ts_dtype_name(sdt[si]), ue);
-            QS_SAME((size_t)(m * n), qa, qb, ts_per_channel_cast_to_fp8(&xt, ue, g, &ta, &ssa),
-                    ts_per_channel_cast_to_fp8(&xt, ue, g, &tb, &ssb), what);
-            TS_CHECK_MSG(memcmp(sa, sb, (size_t)(m / g * n) * 4) == 0, "%s: scales differ", what);
+            QS_SAME_SF((size_t)(m * n), qa, qb, (size_t)(m / g * n) * 4, sa, sb,
+                       ts_per_channel_cast_to_fp8(&xt, ue, g, &ta, &ssa), ts_per_channel_cast_to_fp8(&xt, ue, g, &tb, &ssb),
+                       what);
         }
     }
     ts_set_num_threads(saved_threads);
@@ -224,7 +243,7 @@ TS_TEST(quant_simd_fp8_channel_random_bits) {
  * sources; f32 and packed scales. */
 TS_TEST(quant_simd_fp4_random_bits) {
     const ts_isa isa0 = ts_get_isa();
-    if (ts_set_isa(TS_ISA_AVX2) != TS_OK) return;
+    if (!qs_have_simd()) return;
     const int saved_threads = ts_get_num_threads();
     const int64_t m = 20, n = 2 * 1100; /* 2200: not a multiple of 32, 64 or 48 */
     uint16_t *xb = malloc((size_t)(m * n) * 2);
@@ -254,10 +273,9 @@ TS_TEST(quant_simd_fp4_random_bits) {
                 char what[96];
                 snprintf(what, sizeof what, "fp4 %s g %lld rule %d ue8m0 %d packed %d", ts_dtype_name(sdt[si]),
                          (long long)g, (int)rule, ue, packed);
-                QS_SAME((size_t)(m * n / 2), qa, qb, ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &ta, &ssa),
-                        ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &tb, &ssb), what);
-                /* QS_SAME compared the codes; the scales of the last run: */
-                TS_CHECK_MSG(memcmp(sa, sb, (size_t)(ssa.shape[0] * ssa.shape[1]) * 4) == 0, "%s: scales differ", what);
+                QS_SAME_SF((size_t)(m * n / 2), qa, qb, (size_t)(ssa.shape[0] * ssa.shape[1]) * 4, sa, sb,
+                           ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &ta, &ssa),
+                           ts_per_token_cast_to_fp4(&xt, ue, g, packed, rule, &tb, &ssb), what);
             }
         }
     }

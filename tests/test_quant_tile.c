@@ -2,7 +2,7 @@
  * against the hand-written public functions, byte for byte: codes, scales (also the bytes a
  * strided scale view skips), over odd shapes, gran_k 7 / 32 / 64 / 128 / 200, inputs with
  * zero / NaN / inf / huge / tiny rows and a wide log-uniform range, f32 and packed scales in
- * row-major and MN-major views, both ISA paths and 1 / 2 threads; and the same error codes. */
+ * row-major and MN-major views, every ISA path and 1 / 2 threads; and the same error codes. */
 #include "test_quant_common.h"
 
 #include "numerics/quant_hand.h"
@@ -14,17 +14,18 @@
 /* The golden runner of the shared header is not used here. */
 __attribute__((unused)) static void (*const tq_unused_golden)(ts_test_ctx *, uint32_t, uint32_t, bool) = qt_run_golden;
 
-/* Each comparison runs under every ISA path and thread count. */
+/* Each comparison runs under every ISA path that runs here (generic, avx2, avx512, ...) and
+ * thread count. */
 typedef struct tq_env { ts_isa isa; int threads; } tq_env;
+#define TQ_MAX_ENVS (2 * TS_ISA_COUNT_)
 static ts_isa tq_isa0 = TS_ISA_COUNT_; /* the path in use before a test changed it */
 static int tq_envs(tq_env *e) {
     int n = 0;
     if (tq_isa0 == TS_ISA_COUNT_) tq_isa0 = ts_get_isa();
-    static const ts_isa isas[2] = {TS_ISA_GENERIC, TS_ISA_AVX2};
-    for (int i = 0; i < 2; i++) {
-        if (ts_set_isa(isas[i]) != TS_OK) continue;
-        for (int th = 1; th <= 2; th++) e[n++] = (tq_env){isas[i], th};
-    }
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int i = 0; i < nisa; i++)
+        for (int th = 1; th <= 2; th++) e[n++] = (tq_env){(ts_isa)isas[i], th};
     return n;
 }
 static void tq_env_set(tq_env e) { ts_set_isa(e.isa), ts_set_num_threads(e.threads); }
@@ -86,7 +87,7 @@ static bool tq_quant_case(ts_test_ctx *ts_t_, tq_op op, ts_dtype dt, int64_t m, 
     snprintf(what, sizeof what, "op %d %s m %lld n %lld g %lld ue8m0 %d packed %d rule %d mn_major %d input %d",
              (int)op, ts_dtype_name(dt), (long long)m, (long long)n, (long long)g, ue, packed, (int)rule,
              mn_major, kind);
-    tq_env envs[4];
+    tq_env envs[TQ_MAX_ENVS];
     const int ne = tq_envs(envs);
     bool ok = true;
     for (int e = 0; e < ne && ok; e++) {
@@ -117,14 +118,14 @@ static bool tq_quant_case(ts_test_ctx *ts_t_, tq_op op, ts_dtype dt, int64_t m, 
         for (size_t i = 0; i < qbytes && bad < 0; i++)
             if (qa[i] != qb[i]) bad = (int64_t)i;
         if (bad >= 0) {
-            TS_CHECK_MSG(false, "%s isa %d threads %d: code byte %lld: hand 0x%02x tile 0x%02x", what, (int)envs[e].isa,
+            TS_CHECK_MSG(false, "%s isa %s threads %d: code byte %lld: hand 0x%02x tile 0x%02x", what, ts_isa_name(envs[e].isa),
                          envs[e].threads, (long long)bad, qa[bad], qb[bad]);
             ok = false;
         }
         for (int64_t i = 0; i < se && ok; i++) {
             if (sa[i] != sb[i]) {
-                TS_CHECK_MSG(false, "%s isa %d threads %d: scale word %lld: hand 0x%08x tile 0x%08x", what,
-                             (int)envs[e].isa, envs[e].threads, (long long)i, sa[i], sb[i]);
+                TS_CHECK_MSG(false, "%s isa %s threads %d: scale word %lld: hand 0x%08x tile 0x%08x", what,
+                             ts_isa_name(envs[e].isa), envs[e].threads, (long long)i, sa[i], sb[i]);
                 ok = false;
             }
         }
@@ -228,7 +229,7 @@ TS_TEST(quant_tile_cast_back_matches_hand) {
     uint8_t *oa = malloc((size_t)(m * n) * 4), *ob = malloc((size_t)(m * n) * 4);
     static const ts_dtype outs[3] = {TS_BF16, TS_F16, TS_F32};
     static const int64_t grans[][2] = {{1, 128}, {1, 32}, {128, 128}, {3, 64}, {1, 7}, {4, 1}, {1, 200}, {2, 32}};
-    tq_env envs[4];
+    tq_env envs[TQ_MAX_ENVS];
     const int ne = tq_envs(envs);
     for (int fp4 = 0; fp4 < 2; fp4++)
         for (size_t gi = 0; gi < sizeof grans / sizeof grans[0]; gi++)
@@ -259,10 +260,10 @@ TS_TEST(quant_tile_cast_back_matches_hand) {
                                 size_t k = 0;
                                 while (oa[k] == ob[k]) k++;
                                 TS_CHECK_MSG(false,
-                                             "cast_back fp%d gran (%lld,%lld) packed %d mn_major %d out %s isa %d "
+                                             "cast_back fp%d gran (%lld,%lld) packed %d mn_major %d out %s isa %s "
                                              "threads %d: byte %zu differs",
                                              fp4 ? 4 : 8, (long long)gmn, (long long)gk, packed, mn,
-                                             ts_dtype_name(outs[o]), (int)envs[e].isa, envs[e].threads, k);
+                                             ts_dtype_name(outs[o]), ts_isa_name(envs[e].isa), envs[e].threads, k);
                                 goto done;
                             }
                         }

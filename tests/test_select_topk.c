@@ -240,18 +240,22 @@ static void fill_case(topk_case *c, ts_prng *g, dist d) {
 static void free_case(topk_case *c) { free(c->in); free(c->end); free(c->off); }
 static void free_out(outbufs *o) { free(o->idx); free(o->val); }
 
-/* Runs the case under generic/AVX2 and 1/2/3 threads; each result must equal the reference. */
+/* Runs the case under every runnable path (generic, avx2, avx512, ...) and 1/2/3 threads; each
+ * result must equal the reference. */
 static void run_all_configs(ts_test_ctx *ts_t_, const topk_case *c, const char *tag) {
     const ts_isa saved_isa = ts_get_isa();
     const int saved_threads = ts_get_num_threads();
-    for (int isa = 0; isa < 2; isa++) {
-        if (ts_set_isa(isa ? TS_ISA_AVX2 : TS_ISA_GENERIC) != TS_OK) continue;
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) {
+        const ts_isa isa = (ts_isa)isas[ii];
+        if (ts_set_isa(isa) != TS_OK) continue;
         for (int t = 1; t <= 3; t++) {
             ts_set_num_threads(t);
             outbufs o = alloc_out(c);
             ts_status st = call(c, &o);
             char full[160];
-            snprintf(full, sizeof full, "%s [%s, %d thr]", tag, isa ? "avx2" : "generic", t);
+            snprintf(full, sizeof full, "%s [%s, %d thr]", tag, ts_isa_name(isa), t);
             TS_CHECK_MSG(st == TS_OK, "%s: status %d (%s)", full, (int)st, ts_last_error());
             if (st == TS_OK) check_case(ts_t_, c, &o, full);
             free_out(&o);
@@ -362,12 +366,20 @@ static void check_nan_rows(ts_test_ctx *ts_t_, topk_case *c, const char *what) {
     c->abort_nan = false;
     run_all_configs(ts_t_, c, what);
     c->abort_nan = true;
-    outbufs o = alloc_out(c);
-    TS_CHECK_STATUS(call(c, &o), TS_ERR_NONFINITE);
-    TS_CHECK(strstr(ts_last_error(), "row 1") != NULL);
-    for (int64_t i = 0; i < (c->batch + 1) * o.stride; i++)
-        TS_CHECK_MSG(is_canary_idx(c, &o, 0, i) && is_canary_val(c, &o, 0, i), "abort wrote output");
-    free_out(&o);
+    const ts_isa saved_isa = ts_get_isa();
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    for (int ii = 0; ii < nisa; ii++) { /* every path's filter must see the NaN */
+        if (ts_set_isa((ts_isa)isas[ii]) != TS_OK) continue;
+        outbufs o = alloc_out(c);
+        TS_CHECK_STATUS(call(c, &o), TS_ERR_NONFINITE);
+        TS_CHECK_MSG(strstr(ts_last_error(), "row 1") != NULL, "%s [%s]", what, ts_isa_name((ts_isa)isas[ii]));
+        for (int64_t i = 0; i < (c->batch + 1) * o.stride; i++)
+            TS_CHECK_MSG(is_canary_idx(c, &o, 0, i) && is_canary_val(c, &o, 0, i), "abort wrote output [%s]",
+                         ts_isa_name((ts_isa)isas[ii]));
+        free_out(&o);
+    }
+    ts_set_isa(saved_isa);
 }
 
 TS_TEST(topk_nan_rows) {

@@ -64,10 +64,13 @@ static bool run_case(ts_test_ctx *ts_t_, int64_t t, int64_t h, bool ue8m0, uint6
         ts_tensor sr = ts_tensor_2d(c.sf_ref, TS_F32, t, ng), s = ts_tensor_2d(c.sf, TS_F32, t, ng);
         TS_CHECK_STATUS(ts_per_token_cast_to_fp8(&x, ue8m0, 128, false, &qr, &sr), TS_OK);
         const ts_isa saved_isa = ts_get_isa();
-        for (int run = 0; run < 4; run++) {
-            /* both ISA variants compiled into the library, 1 and 2 threads */
+        int isas[TS_ISA_COUNT_];
+        const int nisa = ts_test_isas(isas);
+        for (int run = 0; run < 2 * nisa; run++) {
+            /* every path that runs here (the variants compiled into the library: generic, and
+             * avx2 also under avx512), 1 and 2 threads */
             const int threads = 1 + run % 2;
-            const ts_isa isa = run < 2 ? TS_ISA_GENERIC : TS_ISA_AVX2;
+            const ts_isa isa = (ts_isa)isas[run / 2];
             if (ts_set_isa(isa) != TS_OK) continue;
             ts_set_num_threads(threads);
             memset(c.q, 0xEE, (size_t)(t * h));
@@ -75,12 +78,12 @@ static bool run_case(ts_test_ctx *ts_t_, int64_t t, int64_t h, bool ue8m0, uint6
             TS_CHECK_STATUS(ts_per_token_cast_e4m3(&x, &q, &s, ue8m0), TS_OK);
             int64_t bad = 0;
             while (bad < t * h && c.q[bad] == c.q_ref[bad]) bad++;
-            TS_CHECK_MSG(bad == t * h, "codes differ: T=%lld H=%lld ue8m0=%d threads=%d isa=%d, first at [%lld, %lld]: x 0x%04x sf %a: 0x%02x, expected 0x%02x",
-                         (long long)t, (long long)h, ue8m0, threads, (int)isa, (long long)(bad / h), (long long)(bad % h),
+            TS_CHECK_MSG(bad == t * h, "codes differ: T=%lld H=%lld ue8m0=%d threads=%d isa=%s, first at [%lld, %lld]: x 0x%04x sf %a: 0x%02x, expected 0x%02x",
+                         (long long)t, (long long)h, ue8m0, threads, ts_isa_name(isa), (long long)(bad / h), (long long)(bad % h),
                          bad < t * h ? c.x[bad] : 0, bad < t * h ? (double)c.sf_ref[bad / h * ng + bad % h / 128] : 0.0,
                          bad < t * h ? c.q[bad] : 0, bad < t * h ? c.q_ref[bad] : 0);
-            TS_CHECK_MSG(!memcmp(c.sf, c.sf_ref, (size_t)(t * ng) * 4), "scales differ: T=%lld H=%lld ue8m0=%d threads=%d isa=%d",
-                         (long long)t, (long long)h, ue8m0, threads, (int)isa);
+            TS_CHECK_MSG(!memcmp(c.sf, c.sf_ref, (size_t)(t * ng) * 4), "scales differ: T=%lld H=%lld ue8m0=%d threads=%d isa=%s",
+                         (long long)t, (long long)h, ue8m0, threads, ts_isa_name(isa));
         }
         ts_set_isa(saved_isa);
         if (jit) {

@@ -528,32 +528,43 @@ ts_status ts_topk(const ts_tensor *input, int64_t k, const ts_topk_options *opts
     }
     p.values = values;
     p.idx = output_idx;
-    const bool avx2 = ts__isa_avx2_up(ts__active_isa());
+    /* Kernels per path: the avx512 path has its own, avx2 (and any path above it without
+     * its own) the AVX2 ones, everything else the generic C. */
+    const ts_isa isa = ts__active_isa();
+    const bool avx2 = ts__isa_avx2_up(isa);
+#define TOPK_DENSE_OPS(ISA)                                                                                       \
+    (p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__##ISA, ts__topk_dense_count_gt2_s16__##ISA,          \
+                                   ts__topk_dense_gather_s16__##ISA, ts__topk_dense_select_s16__##ISA,            \
+                                   ts__topk_dense_select_idx_s16__##ISA, ts__topk_dense_nth_eq_s16__##ISA}        \
+            : (ts__topk_dense_ops){ts__topk_dense_keys_f32__##ISA, ts__topk_dense_count_gt2_s32__##ISA,           \
+                                   ts__topk_dense_gather_s32__##ISA, ts__topk_dense_select_s32__##ISA,            \
+                                   ts__topk_dense_select_idx_s32__##ISA, ts__topk_dense_nth_eq_s32__##ISA})
+#define TOPK_FILTER(ISA)                                                                                          \
+    (p.sample_runs ? (p.bf16 ? ts__topk_filter_bf16_stream__##ISA : ts__topk_filter_f32_stream__##ISA)            \
+                   : (p.bf16 ? ts__topk_filter_bf16__##ISA : ts__topk_filter_f32__##ISA))
+    p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
+    p.argmax = p.bf16 ? ts__topk_argmax_bf16__generic : ts__topk_argmax_f32__generic;
+    p.dense = TOPK_DENSE_OPS(generic);
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (isa == TS_ISA_AVX512) {
+        p.filter = TOPK_FILTER(avx512);
+        p.argmax = p.bf16 ? ts__topk_argmax_bf16__avx512 : ts__topk_argmax_f32__avx512;
+        p.dense = TOPK_DENSE_OPS(avx512);
+    } else
+#endif
+    {
 #ifdef TS_HAVE_AVX2_KERNELS
-    if (avx2)
-        p.filter = p.sample_runs ? (p.bf16 ? ts__topk_filter_bf16_stream__avx2 : ts__topk_filter_f32_stream__avx2)
-                                 : (p.bf16 ? ts__topk_filter_bf16__avx2 : ts__topk_filter_f32__avx2);
-    if (avx2) p.argmax = p.bf16 ? ts__topk_argmax_bf16__avx2 : ts__topk_argmax_f32__avx2;
+        if (avx2) {
+            p.filter = TOPK_FILTER(avx2);
+            p.argmax = p.bf16 ? ts__topk_argmax_bf16__avx2 : ts__topk_argmax_f32__avx2;
+            p.dense = TOPK_DENSE_OPS(avx2);
+        }
 #else
-    (void)avx2;
+        (void)avx2;
 #endif
-    if (!p.filter) p.filter = p.bf16 ? ts__topk_filter_bf16__generic : ts__topk_filter_f32__generic;
-    if (!p.argmax) p.argmax = p.bf16 ? ts__topk_argmax_bf16__generic : ts__topk_argmax_f32__generic;
-    p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__generic, ts__topk_dense_count_gt2_s16__generic,
-                                            ts__topk_dense_gather_s16__generic, ts__topk_dense_select_s16__generic,
-                                            ts__topk_dense_select_idx_s16__generic, ts__topk_dense_nth_eq_s16__generic}
-                     : (ts__topk_dense_ops){ts__topk_dense_keys_f32__generic, ts__topk_dense_count_gt2_s32__generic,
-                                            ts__topk_dense_gather_s32__generic, ts__topk_dense_select_s32__generic,
-                                            ts__topk_dense_select_idx_s32__generic, ts__topk_dense_nth_eq_s32__generic};
-#ifdef TS_HAVE_AVX2_KERNELS
-    if (avx2)
-        p.dense = p.bf16 ? (ts__topk_dense_ops){ts__topk_dense_keys_bf16__avx2, ts__topk_dense_count_gt2_s16__avx2,
-                                                ts__topk_dense_gather_s16__avx2, ts__topk_dense_select_s16__avx2,
-                                            ts__topk_dense_select_idx_s16__avx2, ts__topk_dense_nth_eq_s16__avx2}
-                         : (ts__topk_dense_ops){ts__topk_dense_keys_f32__avx2, ts__topk_dense_count_gt2_s32__avx2,
-                                                ts__topk_dense_gather_s32__avx2, ts__topk_dense_select_s32__avx2,
-                                            ts__topk_dense_select_idx_s32__avx2, ts__topk_dense_nth_eq_s32__avx2};
-#endif
+    }
+#undef TOPK_DENSE_OPS
+#undef TOPK_FILTER
 
     /* Few rows: cut each row into parts so every thread streams. The result does not depend on
      * the split (entries are unique), only the speed does. */

@@ -52,6 +52,16 @@ int64_t ts__topk_filter_f32_stream__avx2(const void *x, int64_t n, uint32_t idx0
 int64_t ts__topk_filter_bf16_stream__avx2(const void *x, int64_t n, uint32_t idx0, float thr,
                                           uint32_t pidx, uint64_t *out, int *nan);
 #endif
+#ifdef TS_HAVE_AVX512_KERNELS
+int64_t ts__topk_filter_f32__avx512(const void *x, int64_t n, uint32_t idx0, float thr,
+                                    uint32_t pidx, uint64_t *out, int *nan);
+int64_t ts__topk_filter_bf16__avx512(const void *x, int64_t n, uint32_t idx0, float thr,
+                                     uint32_t pidx, uint64_t *out, int *nan);
+int64_t ts__topk_filter_f32_stream__avx512(const void *x, int64_t n, uint32_t idx0, float thr,
+                                           uint32_t pidx, uint64_t *out, int *nan);
+int64_t ts__topk_filter_bf16_stream__avx512(const void *x, int64_t n, uint32_t idx0, float thr,
+                                            uint32_t pidx, uint64_t *out, int *nan);
+#endif
 
 /* k = 1: the entry of the largest of x[0..n) (n >= 1; lowest index among equal values, index
  * idx0 + i). Sets *nan (the entry is then meaningless) when x holds a NaN. */
@@ -61,6 +71,10 @@ uint64_t ts__topk_argmax_bf16__generic(const void *x, int64_t n, uint32_t idx0, 
 #ifdef TS_HAVE_AVX2_KERNELS
 uint64_t ts__topk_argmax_f32__avx2(const void *x, int64_t n, uint32_t idx0, int *nan);
 uint64_t ts__topk_argmax_bf16__avx2(const void *x, int64_t n, uint32_t idx0, int *nan);
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+uint64_t ts__topk_argmax_f32__avx512(const void *x, int64_t n, uint32_t idx0, int *nan);
+uint64_t ts__topk_argmax_bf16__avx512(const void *x, int64_t n, uint32_t idx0, int *nan);
 #endif
 
 /* Batches above this many L3 sizes are sampled as rows from DRAM (runs of neighbours); tests
@@ -135,6 +149,9 @@ typedef struct ts__topk_dense_ops {
 TS__TOPK_DENSE_DECL(generic)
 #ifdef TS_HAVE_AVX2_KERNELS
 TS__TOPK_DENSE_DECL(avx2)
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+TS__TOPK_DENSE_DECL(avx512)
 #endif
 
 /* Exact top-k (k < n) of x[0..n) (indices idx0 + i) in index order into out (k + 8 entries;
