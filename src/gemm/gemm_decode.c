@@ -127,7 +127,8 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
          * the end of the panel. */
         bool perm = false;
 #if defined(TS_HAVE_AVX2_KERNELS)
-        perm = cols == W && j->kern == &ts__gemm_kernels_avx2 && p->b.dtype == TS_E4M3 &&
+        /* (the avx512 table's decode kernel is this AVX2 one too) */
+        perm = cols == W && j->kern->decode == ts__gemm_decode_32__avx2 && p->b.dtype == TS_E4M3 &&
                p->b.k_major && p->b.s_k == 1;
 #endif
         for (int64_t k0 = 0; k0 < p->k; k0 += KCD) {

@@ -107,6 +107,8 @@ bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, i
 /* n packed-weight rows (row_bytes apart, fmt e4m3 / e2m1x2 / bf16) -> the f32 values of
  * columns 16 half .. 16 half + 15 of each, dst[k * ld + c]: the same floats as the scalar
  * unpacker (the big-M path's B micro-panels). gemm_decode_avx2.c. */
+/* The AVX2 decode kernel (gemm_decode_avx2.c; the avx512 table's decode kernel too). */
+void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x);
 void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
                                 int64_t n, int half, float *dst, int64_t ld);
 #endif

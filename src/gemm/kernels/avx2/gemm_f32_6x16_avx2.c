@@ -108,7 +108,6 @@ static void ts__gemm_f32_6x16_plain__avx2(int64_t kc, const float *ap, const flo
     _mm256_store_ps(acc + 5 * NR, p50); _mm256_store_ps(acc + 5 * NR + 8, p51);
 }
 
-void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x);
 
 const ts__gemm_kernels ts__gemm_kernels_avx2 = {
     "avx2",

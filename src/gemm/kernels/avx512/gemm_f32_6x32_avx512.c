@@ -224,7 +224,6 @@ static void f32_6x16_plain(int64_t kc, const float *ap, const float *bp, float *
     _mm512_store_ps(acc + 3 * NR, p3), _mm512_store_ps(acc + 4 * NR, p4), _mm512_store_ps(acc + 5 * NR, p5);
 }
 
-void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x);
 
 /* The decode (small-M) kernel is the AVX2 one: it streams the weight from DRAM at M = 1..2
  * and is bound by that, not by the vector width. */
