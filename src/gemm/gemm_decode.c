@@ -127,8 +127,13 @@ static void run_panel(const dec_job *j, const ts__gemm_problem *p, int64_t pi, c
          * the end of the panel. */
         bool perm = false;
 #if defined(TS_HAVE_AVX2_KERNELS)
-        /* (the avx512 table's decode kernel is this AVX2 one too) */
-        perm = cols == W && j->kern->decode == ts__gemm_decode_32__avx2 && p->b.dtype == TS_E4M3 &&
+        /* (the avx512 table's decode kernel hands e4m3 to this AVX2 one) */
+        perm = cols == W && p->b.dtype == TS_E4M3 &&
+               (j->kern->decode == ts__gemm_decode_32__avx2
+#if defined(TS_HAVE_AVX512_KERNELS)
+                || j->kern->decode == ts__gemm_decode_32__avx512
+#endif
+                ) &&
                p->b.k_major && p->b.s_k == 1;
 #endif
         for (int64_t k0 = 0; k0 < p->k; k0 += KCD) {

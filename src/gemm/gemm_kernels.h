@@ -10,6 +10,7 @@
 #define TS_GEMM_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define TS__GEMM_MR 6
@@ -72,6 +73,30 @@ typedef struct ts__gemm_dec_args {
 } ts__gemm_dec_args;
 typedef void (*ts__gemm_dec_fn)(const ts__gemm_dec_args *x);
 
+/* Layout helpers of the SIMD decode kernels (packed panel or plain rows, as above). */
+/* Sub-block s of a packed panel lies in block s >> sh (sh = log2(blk_rows / g): blk_rows and
+ * g are 32 or 128), so the addresses take no division. */
+static inline int ts__dec_sub_shift(const ts__gemm_dec_args *x) {
+    return x->blk_bytes ? __builtin_ctzll((unsigned long long)x->blk_rows) -
+                              __builtin_ctzll((unsigned long long)x->g)
+                        : 0;
+}
+
+/* The 32 scales of sub-block s. */
+static inline const uint8_t *ts__dec_sb_ptr(const ts__gemm_dec_args *x, int sh, int64_t s) {
+    if (x->blk_bytes) return (const uint8_t *)x->bp + (s >> sh) * x->blk_bytes + x->sb_off;
+    return (const uint8_t *)x->sb + (size_t)(s * x->sb_step) * (x->sb_u8 ? 1 : 4);
+}
+
+/* First row of sub-block s (its rows follow row_bytes apart). */
+static inline const uint8_t *ts__dec_sub_rows(const ts__gemm_dec_args *x, int sh, int64_t s) {
+    if (x->blk_bytes)
+        return (const uint8_t *)x->bp + (s >> sh) * x->blk_bytes +
+               (s & ((1 << sh) - 1)) * x->g * x->row_bytes;
+    return (const uint8_t *)x->bp + s * x->g * x->row_bytes;
+}
+
+
 typedef struct ts__gemm_kernels {
     const char *name;
     ts__gemm_ukr_scaled_fn scaled; /* MR x NR */
@@ -107,8 +132,12 @@ bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, i
 /* n packed-weight rows (row_bytes apart, fmt e4m3 / e2m1x2 / bf16) -> the f32 values of
  * columns 16 half .. 16 half + 15 of each, dst[k * ld + c]: the same floats as the scalar
  * unpacker (the big-M path's B micro-panels). gemm_decode_avx2.c. */
-/* The AVX2 decode kernel (gemm_decode_avx2.c; the avx512 table's decode kernel too). */
+/* The AVX2 decode kernel (gemm_decode_avx2.c), and the AVX-512 one (FP4 at M = 1; the AVX2
+ * kernel for the rest). */
 void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x);
+#if defined(TS_HAVE_AVX512_KERNELS)
+void ts__gemm_decode_32__avx512(const ts__gemm_dec_args *x);
+#endif
 void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
                                 int64_t n, int half, float *dst, int64_t ld);
 #endif

@@ -49,32 +49,10 @@ INL __m256 ue8m0x8(const uint8_t *p, int normal) {
     return _mm256_castsi256_ps(r);
 }
 
-/* Sub-block s of a packed panel lies in block s >> sh (sh = log2(blk_rows / g): blk_rows and
- * g are 32 or 128), so the addresses take no division. */
-INL int sub_shift(const ts__gemm_dec_args *x) {
-    return x->blk_bytes ? __builtin_ctzll((unsigned long long)x->blk_rows) -
-                              __builtin_ctzll((unsigned long long)x->g)
-                        : 0;
-}
-
-/* The 32 scales of sub-block s. */
-INL const uint8_t *sb_ptr(const ts__gemm_dec_args *x, int sh, int64_t s) {
-    if (x->blk_bytes) return (const uint8_t *)x->bp + (s >> sh) * x->blk_bytes + x->sb_off;
-    return (const uint8_t *)x->sb + (size_t)(s * x->sb_step) * (x->sb_u8 ? 1 : 4);
-}
-
 INL void load_sb(const ts__gemm_dec_args *x, int sh, int64_t s, __m256 sb[4]) {
-    const uint8_t *p = sb_ptr(x, sh, s);
+    const uint8_t *p = ts__dec_sb_ptr(x, sh, s);
     for (int t = 0; t < 4; t++)
         sb[t] = x->sb_u8 ? ue8m0x8(p + 8 * t, x->sf_normal) : _mm256_loadu_ps((const float *)p + 8 * t);
-}
-
-/* First row of sub-block s (its rows follow row_bytes apart). */
-INL const uint8_t *sub_rows(const ts__gemm_dec_args *x, int sh, int64_t s) {
-    if (x->blk_bytes)
-        return (const uint8_t *)x->bp + (s >> sh) * x->blk_bytes +
-               (s & ((1 << sh) - 1)) * x->g * x->row_bytes;
-    return (const uint8_t *)x->bp + s * x->g * x->row_bytes;
 }
 
 /* acc[8t..] = fmaf(p * unscale, sa * sb, acc) for columns 8t .. 8t + 7. */
@@ -102,7 +80,7 @@ INL void scaled_m1(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsca
     for (int64_t s = 0; s < nsb; s += 2) {
         const int64_t n0 = ts__min64(g, len - s * g);
         const int64_t n1 = s + 1 < nsb ? ts__min64(g, len - (s + 1) * g) : 0; /* n1 <= n0 */
-        const uint8_t *r0 = sub_rows(x, sh, s), *r1 = n1 ? sub_rows(x, sh, s + 1) : r0;
+        const uint8_t *r0 = ts__dec_sub_rows(x, sh, s), *r1 = n1 ? ts__dec_sub_rows(x, sh, s + 1) : r0;
         const float *a0 = a + s * g, *a1 = a0 + g;
         __m256 p0[4], p1[4];
         for (int t = 0; t < 4; t++) p0[t] = _mm256_setzero_ps(), p1[t] = _mm256_setzero_ps();
@@ -141,7 +119,7 @@ INL void scaled_m2(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsca
     const int64_t pfm = 64 / rb - 1;
     for (int64_t s = 0; s < nsb; s++) {
         const int64_t n = ts__min64(g, len - s * g);
-        const uint8_t *r = sub_rows(x, sh, s);
+        const uint8_t *r = ts__dec_sub_rows(x, sh, s);
         const float *a = x->a + s * g * 2;
         __m256 p0[4], p1[4];
         for (int t = 0; t < 4; t++) p0[t] = _mm256_setzero_ps(), p1[t] = _mm256_setzero_ps();
@@ -206,7 +184,7 @@ INL void group_half(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 unsc
      * here, after the loop: kept live across it, gcc spilled a sum (R = 6: 5.2 -> 8.4 ns per
      * row). */
     const int c0 = 8 * h, c1 = 16 + 8 * h;
-    const uint8_t *sp = sb_ptr(x, sh, s);
+    const uint8_t *sp = ts__dec_sb_ptr(x, sh, s);
     __m256 sbh[2];
     for (int t = 0; t < 2; t++) {
         const int c = t ? c1 : c0;
@@ -245,7 +223,7 @@ INL void scaled_many(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 uns
     const int64_t len = x->len, g = x->g, nsb = ts__ceil_div(len, g);
     for (int64_t s = 0; s < nsb; s++) {
         const int64_t n = ts__min64(g, len - s * g);
-        const uint8_t *r = sub_rows(x, sh, s);
+        const uint8_t *r = ts__dec_sub_rows(x, sh, s);
         /* the half index is a constant in each call: immediate shift counts in dec_half */
         group_halves(x, fmt, nanfix, unscale, 0, r, s, n, sh);
         group_halves(x, fmt, nanfix, unscale, 1, r, s, n, sh);
@@ -269,7 +247,7 @@ INL void staged_group(const ts__gemm_dec_args *x, __m256 unscale, int R, int64_t
             p[i][1] = _mm256_fmadd_ps(xa, b1, p[i][1]);
         }
     }
-    const uint8_t *sp = sb_ptr(x, sh, s);
+    const uint8_t *sp = ts__dec_sb_ptr(x, sh, s);
     __m256 sbh[2];
     for (int t = 0; t < 2; t++) {
         const int c = 16 * hh + 8 * t;
@@ -294,7 +272,7 @@ INL void scaled_staged(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 u
     const int64_t ng = ts__ceil_div(m, GMAX), pfm = 64 / rb - 1;
     for (int64_t s = 0; s < nsb; s++) {
         const int64_t n = ts__min64(g, len - s * g);
-        const uint8_t *r = sub_rows(x, sh, s);
+        const uint8_t *r = ts__dec_sub_rows(x, sh, s);
         for (int64_t k = 0; k < n; k++) {
             if (!(k & pfm)) PFX((const char *)(r + k * rb) + PF_AHEAD);
             float *d = buf + k * W;
@@ -325,7 +303,7 @@ INL void scaled_staged(const ts__gemm_dec_args *x, int fmt, int nanfix, __m256 u
 INL void scaled_run(const ts__gemm_dec_args *x, int fmt, int nanfix) {
     /* p' = p * 2^-8 (e4m3) or 2^-14 (e2m1) */
     const __m256 unscale = _mm256_set1_ps(fmt == TS_E4M3 ? 0x1p8f : 0x1p14f);
-    const int sh = sub_shift(x);
+    const int sh = ts__dec_sub_shift(x);
     if (x->m == 1) scaled_m1(x, fmt, nanfix, unscale, sh);
     else if (x->m == 2) scaled_m2(x, fmt, nanfix, unscale, sh);
     /* staged above 6 rows for e2m1 (7-12 rows: 0.86-0.97x the time, 10 rows 1.04x), above

@@ -225,9 +225,9 @@ static void f32_6x16_plain(int64_t kc, const float *ap, const float *bp, float *
 }
 
 
-/* The decode (small-M) kernel is the AVX2 one: it streams the weight from DRAM at M = 1..2
- * and is bound by that, not by the vector width. */
+/* The decode (small-M) kernel: gemm_decode_avx512.c (FP4 at M = 1, the AVX2 kernel for the
+ * rest, which streams the weight at DRAM speed already). */
 const ts__gemm_kernels ts__gemm_kernels_avx512 = {
-    "avx512",        f32_6x16_scaled, f32_6x16_plain,   ts__gemm_decode_32__avx2,
+    "avx512",        f32_6x16_scaled, f32_6x16_plain,   ts__gemm_decode_32__avx512,
     f32_6x32_scaled, f32_6x32_plain,  f32_12x32_scaled, f32_12x32_plain,
 };
