@@ -66,6 +66,43 @@ int64_t ts__topk_filter_bf16_stream__avx512(const void *x, int64_t n, uint32_t i
 /* k = 1: the entry of the largest of x[0..n) (n >= 1; lowest index among equal values, index
  * idx0 + i). Sets *nan (the entry is then meaningless) when x holds a NaN. */
 typedef uint64_t (*ts__topk_argmax_fn)(const void *x, int64_t n, uint32_t idx0, int *nan);
+/* The scalar tails of the SIMD argmax kernels (AVX2, AVX-512): values i .. n - 1 after the
+ * vector blocks, given the best so far (f32: at < 0 for none yet; bf16: the signed-order int16
+ * key of ts__topk_bf16_sk16, or INT32_MIN for none yet); a NaN sets *nan and returns 0. */
+static inline int16_t ts__topk_bf16_sk16(uint16_t v) {
+    if (v == 0x8000u) v = 0;
+    return (int16_t)(v & 0x8000u ? v ^ 0x7fffu : v);
+}
+static inline uint64_t ts__topk_argmax_f32_tail(const float *f, int64_t i, int64_t n, float best,
+                                                int64_t at, uint32_t idx0, int *nan) {
+    for (; i < n; i++) {
+        const float v = f[i];
+        if (v != v) {
+            *nan = 1;
+            return 0;
+        }
+        if (v > best || at < 0) {
+            best = v;
+            at = i;
+        }
+    }
+    return ts__topk_entry(ts__topk_key_f32(((const uint32_t *)(const void *)f)[at]), idx0 + (uint32_t)at);
+}
+static inline uint64_t ts__topk_argmax_bf16_tail(const uint16_t *u, int64_t i, int64_t n, int32_t best,
+                                                 int64_t at, uint32_t idx0, int *nan) {
+    for (; i < n; i++) {
+        if ((u[i] & 0x7fffu) > 0x7f80u) {
+            *nan = 1;
+            return 0;
+        }
+        const int16_t kv = ts__topk_bf16_sk16(u[i]);
+        if (kv > best) {
+            best = kv;
+            at = i;
+        }
+    }
+    return ts__topk_entry(ts__topk_key_bf16(u[at]), idx0 + (uint32_t)at);
+}
 uint64_t ts__topk_argmax_f32__generic(const void *x, int64_t n, uint32_t idx0, int *nan);
 uint64_t ts__topk_argmax_bf16__generic(const void *x, int64_t n, uint32_t idx0, int *nan);
 #ifdef TS_HAVE_AVX2_KERNELS

@@ -33,7 +33,6 @@ static inline int64_t first_eq_ps(const float *f, int64_t n, float m) {
 
 uint64_t ts__topk_argmax_f32__avx2(const void *x, int64_t n, uint32_t idx0, int *nan) {
     const float *f = (const float *)x;
-    const uint32_t *u = (const uint32_t *)x;
     float best = -INFINITY;
     int64_t at = -1, i = 0;
     for (; i + BLK <= n; i += BLK) {
@@ -63,18 +62,7 @@ uint64_t ts__topk_argmax_f32__avx2(const void *x, int64_t n, uint32_t idx0, int 
             at = i + first_eq_ps(f + i, BLK, m);
         }
     }
-    for (; i < n; i++) {
-        const float v = f[i];
-        if (v != v) {
-            *nan = 1;
-            return 0;
-        }
-        if (v > best || at < 0) {
-            best = v;
-            at = i;
-        }
-    }
-    return ts__topk_entry(ts__topk_key_f32(u[at]), idx0 + (uint32_t)at);
+    return ts__topk_argmax_f32_tail(f, i, n, best, at, idx0, nan);
 }
 
 /* bf16 as signed-order int16 keys (-0 -> +0, magnitude bits of negatives flipped): 16 per
@@ -102,10 +90,6 @@ static inline int16_t hmin_epi16(__m256i a) {
     return (int16_t)_mm_cvtsi128_si32(m);
 }
 
-static inline int16_t sk16(uint16_t v) {
-    if (v == 0x8000u) v = 0;
-    return (int16_t)(v & 0x8000u ? v ^ 0x7fffu : v);
-}
 
 uint64_t ts__topk_argmax_bf16__avx2(const void *x, int64_t n, uint32_t idx0, int *nan) {
     const uint16_t *u = (const uint16_t *)x;
@@ -142,16 +126,5 @@ uint64_t ts__topk_argmax_bf16__avx2(const void *x, int64_t n, uint32_t idx0, int
             }
         }
     }
-    for (; i < n; i++) {
-        if ((u[i] & 0x7fffu) > 0x7f80u) {
-            *nan = 1;
-            return 0;
-        }
-        const int16_t kv = sk16(u[i]);
-        if (kv > best) {
-            best = kv;
-            at = i;
-        }
-    }
-    return ts__topk_entry(ts__topk_key_bf16(u[at]), idx0 + (uint32_t)at);
+    return ts__topk_argmax_bf16_tail(u, i, n, best, at, idx0, nan);
 }

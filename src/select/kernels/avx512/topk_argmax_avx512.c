@@ -22,7 +22,6 @@ static inline int64_t first_eq_ps(const float *f, int64_t n, float m) {
 
 uint64_t ts__topk_argmax_f32__avx512(const void *x, int64_t n, uint32_t idx0, int *nan) {
     const float *f = (const float *)x;
-    const uint32_t *u = (const uint32_t *)x;
     float best = -INFINITY;
     int64_t at = -1, i = 0;
     for (; i + BLK <= n; i += BLK) {
@@ -51,18 +50,7 @@ uint64_t ts__topk_argmax_f32__avx512(const void *x, int64_t n, uint32_t idx0, in
             at = i + first_eq_ps(f + i, BLK, m);
         }
     }
-    for (; i < n; i++) {
-        const float v = f[i];
-        if (v != v) {
-            *nan = 1;
-            return 0;
-        }
-        if (v > best || at < 0) {
-            best = v;
-            at = i;
-        }
-    }
-    return ts__topk_entry(ts__topk_key_f32(u[at]), idx0 + (uint32_t)at);
+    return ts__topk_argmax_f32_tail(f, i, n, best, at, idx0, nan);
 }
 
 /* bf16 as signed-order int16 keys (as the dense kernels': |bits| for non-negatives and -0,
@@ -73,10 +61,6 @@ static inline __m512i key32(__m512i v) {
     return _mm512_mask_sub_epi16(_mm512_and_si512(v, mag), _mm512_cmpgt_epu16_mask(v, negz), mag, v);
 }
 
-static inline int16_t sk16(uint16_t v) {
-    if (v == 0x8000u) v = 0;
-    return (int16_t)(v & 0x8000u ? v ^ 0x7fffu : v);
-}
 
 static inline int16_t hmax_epi16(__m512i a) {
     __m256i m = _mm256_max_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
@@ -123,16 +107,5 @@ uint64_t ts__topk_argmax_bf16__avx512(const void *x, int64_t n, uint32_t idx0, i
             }
         }
     }
-    for (; i < n; i++) {
-        if ((u[i] & 0x7fffu) > 0x7f80u) {
-            *nan = 1;
-            return 0;
-        }
-        const int16_t kv = sk16(u[i]);
-        if (kv > best) {
-            best = kv;
-            at = i;
-        }
-    }
-    return ts__topk_entry(ts__topk_key_bf16(u[at]), idx0 + (uint32_t)at);
+    return ts__topk_argmax_bf16_tail(u, i, n, best, at, idx0, nan);
 }
