@@ -16,6 +16,14 @@
 #define TS__GEMM_MR 6
 #define TS__GEMM_NR 16
 
+/* The driver walks accumulator tiles in memory order, and an item's accumulator is larger
+ * than L2: a micro-kernel fetches the next tile (prefetcht0, 6 lines) while its FMAs run, so
+ * the next call's loads do not stall. (A prefetch past the last tile never faults.) */
+static inline void ts__gemm_prefetch_next_tile(const float *acc) {
+    for (int q = 0; q < TS__GEMM_MR * TS__GEMM_NR; q += 16)
+        __builtin_prefetch(acc + TS__GEMM_MR * TS__GEMM_NR + q, 0, 3);
+}
+
 /* Block-scaled: for each K block of g values (the last one may be shorter) of the kc values:
  * p = 0; p = fmaf(a_k, b_k, p) over the block; acc = fmaf(p, sa[blk][i] * sb[blk][j], acc).
  * sa is [ceil(kc/g)][MR], sb [ceil(kc/g)][NR]. */

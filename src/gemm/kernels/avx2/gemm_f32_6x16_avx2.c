@@ -31,15 +31,6 @@ enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
                                                 _mm256_load_ps(ci + 8)));           \
     } while (0)
 
-/* The driver walks accumulator tiles in memory order, and the item's accumulator is larger
- * than L2: fetch the next tile now, while this one's FMAs run, so its loads do not stall the
- * next call. (A prefetch past the last tile is harmless: prefetches never fault.) */
-#define TS__PREFETCH_NEXT_TILE(acc)                                              \
-    do {                                                                         \
-        for (int q_ = 0; q_ < MR * NR; q_ += 16)                                 \
-            _mm_prefetch((const char *)((acc) + MR * NR + q_), _MM_HINT_T0);     \
-    } while (0)
-
 /* The first K value of a block is a multiply, not an fma into zeros: a·b is exact, so it
  * equals fmaf(a, b, +0) except for the sign of a zero product, which never reaches D (p only
  * meets +0-started sums: acc = fmaf(p, s, acc) with acc never -0). It starts the 12 chains
@@ -54,7 +45,7 @@ enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
 static void ts__gemm_f32_6x16_scaled__avx2(int64_t kc, int64_t g, const float *ap,
                                            const float *bp, const float *sa, const float *sb,
                                            float *acc) {
-    TS__PREFETCH_NEXT_TILE(acc);
+    ts__gemm_prefetch_next_tile(acc);
     for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
         const int64_t len = kc - k0 < g ? kc - k0 : g;
         const float *a = ap + k0 * MR, *b = bp + k0 * NR;
@@ -87,7 +78,7 @@ static void ts__gemm_f32_6x16_scaled__avx2(int64_t kc, int64_t g, const float *a
 
 static void ts__gemm_f32_6x16_plain__avx2(int64_t kc, const float *ap, const float *bp,
                                           float *acc) {
-    TS__PREFETCH_NEXT_TILE(acc);
+    ts__gemm_prefetch_next_tile(acc);
     __m256 p00 = _mm256_load_ps(acc + 0 * NR), p01 = _mm256_load_ps(acc + 0 * NR + 8);
     __m256 p10 = _mm256_load_ps(acc + 1 * NR), p11 = _mm256_load_ps(acc + 1 * NR + 8);
     __m256 p20 = _mm256_load_ps(acc + 2 * NR), p21 = _mm256_load_ps(acc + 2 * NR + 8);

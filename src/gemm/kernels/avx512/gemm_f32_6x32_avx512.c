@@ -28,14 +28,6 @@ enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
     } while (0)
 #define ROWS2(OP) OP(0); OP(1); OP(2); OP(3); OP(4); OP(5)
 
-/* The driver walks accumulator tiles in memory order and an item's accumulator is larger
- * than L2: fetch the next tile (6 lines) while this one's FMAs run (as the AVX2 kernels do). */
-#define PREFETCH_NEXT_TILE(acc)                                                   \
-    do {                                                                          \
-        for (int q_ = 0; q_ < MR * NR; q_ += 16)                                  \
-            _mm_prefetch((const char *)((acc) + MR * NR + q_), _MM_HINT_T0);      \
-    } while (0)
-
 /* acc row i += p * (sa[i] * sb): the scale product rounded to f32 first (canonical order). */
 #define ROW_PROMOTE2(i)                                                                        \
     do {                                                                                       \
@@ -49,8 +41,8 @@ enum { MR = TS__GEMM_MR, NR = TS__GEMM_NR };
 static void f32_6x32_scaled(int64_t kc, int64_t g, const float *ap, const float *bp0,
                             const float *bp1, const float *sa, const float *sb0p,
                             const float *sb1p, float *acc0, float *acc1) {
-    PREFETCH_NEXT_TILE(acc0);
-    PREFETCH_NEXT_TILE(acc1);
+    ts__gemm_prefetch_next_tile(acc0);
+    ts__gemm_prefetch_next_tile(acc1);
     for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
         const int64_t len = kc - k0 < g ? kc - k0 : g;
         const float *a = ap + k0 * MR, *x0 = bp0 + k0 * NR, *x1 = bp1 + k0 * NR;
@@ -77,8 +69,8 @@ static void f32_6x32_scaled(int64_t kc, int64_t g, const float *ap, const float 
 
 static void f32_6x32_plain(int64_t kc, const float *ap, const float *bp0, const float *bp1,
                            float *acc0, float *acc1) {
-    PREFETCH_NEXT_TILE(acc0);
-    PREFETCH_NEXT_TILE(acc1);
+    ts__gemm_prefetch_next_tile(acc0);
+    ts__gemm_prefetch_next_tile(acc1);
 #define LOAD2(i) __m512 p##i##0 = _mm512_load_ps(acc0 + (i) * NR), p##i##1 = _mm512_load_ps(acc1 + (i) * NR)
     LOAD2(0); LOAD2(1); LOAD2(2); LOAD2(3); LOAD2(4); LOAD2(5);
 #undef LOAD2
@@ -111,8 +103,8 @@ static void f32_6x32_plain(int64_t kc, const float *ap, const float *bp0, const 
 #define DECL4(i) __m512 p##i##0, p##i##1, q##i##0, q##i##1
 
 static void f32_12x32_scaled(int64_t kc, int64_t g, const ts__gemm_tiles22 *t) {
-    PREFETCH_NEXT_TILE(t->c[1][0]);
-    PREFETCH_NEXT_TILE(t->c[1][1]);
+    ts__gemm_prefetch_next_tile(t->c[1][0]);
+    ts__gemm_prefetch_next_tile(t->c[1][1]);
     for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
         const int64_t len = kc - k0 < g ? kc - k0 : g;
         const float *a0 = t->a[0] + k0 * MR, *a1 = t->a[1] + k0 * MR;
@@ -154,8 +146,8 @@ static void f32_12x32_scaled(int64_t kc, int64_t g, const ts__gemm_tiles22 *t) {
 }
 
 static void f32_12x32_plain(int64_t kc, const ts__gemm_tiles22 *t) {
-    PREFETCH_NEXT_TILE(t->c[1][0]);
-    PREFETCH_NEXT_TILE(t->c[1][1]);
+    ts__gemm_prefetch_next_tile(t->c[1][0]);
+    ts__gemm_prefetch_next_tile(t->c[1][1]);
     float *c00 = t->c[0][0], *c01 = t->c[0][1], *c10 = t->c[1][0], *c11 = t->c[1][1];
 #define LOAD4(i)                                                                               \
     __m512 p##i##0 = _mm512_load_ps(c00 + (i) * NR), p##i##1 = _mm512_load_ps(c01 + (i) * NR),   \
@@ -182,7 +174,7 @@ static void f32_12x32_plain(int64_t kc, const ts__gemm_tiles22 *t) {
 
 static void f32_6x16_scaled(int64_t kc, int64_t g, const float *ap, const float *bp,
                             const float *sa, const float *sb, float *acc) {
-    PREFETCH_NEXT_TILE(acc);
+    ts__gemm_prefetch_next_tile(acc);
     for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
         const int64_t len = kc - k0 < g ? kc - k0 : g;
         const float *a = ap + k0 * MR, *x = bp + k0 * NR;
@@ -210,7 +202,7 @@ static void f32_6x16_scaled(int64_t kc, int64_t g, const float *ap, const float 
 }
 
 static void f32_6x16_plain(int64_t kc, const float *ap, const float *bp, float *acc) {
-    PREFETCH_NEXT_TILE(acc);
+    ts__gemm_prefetch_next_tile(acc);
     __m512 p0 = _mm512_load_ps(acc), p1 = _mm512_load_ps(acc + NR), p2 = _mm512_load_ps(acc + 2 * NR),
            p3 = _mm512_load_ps(acc + 3 * NR), p4 = _mm512_load_ps(acc + 4 * NR),
            p5 = _mm512_load_ps(acc + 5 * NR);
