@@ -1,11 +1,16 @@
 /* Dense GEMM driver: validation, the four layout variants as views of one NT problem, BLIS
  * blocking and threading, the epilogue.
  *
- * Loops per work item (an mb x nb block of D, items spread over threads):
- *   for k0 (KC, a multiple of the scale block): pack B KC x nb; for ic (MC rows): pack A
- *   MC x KC; for jr (NR): for ir (MR): micro-kernel into the item's f32 accumulator.
+ * Loops per work item (an mb x nb block of D, items spread over threads; mb <= the A block
+ * rows the L2 holds):
+ *   for k0 (KC, a multiple of the scale block): pack A mb x KC (L2); for jr (NR, in pairs
+ *   where the ISA has 2-tile kernels): pack that B micro-panel KC x NR (L1); for ir (MR):
+ *   micro-kernel into the item's f32 accumulator.
+ * Each B micro-panel is decoded right before its row sweep, so it goes to L1 and never
+ * round-trips through L3 as f32 (measured at [512, 4096, 4096] FP8 on Ice Lake: packing the
+ * item's whole KC x nb B panel first, 2 MiB, and re-reading it from L3 per A block cost ~15%).
  * K is never split across items, and every element's arithmetic is the canonical order
- * whatever the blocking, so tile sizes may follow the thread count freely. */
+ * whatever the blocking, so tile sizes may follow the thread count and cache sizes freely. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
 #include "tilestack/gemm.h"
@@ -17,11 +22,10 @@
 enum {
     MR = TS__GEMM_MR,
     NR = TS__GEMM_NR,
-    KC = 256,     /* B micro-panel KC x NR x 4 B = 16 KiB: half of L1d; multiple of 32 and 128 */
-    MC = 144,     /* A block MC x KC x 4 B = 144 KiB in L2 (512 KiB) */
-    MB_MAX = 1152, /* rows per item: the B panel is reused over MB_MAX / MC A blocks */
-    NB_MAX = 2048 /* B panel KC x NB_MAX x 4 B = 2 MiB in L3; acc MB_MAX x NB_MAX x 4 B
-                     (9 MiB) streams once per KC step */
+    KC = 256,     /* B micro-panel pair KC x 2 NR x 4 B = 32 KiB in L1d; multiple of 32 and 128 */
+    MC_MIN = 144, /* A block rows when the L2 size is unknown (144 KiB) */
+    MC_MAX = 1152,
+    NB_MAX = 2048 /* acc MC x NB_MAX x 4 B streams once per KC step (prefetched per tile) */
 };
 #define NKB_MAX (KC / 32)
 
@@ -229,59 +233,48 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
     for (int64_t k0 = 0; k0 < p->k; k0 += KC) {
         const int64_t kc = ts__min64(KC, p->k - k0);
         const int64_t nkb = j->scaled ? ts__ceil_div(kc, j->g) : 0, kb0 = j->scaled ? k0 / j->g : 0;
-        for (int64_t jt = 0; jt < n_nt; jt++) {
-            int64_t c0 = jt * NR;
-            ts__gemm_pack_panel(&p->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
-                                bpack + jt * KC * NR);
+        for (int64_t it = 0; it < n_mt; it++) {
+            int64_t r0 = it * MR;
+            ts__gemm_pack_panel(&p->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
+                                apack + it * KC * MR);
             if (j->scaled)
-                ts__gemm_pack_scales(&p->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g, NR,
-                                     sbp + jt * NKB_MAX * NR);
+                ts__gemm_pack_scales(&p->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g, MR,
+                                     sap + it * NKB_MAX * MR);
         }
-        for (int64_t ic = 0; ic < n_mt; ic += MC / MR) {
-            const int64_t mct = ts__min64(MC / MR, n_mt - ic);
-            for (int64_t it = 0; it < mct; it++) {
-                int64_t r0 = (ic + it) * MR;
-                ts__gemm_pack_panel(&p->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
-                                    apack + it * KC * MR);
+        /* tiles in pairs (and 2 x 2) where the ISA has multi-tile kernels (AVX-512: a zmm is
+         * a tile row) */
+        for (int64_t jt = 0, step; jt < n_nt; jt += step) {
+            const bool two = j->kern->scaled2 && jt + 1 < n_nt;
+            step = two ? 2 : 1;
+            for (int64_t q = 0; q < step; q++) {
+                const int64_t c0 = (jt + q) * NR;
+                ts__gemm_pack_panel(&p->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
+                                    bpack + q * KC * NR);
                 if (j->scaled)
-                    ts__gemm_pack_scales(&p->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g,
-                                         MR, sap + it * NKB_MAX * MR);
+                    ts__gemm_pack_scales(&p->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g,
+                                         NR, sbp + q * NKB_MAX * NR);
             }
-            /* tiles in pairs (and 2 x 2) where the ISA has multi-tile kernels (AVX-512: a
-             * zmm is a tile row) */
-            for (int64_t jt = 0, step; jt < n_nt; jt += step) {
-                const bool two = j->kern->scaled2 && jt + 1 < n_nt;
-                step = two ? 2 : 1;
-                const float *bp = bpack + jt * KC * NR, *sb = sbp + jt * NKB_MAX * NR;
-                float *acc_col = acc + jt * n_mt * MR * NR, *acc_col1 = acc_col + n_mt * MR * NR;
-                /* The item's B panel (KC x nb) lives in L3: bring the next micro-panel(s) into
-                 * L2 a slice per kernel call, so the first calls on it do not wait for L3
-                 * (measured ~+4% at [512, 4096, 4096] FP8, 1 thread). */
-                const char *bnext = (const char *)(bp + step * KC * NR);
-                const int64_t lines = jt + step < n_nt ? step * KC * NR * (int64_t)sizeof(float) / 64 : 0;
-                int64_t pf_done = 0;
-                for (int64_t it = 0, rstep; it < mct; it += rstep) {
-                    const bool rows2 = two && j->kern->scaled22 && it + 1 < mct;
-                    rstep = rows2 ? 2 : 1;
-                    float *t = acc_col + (ic + it) * MR * NR, *t1 = acc_col1 + (ic + it) * MR * NR;
-                    const float *a = apack + it * KC * MR, *sa = sap + it * NKB_MAX * MR;
-                    for (const int64_t want = lines * (it + rstep) / mct; pf_done < want; pf_done++)
-                        __builtin_prefetch(bnext + pf_done * 64, 0, 2);
-                    if (rows2) {
-                        const ts__gemm_tiles22 tl = {
-                            {a, a + KC * MR}, {sa, sa + NKB_MAX * MR}, {bp, bp + KC * NR},
-                            {sb, sb + NKB_MAX * NR}, {{t, t1}, {t + MR * NR, t1 + MR * NR}}};
-                        if (j->scaled) j->kern->scaled22(kc, j->g, &tl);
-                        else j->kern->plain22(kc, &tl);
-                    } else if (j->scaled && two) {
-                        j->kern->scaled2(kc, j->g, a, bp, bp + KC * NR, sa, sb, sb + NKB_MAX * NR, t, t1);
-                    } else if (j->scaled) {
-                        j->kern->scaled(kc, j->g, a, bp, sa, sb, t);
-                    } else if (two) {
-                        j->kern->plain2(kc, a, bp, bp + KC * NR, t, t1);
-                    } else {
-                        j->kern->plain(kc, a, bp, t);
-                    }
+            const float *bp = bpack, *sb = sbp;
+            float *acc_col = acc + jt * n_mt * MR * NR, *acc_col1 = acc_col + n_mt * MR * NR;
+            for (int64_t it = 0, rstep; it < n_mt; it += rstep) {
+                const bool rows2 = two && j->kern->scaled22 && it + 1 < n_mt;
+                rstep = rows2 ? 2 : 1;
+                float *t = acc_col + it * MR * NR, *t1 = acc_col1 + it * MR * NR;
+                const float *a = apack + it * KC * MR, *sa = sap + it * NKB_MAX * MR;
+                if (rows2) {
+                    const ts__gemm_tiles22 tl = {
+                        {a, a + KC * MR}, {sa, sa + NKB_MAX * MR}, {bp, bp + KC * NR},
+                        {sb, sb + NKB_MAX * NR}, {{t, t1}, {t + MR * NR, t1 + MR * NR}}};
+                    if (j->scaled) j->kern->scaled22(kc, j->g, &tl);
+                    else j->kern->plain22(kc, &tl);
+                } else if (j->scaled && two) {
+                    j->kern->scaled2(kc, j->g, a, bp, bp + KC * NR, sa, sb, sb + NKB_MAX * NR, t, t1);
+                } else if (j->scaled) {
+                    j->kern->scaled(kc, j->g, a, bp, sa, sb, t);
+                } else if (two) {
+                    j->kern->plain2(kc, a, bp, bp + KC * NR, t, t1);
+                } else {
+                    j->kern->plain(kc, a, bp, t);
                 }
             }
         }
@@ -358,6 +351,16 @@ ts_status ts__gemm_reserve_scratch(int64_t items, int64_t grain, size_t bytes) {
     return TS_OK;
 }
 
+/* Rows of the A block (mb x KC f32) an item keeps in L2 while its B micro-panels sweep it:
+ * ~45% of the L2 (the rest holds the streaming accumulator tiles and the next panels), in
+ * whole 2 x MR row pairs. Zen 3 (512 KiB): 228 rows; Ice Lake (1.25 MiB): 564; 2 MiB: 912. */
+static int64_t a_block_rows(void) {
+    const int64_t l2 = ts_get_cpu_info()->l2_bytes;
+    if (l2 <= 0) return MC_MIN;
+    const int64_t rows = (l2 * 45 / 100) / (KC * (int64_t)sizeof(float)) / (2 * MR) * (2 * MR);
+    return ts__max64(MC_MIN, ts__min64(MC_MAX, rows));
+}
+
 /* Item count of the whole batch for an mb x nb blocking; fills each problem's item0. */
 static int64_t count_items(ts__gemm_problem *probs, int64_t nprob, int64_t mb, int64_t ni) {
     int64_t items = 0;
@@ -393,9 +396,11 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     /* Blocking follows the thread count (the bits do not depend on it): shrink the item until
      * there are at least as many items as threads. */
     const int64_t T = ts_get_num_threads();
-    /* Equal blocks (MB_MAX / NB_MAX are caps): a 2048-row problem is two 1026-row blocks,
-     * not 1152 + 896, so a static split over the threads does not leave one idle. */
-    int64_t mb = ts__align(ts__ceil_div(m_max, ts__ceil_div(m_max, MB_MAX)), MR);
+    /* Equal blocks (the L2's A block rows and NB_MAX are caps): a 2048-row problem on a
+     * 564-row L2 is four 512-row blocks, not 3 x 564 + 356, so a static split over the
+     * threads does not leave one idle. */
+    const int64_t mc = a_block_rows();
+    int64_t mb = ts__align(ts__ceil_div(m_max, ts__ceil_div(m_max, mc)), MR);
     int64_t nb = ts__align(ts__ceil_div(n, ts__ceil_div(n, NB_MAX)), NR);
     int64_t ni = ts__ceil_div(n, nb);
     int64_t mi = count_items(probs, nprob, mb, 1);
@@ -413,10 +418,10 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     j->nb = nb;
     j->n_nblk = ni;
     j->acc_floats = align_floats((size_t)(ts__align(mb, MR) * ts__align(nb, NR)));
-    j->bpack_floats = align_floats((size_t)(KC * ts__align(nb, NR)));
-    j->sb_floats = align_floats((size_t)(NKB_MAX * ts__align(nb, NR)));
-    j->apack_floats = align_floats((size_t)(KC * MC));
-    j->sa_floats = align_floats((size_t)(NKB_MAX * MC));
+    j->bpack_floats = align_floats((size_t)(KC * 2 * NR));
+    j->sb_floats = align_floats((size_t)(NKB_MAX * 2 * NR));
+    j->apack_floats = align_floats((size_t)(KC * ts__align(mb, MR)));
+    j->sa_floats = align_floats((size_t)(NKB_MAX * ts__align(mb, MR)));
     TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(
         items, 1,
         (j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats) *
