@@ -1,7 +1,7 @@
-/* GEMM packing: the AVX2 panel packer gives the scalar table packer's floats bit for bit
- * (every e4m3 code including NaN, every e2m1 code, arbitrary bf16 bits), for both panel
- * widths, K offsets and chunk tails, on every path that packs with it (avx2, and avx512,
- * whose kernels take the same panels). */
+/* GEMM packing: the SIMD panel packers (AVX2, and AVX-512 for full 16-row panels) give the
+ * scalar table packer's floats bit for bit (every e4m3 code including NaN, every e2m1 code,
+ * arbitrary bf16 bits), for both panel widths, K offsets and chunk tails, on every path that
+ * packs with them; e4m3 also without any NaN code (the packers' NaN-free fast path). */
 #include "ts_test.h"
 #include "ts_prng.h"
 
@@ -22,8 +22,12 @@ TS_TEST(gemm_pack_avx2_matches_scalar) {
     uint8_t *buf = (uint8_t *)malloc((size_t)(R * K) * 2);
     float *ref = (float *)malloc(16 * 320 * 4), *out = (float *)malloc(16 * 320 * 4);
     ts_prng rng = ts_prng_seed(77);
-    for (int64_t i = 0; i < R * K * 2; i++) buf[i] = (uint8_t)ts_prng_u32(&rng);
     const ts_dtype dts[3] = {TS_E4M3, TS_BF16, TS_E2M1X2};
+    for (int nan_free = 0; nan_free < 2; nan_free++) {
+    for (int64_t i = 0; i < R * K * 2; i++) {
+        buf[i] = (uint8_t)ts_prng_u32(&rng);
+        if (nan_free && (buf[i] & 0x7F) == 0x7F) buf[i] ^= 1; /* 0x7E: the largest finite */
+    }
     const int64_t kcs[] = {1, 7, 8, 9, 16, 31, 33, 63, 64, 65, 70, 129, 256, 300};
     const int64_t k0s[] = {0, 2, 130, 256};
     const int ws[2] = {TS__GEMM_MR, TS__GEMM_NR};
@@ -50,10 +54,11 @@ TS_TEST(gemm_pack_avx2_matches_scalar) {
                         TS_CHECK_STATUS(ts_set_isa((ts_isa)isas[i]), TS_OK);
                         ts__gemm_pack_panel(&op, r0, w, k0, kc, w, out);
                         TS_CHECK_MSG(memcmp(ref, out, (size_t)(kc * w) * 4) == 0,
-                                     "isa %s dtype %s w %d kc %lld k0 %lld", ts_isa_name((ts_isa)isas[i]),
-                                     ts_dtype_name(dts[d]), w, (long long)kc, (long long)k0);
+                                     "isa %s dtype %s w %d kc %lld k0 %lld nan_free %d", ts_isa_name((ts_isa)isas[i]),
+                                     ts_dtype_name(dts[d]), w, (long long)kc, (long long)k0, nan_free);
                     }
                 }
+    }
     free(buf), free(ref), free(out);
     ts_set_isa(isa0);
 }

@@ -13,6 +13,7 @@
  * whatever the blocking, so tile sizes may follow the thread count and cache sizes freely. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
+#include "numerics/cvt_kernels.h"
 #include "tilestack/gemm.h"
 #include "tilestack/numerics.h"
 
@@ -281,6 +282,7 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
     }
     /* Epilogue: D = C + acc (bf16: RNE of the f32 sum), or D = acc without C. */
     const bool f32 = j->d_dtype == TS_F32;
+    const ts__cvt_fn to_bf16 = ts__cvt_kernel(TS__CVT_F32_BF16);
     for (int64_t jt = 0; jt < n_nt; jt++)
         for (int64_t it = 0; it < n_mt; it++) {
             const float *t = acc + (jt * n_mt + it) * MR * NR;
@@ -288,8 +290,9 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
             int64_t mrow = m0 + it * MR, ncol = n0 + jt * NR;
             for (int64_t i = 0; i < ri; i++) {
                 const float *ti = t + i * NR;
-                if (!p->c && !f32 && cj == NR) { /* the common case, in a loop gcc vectorises */
-                    ts__gemm_store_bf16_row((uint16_t *)p->d + (mrow + i) * p->ld_d + ncol, ti, NR);
+                if (!p->c && !f32) { /* the common case: the converter's kernel (gcc keeps
+                                        * an inlined 16-value loop scalar) */
+                    to_bf16(ti, (uint16_t *)p->d + (mrow + i) * p->ld_d + ncol, cj);
                     continue;
                 }
                 float v[NR];

@@ -145,6 +145,10 @@ bool ts__gemm_pack_kmajor__avx2(const struct ts__gemm_operand *op, int64_t r0, i
 void ts__gemm_decode_32__avx2(const ts__gemm_dec_args *x);
 #if defined(TS_HAVE_AVX512_KERNELS)
 void ts__gemm_decode_32__avx512(const ts__gemm_dec_args *x);
+/* ts__gemm_pack_kmajor__avx2 for full 16-row panels (w == TS__GEMM_NR) whose K range is a
+ * whole number of steps (e4m3 64, bf16 32, e2m1 128 values): gemm_pack_avx512.c. */
+bool ts__gemm_pack_kmajor__avx512(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
+                                  int64_t kc, int w, float *dst);
 #endif
 void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
                                 int64_t n, int half, float *dst, int64_t ld);

@@ -22,6 +22,9 @@ void ts__gemm_pack_panel(const ts__gemm_operand *op, int64_t r0, int64_t rows, i
 #if defined(TS_HAVE_AVX2_KERNELS)
     if (rows == w && op->k_major) {
         ts_isa isa = ts__active_isa();
+#if defined(TS_HAVE_AVX512_KERNELS)
+        if (isa == TS_ISA_AVX512 && ts__gemm_pack_kmajor__avx512(op, r0, k0, kc, w, dst)) return;
+#endif
         if (ts__isa_avx2_up(isa) &&
             ts__gemm_pack_kmajor__avx2(op, r0, k0, kc, w, dst))
             return;

@@ -46,6 +46,14 @@ static void bytes_per_value(ts_dtype t, int64_t *num, int64_t *den) {
     }
 }
 
+ts__cvt_fn ts__cvt_kernel(ts__cvt_pair pair) {
+    const ts__cvt_fn *table = ts__cvt_kernels_generic;
+#if defined(TS_HAVE_AVX2_KERNELS)
+    if (ts__isa_avx2_up(ts__active_isa())) table = ts__cvt_kernels_avx2;
+#endif
+    return table[pair];
+}
+
 ts_status ts_convert(const void *src, ts_dtype src_dtype, void *dst, ts_dtype dst_dtype,
                      int64_t n) {
     if ((int)src_dtype < 0 || src_dtype >= TS_DTYPE_COUNT_)
@@ -87,11 +95,7 @@ ts_status ts_convert(const void *src, ts_dtype src_dtype, void *dst, ts_dtype ds
     if (s0 < d0 + (uintptr_t)dbytes && d0 < s0 + (uintptr_t)sbytes)
         return ts__fail(TS_ERR_ALIASING, "ts_convert: src and dst overlap");
 
-    const ts__cvt_fn *table = ts__cvt_kernels_generic;
-#if defined(TS_HAVE_AVX2_KERNELS)
-    if (ts__isa_avx2_up(ts__active_isa())) table = ts__cvt_kernels_avx2;
-#endif
-    ts__cvt_ctx ctx = {table[pair], (const char *)src, (char *)dst, sn, sd, dn, dd};
+    ts__cvt_ctx ctx = {ts__cvt_kernel(pair), (const char *)src, (char *)dst, sn, sd, dn, dd};
     ts__parallel_for(n, TS__CVT_GRAIN, cvt_range, &ctx);
     return TS_OK;
 }
