@@ -3,12 +3,14 @@
  *
  * Loops per work item (an mb x nb block of D, items spread over threads; mb <= the A block
  * rows the L2 holds):
- *   for k0 (KC, a multiple of the scale block): pack A mb x KC (L2); for jr (NR, in pairs
- *   where the ISA has 2-tile kernels): pack that B micro-panel KC x NR (L1); for ir (MR):
- *   micro-kernel into the item's f32 accumulator.
+ *   for k0 (KC, a multiple of the scale block; the kernel table may ask for its own): pack A
+ *   mb x KC (L2); for jr (NR, in fours or pairs where the ISA has multi-tile kernels): pack
+ *   those B micro-panels KC x NR (L1); for ir (MR): micro-kernel into the item's f32
+ *   accumulator.
  * Each B micro-panel is decoded right before its row sweep, so it goes to L1 and never
  * round-trips through L3 as f32 (measured at [512, 4096, 4096] FP8 on Ice Lake: packing the
- * item's whole KC x nb B panel first, 2 MiB, and re-reading it from L3 per A block cost ~15%).
+ * item's whole KC x nb B panel first, 2 MiB, and re-reading it from L3 per A block: 67 % of
+ * the zmm peak against 74 % this way).
  * K is never split across items, and every element's arithmetic is the canonical order
  * whatever the blocking, so tile sizes may follow the thread count and cache sizes freely. */
 #include "gemm/gemm_internal.h"
@@ -23,7 +25,8 @@
 enum {
     MR = TS__GEMM_MR,
     NR = TS__GEMM_NR,
-    KC = 256,     /* B micro-panel pair KC x 2 NR x 4 B = 32 KiB in L1d; multiple of 32 and 128 */
+    KC = 256,     /* B micro-panel pair KC x 2 NR x 4 B = 32 KiB in L1d; multiple of 32 and 128;
+                     also the panels' capacity (a table's own KC is at most this) */
     MC_MIN = 144, /* A block rows when the L2 size is unknown (144 KiB) */
     MC_MAX = 1152,
     NB_MAX = 2048 /* acc MC x NB_MAX x 4 B streams once per KC step (prefetched per tile) */
@@ -189,6 +192,7 @@ typedef struct gemm_job {
     int64_t g; /* canonical K block (scaled) */
     int64_t n; /* shared by every problem */
     int64_t mb, nb, n_nblk;
+    int64_t kstep; /* K values per packing step: the kernels' KC */
     size_t acc_floats, bpack_floats, sb_floats, apack_floats, sa_floats;
     atomic_bool oom;
 } gemm_job;
@@ -231,49 +235,59 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
     }
     const int64_t n_mt = ts__ceil_div(rows, MR), n_nt = ts__ceil_div(cols, NR);
     memset(acc, 0, (size_t)(n_mt * n_nt) * MR * NR * sizeof(float));
-    for (int64_t k0 = 0; k0 < p->k; k0 += KC) {
-        const int64_t kc = ts__min64(KC, p->k - k0);
+    const int64_t KS = j->kstep; /* K step, also the panels' length */
+    for (int64_t k0 = 0; k0 < p->k; k0 += KS) {
+        const int64_t kc = ts__min64(KS, p->k - k0);
         const int64_t nkb = j->scaled ? ts__ceil_div(kc, j->g) : 0, kb0 = j->scaled ? k0 / j->g : 0;
         for (int64_t it = 0; it < n_mt; it++) {
             int64_t r0 = it * MR;
             ts__gemm_pack_panel(&p->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
-                                apack + it * KC * MR);
+                                apack + it * KS * MR);
             if (j->scaled)
                 ts__gemm_pack_scales(&p->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g, MR,
                                      sap + it * NKB_MAX * MR);
         }
-        /* tiles in pairs (and 2 x 2) where the ISA has multi-tile kernels (AVX-512: a zmm is
-         * a tile row) */
+        /* Column tiles in fours, pairs (and 2 x 2) where the ISA has multi-tile kernels
+         * (AVX-512: a zmm is a tile row), then one by one. */
         for (int64_t jt = 0, step; jt < n_nt; jt += step) {
-            const bool two = j->kern->scaled2 && jt + 1 < n_nt;
-            step = two ? 2 : 1;
+            const bool four = j->kern->scaled4 && jt + 3 < n_nt;
+            const bool two = !four && j->kern->scaled2 && jt + 1 < n_nt;
+            step = four ? 4 : two ? 2 : 1;
             for (int64_t q = 0; q < step; q++) {
                 const int64_t c0 = (jt + q) * NR;
                 ts__gemm_pack_panel(&p->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
-                                    bpack + q * KC * NR);
+                                    bpack + q * KS * NR);
                 if (j->scaled)
                     ts__gemm_pack_scales(&p->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g,
                                          NR, sbp + q * NKB_MAX * NR);
             }
             const float *bp = bpack, *sb = sbp;
-            float *acc_col = acc + jt * n_mt * MR * NR, *acc_col1 = acc_col + n_mt * MR * NR;
+            const int64_t col_stride = n_mt * MR * NR; /* between column tiles of acc */
+            float *acc_col = acc + jt * col_stride;
             for (int64_t it = 0, rstep; it < n_mt; it += rstep) {
                 const bool rows2 = two && j->kern->scaled22 && it + 1 < n_mt;
                 rstep = rows2 ? 2 : 1;
-                float *t = acc_col + it * MR * NR, *t1 = acc_col1 + it * MR * NR;
-                const float *a = apack + it * KC * MR, *sa = sap + it * NKB_MAX * MR;
-                if (rows2) {
+                float *t = acc_col + it * MR * NR, *t1 = t + col_stride;
+                const float *a = apack + it * KS * MR, *sa = sap + it * NKB_MAX * MR;
+                if (four) {
+                    const ts__gemm_tiles14 tl = {
+                        a, sa, {bp, bp + KS * NR, bp + 2 * KS * NR, bp + 3 * KS * NR},
+                        {sb, sb + NKB_MAX * NR, sb + 2 * NKB_MAX * NR, sb + 3 * NKB_MAX * NR},
+                        {t, t1, t1 + col_stride, t1 + 2 * col_stride}};
+                    if (j->scaled) j->kern->scaled4(kc, j->g, &tl);
+                    else j->kern->plain4(kc, &tl);
+                } else if (rows2) {
                     const ts__gemm_tiles22 tl = {
-                        {a, a + KC * MR}, {sa, sa + NKB_MAX * MR}, {bp, bp + KC * NR},
+                        {a, a + KS * MR}, {sa, sa + NKB_MAX * MR}, {bp, bp + KS * NR},
                         {sb, sb + NKB_MAX * NR}, {{t, t1}, {t + MR * NR, t1 + MR * NR}}};
                     if (j->scaled) j->kern->scaled22(kc, j->g, &tl);
                     else j->kern->plain22(kc, &tl);
                 } else if (j->scaled && two) {
-                    j->kern->scaled2(kc, j->g, a, bp, bp + KC * NR, sa, sb, sb + NKB_MAX * NR, t, t1);
+                    j->kern->scaled2(kc, j->g, a, bp, bp + KS * NR, sa, sb, sb + NKB_MAX * NR, t, t1);
                 } else if (j->scaled) {
                     j->kern->scaled(kc, j->g, a, bp, sa, sb, t);
                 } else if (two) {
-                    j->kern->plain2(kc, a, bp, bp + KC * NR, t, t1);
+                    j->kern->plain2(kc, a, bp, bp + KS * NR, t, t1);
                 } else {
                     j->kern->plain(kc, a, bp, t);
                 }
@@ -354,13 +368,14 @@ ts_status ts__gemm_reserve_scratch(int64_t items, int64_t grain, size_t bytes) {
     return TS_OK;
 }
 
-/* Rows of the A block (mb x KC f32) an item keeps in L2 while its B micro-panels sweep it:
+/* Rows of the A block (mb x kstep f32) an item keeps in L2 while its B micro-panels sweep it:
  * ~45% of the L2 (the rest holds the streaming accumulator tiles and the next panels), in
- * whole 2 x MR row pairs. Zen 3 (512 KiB): 228 rows; Ice Lake (1.25 MiB): 564; 2 MiB: 912. */
-static int64_t a_block_rows(void) {
+ * whole 2 x MR row pairs. At kstep 256: Zen 3 (512 KiB) 228 rows, 2 MiB 912; Ice Lake
+ * (1.25 MiB) at the avx512 table's kstep 128: 1128. */
+static int64_t a_block_rows(int64_t kstep) {
     const int64_t l2 = ts_get_cpu_info()->l2_bytes;
     if (l2 <= 0) return MC_MIN;
-    const int64_t rows = (l2 * 45 / 100) / (KC * (int64_t)sizeof(float)) / (2 * MR) * (2 * MR);
+    const int64_t rows = (l2 * 45 / 100) / (kstep * (int64_t)sizeof(float)) / (2 * MR) * (2 * MR);
     return ts__max64(MC_MIN, ts__min64(MC_MAX, rows));
 }
 
@@ -402,7 +417,8 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     /* Equal blocks (the L2's A block rows and NB_MAX are caps): a 2048-row problem on a
      * 564-row L2 is four 512-row blocks, not 3 x 564 + 356, so a static split over the
      * threads does not leave one idle. */
-    const int64_t mc = a_block_rows();
+    const int64_t kstep = j->kern->kc ? j->kern->kc : KC;
+    const int64_t mc = a_block_rows(kstep);
     int64_t mb = ts__align(ts__ceil_div(m_max, ts__ceil_div(m_max, mc)), MR);
     int64_t nb = ts__align(ts__ceil_div(n, ts__ceil_div(n, NB_MAX)), NR);
     int64_t ni = ts__ceil_div(n, nb);
@@ -419,10 +435,11 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     const int64_t items = count_items(probs, nprob, mb, ni);
     j->mb = mb;
     j->nb = nb;
+    j->kstep = kstep;
     j->n_nblk = ni;
     j->acc_floats = align_floats((size_t)(ts__align(mb, MR) * ts__align(nb, NR)));
-    j->bpack_floats = align_floats((size_t)(KC * 2 * NR));
-    j->sb_floats = align_floats((size_t)(NKB_MAX * 2 * NR));
+    j->bpack_floats = align_floats((size_t)(KC * 4 * NR));
+    j->sb_floats = align_floats((size_t)(NKB_MAX * 4 * NR));
     j->apack_floats = align_floats((size_t)(KC * ts__align(mb, MR)));
     j->sa_floats = align_floats((size_t)(NKB_MAX * ts__align(mb, MR)));
     TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(

@@ -47,6 +47,14 @@ typedef struct ts__gemm_tiles22 {
 } ts__gemm_tiles22;
 typedef void (*ts__gemm_ukr_scaled22_fn)(int64_t kc, int64_t g, const ts__gemm_tiles22 *t);
 typedef void (*ts__gemm_ukr_plain22_fn)(int64_t kc, const ts__gemm_tiles22 *t);
+/* 1 x 4 tiles: one row tile (A micro-panel a, scales sa) by four adjacent column tiles q
+ * (b[q], sb[q]), accumulators c[q]. */
+typedef struct ts__gemm_tiles14 {
+    const float *a, *sa, *b[4], *sb[4];
+    float *c[4];
+} ts__gemm_tiles14;
+typedef void (*ts__gemm_ukr_scaled4_fn)(int64_t kc, int64_t g, const ts__gemm_tiles14 *t);
+typedef void (*ts__gemm_ukr_plain4_fn)(int64_t kc, const ts__gemm_tiles14 *t);
 
 /* Decode (small-M) kernel: one panel of TS__GEMM_DW = 32 output columns, rows i < m (m <= TS__GEMM_SMALL_M),
  * over `len` K values.
@@ -114,6 +122,9 @@ typedef struct ts__gemm_kernels {
     ts__gemm_ukr_plain2_fn plain2;   /* MR x 2 NR, or NULL */
     ts__gemm_ukr_scaled22_fn scaled22; /* 2 MR x 2 NR, or NULL */
     ts__gemm_ukr_plain22_fn plain22;   /* 2 MR x 2 NR, or NULL */
+    ts__gemm_ukr_scaled4_fn scaled4;   /* MR x 4 NR, or NULL */
+    ts__gemm_ukr_plain4_fn plain4;     /* MR x 4 NR, or NULL */
+    int kc; /* K values per packing step (0: the driver's 256); a multiple of 128 */
 } ts__gemm_kernels;
 
 extern const ts__gemm_kernels ts__gemm_kernels_generic;

@@ -109,4 +109,7 @@ const ts__gemm_kernels ts__gemm_kernels_avx2 = {
     NULL,
     NULL,
     NULL,
+    NULL,
+    NULL,
+    0, /* the driver's KC */
 };

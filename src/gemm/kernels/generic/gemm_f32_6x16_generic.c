@@ -46,4 +46,7 @@ const ts__gemm_kernels ts__gemm_kernels_generic = {
     NULL,
     NULL,
     NULL,
+    NULL,
+    NULL,
+    0, /* the driver's KC */
 };

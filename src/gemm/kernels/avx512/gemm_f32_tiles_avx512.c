@@ -1,11 +1,10 @@
 /* AVX-512 f32 micro-kernels. The driver's tiles stay 6 x 16 (TS__GEMM_MR x TS__GEMM_NR) and so
- * do its packed panels; a zmm holds one 16-column row of a tile, so the main kernels take two
- * horizontally adjacent tiles at once (6 x 32: 12 zmm accumulators, enough independent chains
- * to cover the FMA latency on two ports, against 6 for a lone 6 x 16 tile), reading the two B
- * micro-panels side by side and one broadcast of A for both, and where two row tiles follow
- * each other 2 x 2 tiles (12 x 32, 24 accumulators). A lone tile (an odd tile count) takes
- * the 6 x 16 version. Lanes run across N only, so each lane performs exactly the scalar
- * fmaf chain of the generic kernel: the bits match every other path. */
+ * do its packed panels; a zmm holds one 16-column row of a tile, so the kernels take several
+ * adjacent tiles at once, reading their B micro-panels side by side and one broadcast of A for
+ * all: 1 x 4 tiles (6 x 64, the main one: 24 accumulators, 4 B loads + 6 broadcasts per 24
+ * FMAs), then for the remaining column tiles 2 x 2 (12 x 32) where two row tiles follow each
+ * other, 1 x 2 (6 x 32) and a lone 6 x 16. Lanes run across N only, so each lane performs
+ * exactly the scalar fmaf chain of the generic kernel: the bits match every other path. */
 #include "gemm/gemm_kernels.h"
 
 #include <immintrin.h>
@@ -217,9 +216,93 @@ static void f32_6x16_plain(int64_t kc, const float *ap, const float *bp, float *
 }
 
 
+/* ---- 1 x 4 tiles (6 x 64: 24 zmm accumulators, 4 loads of B and 6 broadcasts of A per 24
+ * FMAs). This core sustains about 1.3 zmm loads per cycle beside two FMAs: the 12 x 32 tile
+ * (14 loads per 24 FMAs) ran at 87 % of the FMA peak in L1, this one at 98-100 %. Its four B
+ * micro-panels take KC x 4 x 64 B: the driver packs KC = 128 for this table (32 KiB). */
+
+#define ROW_MUL4Q(i)                                                                           \
+    do {                                                                                       \
+        const __m512 x = _mm512_set1_ps(a[i]);                                                 \
+        p##i##0 = _mm512_mul_ps(x, b0), p##i##1 = _mm512_mul_ps(x, b1);                        \
+        p##i##2 = _mm512_mul_ps(x, b2), p##i##3 = _mm512_mul_ps(x, b3);                        \
+    } while (0)
+#define ROW_FMA4Q(i)                                                                           \
+    do {                                                                                       \
+        const __m512 x = _mm512_set1_ps(a[i]);                                                 \
+        p##i##0 = _mm512_fmadd_ps(x, b0, p##i##0), p##i##1 = _mm512_fmadd_ps(x, b1, p##i##1);  \
+        p##i##2 = _mm512_fmadd_ps(x, b2, p##i##2), p##i##3 = _mm512_fmadd_ps(x, b3, p##i##3);  \
+    } while (0)
+#define DECL4Q(i) __m512 p##i##0, p##i##1, p##i##2, p##i##3
+#define LOAD_B4()                                                                              \
+    const __m512 b0 = _mm512_load_ps(x0), b1 = _mm512_load_ps(x1), b2 = _mm512_load_ps(x2),    \
+                 b3 = _mm512_load_ps(x3)
+
+static void f32_6x64_scaled(int64_t kc, int64_t g, const ts__gemm_tiles14 *t) {
+    for (int q = 0; q < 4; q++) ts__gemm_prefetch_next_tile(t->c[q]);
+    for (int64_t k0 = 0, blk = 0; k0 < kc; k0 += g, blk++) {
+        const int64_t len = kc - k0 < g ? kc - k0 : g;
+        const float *a = t->a + k0 * MR;
+        const float *x0 = t->b[0] + k0 * NR, *x1 = t->b[1] + k0 * NR, *x2 = t->b[2] + k0 * NR,
+                    *x3 = t->b[3] + k0 * NR;
+        ROWS2(DECL4Q);
+        {
+            LOAD_B4();
+            ROWS2(ROW_MUL4Q);
+            a += MR, x0 += NR, x1 += NR, x2 += NR, x3 += NR;
+        }
+#pragma GCC unroll 2
+        for (int64_t k = 1; k < len; k++, a += MR, x0 += NR, x1 += NR, x2 += NR, x3 += NR) {
+            LOAD_B4();
+            ROWS2(ROW_FMA4Q);
+        }
+        const float *sai = t->sa + blk * MR;
+        float *c0 = t->c[0], *c1 = t->c[1], *c2 = t->c[2], *c3 = t->c[3];
+        __asm__("" : "+r"(c0), "+r"(c1), "+r"(c2), "+r"(c3));
+        const float *s0 = t->sb[0] + blk * NR, *s1 = t->sb[1] + blk * NR, *s2 = t->sb[2] + blk * NR,
+                    *s3 = t->sb[3] + blk * NR;
+#define PROMOTE_Q(i, q, c, sq)                                                                  \
+    _mm512_store_ps(c + (i) * NR, _mm512_fmadd_ps(p##i##q, _mm512_mul_ps(si, _mm512_loadu_ps(sq)), \
+                                                  _mm512_load_ps(c + (i) * NR)))
+#define PROMOTE4Q(i)                                                                            \
+    do {                                                                                        \
+        const __m512 si = _mm512_set1_ps(sai[i]);                                               \
+        PROMOTE_Q(i, 0, c0, s0);                                                                \
+        PROMOTE_Q(i, 1, c1, s1);                                                                \
+        PROMOTE_Q(i, 2, c2, s2);                                                                \
+        PROMOTE_Q(i, 3, c3, s3);                                                                \
+    } while (0)
+        ROWS2(PROMOTE4Q);
+#undef PROMOTE4Q
+#undef PROMOTE_Q
+    }
+}
+
+static void f32_6x64_plain(int64_t kc, const ts__gemm_tiles14 *t) {
+    for (int q = 0; q < 4; q++) ts__gemm_prefetch_next_tile(t->c[q]);
+    float *c0 = t->c[0], *c1 = t->c[1], *c2 = t->c[2], *c3 = t->c[3];
+#define LOAD4Q(i)                                                                              \
+    __m512 p##i##0 = _mm512_load_ps(c0 + (i) * NR), p##i##1 = _mm512_load_ps(c1 + (i) * NR),     \
+           p##i##2 = _mm512_load_ps(c2 + (i) * NR), p##i##3 = _mm512_load_ps(c3 + (i) * NR)
+    LOAD4Q(0); LOAD4Q(1); LOAD4Q(2); LOAD4Q(3); LOAD4Q(4); LOAD4Q(5);
+#undef LOAD4Q
+    const float *a = t->a, *x0 = t->b[0], *x1 = t->b[1], *x2 = t->b[2], *x3 = t->b[3];
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; k++, a += MR, x0 += NR, x1 += NR, x2 += NR, x3 += NR) {
+        LOAD_B4();
+        ROWS2(ROW_FMA4Q);
+    }
+#define STORE4Q(i)                                                                             \
+    _mm512_store_ps(c0 + (i) * NR, p##i##0), _mm512_store_ps(c1 + (i) * NR, p##i##1),            \
+        _mm512_store_ps(c2 + (i) * NR, p##i##2), _mm512_store_ps(c3 + (i) * NR, p##i##3)
+    STORE4Q(0); STORE4Q(1); STORE4Q(2); STORE4Q(3); STORE4Q(4); STORE4Q(5);
+#undef STORE4Q
+}
+
 /* The decode (small-M) kernel: gemm_decode_avx512.c (FP4 at M = 1, the AVX2 kernel for the
  * rest, which streams the weight at DRAM speed already). */
 const ts__gemm_kernels ts__gemm_kernels_avx512 = {
     "avx512",        f32_6x16_scaled, f32_6x16_plain,   ts__gemm_decode_32__avx512,
     f32_6x32_scaled, f32_6x32_plain,  f32_12x32_scaled, f32_12x32_plain,
+    f32_6x64_scaled, f32_6x64_plain,  128,
 };
