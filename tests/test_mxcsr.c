@@ -390,20 +390,25 @@ TS_TEST(mxcsr_ep_ll_cast_kernels) {
     float *s = malloc((size_t)(R * H / 128) * 4), *acc = calloc((size_t)H, 4);
     quant_input(x32, R, H, 448.0f);
     for (int64_t i = 0; i < R * H; i++) x[i] = ts_f32_to_bf16(x32[i]);
-    for (int isa = 0; isa < 2; isa++) {
+    static const ts_isa paths[] = {TS_ISA_GENERIC, TS_ISA_AVX2, TS_ISA_AVX512};
+    for (int isa = 0; isa < 3; isa++) {
         llcast_ctx c = {ts__ep_ll_cast__generic, ts__ep_ll_fma_bf16__generic, x, R, H, 0, q, s, acc};
+        bool built = isa == 0;
 #ifdef TS_HAVE_AVX2_KERNELS
-        if (isa) c.cast = ts__ep_ll_cast__avx2, c.fma = ts__ep_ll_fma_bf16__avx2;
+        if (isa == 1) c.cast = ts__ep_ll_cast__avx2, c.fma = ts__ep_ll_fma_bf16__avx2, built = true;
 #endif
-        if (isa && !mx_isa_runnable(TS_ISA_AVX2)) {
-            printf("    %s: skip the avx2 kernels (not runnable here)\n", f.name);
+#ifdef TS_HAVE_AVX512_KERNELS
+        if (isa == 2) c.cast = ts__ep_ll_cast__avx512, c.fma = ts__ep_ll_fma_bf16__avx512, built = true;
+#endif
+        if (!built || !mx_isa_runnable(paths[isa])) {
+            printf("    %s: skip the %s kernels (not runnable here)\n", f.name, ts_isa_name(paths[isa]));
             continue;
         }
         for (int round = 0; round < 2; round++) {
             c.round = round;
             memset(acc, 0, (size_t)H * 4);
             char what[64];
-            snprintf(what, sizeof what, "%s kernels, round_scale %d", isa ? "avx2" : "generic", round);
+            snprintf(what, sizeof what, "%s kernels, round_scale %d", ts_isa_name(paths[isa]), round);
             mx_run_once(&f, what, llcast_op, &c); /* the kernel is fixed: one path only */
         }
     }

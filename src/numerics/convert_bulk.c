@@ -91,6 +91,9 @@ ts_status ts_convert(const void *src, ts_dtype src_dtype, void *dst, ts_dtype ds
 #if defined(TS_HAVE_AVX2_KERNELS)
     if (ts__isa_avx2_up(ts__active_isa())) table = ts__cvt_kernels_avx2;
 #endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+    if (ts__active_isa() == TS_ISA_AVX512) table = ts__cvt_kernels_avx512;
+#endif
     ts__cvt_ctx ctx = {table[pair], (const char *)src, (char *)dst, sn, sd, dn, dd};
     ts__parallel_for(n, TS__CVT_GRAIN, cvt_range, &ctx);
     return TS_OK;

@@ -32,5 +32,8 @@ extern const ts__cvt_fn ts__cvt_kernels_generic[TS__CVT_PAIR_COUNT];
 #if defined(TS_HAVE_AVX2_KERNELS)
 extern const ts__cvt_fn ts__cvt_kernels_avx2[TS__CVT_PAIR_COUNT];
 #endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+extern const ts__cvt_fn ts__cvt_kernels_avx512[TS__CVT_PAIR_COUNT];
+#endif
 
 #endif
