@@ -186,6 +186,13 @@ TS__AVX512_INL __m512 canon_nan(__m512 v, __mmask16 also) {
     return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32((int)TS__CANON_NAN_BITS)));
 }
 
+/* r (<= 16) codes from element j; in full steps r is a constant and the masks fold away */
+TS__AVX512_INL void dec16_e4m3(const uint8_t *q, int64_t j, int64_t r, __m512 k, bool fast, void *out, const int kind) {
+    const __m128i by = _mm_maskz_loadu_epi8(ts__avx512_lanes16(r), q + j);
+    const __m512 v = fast ? ts__avx512_e4m3x16_mul(by, k) : _mm512_mul_ps(ts__avx512_e4m3x16_decode(by), k);
+    store16(out, j, r, canon_nan(v, ts__avx512_e4m3x16_nan(by)), kind);
+}
+
 TS__AVX512_INL void dec_e4m3_k(const uint8_t *q, int64_t n, int64_t gk, const float *s, void *out, const int kind) {
     for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gk) {
         const int64_t j1 = n - j0 < gk ? n : j0 + gk;
@@ -193,25 +200,27 @@ TS__AVX512_INL void dec_e4m3_k(const uint8_t *q, int64_t n, int64_t gk, const fl
          * else decode, then multiply (the NaN codes' lanes are canonical either way) */
         const bool fast = (ts__bits_from_f32(s[b] * 256.0f) & 0x7FFFFFFFu) < 0x7F800000u;
         const __m512 k = _mm512_set1_ps(fast ? s[b] * 256.0f : s[b]);
-        for (int64_t j = j0; j < j1; j += 16) {
-            const __m128i by = _mm_maskz_loadu_epi8(ts__avx512_lanes16(j1 - j), q + j);
-            const __m512 v = fast ? ts__avx512_e4m3x16_mul(by, k) : _mm512_mul_ps(ts__avx512_e4m3x16_decode(by), k);
-            store16(out, j, j1 - j, canon_nan(v, ts__avx512_e4m3x16_nan(by)), kind);
-        }
+        int64_t j = j0;
+        for (; j + 16 <= j1; j += 16) dec16_e4m3(q, j, 16, k, fast, out, kind);
+        if (j < j1) dec16_e4m3(q, j, j1 - j, k, fast, out, kind);
     }
+}
+
+TS__AVX512_INL void dec32_e2m1(const uint8_t *q, int64_t j, int64_t r, __m512 vs, void *out, const int kind) {
+    __m512 d[2];
+    /* j0 and gk are even: the run starts on a byte */
+    ts__avx512_e2m1x32_decode(_mm_maskz_loadu_epi8(ts__avx512_lanes16((r + 1) / 2), q + j / 2), d, 1);
+    store16(out, j, r, canon_nan(_mm512_mul_ps(d[0], vs), 0), kind);
+    if (r > 16) store16(out, j + 16, r - 16, canon_nan(_mm512_mul_ps(d[1], vs), 0), kind);
 }
 
 TS__AVX512_INL void dec_e2m1_k(const uint8_t *q, int64_t n, int64_t gk, const float *s, void *out, const int kind) {
     for (int64_t b = 0, j0 = 0; j0 < n; b++, j0 += gk) {
         const int64_t j1 = n - j0 < gk ? n : j0 + gk;
         const __m512 vs = _mm512_set1_ps(s[b]);
-        for (int64_t j = j0; j < j1; j += 32) {
-            __m512 d[2];
-            /* j0 and gk are even: the run starts on a byte */
-            ts__avx512_e2m1x32_decode(_mm_maskz_loadu_epi8(ts__avx512_lanes16((j1 - j + 1) / 2), q + j / 2), d, 1);
-            store16(out, j, j1 - j, canon_nan(_mm512_mul_ps(d[0], vs), 0), kind);
-            if (j1 - j > 16) store16(out, j + 16, j1 - j - 16, canon_nan(_mm512_mul_ps(d[1], vs), 0), kind);
-        }
+        int64_t j = j0;
+        for (; j + 32 <= j1; j += 32) dec32_e2m1(q, j, 32, vs, out, kind);
+        if (j < j1) dec32_e2m1(q, j, j1 - j, vs, out, kind);
     }
 }
 
@@ -257,14 +266,29 @@ TS__DEF_AVX512(bf16, K_BF16)
 TS__DEF_AVX512(f16, K_F16)
 TS__DEF_AVX512(f32, K_F32)
 
-#define TS__AVX512_ENTRY(SFX)                                                                              \
+/* bf16 per-token rows in the shapes the AVX2 table has chunked kernels for (FP8 gran 128, FP4
+ * gran % 32 == 0: block stats for up to 64 blocks, the scales 8 per vector, then the codes from
+ * L1, in 16-bit lanes) stay on those: one scale and one division per block, as above, measured
+ * 0.8x (FP8) and 0.5x (FP4) of them here (docs/performance.md). Same bits either way. */
+static void fp8_row_bf16_sel(const void *x, int64_t n, int64_t gran_k, bool ue8m0, uint8_t *q, float *sf) {
+    if (gran_k == 128) ts__quant_kernels_avx2[TS__QSRC_BF16].fp8_row(x, n, gran_k, ue8m0, q, sf);
+    else fp8_row_bf16(x, n, gran_k, ue8m0, q, sf);
+}
+static void fp4_row_bf16_sel(const void *x, int64_t n, int64_t gran_k, bool ue8m0, bool rne, uint8_t *q, float *sf,
+                             uint8_t *e) {
+    if (gran_k % 32 == 0) ts__quant_kernels_avx2[TS__QSRC_BF16].fp4_row(x, n, gran_k, ue8m0, rne, q, sf, e);
+    else fp4_row_bf16(x, n, gran_k, ue8m0, rne, q, sf, e);
+}
+
+#define TS__AVX512_ENTRY_ROWS(SFX, FP8_ROW, FP4_ROW)                                                      \
     {.absmax = absmax_##SFX, .absmax_cols = absmax_cols_##SFX, .enc_e4m3 = enc_e4m3_##SFX,                    \
-     .enc_e4m3_cols = enc_e4m3_cols_##SFX, .fp8_row = fp8_row_##SFX, .blk_stats = blk_stats_##SFX,            \
+     .enc_e4m3_cols = enc_e4m3_cols_##SFX, .fp8_row = FP8_ROW, .blk_stats = blk_stats_##SFX,                  \
      .blk_enc = blk_enc_##SFX, .absmax_nonan = absmax_nonan_##SFX, .enc_e2m1 = enc_e2m1_##SFX,                \
-     .fp4_row = fp4_row_##SFX, .dec_e4m3 = dec_e4m3_##SFX, .dec_e2m1 = dec_e2m1_##SFX}
+     .fp4_row = FP4_ROW, .dec_e4m3 = dec_e4m3_##SFX, .dec_e2m1 = dec_e2m1_##SFX}
+#define TS__AVX512_ENTRY(SFX) TS__AVX512_ENTRY_ROWS(SFX, fp8_row_##SFX, fp4_row_##SFX)
 
 const ts__quant_kernels ts__quant_kernels_avx512[TS__QSRC_COUNT] = {
-    [TS__QSRC_BF16] = TS__AVX512_ENTRY(bf16),
+    [TS__QSRC_BF16] = TS__AVX512_ENTRY_ROWS(bf16, fp8_row_bf16_sel, fp4_row_bf16_sel),
     [TS__QSRC_F16] = TS__AVX512_ENTRY(f16),
     [TS__QSRC_F32] = TS__AVX512_ENTRY(f32),
 };
