@@ -1,4 +1,4 @@
-/* ts_convert: generic and AVX2 paths, every thread count 1..4, odd lengths and unaligned
+/* ts_convert: every ISA path (generic, AVX2, AVX-512), every thread count 1..4, odd lengths and unaligned
  * pointers, all bit-identical to the scalar reference; and bad-input codes. */
 #include "tilestack/numerics.h"
 #include "ts_prng.h"
@@ -88,7 +88,11 @@ static void fill_src(ts_prng *p, const pair_t *pr, unsigned char *buf, int64_t n
 }
 
 TS_TEST(convert_bulk_matches_scalar) {
-    static const int64_t lens[] = {0, 1, 2, 7, 8, 16, 63, 64, 65, 96, 200, 1000, 4104, 40000, 100008};
+    /* every tail length 0..40 of the 16- to 64-value SIMD steps, then longer runs */
+    int64_t lens[41 + 11];
+    for (int i = 0; i <= 40; i++) lens[i] = i;
+    static const int64_t longer[] = {63, 64, 65, 96, 127, 129, 200, 1000, 4104, 40000, 100008};
+    memcpy(lens + 41, longer, sizeof longer);
     ts_prng p = ts_prng_seed(42);
     int saved = ts_get_num_threads();
     ts_isa saved_isa = ts_get_isa();

@@ -243,7 +243,8 @@ TS_TEST(cpu_isa_from_env) {
     TS_CHECK(strlen(small) < sizeof small);
 }
 
-/* The avx512 path runs its own kernels where it has them (GEMM, FlashMLA, MQA logits) and the
+/* The avx512 path runs its own kernels where it has them (GEMM, FlashMLA, MQA logits,
+ * converters, quantisers, EP row kernels) and the
  * AVX2 ones elsewhere, never the generic ones. */
 TS_TEST(cpu_avx512_path_uses_avx2_kernels) {
     const ts_isa saved = ts_get_isa();
@@ -257,7 +258,11 @@ TS_TEST(cpu_avx512_path_uses_avx2_kernels) {
 #else
     TS_CHECK(ts__mla_pick_kernels() == &ts__mla_kernels_avx2);
 #endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+    TS_CHECK(ts__quant_kernels_for((ts__qsrc)0) == &ts__quant_kernels_avx512[0]); /* quantisers too */
+#else
     TS_CHECK(ts__quant_kernels_for((ts__qsrc)0) == &ts__quant_kernels_avx2[0]);
+#endif
 #endif
     /* Same bits as generic through a few entry points (bulk conversion, quantiser, GEMM). */
     enum { N = 4096 };

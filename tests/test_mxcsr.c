@@ -20,6 +20,7 @@
 
 #include "ts_prng.h"
 
+#include "ep/ep_kernels.h"
 #include "ep/ep_ll_kernels.h"
 #include "tilestack/model.h"
 #include "tilestack/tilestack.h"
@@ -358,12 +359,16 @@ TS_TEST(mxcsr_topk) {
 /* ================================================================ EP low-latency cast */
 
 /* The sender's per-128-channel FP8 cast of DeepEP's low-latency dispatch and the combine's
- * weighted accumulation, as row kernels (src/ep/kernels/, built with or without MPI); every
+ * weighted accumulation, and the normal combine's bf16 reduce rows, as row kernels
+ * (src/ep/kernels/, built with or without MPI); every
  * ISA variant is called directly since ts_set_isa only picks among them inside the MPI path.
  * The full low-latency dispatch / combine and LogFMT run in tests/ep/test_mxcsr_ep.c. */
 typedef struct llcast_ctx {
     ts__ep_ll_cast_fn cast;
     ts__ep_ll_fma_bf16_fn fma;
+    ts__ep_acc_bf16_fn acc_bf16; /* and the normal combine's reduce rows */
+    ts__ep_store_bf16_fn store_bf16;
+    uint16_t *o;
     const uint16_t *x;
     int64_t rows, hidden;
     int round;
@@ -377,38 +382,51 @@ static ts_status llcast_op(void *vc) {
         c->cast(c->x + r * c->hidden, c->hidden, c->round, c->q + r * c->hidden, c->s + r * (c->hidden / 128));
         c->fma(c->acc, c->x + r * c->hidden, 0.75f, c->hidden);
     }
+    for (int64_t r = 0; r < c->rows; r++) c->acc_bf16(c->acc, c->x + r * c->hidden, c->hidden, r == 0);
+    c->store_bf16(c->o, c->acc, c->hidden);
     return TS_OK;
 }
 
 TS_TEST(mxcsr_ep_ll_cast_kernels) {
-    mx_fam f = mx_begin(ts_t_, "EP low-latency FP8 cast kernels");
+    mx_fam f = mx_begin(ts_t_, "EP row kernels (low-latency FP8 cast and FMA, combine reduce)");
     if (!f.ok) return;
     const int64_t R = 16, H = 1024;
     float *x32 = malloc((size_t)(R * H) * 4);
     uint16_t *x = malloc((size_t)(R * H) * 2);
     uint8_t *q = malloc((size_t)(R * H));
     float *s = malloc((size_t)(R * H / 128) * 4), *acc = calloc((size_t)H, 4);
+    uint16_t *o = malloc((size_t)H * 2);
     quant_input(x32, R, H, 448.0f);
     for (int64_t i = 0; i < R * H; i++) x[i] = ts_f32_to_bf16(x32[i]);
-    for (int isa = 0; isa < 2; isa++) {
-        llcast_ctx c = {ts__ep_ll_cast__generic, ts__ep_ll_fma_bf16__generic, x, R, H, 0, q, s, acc};
+    static const ts_isa paths[] = {TS_ISA_GENERIC, TS_ISA_AVX2, TS_ISA_AVX512};
+    for (int isa = 0; isa < 3; isa++) {
+        llcast_ctx c = {ts__ep_ll_cast__generic, ts__ep_ll_fma_bf16__generic, ts__ep_acc_bf16__generic,
+                        ts__ep_store_bf16__generic, o, x, R, H, 0, q, s, acc};
+        bool built = isa == 0;
 #ifdef TS_HAVE_AVX2_KERNELS
-        if (isa) c.cast = ts__ep_ll_cast__avx2, c.fma = ts__ep_ll_fma_bf16__avx2;
+        if (isa == 1)
+            c.cast = ts__ep_ll_cast__avx2, c.fma = ts__ep_ll_fma_bf16__avx2, c.acc_bf16 = ts__ep_acc_bf16__avx2,
+            c.store_bf16 = ts__ep_store_bf16__avx2, built = true;
 #endif
-        if (isa && !mx_isa_runnable(TS_ISA_AVX2)) {
-            printf("    %s: skip the avx2 kernels (not runnable here)\n", f.name);
+#ifdef TS_HAVE_AVX512_KERNELS
+        if (isa == 2)
+            c.cast = ts__ep_ll_cast__avx512, c.fma = ts__ep_ll_fma_bf16__avx512, c.acc_bf16 = ts__ep_acc_bf16__avx512,
+            c.store_bf16 = ts__ep_store_bf16__avx512, built = true;
+#endif
+        if (!built || !mx_isa_runnable(paths[isa])) {
+            printf("    %s: skip the %s kernels (not runnable here)\n", f.name, ts_isa_name(paths[isa]));
             continue;
         }
         for (int round = 0; round < 2; round++) {
             c.round = round;
             memset(acc, 0, (size_t)H * 4);
             char what[64];
-            snprintf(what, sizeof what, "%s kernels, round_scale %d", isa ? "avx2" : "generic", round);
+            snprintf(what, sizeof what, "%s kernels, round_scale %d", ts_isa_name(paths[isa]), round);
             mx_run_once(&f, what, llcast_op, &c); /* the kernel is fixed: one path only */
         }
     }
     mx_end(&f);
-    free(x32), free(x), free(q), free(s), free(acc);
+    free(x32), free(x), free(q), free(s), free(acc), free(o);
 }
 
 /* ================================================================ MQA logits */

@@ -334,6 +334,12 @@ ts_status ts_ep_combine(ts_ep_buffer *b, const ts_ep_handle *h, const ts_tensor 
         rc.store = ts__ep_store_bf16__avx2;
     }
 #endif
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512) {
+        rc.acc = ts__ep_acc_bf16__avx512;
+        rc.store = ts__ep_store_bf16__avx512;
+    }
+#endif
     int rnt = nt;
     if (rnt > N / 4) rnt = N / 4 > 0 ? (int)(N / 4) : 1;
     if (N > 0) ts__parallel_run(rnt, reduce_task, &rc);

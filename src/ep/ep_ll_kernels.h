@@ -1,4 +1,4 @@
-/* Low-latency row kernels (generic C and AVX2, bit-identical; picked by ts__active_isa): the
+/* Low-latency row kernels (generic C, AVX2 and AVX-512, bit-identical; picked by ts__active_isa): the
  * sender's per-128-channel FP8 cast and the combine's weighted accumulation. */
 #ifndef TILESTACK_EP_LL_KERNELS_H
 #define TILESTACK_EP_LL_KERNELS_H
@@ -22,6 +22,11 @@ void ts__ep_ll_cast__generic(const uint16_t *x, int64_t hidden, int round_scale,
 void ts__ep_ll_fma_bf16__avx2(float *acc, const uint16_t *y, float w, int64_t n);
 void ts__ep_ll_fma_f32__avx2(float *acc, const float *y, float w, int64_t n);
 void ts__ep_ll_cast__avx2(const uint16_t *x, int64_t hidden, int round_scale, uint8_t *q, float *scale_inv);
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+void ts__ep_ll_fma_bf16__avx512(float *acc, const uint16_t *y, float w, int64_t n);
+void ts__ep_ll_fma_f32__avx512(float *acc, const float *y, float w, int64_t n);
+void ts__ep_ll_cast__avx512(const uint16_t *x, int64_t hidden, int round_scale, uint8_t *q, float *scale_inv);
 #endif
 
 /* The scale pair of one group from its amax (shared so both paths agree bit for bit). */

@@ -406,6 +406,9 @@ ts_status ts_ep_low_latency_dispatch(ts_ep_buffer *b, const ts_ep_ll_dispatch_ar
 #ifdef TS_HAVE_AVX2_KERNELS
     if (ts__isa_avx2_up(ts__active_isa())) sc.cast = ts__ep_ll_cast__avx2;
 #endif
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512) sc.cast = ts__ep_ll_cast__avx512;
+#endif
     const int R = b->num_ranks;
     int32_t *nrows = NULL;
     if (b->num_nodes > 1) {

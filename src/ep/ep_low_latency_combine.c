@@ -497,6 +497,13 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
             rc.store = ts__ep_store_bf16__avx2;
         }
 #endif
+#ifdef TS_HAVE_AVX512_KERNELS
+        if (ts__active_isa() == TS_ISA_AVX512) {
+            rc.fma_bf16 = ts__ep_ll_fma_bf16__avx512;
+            rc.fma_f32 = ts__ep_ll_fma_f32__avx512;
+            rc.store = ts__ep_store_bf16__avx512;
+        }
+#endif
         ts__parallel_for(hk->topk_idx.shape[0], 4, reduce_task, &rc);
         if (rc.oom) st = ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no scratch memory for the accumulator");
     }

@@ -51,6 +51,9 @@ ts__cvt_fn ts__cvt_kernel(ts__cvt_pair pair) {
 #if defined(TS_HAVE_AVX2_KERNELS)
     if (ts__isa_avx2_up(ts__active_isa())) table = ts__cvt_kernels_avx2;
 #endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+    if (ts__active_isa() == TS_ISA_AVX512) table = ts__cvt_kernels_avx512;
+#endif
     return table[pair];
 }
 

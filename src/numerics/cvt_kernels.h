@@ -31,10 +31,9 @@ typedef void (*ts__cvt_fn)(const void *src, void *dst, int64_t n);
 extern const ts__cvt_fn ts__cvt_kernels_generic[TS__CVT_PAIR_COUNT];
 #if defined(TS_HAVE_AVX2_KERNELS)
 extern const ts__cvt_fn ts__cvt_kernels_avx2[TS__CVT_PAIR_COUNT];
-/* The kernel of the ISA in use (convert_bulk.c); other modules' f32 -> bf16 row stores use
- * it too (the GEMM epilogue). */
-ts__cvt_fn ts__cvt_kernel(ts__cvt_pair pair);
-
+#endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+extern const ts__cvt_fn ts__cvt_kernels_avx512[TS__CVT_PAIR_COUNT];
 #endif
 
 /* The kernel of the ISA in use (convert_bulk.c); other modules' f32 -> bf16 row stores use

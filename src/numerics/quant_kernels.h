@@ -1,7 +1,7 @@
 /* Internal: the quantisers' per-ISA kernel table and the scalar rules every path shares.
  *
  * Framework code (validation, threading, scale-factor stores) lives in quant_*.c; kernels only
- * see contiguous runs of one row. The generic and AVX2 tables must give identical bits. */
+ * see contiguous runs of one row. The generic, AVX2 and AVX-512 tables must give identical bits. */
 #ifndef TS_QUANT_KERNELS_H
 #define TS_QUANT_KERNELS_H
 
@@ -91,9 +91,15 @@ TS__QK_DECL_GENERIC(f32)
 #if defined(TS_HAVE_AVX2_KERNELS)
 extern const ts__quant_kernels ts__quant_kernels_avx2[TS__QSRC_COUNT];
 #endif
+#if defined(TS_HAVE_AVX512_KERNELS)
+extern const ts__quant_kernels ts__quant_kernels_avx512[TS__QSRC_COUNT];
+#endif
 
 /* The table for the active ISA and source kind. */
 static inline const ts__quant_kernels *ts__quant_kernels_for(ts__qsrc src) {
+#if defined(TS_HAVE_AVX512_KERNELS)
+    if (ts__active_isa() == TS_ISA_AVX512) return &ts__quant_kernels_avx512[src];
+#endif
 #if defined(TS_HAVE_AVX2_KERNELS)
     if (ts__isa_avx2_up(ts__active_isa())) return &ts__quant_kernels_avx2[src];
 #endif
