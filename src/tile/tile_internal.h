@@ -229,6 +229,7 @@ bool ts__tile_recheck(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *pro
 typedef struct ts__tile_emit_opts {
     const char *prefix; /* public wrapper prefix, default "ts_" */
     bool scalar;        /* no SIMD lowering: plain C loops (the reference the SIMD code matches) */
+    int lanes;          /* SIMD lanes: 8 (default, also for 0) or 16 (64-byte vectors, AVX-512) */
 } ts__tile_emit_opts;
 bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program *prog,
                      const ts__tile_emit_opts *opts);

@@ -175,8 +175,8 @@ static char *lanemap(em *e, int nin, char **vin, const int *tin, int tout, lane_
         args[i] = tin[i] == TT_BOOL ? ts__em_sfmt("(x%d_%d[l_%d] != 0)", i, id, id) : ts__em_sfmt("x%d_%d[l_%d]", i, id, id);
     }
     char *s = f(ctx, args);
-    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = ", ts__em_vs(tout), id, id, id,
-                        id, id, id);
+    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < %d; l_%d++) r_%d[l_%d] = ", ts__em_vs(tout), id, id, id,
+                        e->lanes, id, id, id);
     if (tout == TT_BOOL) ts__tile_buf_printf(&b, "(%s) ? -1 : 0; r_%d; })", s, id);
     else ts__tile_buf_printf(&b, "%s; r_%d; })", s, id);
     free(s);
@@ -1397,7 +1397,8 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
         ts__em_ind(e, lv), ts__tile_buf_printf(e->o, "const float nsh%d_%d = %s;\n", id, k, f);
         free(f);
     }
-    ts__em_ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
+    ts__em_ind(e, lv), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - %d; %s += %d) {\n", e->vjname, id, 4 * e->lanes, e->vjname,
+                                           4 * e->lanes);
     ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
     for (int k = 0; k < e->ndef; k++) {
         if (e->defbf[k]) {
@@ -1415,7 +1416,7 @@ static bool vec_unrolled32(em *e, const ts__tile_node *bd, const bool *hoisted, 
     for (int u = 0; u < 4 && !e->vfail; u++) {
         e->defu = u;
         ts__em_ind(e, lv + 1), ts__tile_buf_puts(e->o, "{\n");
-        ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d; (void)%s;\n", e->vjname, id, 8 * u, e->vjname);
+        ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d; (void)%s;\n", e->vjname, id, e->lanes * u, e->vjname);
         ts__em_rf_dead_decls(e, lv + 2);
         for (int32_t q = 0; q < bd->nlist && !e->vfail; q++)
             if (!hoisted[q]) vst(e, bd->list[q], lv + 2);
@@ -1464,13 +1465,14 @@ static void vec_row_loops(em *e, const ts__tile_node *bd, const bool *hoisted, i
     /* loop control is a large share of a short 8-lane body: let the C compiler unroll it
      * (not after a 16- or 32-lane main loop, which leaves it at most three steps) */
     if (!main_loop) ts__em_ind(e, L + 1), ts__tile_buf_puts(e->o, "TS__TV_UNROLL4\n");
-    ts__em_ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+    ts__em_ind(e, L + 1), ts__tile_buf_printf(e->o, "for (; %s <= hi_%d - %d; %s += %d) {\n", e->vjname, id, e->lanes, e->vjname,
+                                              e->lanes);
     ts__tile_buf_puts(e->o, body8.data ? body8.data : "");
     if (body8.oom) e->o->oom = true;
     ts__tile_buf_free(&body8);
     ts__em_ind(e, L + 1), ts__tile_buf_puts(e->o, "}\n");
     for (int r = 0; r < e->rf.n; r++) /* exact in any order: integer max / min / + / & / | / ^ */
-        for (int l = 0; l < 8 && !ts__em_v2_rf_hfold(e, id, r, l, L + 1); l++) {
+        for (int l = 0; l < e->lanes && !ts__em_v2_rf_hfold(e, id, r, l, L + 1); l++) {
             const ts__tile_sym *A = e->rf.f[r].acc;
             ts__tile_buf av = {0};
             ts__em_sym_ref(e, &av, A);
@@ -1493,7 +1495,7 @@ bool ts__em_vec_parallel(em *e, const ts__tile_node *n, int lv) {
     int nv = n->nlist2;
     int64_t ext;
     if (!e->simd || e->invec || !bd || !innermost(bd)) return false;
-    if (ts__em_lit_int(it->list[nv - 1], &ext) && ext < 8) return false;
+    if (ts__em_lit_int(it->list[nv - 1], &ext) && ext < e->lanes) return false;
     bool *hoisted = calloc((size_t)bd->nlist + 1, sizeof *hoisted);
     const void **late = malloc(256 * sizeof *late);
     if (!hoisted || !late) {
@@ -1824,7 +1826,7 @@ bool ts__em_vec_reduce(em *e, const ts__tile_node *n, int lv) {
             ts__em_ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
             ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t lo_%d = %s, e_%d = %s;\n", id, lo, id, hi);
             ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "int64_t %s = lo_%d;\n", e->vjname, id);
-            ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "if (e_%d > lo_%d && (uint64_t)e_%d - (uint64_t)lo_%d >= 8) {\n", id, id, id, id);
+            ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "if (e_%d > lo_%d && (uint64_t)e_%d - (uint64_t)lo_%d >= %d) {\n", id, id, id, id, e->lanes);
             /* min / max start every lane from acc (idempotent); the others from the identity */
             const char *init = mm ? av : !strcmp(op, "&") ? "~0" : "0";
             /* four accumulators (the operation is associative and commutative, exactly), so
@@ -1832,20 +1834,22 @@ bool ts__em_vec_reduce(em *e, const ts__tile_node *n, int lv) {
             ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_%s acc_%d = ts__tv_splat_%s((%s)(%s));\n", S, id, S, ts__em_ctype(t), init);
             ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_%s acc1_%d = acc_%d, acc2_%d = acc_%d, acc3_%d = acc_%d;\n", S, id, id, id, id, id, id);
             if (flt) ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "ts__tv_f32 xl_%d = acc_%d;\n", id, id);
-            ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - 32; %s += 32) {\n", e->vjname, id, e->vjname);
+            ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - %d; %s += %d) {\n", e->vjname, id, 4 * e->lanes,
+                                                       e->vjname, 4 * e->lanes);
             ts__em_ind(e, lv + 3), ts__tile_buf_printf(e->o, "const int64_t vs_%d = %s;\n", id, e->vjname);
             for (int u = 0; u < 4; u++) {
                 char an[32];
                 snprintf(an, sizeof an, u ? "acc%d_%d" : "acc_%d", u ? u : id, id);
                 ts__em_ind(e, lv + 3), ts__tile_buf_printf(e->o, "{\n");
-                ts__em_ind(e, lv + 4), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d;\n", e->vjname, id, 8 * u);
+                ts__em_ind(e, lv + 4), ts__tile_buf_printf(e->o, "const int64_t %s = vs_%d + %d;\n", e->vjname, id, e->lanes * u);
                 ts__em_ind(e, lv + 4), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", S, id, xv);
                 ts__em_ind(e, lv + 4), ts__em_fold_step(e, an, id, op, S, U, flt, mm);
                 if (u == 3 && flt) ts__em_ind(e, lv + 4), ts__tile_buf_printf(e->o, "xl_%d = x_%d;\n", id, id);
                 ts__em_ind(e, lv + 3), ts__tile_buf_printf(e->o, "}\n");
             }
             ts__em_ind(e, lv + 2), ts__tile_buf_puts(e->o, "}\n");
-            ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - 8; %s += 8) {\n", e->vjname, id, e->vjname);
+            ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - %d; %s += %d) {\n", e->vjname, id, e->lanes,
+                                                       e->vjname, e->lanes);
             ts__em_ind(e, lv + 3), ts__tile_buf_printf(e->o, "const ts__tv_%s x_%d = %s;\n", S, id, xv);
             char a0[32];
             snprintf(a0, sizeof a0, "acc_%d", id);
@@ -1870,7 +1874,7 @@ bool ts__em_vec_reduce(em *e, const ts__tile_node *n, int lv) {
                 hf = true;
             }
             if (mm && !hf) ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "%s = acc_%d[0];\n", av, id);
-            for (int l = mm ? 1 : 0; l < 8 && !hf; l++) {
+            for (int l = mm ? 1 : 0; l < e->lanes && !hf; l++) {
                 ts__em_ind(e, lv + 2);
                 if (flt) ts__tile_buf_printf(e->o, "%s = ts__tile_%sf(%s, acc_%d[%d]);\n", av, op, av, id, l);
                 else if (mm)
@@ -1882,7 +1886,7 @@ bool ts__em_vec_reduce(em *e, const ts__tile_node *n, int lv) {
             }
             /* a NaN result means acc and every element were NaN: the serial loop ends with the
              * last element's NaN, whatever NaN the lane folds picked */
-            if (flt) ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "if (%s != %s) %s = xl_%d[7];\n", av, av, av, id);
+            if (flt) ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "if (%s != %s) %s = xl_%d[%d];\n", av, av, av, id, e->lanes - 1);
             ts__em_ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
             const ts__tile_sym *ls = ks;
             e->invec = false;

@@ -17,6 +17,7 @@ typedef struct em {
     bool fail;
     /* SIMD lowering (see "SIMD lowering" below) */
     bool simd;                 /* off: plain scalar loops (the reference emission) */
+    int lanes;                 /* lanes per vector (ts__tv_* of tile_rt.h): 8 or 16 */
     bool invec;                /* emitting inside a vectorised loop */
     bool vfail;                /* the loop being vectorised has something unsupported */
     const ts__tile_sym *vj;    /* the vector loop variable */

@@ -223,7 +223,7 @@ void ts__em_v2_group_begin(em *e, int lv) {
         const ts__tile_sym *s = e->v2g[g].s;
         const bool w = ts__em_lane_bits(s->dt) == 8;
         ts__em_ind(e, lv), ts__tile_buf_printf(e->o, "_Alignas(32) %s g%d_[%lld];\n", w ? "uint32_t" : ts__em_ctype(s->dt),
-                                         e->v2g[g].id, (long long)(8 * e->v2g[g].K));
+                                         e->v2g[g].id, (long long)(e->lanes * e->v2g[g].K));
         if (e->v2g[g].st) continue;
         char *p = v2_gaddr(e, g);
         ts__em_ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_ldg_%s%s((const %s *)%s, %lld, g%d_);\n", w ? "u8" : ts__em_vs(s->dt),
@@ -249,8 +249,8 @@ char *ts__em_v2_group_read(em *e, const ts__tile_node *n) {
     }
     const ts__tile_sym *s = n->a->sym;
     if (ts__em_lane_bits(s->dt) == 8)
-        return ts__em_sfmt("TS__TV_CVT(ts__tv_ld_u32(&g%d_[%lld]), ts__tv_%s)", e->v2g[g].id, (long long)(8 * c), ts__em_vs(s->dt));
-    return ts__em_sfmt("ts__tv_ld_%s(&g%d_[%lld])", ts__em_vs(s->dt), e->v2g[g].id, (long long)(8 * c));
+        return ts__em_sfmt("TS__TV_CVT(ts__tv_ld_u32(&g%d_[%lld]), ts__tv_%s)", e->v2g[g].id, (long long)(e->lanes * c), ts__em_vs(s->dt));
+    return ts__em_sfmt("ts__tv_ld_%s(&g%d_[%lld])", ts__em_vs(s->dt), e->v2g[g].id, (long long)(e->lanes * c));
 }
 /* a store of a group: into its lane array, all of them stored after the last (true: done) */
 bool ts__em_v2_group_store(em *e, const ts__tile_node *n, int lv) {
@@ -276,7 +276,7 @@ bool ts__em_v2_group_store(em *e, const ts__tile_node *n, int lv) {
         }
     }
     ts__em_ind(e, lv), ts__tile_buf_printf(e->o, "ts__tv_st_%s(&g%d_[%lld], %s);\n", w ? "u32" : ts__em_vs(s->dt), e->v2g[g].id,
-                                     (long long)(8 * c), v);
+                                     (long long)(e->lanes * c), v);
     free(v);
     if (n == e->v2g[g].last) {
         char *p = v2_gaddr(e, g);
@@ -297,7 +297,7 @@ char *ts__em_v2_group_widened(em *e, const ts__tile_node *n) {
         e->vfail = true;
         return ts__em_sdup("0");
     }
-    return ts__em_sfmt("((ts__tv_%s)ts__tv_ld_u32(&g%d_[%lld]))", ts__em_vs(t), e->v2g[g].id, (long long)(8 * c));
+    return ts__em_sfmt("((ts__tv_%s)ts__tv_ld_u32(&g%d_[%lld]))", ts__em_vs(t), e->v2g[g].id, (long long)(e->lanes * c));
 }
 
 /* f16 and e5m6 loads, e5m6 stores (from f32): tile_rt.h's lane-wise twins of the numerics
@@ -405,8 +405,8 @@ char *ts__em_v2_gather(em *e, const ts__tile_node *n) {
         else ts__tile_buf_puts(&ok, "0");
     }
     char *el = ts__em_elem_at(s, ix, r);
-    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < 8; l_%d++) r_%d[l_%d] = (%s) ? %s : 0; r_%d; })",
-                        ts__em_vs(s->dt), id, id, id, id, id, id, ok.data ? ok.data : "0", el, id);
+    ts__tile_buf_printf(&b, "ts__tv_%s r_%d; for (int l_%d = 0; l_%d < %d; l_%d++) r_%d[l_%d] = (%s) ? %s : 0; r_%d; })",
+                        ts__em_vs(s->dt), id, id, id, e->lanes, id, id, id, ok.data ? ok.data : "0", el, id);
     ts__tile_buf_free(&ok);
     free(el);
     for (int i = 0; i < r; i++) free(ix[i]);
