@@ -963,7 +963,7 @@ bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program
                              "/* no memset idioms: a tile fill with constant bounds became `rep stos`, whose start-up\n"
                              " * cost more than the 512-byte fills it replaced in RMSNorm's per-group loop */\n"
                              "#if defined(__GNUC__) && !defined(__clang__)\n"
-                             "#pragma GCC optimize(\"no-tree-loop-distribute-patterns\")\n"
+                             "#pragma GCC optimize(\"no-tree-loop-distribute-patterns\"%s)\n"
                              "#endif\n"
                              "%s"
                              "#include \"tile/tile_rt.h\"\n"
@@ -977,6 +977,11 @@ bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program
                              "#pragma GCC diagnostic ignored \"-Waggressive-loop-optimizations\"\n"
                              "#endif\n",
                         d->file ? d->file : "<input>",
+                        /* 16 lanes (AVX-512): GCC's if-converted vectors of the scalar head and
+                         * tail loops compute the guarded-off iterations too, with stale lanes of
+                         * masked loads - subnormal operands (MXCSR DE) in a bounds-tested store
+                         * loop of per_block_cast; those loops stay scalar */
+                        e.simd && e.lanes == 16 ? ", \"no-tree-loop-if-convert\"" : "",
                         /* the helpers' width (tile_rt.h); 8-lane C names no width */
                         e.simd && e.lanes == 16 ? "#define TS__TV_LANES 16\n" : "");
     for (int i = 0; i < prog->nkernels && !e.fail; i++) emit_kernel(&e, &prog->kernels[i], prefix);

@@ -1332,6 +1332,7 @@ static bool wide16_ok(const char *t) {
 }
 
 static bool vec_wide16(em *e, const char *body, int id, int lv) {
+    if (e->lanes == 16) return false; /* the vector loop is 16 lanes already */
     for (int r = 0; e->rf.loop && r < e->rf.n; r++) {
         const char *op = e->rf.f[r].op;
         int t = ts__em_natural(e->rf.f[r].acc->dt);
@@ -1780,7 +1781,41 @@ bool ts__em_vec_reduce(em *e, const ts__tile_node *n, int lv) {
             if (ok && l == 0) y0 = y;
             ok = ok && ts__em_eq_shift(y0, y, ks, l) && ts__em_dep(e, y);
         }
-        if (ok) {
+        if (ok && e->lanes == 16) {
+            /* 16 lanes: the accumulator stays 8 lanes (a_l, the canonical order); each step
+             * adds lanes 0..7 of y(k + l), l < 16, then lanes 8..15 - the scalar loop's
+             * iterations k and k + 8 in order. What is left (one step of 8, e - k < 16) runs
+             * the scalar loop itself from the accumulators. */
+            matched = true;
+            int t = A[0]->dt;
+            char *y = ts__em_vex(e, y0, t);
+            ts__em_ind(e, lv), ts__tile_buf_puts(e->o, "{\n");
+            ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "ts__th_%s acc_%d = {", ts__em_vs(t), id);
+            for (int l = 0; l < 8; l++) {
+                ts__tile_buf_puts(e->o, l ? ", " : "");
+                ts__em_sym_ref(e, e->o, A[l]);
+            }
+            ts__tile_buf_puts(e->o, "};\n");
+            ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "const int64_t e_%d = %s;\n", id, hi);
+            ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "int64_t %s = %s;\n", e->vjname, lo);
+            ts__em_ind(e, lv + 1), ts__tile_buf_printf(e->o, "for (; %s <= e_%d - 16; %s += 16) {\n", e->vjname, id, e->vjname);
+            ts__em_ind(e, lv + 2), ts__tile_buf_printf(e->o, "acc_%d = ts__tv_add2h_%s(acc_%d, %s);\n", id, ts__em_vs(t), id, y);
+            ts__em_ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+            for (int l = 0; l < 8; l++) {
+                ts__em_ind(e, lv + 1);
+                ts__em_sym_ref(e, e->o, A[l]);
+                ts__tile_buf_printf(e->o, " = acc_%d[%d];\n", id, l);
+            }
+            e->invec = false;
+            ts__em_ind(e, lv + 1);
+            ts__tile_buf_printf(e->o, "for (int64_t v%d_%s = %s; v%d_%s < e_%d; v%d_%s += 8) {\n", ks->uid, ks->name, e->vjname,
+                                ks->uid, ks->name, id, ks->uid, ks->name);
+            e->invec = true;
+            ts__em_body(e, bd, lv + 2);
+            ts__em_ind(e, lv + 1), ts__tile_buf_puts(e->o, "}\n");
+            ts__em_ind(e, lv), ts__tile_buf_puts(e->o, "}\n");
+            free(y);
+        } else if (ok) {
             matched = true;
             int t = A[0]->dt;
             char *y = ts__em_vex(e, y0, t);
