@@ -2,8 +2,9 @@
  *
  * Per kernel: an argument struct, one range function per launch (blocks of the grid, run by
  * ts__parallel_for; tiles live in the per-thread scratch arena at offsets fixed here), and a
- * validating wrapper returning ts_status. Innermost parallel loops and fold loops become 8-lane
- * vector code where they can (see "SIMD lowering"), plain C loops otherwise.
+ * validating wrapper returning ts_status. Innermost parallel loops and fold loops become 8- or
+ * 16-lane vector code where they can (the SIMD lowering, tile_simd.c and tile_simd2.c), plain
+ * C loops otherwise.
  * The file must be compiled with -ffp-contract=off: float expressions are emitted exactly as
  * written, one IEEE operation each. */
 #include "tile/tile_simd.h"

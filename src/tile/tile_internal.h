@@ -2,7 +2,8 @@
  *
  * Pipeline: source -> lexer -> parser -> AST (tile_ast.c) -> macro expansion + checker
  * (tile_check.c) -> lowering of tile operations into loops (tile_lower.c, the "IR": the core
- * subset of the language itself, so it prints and re-parses) -> C11 (tile_emit_c.c).
+ * subset of the language itself, so it prints and re-parses) -> C11 (tile_emit_c.c; the SIMD
+ * lowering in tile_simd.c, tile_simd2.c).
  * Every stage reports through one diagnostics sink and stops cleanly; nothing aborts on user
  * input. Memory comes from one arena per compilation with a hard cap. */
 #ifndef TS_TILE_INTERNAL_H

@@ -295,9 +295,10 @@ static inline void ts__tile_fail(int *flag, int id) {
 static inline float ts__tile_e2m1_to_f32(uint8_t c) { return ts_e2m1_to_f32((uint8_t)(c & 15)); }
 
 
-/* ---- 8-lane vectors for the SIMD lowering of `parallel` loops ----
- * GCC/Clang vector extensions: 8 lanes of every element type (32 bytes for 32-bit lanes).
- * Compiled with -mavx2 -mfma they become AVX2; without, the compiler splits them into SSE2
+/* ---- vectors for the SIMD lowering of `parallel` loops ----
+ * GCC/Clang vector extensions: 8 (or, TS__TV_LANES below, 16) lanes of every element type (32
+ * or 64 bytes for 32-bit lanes). Compiled with -mavx2 -mfma 8 lanes become AVX2, with
+ * -mavx512f/bw/vl/dq 16 lanes become AVX-512; without, the compiler splits them into SSE2
  * or scalar code, so the same generated C is the generic path. Every helper below does, lane
  * by lane, exactly the operations of its scalar counterpart (same roundings, same NaN and
  * signed-zero rules), so vector and scalar emission give the same bits. Masks (vector

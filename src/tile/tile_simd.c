@@ -8,9 +8,10 @@
 /* ---------------- SIMD lowering ----------------
  *
  * An innermost `parallel` loop becomes, per iteration of its other variables, a loop over
- * its last variable j in steps of 8 lanes (ts__tv_* vectors of tile_rt.h) plus scalar loops
- * for the rest. Every value that depends on j is a vector; everything else stays the scalar
- * C of the plain emission (computed once per 8 lanes). Each vector operation is the scalar
+ * its last variable j in steps of e->lanes (8 or 16; ts__tv_* vectors of tile_rt.h) plus
+ * scalar loops for the rest. Every value that depends on j is a vector; everything else stays
+ * the scalar C of the plain emission (computed once per vector). The comments below say 8
+ * lanes; at 16 every width doubles except the lanes8 sum's accumulators (vec_reduce). Each vector operation is the scalar
  * operation lane by lane (same IEEE operation, same conversion code), so the bits cannot
  * differ from the scalar emission, whatever the ISA the C is compiled for.
  *

@@ -74,7 +74,7 @@ typedef struct em {
     const ts__tile_node *pfirst[8], *psecond[8];
     int npairs, pid;
     int rfid;                  /* names the registers of dead fold tiles (rfx<rfid>_<r>) */
-    /* second set (tile_emit_c.c, end): tiles the vector loop reads transposed, x[j, i], and
+    /* second set (tile_simd2.c): tiles the vector loop reads transposed, x[j, i], and
      * the ids of their transposed copies */
     const ts__tile_sym *v2tr[8];
     int v2trid[8], nv2tr;
