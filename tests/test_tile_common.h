@@ -221,13 +221,13 @@ static const char tt_kitchen_sink[] =
  * The scalar emission, the reference, is also unfused (tile_fuse.c): the SIMD code is fused,
  * so the comparison checks fusion and vectorisation together against the plain program.
  * NULL (and the diagnostics printed) on error. */
-static inline char *tt_emit(const char *src, const char *file, const char *prefix, bool scalar) {
+static inline char *tt_emit_lanes(const char *src, const char *file, const char *prefix, bool scalar, int lanes) {
     ts__tile_arena a = {0};
     ts__tile_diag d = {.file = file, .src = src, .src_len = strlen(src)};
     ts__tile_buf out = {0};
     ts__tile_node *m = ts__tile_parse(&a, &d);
     ts__tile_program prog = {.nkernels = -1};
-    ts__tile_emit_opts eo = {.prefix = prefix, .scalar = scalar};
+    ts__tile_emit_opts eo = {.prefix = prefix, .scalar = scalar, .lanes = lanes};
     bool ok = m && ts__tile_check(&a, &d, m, &prog) && ts__tile_lower_ex(&a, &d, &prog, !scalar) &&
               ts__tile_emit_c(&out, &d, &prog, &eo);
     char *r = NULL;
@@ -240,6 +240,10 @@ static inline char *tt_emit(const char *src, const char *file, const char *prefi
     ts__tile_arena_free(&a);
     return r;
 }
+/* the SIMD (or, with scalar, the plain) emission at 8 lanes */
+static inline char *tt_emit(const char *src, const char *file, const char *prefix, bool scalar) {
+    return tt_emit_lanes(src, file, prefix, scalar, 8);
+}
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TT_SAN "-fsanitize=address,undefined"
@@ -249,19 +253,24 @@ static inline char *tt_emit(const char *src, const char *file, const char *prefi
 #define TT_OPT "-O1"
 #endif
 
+/* isa: 0 generic, 1 -mavx2 -mfma -mf16c, 2 those and AVX-512 F/BW/VL/DQ */
 static inline int tt_cc_obj(const char *src, const char *obj, const char *inc, const char *src_inc, const char *log,
-                            bool avx2) {
+                            int isa) {
     char *argv[] = {"cc", "-std=c11", TT_OPT, "-ffp-contract=off", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
                     (char *)inc, (char *)src_inc, TT_SAN, "-c", (char *)src, "-o", (char *)obj,
-                    avx2 ? "-mavx2" : NULL, "-mfma", "-mf16c", NULL};
+                    isa ? "-mavx2" : NULL, "-mfma", "-mf16c", isa == 2 ? "-mavx512f" : NULL, "-mavx512bw", "-mavx512vl",
+                    "-mavx512dq", NULL};
     return tt_run_argv(argv, log);
 }
 
-/* The SIMD emission v (prefix v_) compiled without and with -mavx2 -mfma -mf16c (the generic
- * vector path and the AVX2 one, when this CPU has them), each linked with the scalar emission
- * s (prefix s_), the driver and the static library, and run: the driver exits non-zero on a
- * mismatch. Skipped with a note when there is no C compiler or static library. */
-static inline void tt_simd_vs_scalar(ts_test_ctx *ts_t_, const char *v, const char *s, const char *driver) {
+/* The SIMD emissions linked with the scalar emission s (prefix s_), the driver and the static
+ * library, and run: the driver exits non-zero on a mismatch. v (8 lanes, prefix v_) is
+ * compiled without and with -mavx2 -mfma -mf16c (the generic vector path and the AVX2 one,
+ * when this CPU has them); w (16 lanes, also prefix v_; NULL: none) without flags (the
+ * helpers' lane-generic C at 16 lanes) and with AVX-512 F/BW/VL/DQ when this CPU has them.
+ * Skipped with a note when there is no C compiler or static library. */
+static inline void tt_simd_vs_scalar(ts_test_ctx *ts_t_, const char *v, const char *s, const char *driver,
+                                     const char *w) {
     char lib[4096];
     if (!tt_find_static_lib(lib, sizeof lib)) return;
     char dir[] = "/tmp/ts_tile_simd_XXXXXX";
@@ -269,46 +278,61 @@ static inline void tt_simd_vs_scalar(ts_test_ctx *ts_t_, const char *v, const ch
         printf("    (skipped: mkdtemp failed)\n");
         return;
     }
-    enum { NF = 10 };
-    const char *names[NF] = {"v.c", "s.c", "d.c", "v.o", "va.o", "s.o", "d.o", "pg", "pa", "log"};
+    enum { NF = 12 };
+    const char *names[NF] = {"v.c", "s.c", "d.c", "w.c", "s.o", "d.o", "log", "v.o", "va.o", "w.o", "wz.o", "prog"};
     char p[NF][160], inc[4200], src_inc[4200];
     for (int i = 0; i < NF; i++) snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
     snprintf(inc, sizeof inc, "-I%s/../../include", TS_GOLDEN_DIR);
     snprintf(src_inc, sizeof src_inc, "-I%s/../../src", TS_GOLDEN_DIR);
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #if defined(__SANITIZE_ADDRESS__)
-    avx2 = false; /* memory errors do not depend on the ISA; the Release run compares both */
+    avx2 = avx512 = false; /* memory errors do not depend on the ISA; the Release run compares all */
 #endif
-    if (v && s && tt_write_text(p[0], v) && tt_write_text(p[1], s) && tt_write_text(p[2], driver)) {
-        const char *log = p[9];
-        int rc = tt_cc_obj(p[2], p[6], inc, src_inc, log, false);
+    /* the variants: object, source, ISA, name */
+    const struct {
+        int obj, src, isa;
+        bool on;
+        const char *name;
+    } var[4] = {{7, 0, 0, true, "generic 8-lane"},
+                {8, 0, 1, avx2, "AVX2 8-lane"},
+                {9, 3, 0, w != NULL, "generic 16-lane"},
+                {10, 3, 2, w != NULL && avx512, "AVX-512 16-lane"}};
+    if (v && s && tt_write_text(p[0], v) && tt_write_text(p[1], s) && tt_write_text(p[2], driver) &&
+        (!w || tt_write_text(p[3], w))) {
+        const char *log = p[6];
+        int rc = tt_cc_obj(p[2], p[5], inc, src_inc, log, 0);
         if (rc == 127) {
             printf("    (skipped: no C compiler 'cc' on PATH)\n");
             goto out;
         }
-        if (rc == 0) rc = tt_cc_obj(p[1], p[5], inc, src_inc, log, false);
-        if (rc == 0) rc = tt_cc_obj(p[0], p[3], inc, src_inc, log, false);
-        if (rc == 0 && avx2) rc = tt_cc_obj(p[0], p[4], inc, src_inc, log, true);
+        if (rc == 0) rc = tt_cc_obj(p[1], p[4], inc, src_inc, log, 0);
+        for (int k = 0; k < 4 && rc == 0; k++)
+            if (var[k].on) rc = tt_cc_obj(p[var[k].src], p[var[k].obj], inc, src_inc, log, var[k].isa);
         TS_CHECK_MSG(rc == 0, "cc failed (%d)", rc);
         if (rc != 0) {
             tt_print_log(log);
             goto out;
         }
-        for (int pass = 0; pass < (avx2 ? 2 : 1); pass++) {
-            char *ld[] = {"cc", p[6], p[5], pass ? p[4] : p[3], lib, "-lm", "-lpthread", "-o", p[7 + pass], TT_SAN, NULL};
+        char *exe = p[11];
+        for (int k = 0; k < 4; k++) {
+            if (!var[k].on) continue;
+            char *ld[] = {"cc", p[5], p[4], p[var[k].obj], lib, "-lm", "-lpthread", "-o", exe, TT_SAN, NULL};
             rc = tt_run_argv(ld, log);
             TS_CHECK_MSG(rc == 0, "link failed (%d)", rc);
             if (rc != 0) {
                 tt_print_log(log);
                 continue;
             }
-            char *run[] = {p[7 + pass], NULL};
+            char *run[] = {exe, NULL};
             rc = tt_run_argv(run, log);
-            TS_CHECK_MSG(rc == 0, "%s SIMD code differs from the scalar emission or the references", pass ? "AVX2" : "generic");
+            TS_CHECK_MSG(rc == 0, "%s SIMD code differs from the scalar emission or the references", var[k].name);
             if (rc != 0) tt_print_log(log);
         }
 #if !defined(__SANITIZE_ADDRESS__)
-        if (!avx2) printf("    (no AVX2+FMA+F16C here: only the generic vector path ran)\n");
+        if (!avx2) printf("    (no AVX2+FMA+F16C here: only the generic vector paths ran)\n");
+        else if (w && !avx512) printf("    (no AVX-512 F/BW/VL/DQ here: the 16-lane code ran as generic C only)\n");
 #endif
     }
 out:

@@ -993,6 +993,9 @@ TS_TEST(tile_simd_rt_vrange) {
 TS_TEST(tile_simd_matches_scalar_emission) {
     char *v = emit(k_simd_kernels, "v_", false), *s = emit(k_simd_kernels, "s_", true);
     TS_CHECK(v && s);
-    tt_simd_vs_scalar(ts_t_, v, s, k_simd_driver);
+    char *w = tt_emit_lanes(k_simd_kernels, "simd.tile", "v_", false, 16);
+    TS_CHECK(w != NULL);
+    tt_simd_vs_scalar(ts_t_, v, s, k_simd_driver, w);
+    free(w);
     free(v), free(s);
 }

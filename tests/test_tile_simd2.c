@@ -640,6 +640,9 @@ TS_TEST(tile_simd2_rt_f16_e5m6) {
 TS_TEST(tile_simd2_matches_scalar_emission) {
     char *v = emit2(k_simd2_kernels, "v_", false), *s = emit2(k_simd2_kernels, "s_", true);
     TS_CHECK(v && s);
-    tt_simd_vs_scalar(ts_t_, v, s, k_simd2_driver);
+    char *w = tt_emit_lanes(k_simd2_kernels, "simd2.tile", "v_", false, 16);
+    TS_CHECK(w != NULL);
+    tt_simd_vs_scalar(ts_t_, v, s, k_simd2_driver, w);
+    free(w);
     free(v), free(s);
 }

@@ -100,12 +100,22 @@ void tk_f32_input(uint64_t seed, size_t n, float scale, float *out) {
 void tk_for_variants(void *ctx, tk_variant_fn fn, int nvariants) {
     const ts_isa saved_isa = ts_get_isa();
     const int saved_threads = ts_get_num_threads();
-    for (int v = 0; v < nvariants && v < 4; v++) {
-        /* 0: avx2 (or the default) x 2 threads, 1: generic x 1, 2: avx2 x 1, 3: generic x 2 */
-        const ts_isa isa = (v == 1 || v == 3) ? TS_ISA_GENERIC : saved_isa;
-        if (ts_set_isa(isa) != TS_OK) continue;
-        ts_set_num_threads(v == 0 || v == 3 ? 2 : 1);
-        fn(ctx, v);
+    /* every ISA path that runs here (the AOT variants: generic, avx2, and avx512's 16-lane
+     * modules), the best one at 2 threads, then the others at 1; with nvariants >= 4 generic
+     * at 2 threads too (nvariants < 2: the best path only) */
+    int isas[TS_ISA_COUNT_];
+    const int n = ts_test_isas(isas);
+    int v = 0;
+    ts_set_num_threads(2);
+    fn(ctx, v++);
+    for (int i = 0; nvariants >= 2 && i < n; i++) {
+        if ((ts_isa)isas[i] == saved_isa || ts_set_isa((ts_isa)isas[i]) != TS_OK) continue;
+        ts_set_num_threads(1);
+        fn(ctx, v++);
+    }
+    if (nvariants >= 4 && ts_set_isa(TS_ISA_GENERIC) == TS_OK) {
+        ts_set_num_threads(2);
+        fn(ctx, v++);
     }
     ts_set_isa(saved_isa);
     ts_set_num_threads(saved_threads);

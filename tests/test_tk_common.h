@@ -42,7 +42,8 @@ bool tk_expect(ts_test_ctx *t, const tk_record *rec, uint32_t ai, const void *go
                const char *what);
 void tk_bf16_input(uint64_t seed, size_t n, float scale, uint16_t *out);
 void tk_f32_input(uint64_t seed, size_t n, float scale, float *out);
-/* Runs fn(ctx) under (isa, threads) in {generic, avx2} x {1, 2}, restoring both after. */
+/* Runs fn(ctx) on every ISA path here (the best at 2 threads, the others at 1; generic at 2 too
+ * when nvariants >= 4; the best only when nvariants < 2), restoring both after. */
 typedef void (*tk_variant_fn)(void *ctx, int variant);
 void tk_for_variants(void *ctx, tk_variant_fn fn, int nvariants);
 

@@ -2,7 +2,8 @@
  *
  * Pipeline: source -> lexer -> parser -> AST (tile_ast.c) -> macro expansion + checker
  * (tile_check.c) -> lowering of tile operations into loops (tile_lower.c, the "IR": the core
- * subset of the language itself, so it prints and re-parses) -> C11 (tile_emit_c.c).
+ * subset of the language itself, so it prints and re-parses) -> C11 (tile_emit_c.c; the SIMD
+ * lowering in tile_simd.c, tile_simd2.c).
  * Every stage reports through one diagnostics sink and stops cleanly; nothing aborts on user
  * input. Memory comes from one arena per compilation with a hard cap. */
 #ifndef TS_TILE_INTERNAL_H
@@ -229,6 +230,7 @@ bool ts__tile_recheck(ts__tile_arena *a, ts__tile_diag *d, ts__tile_program *pro
 typedef struct ts__tile_emit_opts {
     const char *prefix; /* public wrapper prefix, default "ts_" */
     bool scalar;        /* no SIMD lowering: plain C loops (the reference the SIMD code matches) */
+    int lanes;          /* SIMD lanes: 8 (default, also for 0) or 16 (64-byte vectors, AVX-512) */
 } ts__tile_emit_opts;
 bool ts__tile_emit_c(ts__tile_buf *out, ts__tile_diag *d, const ts__tile_program *prog,
                      const ts__tile_emit_opts *opts);

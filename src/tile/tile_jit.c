@@ -195,7 +195,7 @@ static void set_log(const ts_tile_options *o, const char *text) {
 
 /* Front end: the complete C file and the kernel signatures. On program errors the log gets
  * the diagnostics. */
-static ts_status front_end(const char *source, const char *filename, const ts_tile_options *o,
+static ts_status front_end(const char *source, const char *filename, const ts_tile_options *o, int lanes,
                            ts_tile_kernel *m, char **ctext) {
     *ctext = NULL;
     size_t len = strlen(source);
@@ -207,7 +207,7 @@ static ts_status front_end(const char *source, const char *filename, const ts_ti
     ts__tile_node *mod = ts__tile_parse(&arena, &d);
     bool ok = mod && ts__tile_check(&arena, &d, mod, &prog) && ts__tile_lower(&arena, &d, &prog);
     if (ok) {
-        ts__tile_emit_opts eo = {.prefix = WRAP_PREFIX};
+        ts__tile_emit_opts eo = {.prefix = WRAP_PREFIX, .lanes = lanes};
         ok = ts__tile_emit_c(&gen, &d, &prog, &eo);
     }
     if (gen.oom || d.out.oom || arena.exhausted) {
@@ -332,12 +332,15 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
     ts_tile_kernel *m = calloc(1, sizeof *m);
     if (!m) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
     char *ctext = NULL, *ccpath = NULL, *ccid = NULL, *dir = NULL, *incdir = NULL, *built = NULL;
-    ts_status st = front_end(source, filename, o, m, &ctext);
+    /* the SIMD lowering's width follows the ISA in use: 16 lanes (zmm) on the avx512 path, 8
+     * (ymm with AVX2, or the generic fallback) otherwise; the flags below say the same */
+    const ts_isa isa = ts__active_isa();
+    ts_status st = front_end(source, filename, o, isa == TS_ISA_AVX512 ? 16 : 8, m, &ctext);
     if (st == TS_OK) st = ts__tile_cc_resolve(cc, &ccpath);
     if (st == TS_OK) st = ts__tile_cc_identity(ccpath, &ccid);
     if (st != TS_OK) goto out;
 
-    char *flags[16];
+    char *flags[20];
     int nflags = 0;
     flags[nflags++] = "-std=c11";
     flags[nflags++] = "-O3";
@@ -348,11 +351,17 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
     flags[nflags++] = "-fvisibility=hidden";
     flags[nflags++] = "-D_GNU_SOURCE";
     flags[nflags++] = "-w";
-    if (ts__isa_avx2_up(ts__active_isa())) {
+    if (ts__isa_avx2_up(isa)) {
         flags[nflags++] = "-mavx2";
         flags[nflags++] = "-mfma";
         flags[nflags++] = "-mf16c";
         flags[nflags++] = "-DTS_HAVE_AVX2_KERNELS=1";
+    }
+    if (isa == TS_ISA_AVX512) {
+        flags[nflags++] = "-mavx512f";
+        flags[nflags++] = "-mavx512bw";
+        flags[nflags++] = "-mavx512vl";
+        flags[nflags++] = "-mavx512dq";
     }
 
     /* the key: everything that can change the object */

@@ -295,9 +295,10 @@ static inline void ts__tile_fail(int *flag, int id) {
 static inline float ts__tile_e2m1_to_f32(uint8_t c) { return ts_e2m1_to_f32((uint8_t)(c & 15)); }
 
 
-/* ---- 8-lane vectors for the SIMD lowering of `parallel` loops ----
- * GCC/Clang vector extensions: 8 lanes of every element type (32 bytes for 32-bit lanes).
- * Compiled with -mavx2 -mfma they become AVX2; without, the compiler splits them into SSE2
+/* ---- vectors for the SIMD lowering of `parallel` loops ----
+ * GCC/Clang vector extensions: 8 (or, TS__TV_LANES below, 16) lanes of every element type (32
+ * or 64 bytes for 32-bit lanes). Compiled with -mavx2 -mfma 8 lanes become AVX2, with
+ * -mavx512f/bw/vl/dq 16 lanes become AVX-512; without, the compiler splits them into SSE2
  * or scalar code, so the same generated C is the generic path. Every helper below does, lane
  * by lane, exactly the operations of its scalar counterpart (same roundings, same NaN and
  * signed-zero rules), so vector and scalar emission give the same bits. Masks (vector
@@ -322,23 +323,78 @@ static inline float ts__tile_e2m1_to_f32(uint8_t c) { return ts_e2m1_to_f32((uin
 #if defined(__AVX__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
-#define TS__TV_DEF(NAME, T, BYTES) typedef T NAME __attribute__((vector_size(BYTES)))
-TS__TV_DEF(ts__tv_f32, float, 32);
-TS__TV_DEF(ts__tv_f64, double, 64);
-TS__TV_DEF(ts__tv_i8, int8_t, 8);
-TS__TV_DEF(ts__tv_u8, uint8_t, 8);
-TS__TV_DEF(ts__tv_i16, int16_t, 16);
-TS__TV_DEF(ts__tv_u16, uint16_t, 16);
-TS__TV_DEF(ts__tv_i32, int32_t, 32);
-TS__TV_DEF(ts__tv_u32, uint32_t, 32);
-TS__TV_DEF(ts__tv_i64, int64_t, 64);
-TS__TV_DEF(ts__tv_u64, uint64_t, 64);
+/* Lanes per vector: 8 (the default) or 16, which C emitted with ts__tile_emit_opts.lanes = 16
+ * defines before including this file (64-byte vectors for 32-bit lanes: AVX-512). Every helper
+ * is the same lane-wise operation at either width. The x86 intrinsic paths below are written
+ * for 8 lanes (TS__TV8_*: 256-bit f32 vectors); at 16 lanes a helper is its lane-generic
+ * vector C, which GCC compiles to zmm code with -mavx512f, or its own AVX-512 path
+ * (TS__TV16_AVX512). */
+#ifndef TS__TV_LANES
+#define TS__TV_LANES 8
+#endif
+#if TS__TV_LANES != 8 && TS__TV_LANES != 16
+#error "TS__TV_LANES must be 8 or 16"
+#endif
+#if TS__TV_LANES == 8 && defined(__AVX__)
+#define TS__TV8_AVX 1
+#else
+#define TS__TV8_AVX 0
+#endif
+#if TS__TV_LANES == 8 && defined(__AVX2__)
+#define TS__TV8_AVX2 1
+#else
+#define TS__TV8_AVX2 0
+#endif
+#if TS__TV_LANES == 8 && defined(__SSE4_1__)
+#define TS__TV8_SSE41 1
+#else
+#define TS__TV8_SSE41 0
+#endif
+#if TS__TV_LANES == 16 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#define TS__TV16_AVX512 1
+#else
+#define TS__TV16_AVX512 0
+#endif
+#define TS__TV_DEF(NAME, T) typedef T NAME __attribute__((vector_size(sizeof(T) * TS__TV_LANES)))
+TS__TV_DEF(ts__tv_f32, float);
+TS__TV_DEF(ts__tv_f64, double);
+TS__TV_DEF(ts__tv_i8, int8_t);
+TS__TV_DEF(ts__tv_u8, uint8_t);
+TS__TV_DEF(ts__tv_i16, int16_t);
+TS__TV_DEF(ts__tv_u16, uint16_t);
+TS__TV_DEF(ts__tv_i32, int32_t);
+TS__TV_DEF(ts__tv_u32, uint32_t);
+TS__TV_DEF(ts__tv_i64, int64_t);
+TS__TV_DEF(ts__tv_u64, uint64_t);
 #undef TS__TV_DEF
+/* 16 lanes: the lanes8 sum of reduce<sum> keeps its 8 accumulators (the canonical order) in
+ * an 8-lane vector and adds a 16-lane step as lanes 0..7, then lanes 8..15 - the scalar
+ * loop's two iterations, in order */
+#if TS__TV_LANES == 16
+typedef float ts__th_f32 __attribute__((vector_size(32)));
+typedef double ts__th_f64 __attribute__((vector_size(64)));
+#define TS__TV_ADD2H(N)                                                                      \
+    TS__TV_INL ts__th_##N ts__tv_add2h_##N(ts__th_##N a, ts__tv_##N v) {                    \
+        a = a + __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);                       \
+        return a + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);              \
+    }
+TS__TV_ADD2H(f32)
+TS__TV_ADD2H(f64)
+#undef TS__TV_ADD2H
+#endif
+/* {x, x, ...} and {0, 1, 2, ...} of a vector type V at the lane count */
+#if TS__TV_LANES == 8
+#define TS__TV_SPLAT(V, x) ((V){x, x, x, x, x, x, x, x})
+#define TS__TV_IOTA(V) ((V){0, 1, 2, 3, 4, 5, 6, 7})
+#else
+#define TS__TV_SPLAT(V, x) ((V){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
+#define TS__TV_IOTA(V) ((V){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+#endif
 #define TS__TV_CVT(x, T) __builtin_convertvector((x), T)
 
 /* splat, unaligned load and store (memcpy: no alignment or aliasing assumptions), select */
 #define TS__TV_MEM(N, T)                                                                    \
-    TS__TV_INL ts__tv_##N ts__tv_splat_##N(T x) { return (ts__tv_##N){x, x, x, x, x, x, x, x}; } \
+    TS__TV_INL ts__tv_##N ts__tv_splat_##N(T x) { return TS__TV_SPLAT(ts__tv_##N, x); }    \
     TS__TV_INL ts__tv_##N ts__tv_ld_##N(const T *p) {                                    \
         ts__tv_##N v;                                                                       \
         memcpy(&v, p, sizeof v);                                                            \
@@ -346,7 +402,7 @@ TS__TV_DEF(ts__tv_u64, uint64_t, 64);
     }                                                                                       \
     TS__TV_INL void ts__tv_st_##N(T *p, ts__tv_##N v) { memcpy(p, &v, sizeof v); }        \
     TS__TV_INL ts__tv_##N ts__tv_sel_##N(ts__tv_i32 m, ts__tv_##N a, ts__tv_##N b) {       \
-        for (int l = 0; l < 8; l++) b[l] = m[l] ? a[l] : b[l];                               \
+        for (int l = 0; l < TS__TV_LANES; l++) b[l] = m[l] ? a[l] : b[l];                               \
         return b;                                                                           \
     }
 TS__TV_MEM(f64, double)
@@ -359,7 +415,7 @@ TS__TV_MEM(u64, uint64_t)
 #undef TS__TV_MEM
 /* 32-bit lanes: select by bit operations (the mask is all-ones or zero per lane) */
 #define TS__TV_MEM32(N, T)                                                                  \
-    TS__TV_INL ts__tv_##N ts__tv_splat_##N(T x) { return (ts__tv_##N){x, x, x, x, x, x, x, x}; } \
+    TS__TV_INL ts__tv_##N ts__tv_splat_##N(T x) { return TS__TV_SPLAT(ts__tv_##N, x); }    \
     TS__TV_INL ts__tv_##N ts__tv_ld_##N(const T *p) {                                    \
         ts__tv_##N v;                                                                       \
         memcpy(&v, p, sizeof v);                                                            \
@@ -373,8 +429,10 @@ TS__TV_MEM(u64, uint64_t)
  * makes: comparisons, bool conversions, splats of -1 / 0): one vblendvps with AVX (which
  * reads the lane's sign bit), else bit operations */
 TS__TV_INL ts__tv_i32 ts__tv_blend32(ts__tv_i32 a, ts__tv_i32 b, ts__tv_i32 m) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     return (ts__tv_i32)_mm256_blendv_ps((__m256)b, (__m256)a, (__m256)m);
+#elif TS__TV16_AVX512 /* the sign bits as a k mask, as vblendvps reads them */
+    return (ts__tv_i32)_mm512_mask_blend_epi32(_mm512_movepi32_mask((__m512i)m), (__m512i)b, (__m512i)a);
 #else
     return (a & m) | (b & ~m);
 #endif
@@ -387,7 +445,7 @@ TS__TV_MEM32(u32, uint32_t)
 #define TS__TV_LD2(N, T)                                                                    \
     TS__TV_INL ts__tv_##N ts__tv_ld2_##N(const T *p) {                                      \
         ts__tv_##N v;                                                                       \
-        for (int l = 0; l < 8; l++) v[l] = p[2 * l];                                        \
+        for (int l = 0; l < TS__TV_LANES; l++) v[l] = p[2 * l];                                        \
         return v;                                                                           \
     }
 TS__TV_LD2(f32, float)
@@ -401,8 +459,8 @@ TS__TV_LD2(i8, int8_t)
  * x[2 j + c] = a, x[2 j + c + 1] = b) */
 #define TS__TV_ST2X(N, T)                                                                   \
     TS__TV_INL void ts__tv_st2x_##N(T *p, ts__tv_##N a, ts__tv_##N b) {                     \
-        T v[16];                                                                            \
-        for (int l = 0; l < 8; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];                   \
+        T v[2 * TS__TV_LANES];                                                                        \
+        for (int l = 0; l < TS__TV_LANES; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];                   \
         memcpy(p, v, sizeof v);                                                             \
     }
 TS__TV_ST2X(i32, int32_t)
@@ -413,45 +471,47 @@ TS__TV_ST2X(u8, uint8_t)
 #undef TS__TV_ST2X
 /* (the 16-bit outputs of FP4 unpacking: two unpacks instead of 16 lane moves) */
 TS__TV_INL void ts__tv_st2x_u16(uint16_t *p, ts__tv_u16 a, ts__tv_u16 b) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m128i x, y;
     memcpy(&x, &a, 16);
     memcpy(&y, &b, 16);
     _mm_storeu_si128((__m128i *)p, _mm_unpacklo_epi16(x, y));
     _mm_storeu_si128((__m128i *)(p + 8), _mm_unpackhi_epi16(x, y));
 #else
-    uint16_t v[16];
-    for (int l = 0; l < 8; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];
+    uint16_t v[2 * TS__TV_LANES];
+    for (int l = 0; l < TS__TV_LANES; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];
     memcpy(p, v, sizeof v);
 #endif
 }
 TS__TV_INL void ts__tv_st2x_f32(float *p, ts__tv_f32 a, ts__tv_f32 b) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     __m256 lo = _mm256_unpacklo_ps((__m256)a, (__m256)b), hi = _mm256_unpackhi_ps((__m256)a, (__m256)b);
     __m256 r0 = _mm256_permute2f128_ps(lo, hi, 0x20), r1 = _mm256_permute2f128_ps(lo, hi, 0x31);
     memcpy(p, &r0, 32);
     memcpy(p + 8, &r1, 32);
 #else
-    float v[16];
-    for (int l = 0; l < 8; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];
+    float v[2 * TS__TV_LANES];
+    for (int l = 0; l < TS__TV_LANES; l++) v[2 * l] = a[l], v[2 * l + 1] = b[l];
     memcpy(p, v, sizeof v);
 #endif
 }
 /* t[i[l]] for a 16-entry f32 tile and indices in 0..15 (a table lookup per lane) */
 TS__TV_INL ts__tv_f32 ts__tv_lut16_f32(const float *t, ts__tv_i32 i) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256 lo = _mm256_loadu_ps(t), hi = _mm256_loadu_ps(t + 8);
     __m256i ix = (__m256i)i;
     __m256 rl = _mm256_permutevar8x32_ps(lo, ix), rh = _mm256_permutevar8x32_ps(hi, ix);
     return (ts__tv_f32)_mm256_blendv_ps(rl, rh, _mm256_castsi256_ps(_mm256_cmpgt_epi32(ix, _mm256_set1_epi32(7))));
+#elif TS__TV16_AVX512 /* the whole table in one register */
+    return (ts__tv_f32)_mm512_permutexvar_ps((__m512i)i, _mm512_loadu_ps(t));
 #else
     ts__tv_f32 r;
-    for (int l = 0; l < 8; l++) r[l] = t[i[l]];
+    for (int l = 0; l < TS__TV_LANES; l++) r[l] = t[i[l]];
     return r;
 #endif
 }
 TS__TV_INL ts__tv_u8 ts__tv_ld2_u8(const uint8_t *p) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     /* bytes 0..7 and 7..14 (no read past p[14]); the even ones of both, in order */
     __m128i a = _mm_loadl_epi64((const __m128i *)p), b = _mm_loadl_epi64((const __m128i *)(p + 7));
     __m128i r = _mm_shuffle_epi8(_mm_unpacklo_epi64(a, b),
@@ -461,13 +521,13 @@ TS__TV_INL ts__tv_u8 ts__tv_ld2_u8(const uint8_t *p) {
     return v;
 #else
     ts__tv_u8 v;
-    for (int l = 0; l < 8; l++) v[l] = p[2 * l];
+    for (int l = 0; l < TS__TV_LANES; l++) v[l] = p[2 * l];
     return v;
 #endif
 }
 /* b, b+1, ..., b+7 (wrapping like the scalar index arithmetic) */
 TS__TV_INL ts__tv_i64 ts__tv_iota_i64(int64_t b) {
-    return (ts__tv_i64)((ts__tv_u64){0, 1, 2, 3, 4, 5, 6, 7} + (uint64_t)b);
+    return (ts__tv_i64)(TS__TV_IOTA(ts__tv_u64) + (uint64_t)b);
 }
 /* any comparison result (lanes of any width, -1 / 0) as an int32 mask */
 #define TS__TV_MASK(c) TS__TV_CVT((c), ts__tv_i32)
@@ -480,11 +540,15 @@ TS__TV_INL ts__tv_f64 ts__tv_abs_f64(ts__tv_f64 x) {
  * With AVX: vmaxps(b, a) is a unless b > a (a NaN b gives a), then equal lanes (+-0) get
  * a & b (a | b for min) and NaN a lanes take b - seven instructions instead of twelve. */
 TS__TV_INL ts__tv_f32 ts__tv_max_f32(ts__tv_f32 a, ts__tv_f32 b) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     __m256 r = _mm256_max_ps((__m256)b, (__m256)a);
     __m256 eq = _mm256_cmp_ps((__m256)a, (__m256)b, _CMP_EQ_OQ);
     r = _mm256_and_ps(r, _mm256_or_ps((__m256)b, _mm256_xor_ps(eq, _mm256_castsi256_ps(_mm256_set1_epi32(-1)))));
     return (ts__tv_f32)_mm256_blendv_ps(r, (__m256)b, _mm256_cmp_ps((__m256)a, (__m256)a, _CMP_UNORD_Q));
+#elif TS__TV16_AVX512 /* the same steps with k masks */
+    __m512 r = _mm512_max_ps((__m512)b, (__m512)a);
+    r = _mm512_mask_and_ps(r, _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_EQ_OQ), r, (__m512)b);
+    return (ts__tv_f32)_mm512_mask_mov_ps(r, _mm512_cmp_ps_mask((__m512)a, (__m512)a, _CMP_UNORD_Q), (__m512)b);
 #else
     ts__tv_i32 ua = (ts__tv_i32)a, ub = (ts__tv_i32)b, gt = a > b, eq = a == b, na = a != a, nb = b != b;
     ts__tv_i32 r = (gt & ua) | (~gt & ub);
@@ -500,25 +564,33 @@ TS__TV_INL ts__tv_f32 ts__tv_max_f32(ts__tv_f32 a, ts__tv_f32 b) {
  * maxk(x, k); and the clamps written as selects, select(x > k, k, x) = mink(k, x) (the
  * comparison is false for a NaN x or a tie, which keep x). One instruction instead of seven. */
 TS__TV_INL ts__tv_f32 ts__tv_maxk_f32(ts__tv_f32 a, ts__tv_f32 b) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     return (ts__tv_f32)_mm256_max_ps((__m256)a, (__m256)b);
+#elif TS__TV16_AVX512
+    return (ts__tv_f32)_mm512_max_ps((__m512)a, (__m512)b);
 #else
     return ts__tv_sel_f32(TS__TV_MASK(a > b), a, b);
 #endif
 }
 TS__TV_INL ts__tv_f32 ts__tv_mink_f32(ts__tv_f32 a, ts__tv_f32 b) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     return (ts__tv_f32)_mm256_min_ps((__m256)a, (__m256)b);
+#elif TS__TV16_AVX512
+    return (ts__tv_f32)_mm512_min_ps((__m512)a, (__m512)b);
 #else
     return ts__tv_sel_f32(TS__TV_MASK(a < b), a, b);
 #endif
 }
 TS__TV_INL ts__tv_f32 ts__tv_min_f32(ts__tv_f32 a, ts__tv_f32 b) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     __m256 r = _mm256_min_ps((__m256)b, (__m256)a);
     __m256 eq = _mm256_cmp_ps((__m256)a, (__m256)b, _CMP_EQ_OQ);
     r = _mm256_or_ps(r, _mm256_and_ps((__m256)b, eq));
     return (ts__tv_f32)_mm256_blendv_ps(r, (__m256)b, _mm256_cmp_ps((__m256)a, (__m256)a, _CMP_UNORD_Q));
+#elif TS__TV16_AVX512
+    __m512 r = _mm512_min_ps((__m512)b, (__m512)a);
+    r = _mm512_mask_or_ps(r, _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_EQ_OQ), r, (__m512)b);
+    return (ts__tv_f32)_mm512_mask_mov_ps(r, _mm512_cmp_ps_mask((__m512)a, (__m512)a, _CMP_UNORD_Q), (__m512)b);
 #else
     ts__tv_i32 ua = (ts__tv_i32)a, ub = (ts__tv_i32)b, lt = a < b, eq = a == b, na = a != a, nb = b != b;
     ts__tv_i32 r = (lt & ua) | (~lt & ub);
@@ -534,11 +606,16 @@ TS__TV_INL ts__tv_f32 ts__tv_min_f32(ts__tv_f32 a, ts__tv_f32 b) {
     TS__TV_INL ts__tv_##N ts__tv_min_##N(ts__tv_##N a, ts__tv_##N b) { return ts__tv_sel_##N(TS__TV_MASK(a < b), a, b); }
 TS__TV_IMINMAX(i64)
 TS__TV_IMINMAX(u64)
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
 TS__TV_INL ts__tv_i32 ts__tv_max_i32(ts__tv_i32 a, ts__tv_i32 b) { return (ts__tv_i32)_mm256_max_epi32((__m256i)a, (__m256i)b); }
 TS__TV_INL ts__tv_i32 ts__tv_min_i32(ts__tv_i32 a, ts__tv_i32 b) { return (ts__tv_i32)_mm256_min_epi32((__m256i)a, (__m256i)b); }
 TS__TV_INL ts__tv_u32 ts__tv_max_u32(ts__tv_u32 a, ts__tv_u32 b) { return (ts__tv_u32)_mm256_max_epu32((__m256i)a, (__m256i)b); }
 TS__TV_INL ts__tv_u32 ts__tv_min_u32(ts__tv_u32 a, ts__tv_u32 b) { return (ts__tv_u32)_mm256_min_epu32((__m256i)a, (__m256i)b); }
+#elif TS__TV16_AVX512
+TS__TV_INL ts__tv_i32 ts__tv_max_i32(ts__tv_i32 a, ts__tv_i32 b) { return (ts__tv_i32)_mm512_max_epi32((__m512i)a, (__m512i)b); }
+TS__TV_INL ts__tv_i32 ts__tv_min_i32(ts__tv_i32 a, ts__tv_i32 b) { return (ts__tv_i32)_mm512_min_epi32((__m512i)a, (__m512i)b); }
+TS__TV_INL ts__tv_u32 ts__tv_max_u32(ts__tv_u32 a, ts__tv_u32 b) { return (ts__tv_u32)_mm512_max_epu32((__m512i)a, (__m512i)b); }
+TS__TV_INL ts__tv_u32 ts__tv_min_u32(ts__tv_u32 a, ts__tv_u32 b) { return (ts__tv_u32)_mm512_min_epu32((__m512i)a, (__m512i)b); }
 #else
 TS__TV_IMINMAX(i32)
 TS__TV_IMINMAX(u32)
@@ -557,7 +634,7 @@ TS__TV_IMINMAX(u32)
     }
 TS__TV_NMINMAX(i8, i8)
 TS__TV_NMINMAX(u8, i8)
-#if defined(__SSE4_1__)
+#if TS__TV8_SSE41
 TS__TV_INL ts__tv_i16 ts__tv_max_i16(ts__tv_i16 a, ts__tv_i16 b) { return (ts__tv_i16)_mm_max_epi16((__m128i)a, (__m128i)b); }
 TS__TV_INL ts__tv_i16 ts__tv_min_i16(ts__tv_i16 a, ts__tv_i16 b) { return (ts__tv_i16)_mm_min_epi16((__m128i)a, (__m128i)b); }
 TS__TV_INL ts__tv_u16 ts__tv_max_u16(ts__tv_u16 a, ts__tv_u16 b) { return (ts__tv_u16)_mm_max_epu16((__m128i)a, (__m128i)b); }
@@ -571,19 +648,19 @@ TS__TV_NMINMAX(u16, i16)
 #define TS__TV_HMINMAX(N, T)                                                                \
     TS__TV_INL T ts__tv_hmax_##N(ts__tv_##N v) {                                            \
         T r = v[0];                                                                         \
-        for (int l = 1; l < 8; l++) r = v[l] > r ? v[l] : r;                                \
+        for (int l = 1; l < TS__TV_LANES; l++) r = v[l] > r ? v[l] : r;                                \
         return r;                                                                           \
     }                                                                                       \
     TS__TV_INL T ts__tv_hmin_##N(ts__tv_##N v) {                                            \
         T r = v[0];                                                                         \
-        for (int l = 1; l < 8; l++) r = v[l] < r ? v[l] : r;                                \
+        for (int l = 1; l < TS__TV_LANES; l++) r = v[l] < r ? v[l] : r;                                \
         return r;                                                                           \
     }
 TS__TV_HMINMAX(i8, int8_t)
 TS__TV_HMINMAX(u8, uint8_t)
 TS__TV_HMINMAX(i64, int64_t)
 TS__TV_HMINMAX(u64, uint64_t)
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
 /* halving with shuffles, 3 steps in 128 bits (32-bit lanes: ts__tv_hmax_u32 and friends in the
  * "second set" below) */
 #define TS__TV_HMM16(N, T, OP)                                                              \
@@ -607,6 +684,7 @@ TS__TV_HMINMAX(u16, uint16_t)
 #endif
 #undef TS__TV_HMINMAX
 
+#if TS__TV_LANES == 8 /* (at 16 lanes, 16-bit bodies are 16 lanes wide anyway) */
 /* 16 lanes of 16 bits (32 bytes): the wide loop the emitter writes before the 8-lane one when
  * a body is 16-bit through and through (§11a), e.g. a bf16 copy with |x| folds on the raw
  * bits. Only what such bodies use: memory, splat, min / max (+ - & | ^ ~ and shifts are the
@@ -661,33 +739,45 @@ TS__TW_MINMAX(i16)
 TS__TW_MINMAX(u16)
 #undef TS__TW_MINMAX
 #endif
+#endif /* TS__TV_LANES == 8 */
 TS__TV_INL ts__tv_f32 ts__tv_fma_f32(ts__tv_f32 a, ts__tv_f32 b, ts__tv_f32 c) {
-#if defined(__FMA__) && defined(__AVX__)
+#if TS__TV8_AVX && defined(__FMA__)
     return (ts__tv_f32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif TS__TV16_AVX512
+    return (ts__tv_f32)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 #else
-    for (int l = 0; l < 8; l++) c[l] = fmaf(a[l], b[l], c[l]);
+    for (int l = 0; l < TS__TV_LANES; l++) c[l] = fmaf(a[l], b[l], c[l]);
     return c;
 #endif
 }
 TS__TV_INL ts__tv_f32 ts__tv_sqrt_f32(ts__tv_f32 x) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     return (ts__tv_f32)_mm256_sqrt_ps((__m256)x);
+#elif TS__TV16_AVX512
+    return (ts__tv_f32)_mm512_sqrt_ps((__m512)x);
 #else
-    for (int l = 0; l < 8; l++) x[l] = sqrtf(x[l]);
+    for (int l = 0; l < TS__TV_LANES; l++) x[l] = sqrtf(x[l]);
     return x;
 #endif
 }
 /* floor / ceil / trunc / rint (ties to even) lane-wise: mode 1, 2, 3, 0 */
 TS__TV_INL ts__tv_f32 ts__tv_round_f32(ts__tv_f32 x, int mode) {
-#if defined(__AVX__)
+#if TS__TV8_AVX
     switch (mode) {
     case 1: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     case 2: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
     case 3: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     default: return (ts__tv_f32)_mm256_round_ps((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
+#elif TS__TV16_AVX512 /* vrndscaleps with scale 0: vroundps' modes */
+    switch (mode) {
+    case 1: return (ts__tv_f32)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    case 2: return (ts__tv_f32)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    case 3: return (ts__tv_f32)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    default: return (ts__tv_f32)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
 #else
-    for (int l = 0; l < 8; l++)
+    for (int l = 0; l < TS__TV_LANES; l++)
         x[l] = mode == 1 ? floorf(x[l]) : mode == 2 ? ceilf(x[l]) : mode == 3 ? truncf(x[l]) : rintf(x[l]);
     return x;
 #endif
@@ -696,7 +786,7 @@ TS__TV_INL ts__tv_f32 ts__tv_round_f32(ts__tv_f32 x, int mode) {
 /* u32 lanes known to fit the narrower type: truncation (AVX2: unsigned saturating packs,
  * exact for such values; the generic conversion compiles to lane extracts) */
 TS__TV_INL ts__tv_u16 ts__tv_narrow_u16(ts__tv_u32 v) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256i x = (__m256i)v;
     __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
     return (ts__tv_u16)p;
@@ -705,7 +795,7 @@ TS__TV_INL ts__tv_u16 ts__tv_narrow_u16(ts__tv_u32 v) {
 #endif
 }
 TS__TV_INL ts__tv_u8 ts__tv_narrow_u8(ts__tv_u32 v) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256i x = (__m256i)v;
     __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
     p = _mm_packus_epi16(p, p);
@@ -720,14 +810,14 @@ TS__TV_INL ts__tv_u8 ts__tv_narrow_u8(ts__tv_u32 v) {
 /* zero extension of 16- / 8-bit lanes (AVX2: one vpmovzx; GCC 12 splits the generic
  * conversion of a 16-byte vector into two halves and an insert) */
 TS__TV_INL ts__tv_u32 ts__tv_widen_u16(ts__tv_u16 h) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     return (ts__tv_u32)_mm256_cvtepu16_epi32((__m128i)h);
 #else
     return TS__TV_CVT(h, ts__tv_u32);
 #endif
 }
 TS__TV_INL ts__tv_u32 ts__tv_widen_u8(ts__tv_u8 v) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     int64_t b;
     memcpy(&b, &v, sizeof b);
     return (ts__tv_u32)_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(b));
@@ -743,7 +833,7 @@ TS__TV_INL ts__tv_f32 ts__tv_bf16_to_f32(ts__tv_u16 h) { return (ts__tv_f32)(ts_
  * past p[14]), one in-lane byte shuffle puts every even element in the top half of a 32-bit
  * lane - three instructions instead of the extract, the zero extension and the shift. */
 TS__TV_INL ts__tv_f32 ts__tv_ld2_bf16_f32(const uint16_t *p) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
                                         _mm_loadu_si128((const __m128i *)(p + 7)), 1);
     v = _mm256_shuffle_epi8(v, _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1, 12, 13,
@@ -779,8 +869,8 @@ TS__TV_INL void ts__tv_st2x_u16w(uint16_t *p, ts__tv_u32 a, ts__tv_u32 b) {
     ts__tv_u32 w = a | (b << 16);
     memcpy(p, &w, sizeof w);
 #else
-    uint16_t v[16];
-    for (int l = 0; l < 8; l++) v[2 * l] = (uint16_t)a[l], v[2 * l + 1] = (uint16_t)b[l];
+    uint16_t v[2 * TS__TV_LANES];
+    for (int l = 0; l < TS__TV_LANES; l++) v[2 * l] = (uint16_t)a[l], v[2 * l + 1] = (uint16_t)b[l];
     memcpy(p, v, sizeof v);
 #endif
 }
@@ -788,14 +878,14 @@ TS__TV_INL void ts__tv_st2x_u16w(uint16_t *p, ts__tv_u32 a, ts__tv_u32 b) {
  * §11a): two unsigned 32 -> 16-bit packs and two qword permutes instead of a pack and an
  * extract per 8 lanes */
 TS__TV_INL void ts__tv_st_u16wx32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u32 c2, ts__tv_u32 c3) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256i a = _mm256_packus_epi32((__m256i)c0, (__m256i)c1), b = _mm256_packus_epi32((__m256i)c2, (__m256i)c3);
     /* two stores, not a memcpy of a 2-vector array (GCC 12 bounces that through the stack) */
     _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(a, 0xD8));
     _mm256_storeu_si256((__m256i *)((char *)p + 32), _mm256_permute4x64_epi64(b, 0xD8));
 #else
     ts__tv_u16 v[4] = {ts__tv_narrow_u16(c0), ts__tv_narrow_u16(c1), ts__tv_narrow_u16(c2), ts__tv_narrow_u16(c3)};
-    memcpy(p, v, 64);
+    memcpy(p, v, sizeof v);
 #endif
 }
 /* 32 bf16 of 32 f32 */
@@ -863,7 +953,7 @@ TS__TV_INL ts__tv_u8 ts__tv_f32_to_e5m2(ts__tv_f32 x) { return ts__tv_narrow_u8(
  * vector, 8..15 in the second... stored as 32 consecutive bytes at p. */
 /* codes 0..0xFF in 32-bit lanes */
 TS__TV_INL void ts__tv_st_u8x32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u32 c2, ts__tv_u32 c3) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     /* unsigned-saturating packs work per 128-bit half and are exact for codes <= 0xFF */
     __m256i b = _mm256_packus_epi16(_mm256_packus_epi32((__m256i)c0, (__m256i)c1),
                                     _mm256_packus_epi32((__m256i)c2, (__m256i)c3));
@@ -872,10 +962,10 @@ TS__TV_INL void ts__tv_st_u8x32(void *p, ts__tv_u32 c0, ts__tv_u32 c1, ts__tv_u3
 #else
     ts__tv_u8 v[4] = {TS__TV_CVT(c0, ts__tv_u8), TS__TV_CVT(c1, ts__tv_u8), TS__TV_CVT(c2, ts__tv_u8),
                       TS__TV_CVT(c3, ts__tv_u8)};
-    memcpy(p, v, 32);
+    memcpy(p, v, sizeof v);
 #endif
 }
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
 /* 32 e4m3 magnitudes (bytes in the lane order of two rounds of 128-bit packs) with the signs
  * of the raw f32 bits u[0..3] packed the same way (a negative int32 stays negative through the
  * signed-saturating packs: bit 7), put back in element order and stored at p */
@@ -891,7 +981,7 @@ TS__TV_INL void ts__tv_st_e4m3x32_signs(void *p, __m256i mag, const __m256i u[4]
  * negative by the arithmetic shift and clamped to code 0 by the unsigned pack, magnitudes past
  * 448 (inf, NaN included) clamped to 0x7F by a 16-bit min, so those still match. */
 TS__TV_INL void ts__tv_st_e4m3x32_nz(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
     const __m256i k = _mm256_set1_epi32((int)(0x7FFFFu - (960u << 20))), c7f = _mm256_set1_epi16(0x7F);
     __m256i u[4] = {(__m256i)x0, (__m256i)x1, (__m256i)x2, (__m256i)x3}, m[4];
@@ -905,7 +995,7 @@ TS__TV_INL void ts__tv_st_e4m3x32_nz(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__
     ts__tv_st_e4m3x32_signs(p, _mm256_packus_epi16(h01, h23), u);
 #else
     ts__tv_u8 v[4] = {ts__tv_f32_to_e4m3(x0), ts__tv_f32_to_e4m3(x1), ts__tv_f32_to_e4m3(x2), ts__tv_f32_to_e4m3(x3)};
-    memcpy(p, v, 32);
+    memcpy(p, v, sizeof v);
 #endif
 }
 /* The same store of the 32 products x[l] * k, x raw bf16 (the e4m3 cast's usual shape), the
@@ -916,7 +1006,7 @@ TS__TV_INL void ts__tv_st_e4m3x32_nz(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__
  * is their signs' xor, so these are the codes of the products wherever they are zero or at
  * least 2^-6 (inf included; NaN products are outside the fact). */
 TS__TV_INL void ts__tv_st_e4m3x32_nz_bf16(void *p, const uint16_t *x, float k) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     const __m256i mask = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
     const __m256i kr = _mm256_set1_epi32((int)(0x7FFFFu - (960u << 20))), c7f = _mm256_set1_epi16(0x7F);
     const __m256 vk = _mm256_set1_ps(fabsf(k));
@@ -938,7 +1028,7 @@ TS__TV_INL void ts__tv_st_e4m3x32_nz_bf16(void *p, const uint16_t *x, float k) {
     memcpy(p, &c, 32);
 #else
     ts__tv_f32 v[4];
-    for (int u = 0; u < 4; u++) v[u] = ts__tv_bf16_to_f32(ts__tv_ld_u16(x + 8 * u)) * ts__tv_splat_f32(k);
+    for (int u = 0; u < 4; u++) v[u] = ts__tv_bf16_to_f32(ts__tv_ld_u16(x + TS__TV_LANES * u)) * ts__tv_splat_f32(k);
     ts__tv_st_e4m3x32_nz(p, v[0], v[1], v[2], v[3]);
 #endif
 }
@@ -946,7 +1036,7 @@ TS__TV_INL void ts__tv_st_e4m3x32_nz_bf16(void *p, const uint16_t *x, float k) {
  * magnitudes (non-negative, <= 0x440) are packed with signed saturation, which is the clamp
  * to 0x7F, and the raw f32 bits the same way, which leaves each sign in bit 7. */
 TS__TV_INL void ts__tv_st_e4m3x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     const ts__tv_u32 abs = ts__tv_splat_u32(0x7FFFFFFFu);
     __m256i m0 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x0 & abs), m1 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x1 & abs);
     __m256i m2 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x2 & abs), m3 = (__m256i)ts__tv_e4m3_mag_raw((ts__tv_u32)x3 & abs);
@@ -954,7 +1044,7 @@ TS__TV_INL void ts__tv_st_e4m3x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_
     ts__tv_st_e4m3x32_signs(p, _mm256_packs_epi16(_mm256_packs_epi32(m0, m1), _mm256_packs_epi32(m2, m3)), u);
 #else
     ts__tv_u8 v[4] = {ts__tv_f32_to_e4m3(x0), ts__tv_f32_to_e4m3(x1), ts__tv_f32_to_e4m3(x2), ts__tv_f32_to_e4m3(x3)};
-    memcpy(p, v, 32);
+    memcpy(p, v, sizeof v);
 #endif
 }
 /* ts_e4m3_to_f32 lane-wise. With F16C (the library's AVX2 decoder): the code shifted into f16
@@ -962,7 +1052,7 @@ TS__TV_INL void ts__tv_st_e4m3x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_
  * subnormals included; vcvtph2ps and a multiply by 256 (exact) give the value. NaN codes are
  * made the f16 quiet NaN of their sign first, which widens to s | 0x7FC00000 as below. */
 TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
-#if defined(__AVX2__) && defined(__F16C__)
+#if TS__TV8_AVX2 && defined(__F16C__)
     int64_t b;
     memcpy(&b, &v8, sizeof b);
     __m128i t = _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(b)), 7); /* s s eeee mmm 0000000 */
@@ -970,6 +1060,14 @@ TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
     __m128i nan = _mm_cmpeq_epi16(_mm_or_si128(t, _mm_set1_epi16((short)0xC000)), _mm_set1_epi16((short)0xFF80));
     h = _mm_add_epi16(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00 - 0x3F80)));
     return (ts__tv_f32)_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+#elif TS__TV16_AVX512 /* the same on 16 codes: 16-bit steps in a ymm, one 16-lane vcvtph2ps */
+    __m128i b;
+    memcpy(&b, &v8, sizeof b);
+    __m256i t = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    __m256i h = _mm256_and_si256(t, _mm256_set1_epi16((short)0xBF80));
+    __m256i nan = _mm256_cmpeq_epi16(_mm256_or_si256(t, _mm256_set1_epi16((short)0xC000)), _mm256_set1_epi16((short)0xFF80));
+    h = _mm256_add_epi16(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00 - 0x3F80)));
+    return (ts__tv_f32)_mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
 #else
     ts__tv_u32 v = ts__tv_widen_u8(v8);
     ts__tv_u32 s = (v & 0x80u) << 24, m = v & 0x7Fu;
@@ -984,8 +1082,10 @@ TS__TV_INL ts__tv_f32 ts__tv_e4m3_to_f32(ts__tv_u8 v8) {
 /* ts_f32_to_f16 lane-wise: NaN keeps its top payload bits (quieted), >= 65520 -> inf. With
  * F16C one vcvtps2ph in RNE (the same code for all 2^32 inputs, checked exhaustively). */
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_f16(ts__tv_f32 x) {
-#if defined(__AVX2__) && defined(__F16C__)
+#if TS__TV8_AVX2 && defined(__F16C__)
     return (ts__tv_u16)_mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#elif TS__TV16_AVX512
+    return (ts__tv_u16)_mm512_cvtps_ph((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
     ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu, s = (u >> 16) & 0x8000u;
     ts__tv_i32 nan = a > 0x7F800000u, big = a >= 0x477FF000u;
@@ -998,14 +1098,14 @@ TS__TV_INL ts__tv_u16 ts__tv_f32_to_f16(ts__tv_f32 x) {
 /* 32 f16 of 32 f32 (deferred store): with F16C four vcvtps2ph into two 32-byte stores (the
  * memory form of vcvtps2ph is slow on Zen) */
 TS__TV_INL void ts__tv_st_f16x32(void *p, ts__tv_f32 x0, ts__tv_f32 x1, ts__tv_f32 x2, ts__tv_f32 x3) {
-#if defined(__AVX2__) && defined(__F16C__)
+#if TS__TV8_AVX2 && defined(__F16C__)
     const int r = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     _mm256_storeu_si256((__m256i *)p, _mm256_set_m128i(_mm256_cvtps_ph((__m256)x1, r), _mm256_cvtps_ph((__m256)x0, r)));
     _mm256_storeu_si256((__m256i *)((char *)p + 32),
                         _mm256_set_m128i(_mm256_cvtps_ph((__m256)x3, r), _mm256_cvtps_ph((__m256)x2, r)));
 #else
     ts__tv_u16 v[4] = {ts__tv_f32_to_f16(x0), ts__tv_f32_to_f16(x1), ts__tv_f32_to_f16(x2), ts__tv_f32_to_f16(x3)};
-    memcpy(p, v, 64);
+    memcpy(p, v, sizeof v);
 #endif
 }
 /* ts_f32_to_e2m1 lane-wise: RNE, |x| >= 6 (inf too) saturates, NaN -> 0x7 */
@@ -1084,7 +1184,7 @@ TS__TV_INL ts__tv_f32 ts__tv_sigmoid_f32(ts__tv_f32 x) {
 
 /* The lanes of an integer accumulator folded into one value (the end of a fold loop): a
  * shuffle tree with AVX2 instead of eight extract-and-combine steps. */
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
 #define TS__TV_HFOLD32(NAME, T, OP128)                                                       \
     TS__TV_INL T ts__tv_h##NAME(ts__tv_##T##_v v) {                                          \
         __m256i x;                                                                           \
@@ -1098,7 +1198,7 @@ TS__TV_INL ts__tv_f32 ts__tv_sigmoid_f32(ts__tv_f32 x) {
 #define TS__TV_HFOLD32(NAME, T, OP128)                                                       \
     TS__TV_INL T ts__tv_h##NAME(ts__tv_##T##_v v) {                                          \
         T r = v[0];                                                                          \
-        for (int l = 1; l < 8; l++) r = TS__TV_HOP_##NAME(r, v[l]);                           \
+        for (int l = 1; l < TS__TV_LANES; l++) r = TS__TV_HOP_##NAME(r, v[l]);                           \
         return r;                                                                            \
     }
 #endif
@@ -1216,7 +1316,7 @@ TS__TV_INL ts__tv_i64 ts__tv_shrv_i64(ts__tv_i64 a, ts__tv_i64 b) { return a >> 
  * block transposes of columns c0..c0+7 (the last block overlaps the one before when K is
  * not a multiple of 8: it reads or rewrites the same elements), touching p[0 .. 8 K) only. */
 #define TS__TV_GROUP(N, T, B)                                                                \
-    TS__TV_INL void ts__tv_ldg_##N(const T *p, int K, T *o) {                               \
+    TS__TV_INL void ts__tv_ldg8_##N(const T *p, int K, T *o) {                              \
         for (int c0 = 0; c0 < K; c0 += 8) {                                                  \
             if (c0 + 8 <= K) {                                                               \
                 ts__tv_tr8x8_##B((uint##B##_t *)(o + 8 * c0), 8, (const uint##B##_t *)(p + c0), K); \
@@ -1227,12 +1327,40 @@ TS__TV_INL ts__tv_i64 ts__tv_shrv_i64(ts__tv_i64 a, ts__tv_i64 b) { return a >> 
             memcpy(o + 8 * c0, t + 8 * (c0 - (K - 8)), sizeof(T) * 8 * (size_t)(K - c0));    \
         }                                                                                    \
     }                                                                                        \
-    TS__TV_INL void ts__tv_stg_##N(T *p, int K, const T *v) {                               \
+    TS__TV_INL void ts__tv_stg8_##N(T *p, int K, const T *v) {                              \
         for (int c0 = 0; c0 < K; c0 += 8) {                                                  \
             int c = c0 + 8 <= K ? c0 : K - 8;                                                \
             ts__tv_tr8x8_##B((uint##B##_t *)(p + c), K, (const uint##B##_t *)(v + 8 * c), 8); \
         }                                                                                    \
+    }                                                                                        \
+    TS__TV_GROUP_L(N, T)
+/* o[L c + l] = p[K l + c] for L lanes: at 16, groups 0..7 and 8..15 by the 8-lane kernels,
+ * their lane arrays interleaved per c */
+#if TS__TV_LANES == 8
+#define TS__TV_GROUP_L(N, T)                                                                 \
+    TS__TV_INL void ts__tv_ldg_##N(const T *p, int K, T *o) { ts__tv_ldg8_##N(p, K, o); }     \
+    TS__TV_INL void ts__tv_stg_##N(T *p, int K, const T *v) { ts__tv_stg8_##N(p, K, v); }
+#else
+#define TS__TV_GROUP_L(N, T)                                                                 \
+    TS__TV_INL void ts__tv_ldg_##N(const T *p, int K, T *o) {                               \
+        T a[8 * 64], b[8 * 64];                                                              \
+        ts__tv_ldg8_##N(p, K, a);                                                            \
+        ts__tv_ldg8_##N(p + 8 * K, K, b);                                                    \
+        for (int c = 0; c < K; c++) {                                                        \
+            memcpy(o + 16 * c, a + 8 * c, 8 * sizeof(T));                                    \
+            memcpy(o + 16 * c + 8, b + 8 * c, 8 * sizeof(T));                                \
+        }                                                                                    \
+    }                                                                                        \
+    TS__TV_INL void ts__tv_stg_##N(T *p, int K, const T *v) {                               \
+        T a[8 * 64], b[8 * 64];                                                              \
+        for (int c = 0; c < K; c++) {                                                        \
+            memcpy(a + 8 * c, v + 16 * c, 8 * sizeof(T));                                    \
+            memcpy(b + 8 * c, v + 16 * c + 8, 8 * sizeof(T));                                \
+        }                                                                                    \
+        ts__tv_stg8_##N(p, K, a);                                                            \
+        ts__tv_stg8_##N(p + 8 * K, K, b);                                                    \
     }
+#endif
 TS__TV_GROUP(u8, uint8_t, 8)
 TS__TV_GROUP(i8, int8_t, 8)
 TS__TV_GROUP(u16, uint16_t, 16)
@@ -1241,31 +1369,32 @@ TS__TV_GROUP(u32, uint32_t, 32)
 TS__TV_GROUP(i32, int32_t, 32)
 TS__TV_GROUP(f32, float, 32)
 #undef TS__TV_GROUP
+#undef TS__TV_GROUP_L
 /* 8-bit groups with 32-bit lanes (8-byte vectors compile to byte-by-byte code): ldg_u8w
  * gives o[8 c + l] = p[K l + c] zero-extended, stg_u8w stores the low bytes of v (a cast to
  * u8 of 32-bit lanes) */
 TS__TV_INL void ts__tv_ldg_u8w(const uint8_t *p, int K, uint32_t *o) {
-    uint8_t t[8 * 64];
+    uint8_t t[TS__TV_LANES * 64];
     ts__tv_ldg_u8(p, K, t);
     for (int c = 0; c < K; c++) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
         _mm256_storeu_si256((__m256i *)(o + 8 * c), _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(t + 8 * c))));
 #else
-        for (int l = 0; l < 8; l++) o[8 * c + l] = t[8 * c + l];
+        for (int l = 0; l < TS__TV_LANES; l++) o[TS__TV_LANES * c + l] = t[TS__TV_LANES * c + l];
 #endif
     }
 }
 TS__TV_INL void ts__tv_stg_u8w(uint8_t *p, int K, const uint32_t *v) {
-    uint8_t t[8 * 64];
+    uint8_t t[TS__TV_LANES * 64];
     for (int c = 0; c < K; c++) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
         __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(v + 8 * c)),
                                         _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
         _mm_storel_epi64((__m128i *)(t + 8 * c),
                          _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
 #else
-        for (int l = 0; l < 8; l++) t[8 * c + l] = (uint8_t)v[8 * c + l];
+        for (int l = 0; l < TS__TV_LANES; l++) t[TS__TV_LANES * c + l] = (uint8_t)v[TS__TV_LANES * c + l];
 #endif
     }
     ts__tv_stg_u8(p, K, t);
@@ -1290,10 +1419,13 @@ TS__TV_INL ts__tv_f32 ts__tv_e5m6_to_f32(ts__tv_u16 v) {
  * __float2half_rz), then the top 12 bits with upstream's rounding on the 17 low f32 bits */
 TS__TV_INL ts__tv_u16 ts__tv_f32_to_e5m6(ts__tv_f32 x) {
     ts__tv_u32 u = (ts__tv_u32)x, a = u & 0x7FFFFFFFu;
-#if defined(__F16C__) && defined(__AVX__)
+#if TS__TV8_AVX && defined(__F16C__)
     __m128i hh = _mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_ZERO);
     ts__tv_u16 h16;
     memcpy(&h16, &hh, sizeof h16);
+    ts__tv_u32 h = ts__tv_sel_u32(TS__TV_MASK(a > 0x7F800000u), ts__tv_splat_u32(0x7FFFu), ts__tv_widen_u16(h16));
+#elif TS__TV16_AVX512
+    ts__tv_u16 h16 = (ts__tv_u16)_mm512_cvtps_ph((__m512)x, _MM_FROUND_TO_ZERO);
     ts__tv_u32 h = ts__tv_sel_u32(TS__TV_MASK(a > 0x7F800000u), ts__tv_splat_u32(0x7FFFu), ts__tv_widen_u16(h16));
 #else
     ts__tv_u32 sg = (u >> 16) & 0x8000u, e = a >> 23;
@@ -1314,11 +1446,11 @@ TS__TV_INL ts__tv_u16 ts__tv_f32_to_e5m6(ts__tv_f32 x) {
  * is q0 or q0 + 1, as the remainder of lane 0 plus s l stays below 2 d - else lane by lane */
 TS__TV_INL ts__tv_i64 ts__tv_divaff_i64(int64_t a0, int64_t s, int64_t d) {
     ts__tv_i64 r;
-    if (s >= 0 && s < ((int64_t)1 << 40) && d > 7 * s && a0 >= 0 && a0 <= INT64_MAX - 7 * s) {
+    if (s >= 0 && s < ((int64_t)1 << 40) && d > (TS__TV_LANES - 1) * s && a0 >= 0 && a0 <= INT64_MAX - (TS__TV_LANES - 1) * s) {
         int64_t q = a0 / d, m = a0 % d;
-        for (int l = 0; l < 8; l++) r[l] = q + (m + s * l >= d);
+        for (int l = 0; l < TS__TV_LANES; l++) r[l] = q + (m + s * l >= d);
     } else {
-        for (int l = 0; l < 8; l++) r[l] = ts__tile_div_i64((int64_t)((uint64_t)a0 + (uint64_t)s * (uint64_t)l), d);
+        for (int l = 0; l < TS__TV_LANES; l++) r[l] = ts__tile_div_i64((int64_t)((uint64_t)a0 + (uint64_t)s * (uint64_t)l), d);
     }
     return r;
 }
@@ -1326,7 +1458,7 @@ TS__TV_INL ts__tv_i64 ts__tv_divaff_i64(int64_t a0, int64_t s, int64_t d) {
  * byte shuffle per 128-bit half with AVX2 (GCC 12 moves the lanes through general registers
  * otherwise) */
 TS__TV_INL ts__tv_u8 ts__tv_lo8_u32(ts__tv_u32 v) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256i b = _mm256_shuffle_epi8((__m256i)v, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                                                  0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
     __m128i p = _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
@@ -1338,7 +1470,7 @@ TS__TV_INL ts__tv_u8 ts__tv_lo8_u32(ts__tv_u32 v) {
 #endif
 }
 TS__TV_INL ts__tv_u16 ts__tv_lo16_u32(ts__tv_u32 v) {
-#if defined(__AVX2__)
+#if TS__TV8_AVX2
     __m256i b = _mm256_shuffle_epi8((__m256i)v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
                                                                  0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
     return (ts__tv_u16)_mm_unpacklo_epi64(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
@@ -1349,17 +1481,17 @@ TS__TV_INL ts__tv_u16 ts__tv_lo16_u32(ts__tv_u32 v) {
 /* Constant shifts of 8-bit lanes (x86 has no byte shift; GCC 12 shifts them one by one): the
  * 64-bit word shifted, each byte masked to what its own shift keeps */
 TS__TV_INL ts__tv_u8 ts__tv_shlk_u8(ts__tv_u8 x, int k) {
-    uint64_t w;
-    memcpy(&w, &x, 8);
-    w = (w << k) & (UINT64_C(0x0101010101010101) * ((0xFFu << k) & 0xFFu));
-    memcpy(&x, &w, 8);
+    uint64_t w[TS__TV_LANES / 8];
+    memcpy(w, &x, sizeof w);
+    for (int i = 0; i < TS__TV_LANES / 8; i++) w[i] = (w[i] << k) & (UINT64_C(0x0101010101010101) * ((0xFFu << k) & 0xFFu));
+    memcpy(&x, w, sizeof w);
     return x;
 }
 TS__TV_INL ts__tv_u8 ts__tv_shrk_u8(ts__tv_u8 x, int k) {
-    uint64_t w;
-    memcpy(&w, &x, 8);
-    w = (w >> k) & (UINT64_C(0x0101010101010101) * (0xFFu >> k));
-    memcpy(&x, &w, 8);
+    uint64_t w[TS__TV_LANES / 8];
+    memcpy(w, &x, sizeof w);
+    for (int i = 0; i < TS__TV_LANES / 8; i++) w[i] = (w[i] >> k) & (UINT64_C(0x0101010101010101) * (0xFFu >> k));
+    memcpy(&x, w, sizeof w);
     return x;
 }
 /* ==== end of the second set ==== */

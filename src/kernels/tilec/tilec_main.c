@@ -1,13 +1,15 @@
 /* tilestack_tilec: the build's host compiler for src/kernels/ (.tile files) (AOT).
  *
- *   tilestack_tilec --prefix ts_ [--variants generic,avx2] --c-dir DIR --header FILE a.tile ...
+ *   tilestack_tilec --prefix ts_ [--variants generic,avx2,avx512] [--avx512-modules a,b] --c-dir DIR
+ *                   --header FILE a.tile ...
  *
  * writes DIR/<name>.c (the C11 of each module, wrappers named <prefix><kernel>) and one public
  * header with every wrapper's prototype. With --variants, the module is emitted once per ISA
  * variant V into DIR/<name>.V.c (wrappers ts__k_V_<kernel>; the build compiles each with its
  * ISA's flags, since the SIMD lowering follows the compiler's target) and DIR/<name>.c holds
- * the public wrappers, which pick a variant by ts__active_isa() (avx2 on the avx2 and avx512
- * paths when the build has AVX2 kernels, else generic). All variants give the same bits. Built from the compiler sources alone (no
+ * the public wrappers, which pick a variant by ts__active_isa() (avx512, the 16-lane lowering,
+ * on the avx512 path for the modules that have it; avx2 on the avx2 and avx512 paths when the
+ * build has AVX2 kernels; else generic). All variants give the same bits. Built from the compiler sources alone (no
  * libtilestack: the library is what it feeds). Files are replaced only when their contents
  * change, so an unchanged kernel does not rebuild the library. Exit 1 on errors (diagnostics
  * on stderr), 2 on a bad command line. */
@@ -92,6 +94,11 @@ static void params_call(ts__tile_buf *b, const ts__tile_kernel *k) {
     for (int j = 0; j < k->nparams; j++) ts__tile_buf_printf(b, "%s%s", j ? ", " : "", k->params[j]->name);
 }
 
+/* The build's macro that says a variant's objects exist (NULL: always) */
+static const char *variant_guard(const char *v) {
+    return !strcmp(v, "avx2") ? "TS_HAVE_AVX2_KERNELS" : !strcmp(v, "avx512") ? "TS_HAVE_AVX512_KERNELS" : NULL;
+}
+
 /* The public wrappers of a module emitted in ISA variants. */
 static void dispatcher(ts__tile_buf *o, const ts__tile_program *prog, const char *prefix, const char *src,
                        char **variants, int nvar) {
@@ -101,16 +108,24 @@ static void dispatcher(ts__tile_buf *o, const ts__tile_program *prog, const char
     for (int i = 0; i < prog->nkernels; i++) {
         const ts__tile_kernel *k = &prog->kernels[i];
         for (int v = 0; v < nvar; v++) {
-            const bool avx2 = !strcmp(variants[v], "avx2");
-            if (avx2) ts__tile_buf_puts(o, "#ifdef TS_HAVE_AVX2_KERNELS\n");
+            const char *guard = variant_guard(variants[v]);
+            if (guard) ts__tile_buf_printf(o, "#ifdef %s\n", guard);
             ts__tile_buf_printf(o, "ts_status ts__k_%s_%s(", variants[v], k->decl->name);
             params_decl(o, k);
             ts__tile_buf_puts(o, ");\n");
-            if (avx2) ts__tile_buf_puts(o, "#endif\n");
+            if (guard) ts__tile_buf_puts(o, "#endif\n");
         }
         ts__tile_buf_printf(o, "\nTS_API ts_status %s%s(", prefix, k->decl->name);
         params_decl(o, k);
         ts__tile_buf_puts(o, ") {\n");
+        /* the widest first: avx512 (16 lanes) on the avx512 path, avx2 on avx2 and avx512 */
+        for (int v = 0; v < nvar; v++) {
+            if (strcmp(variants[v], "avx512")) continue;
+            ts__tile_buf_printf(o, "#ifdef TS_HAVE_AVX512_KERNELS\n    if (ts__active_isa() == TS_ISA_AVX512) return ts__k_avx512_%s(",
+                                k->decl->name);
+            params_call(o, k);
+            ts__tile_buf_puts(o, ");\n#endif\n");
+        }
         for (int v = 0; v < nvar; v++) {
             if (strcmp(variants[v], "avx2")) continue;
             ts__tile_buf_printf(o, "#ifdef TS_HAVE_AVX2_KERNELS\n    if (ts__isa_avx2_up(ts__active_isa())) return ts__k_avx2_%s(",
@@ -124,9 +139,21 @@ static void dispatcher(ts__tile_buf *o, const ts__tile_program *prog, const char
     }
 }
 
+/* --avx512-modules a,b: the modules (file stems) that get the avx512 variant; NULL: all */
+static const char *g_avx512_modules;
+
+static bool in_list(const char *list, const char *stem, int sl) {
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        if ((int)n == sl && !strncmp(p, stem, n)) return true;
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
 /* One module: its C to DIR/<stem>.c (+ DIR/<stem>.V.c per variant), its prototypes appended
  * to hdr. */
-static int compile_one(const char *path, const char *prefix, const char *cdir, char **variants, int nvar,
+static int compile_one(const char *path, const char *prefix, const char *cdir, char **all_variants, int nall,
                        ts__tile_buf *hdr) {
     size_t len;
     char *src = read_file(path, &len);
@@ -143,12 +170,18 @@ static int compile_one(const char *path, const char *prefix, const char *cdir, c
     const char *stem = base_name(path);
     const int sl = (int)strcspn(stem, ".");
     int rc = 0;
+    char *variants[8];
+    int nvar = 0;
+    for (int v = 0; v < nall; v++)
+        if (strcmp(all_variants[v], "avx512") || !g_avx512_modules || in_list(g_avx512_modules, stem, sl))
+            variants[nvar++] = all_variants[v];
     if (ok && nvar) {
         for (int v = 0; ok && v < nvar && !rc; v++) {
             ts__tile_buf vc = {0};
             char vp[64];
             snprintf(vp, sizeof vp, "ts__k_%s_", variants[v]);
-            ts__tile_emit_opts eo = {.prefix = vp};
+            /* avx512: the 16-lane lowering (compiled with -mavx512f/bw/vl/dq), else 8 lanes */
+            ts__tile_emit_opts eo = {.prefix = vp, .lanes = !strcmp(variants[v], "avx512") ? 16 : 8};
             ts__tile_buf_puts(&vc, TS__TILE_NUMERICS_PRELUDE);
             ok = ts__tile_emit_c(&vc, &d, &prog, &eo);
             ts__tile_buf_puts(&vc, TS__TILE_NUMERICS_EPILOGUE);
@@ -196,11 +229,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--prefix") && i + 1 < argc) prefix = argv[++i];
         else if (!strcmp(argv[i], "--c-dir") && i + 1 < argc) cdir = argv[++i];
         else if (!strcmp(argv[i], "--header") && i + 1 < argc) header = argv[++i];
+        else if (!strcmp(argv[i], "--avx512-modules") && i + 1 < argc) g_avx512_modules = argv[++i];
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {
             /* generic first: the dispatcher's fallback */
             for (char *v = strtok(argv[++i], ","); v && nvar < 8; v = strtok(NULL, ",")) {
-                if (strcmp(v, "generic") && strcmp(v, "avx2")) {
-                    fprintf(stderr, "tilestack_tilec: unknown variant %s (generic, avx2)\n", v);
+                if (strcmp(v, "generic") && strcmp(v, "avx2") && strcmp(v, "avx512")) {
+                    fprintf(stderr, "tilestack_tilec: unknown variant %s (generic, avx2, avx512)\n", v);
                     return 2;
                 }
                 variants[nvar++] = v;
@@ -221,7 +255,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!cdir || !header) {
-        fprintf(stderr, "usage: tilestack_tilec [--prefix P] [--variants generic,avx2] --c-dir DIR --header FILE a.tile ...\n");
+        fprintf(stderr, "usage: tilestack_tilec [--prefix P] [--variants generic,avx2,avx512] --c-dir DIR --header FILE a.tile ...\n");
         return 2;
     }
     ts__tile_buf hdr = {0};
