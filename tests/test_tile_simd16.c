@@ -1,5 +1,5 @@
 /* The JIT on every ISA path gives the same bits: the avx512 path compiles the 16-lane lowering
- * (64-byte vectors, -mavx512f/bw/vl/dq), avx2 the 8-lane one, generic the 8-lane one without
+ * when asked (TS_TILE_JIT_LANES16: 64-byte vectors, -mavx512f/bw/vl/dq), avx2 the 8-lane one, generic the 8-lane one without
  * AVX; each module here is compiled once per path and run on the same inputs (random values
  * with NaN, +-inf, +-0, subnormals and large magnitudes mixed in), outputs compared byte for
  * byte with the generic path's. Row lengths 1..50 and 70 put every lane count, the 16-lane
@@ -181,7 +181,7 @@ TS_TEST(tile_simd16_jit_every_isa_same_bits) {
     char keys[TS_ISA_COUNT_][65];
     for (int i = 0; i < nisa; i++) {
         TS_CHECK_STATUS(ts_set_isa((ts_isa)isas[i]), TS_OK);
-        ts_tile_options o = {.cache_dir = dir, .filename = "simd16.tile"};
+        ts_tile_options o = {.cache_dir = dir, .filename = "simd16.tile", .flags = TS_TILE_JIT_LANES16};
         TS_CHECK_STATUS(ts_tile_compile(k_src, &o, &k[i]), TS_OK);
         ts_tile_kernel_info info;
         keys[i][0] = 0;

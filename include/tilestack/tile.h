@@ -40,7 +40,10 @@ TS_API void ts_tile_free(void *p);
 typedef struct ts_tile_kernel ts_tile_kernel; /* a loaded module: one or more kernels */
 
 enum {
-    TS_TILE_JIT_NO_CACHE = 1u << 0 /* neither read nor write the disk cache */
+    TS_TILE_JIT_NO_CACHE = 1u << 0, /* neither read nor write the disk cache */
+    /* on the avx512 path, lower vector code to 16 lanes (zmm, compiled with AVX-512 F/BW/VL/DQ)
+     * instead of 8 (ymm); same bits either way. Ignored on other paths. */
+    TS_TILE_JIT_LANES16 = 1u << 1
 };
 
 /* Every field may be 0 / NULL (NULL options = all defaults). */

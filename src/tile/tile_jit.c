@@ -332,10 +332,14 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
     ts_tile_kernel *m = calloc(1, sizeof *m);
     if (!m) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
     char *ctext = NULL, *ccpath = NULL, *ccid = NULL, *dir = NULL, *incdir = NULL, *built = NULL;
-    /* the SIMD lowering's width follows the ISA in use: 16 lanes (zmm) on the avx512 path, 8
-     * (ymm with AVX2, or the generic fallback) otherwise; the flags below say the same */
+    /* The SIMD lowering's width: 8 lanes (ymm with AVX2, or the generic fallback), or 16
+     * (zmm) on the avx512 path when asked with TS_TILE_JIT_LANES16. Not the default there
+     * yet: several tile_rt.h helpers have only plain vector C at 16 lanes, and kernels built
+     * on them ran slower than their 8-lane AVX2 code (docs/tile-language.md: per-token FP8
+     * cast 0.55x); the flags below follow the choice. */
     const ts_isa isa = ts__active_isa();
-    ts_status st = front_end(source, filename, o, isa == TS_ISA_AVX512 ? 16 : 8, m, &ctext);
+    const bool zmm = isa == TS_ISA_AVX512 && (o->flags & TS_TILE_JIT_LANES16);
+    ts_status st = front_end(source, filename, o, zmm ? 16 : 8, m, &ctext);
     if (st == TS_OK) st = ts__tile_cc_resolve(cc, &ccpath);
     if (st == TS_OK) st = ts__tile_cc_identity(ccpath, &ccid);
     if (st != TS_OK) goto out;
@@ -357,7 +361,7 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
         flags[nflags++] = "-mf16c";
         flags[nflags++] = "-DTS_HAVE_AVX2_KERNELS=1";
     }
-    if (isa == TS_ISA_AVX512) {
+    if (zmm) {
         flags[nflags++] = "-mavx512f";
         flags[nflags++] = "-mavx512bw";
         flags[nflags++] = "-mavx512vl";
