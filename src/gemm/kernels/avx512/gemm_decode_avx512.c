@@ -1,6 +1,6 @@
 /* AVX-512 decode (small-M) kernel: FP4 (e2m1) weights at M = 1, the MoE experts' and the
- * FP8 x FP4 projections' decode step, and e4m3 / e2m1 weights at 2 <= M <= 48 (below); bf16
- * weights and e4m3 at M = 1 (which streams at DRAM speed there already) take the AVX2
+ * FP8 x FP4 projections' decode step, and e4m3 / e2m1 / bf16 weights at 2 <= M <= 48
+ * (below); e4m3 and bf16 at M = 1 (which stream at DRAM speed there already) take the AVX2
  * kernel's (gemm_decode_avx2.c). At M = 1 a row's 16 bytes widen to 16 dwords (vpmovzxbd)
  * and one vpermps of the 16-entry e2m1 table per nibble position gives 16 exact f32 values:
  * 4 instructions per 32 codes, against the AVX2 f16 widening's ~12 (that path measured 44-50 %
@@ -232,6 +232,52 @@ INL void scaled_rows(const ts__gemm_dec_args *x, int fmt, int nanfix) {
     }
 }
 
+/* ---- bf16 weights, two or more rows: plain chains, acc = fmaf(a, b, acc) for k ascending ----
+ * A row of 32 bf16 (column order) widens to two zmm; rows in groups of up to GMAX, K in
+ * chunks of STAGE_ROWS rows, so a second group finds the chunk in L1; each group's sums are
+ * the accumulator rows themselves (loaded and stored around a chunk: the chain continues). */
+INL void bf16_rows(const ts__gemm_dec_args *x, int R, int64_t i0, int64_t k0, int64_t n) {
+    const int64_t m = x->m, rb = x->row_bytes;
+    const uint8_t *r = (const uint8_t *)x->bp + k0 * rb;
+    const float *a = x->a + k0 * m + i0;
+    __m512 p[GMAX][2];
+    for (int i = 0; i < GMAX; i++) {
+        const float *c = x->acc + (i0 + (i < R ? i : 0)) * W;
+        p[i][0] = _mm512_loadu_ps(c), p[i][1] = _mm512_loadu_ps(c + 16);
+    }
+    for (int64_t k = 0; k < n; k++, r += rb, a += m) {
+        _mm_prefetch((const char *)r + PF_AHEAD, _MM_HINT_T0);
+        const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)r)), 16));
+        const __m512 b1 = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(r + 32))), 16));
+#pragma GCC unroll 12
+        for (int i = 0; i < R; i++) {
+            const __m512 xa = _mm512_set1_ps(a[i]);
+            p[i][0] = _mm512_fmadd_ps(xa, b0, p[i][0]);
+            p[i][1] = _mm512_fmadd_ps(xa, b1, p[i][1]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        float *c = x->acc + (i0 + i) * W;
+        _mm512_storeu_ps(c, p[i][0]), _mm512_storeu_ps(c + 16, p[i][1]);
+    }
+}
+
+static void plain_bf16_rows(const ts__gemm_dec_args *x) {
+    const int64_t m = x->m, ng = ts__ceil_div(m, GMAX);
+    for (int64_t k0 = 0; k0 < x->len; k0 += STAGE_ROWS) {
+        const int64_t n = ts__min64(STAGE_ROWS, x->len - k0);
+        for (int64_t gi = 0, i0 = 0; gi < ng; gi++) {
+            const int64_t R = (m - i0) / (ng - gi) + ((m - i0) % (ng - gi) != 0);
+#define TS__BF16(r_) bf16_rows(x, r_, i0, k0, n)
+            TS__DEC_ROWS_SWITCH(TS__BF16)
+#undef TS__BF16
+            i0 += R;
+        }
+    }
+}
+
 void ts__gemm_decode_32__avx512(const ts__gemm_dec_args *x) {
     const bool fp8 = x->fmt == TS_E4M3, fp4 = x->fmt == TS_E2M1X2;
     if (fp4 && x->m == 1 && x->sa) fp4_m1(x);
@@ -241,5 +287,7 @@ void ts__gemm_decode_32__avx512(const ts__gemm_dec_args *x) {
         if (fp4) scaled_rows(x, TS_E2M1X2, 0);
         else if (x->nan_free) scaled_rows(x, TS_E4M3, 0);
         else scaled_rows(x, TS_E4M3, 1);
+    } else if (x->fmt == TS_BF16 && x->m >= 2 && !x->sa && !x->blk_bytes) {
+        plain_bf16_rows(x);
     } else ts__gemm_decode_32__avx2(x);
 }
