@@ -15,6 +15,7 @@
 #include "core/internal.h"
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
+#include "numerics/kernels/avx512/cvt_avx512_inl.h"
 
 #include <immintrin.h>
 
@@ -98,16 +99,7 @@ enum { GMAX = 12, STAGE_ROWS = 128 };
 /* One packed row -> lo / hi in slot order. */
 INL void dec_row(const uint8_t *row, int fmt, int nanfix, __m512 tab, __m512 *lo, __m512 *hi) {
     if (fmt == TS_E4M3) {
-        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)row);
-        __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7),
-                                     _mm512_set1_epi16((short)0xBF80));
-        if (nanfix) { /* codes 0x7F / 0xFF: f16 0x3F80 | sign -> the f16 NaN 0x7E00 | sign */
-            const __mmask32 nan = _mm512_cmpeq_epi16_mask(
-                _mm512_or_si512(h, _mm512_set1_epi16((short)0x8000)), _mm512_set1_epi16((short)0xBF80));
-            h = _mm512_mask_add_epi16(h, nan, h, _mm512_set1_epi16(0x7E00 - 0x3F80));
-        }
-        *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-        *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+        ts__avx512_e4m3x32_f16(_mm256_loadu_si256((const __m256i *)(const void *)row), nanfix, lo, hi);
     } else {
         const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)row));
         *lo = _mm512_permutexvar_ps(v, tab);
@@ -139,6 +131,15 @@ INL void promote_cols(float *c, __m512 p0, __m512 p1, __m512 unscale, float sa, 
                                              _mm512_loadu_ps(c + 16)));
 }
 
+/* Rows i0 .. i0 + R - 1 of sub-block s: acc += p * unscale * (sa * sb), p in column order. */
+INL void promote_group(const ts__gemm_dec_args *x, int R, int64_t i0, int64_t s, int sh,
+                       __m512 p[][2], __m512 unscale) {
+    const uint8_t *sbp = ts__dec_sb_ptr(x, sh, s);
+    const __m512 sb0 = scales16(x, sbp), sb1 = scales16(x, sbp + (x->sb_u8 ? 16 : 64));
+    for (int i = 0; i < R; i++)
+        promote_cols(x->acc + (i0 + i) * W, p[i][0], p[i][1], unscale, x->sa[s * x->m + i0 + i], sb0, sb1);
+}
+
 /* Rows i0 .. i0 + R - 1 over one sub-block s of n packed rows at r, decoded as they stream. */
 INL void rows_direct(const ts__gemm_dec_args *x, int fmt, int nanfix, int R, int64_t i0,
                      const uint8_t *r, int64_t s, int64_t n, int sh, __m512 tab, __m512 unscale) {
@@ -157,13 +158,8 @@ INL void rows_direct(const ts__gemm_dec_args *x, int fmt, int nanfix, int R, int
             p[i][1] = _mm512_fmadd_ps(xa, hi, p[i][1]);
         }
     }
-    const uint8_t *sbp = ts__dec_sb_ptr(x, sh, s);
-    const __m512 sb0 = scales16(x, sbp), sb1 = scales16(x, sbp + (x->sb_u8 ? 16 : 64));
-    for (int i = 0; i < R; i++) {
-        __m512 c0, c1;
-        unperm(fmt, p[i][0], p[i][1], &c0, &c1);
-        promote_cols(x->acc + (i0 + i) * W, c0, c1, unscale, x->sa[s * m + i0 + i], sb0, sb1);
-    }
+    for (int i = 0; i < R; i++) unperm(fmt, p[i][0], p[i][1], &p[i][0], &p[i][1]);
+    promote_group(x, R, i0, s, sh, p, unscale);
 }
 
 /* The same over a staged sub-block (column order, buf[k * 32 + c]). */
@@ -182,10 +178,7 @@ INL void rows_staged(const ts__gemm_dec_args *x, int R, int64_t i0, const float 
             p[i][1] = _mm512_fmadd_ps(xa, b1, p[i][1]);
         }
     }
-    const uint8_t *sbp = ts__dec_sb_ptr(x, sh, s);
-    const __m512 sb0 = scales16(x, sbp), sb1 = scales16(x, sbp + (x->sb_u8 ? 16 : 64));
-    for (int i = 0; i < R; i++)
-        promote_cols(x->acc + (i0 + i) * W, p[i][0], p[i][1], unscale, x->sa[s * m + i0 + i], sb0, sb1);
+    promote_group(x, R, i0, s, sh, p, unscale);
 }
 
 /* R as a constant in each instance, so the sums stay in registers. */
@@ -247,10 +240,8 @@ INL void bf16_rows(const ts__gemm_dec_args *x, int R, int64_t i0, int64_t k0, in
     }
     for (int64_t k = 0; k < n; k++, r += rb, a += m) {
         _mm_prefetch((const char *)r + PF_AHEAD, _MM_HINT_T0);
-        const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)r)), 16));
-        const __m512 b1 = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(r + 32))), 16));
+        const __m512 b0 = ts__avx512_bf16_decode(_mm256_loadu_si256((const __m256i *)(const void *)r));
+        const __m512 b1 = ts__avx512_bf16_decode(_mm256_loadu_si256((const __m256i *)(const void *)(r + 32)));
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
             const __m512 xa = _mm512_set1_ps(a[i]);

@@ -3,8 +3,8 @@
  * vector is one K value across the 16 rows, decoded straight into its panel row. Decoding is
  * exact and the rest only moves bits, so the panel equals the scalar packing bit for bit.
  *   e4m3  64 K values per step: 16 x 16 byte transposes, one per 128-bit lane, then the f16
- *         route of the AVX2 decoder (code << 7 is the f16 of decode(code) * 2^-8) 32 codes
- *         per integer op instead of 16;
+ *         route (ts__avx512_e4m3x32_f16: code << 7 is the f16 of decode(code) * 2^-8) 32
+ *         codes per integer op;
  *   bf16  32 K values per step: a 16 x 16 dword transpose of K pairs, then one shift or one
  *         mask per K value;
  *   e2m1  128 K values per step (64 bytes): byte transposes as e4m3, then one vpermps of a
@@ -13,6 +13,7 @@
  * AVX2 packer takes the panel. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
+#include "numerics/kernels/avx512/cvt_avx512_inl.h"
 
 #include <immintrin.h>
 
@@ -59,20 +60,6 @@ static inline void transpose16x16_u32(__m512i x[16]) {
     }
 }
 
-/* 32 e4m3 codes (two 16-row K values) -> their f32 values, lo = bytes 0..15, hi = 16..31. */
-static inline void e4m3x32(__m256i b, bool nan_free, __m512 *lo, __m512 *hi) {
-    __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7),
-                                 _mm512_set1_epi16((short)0xBF80));
-    if (!nan_free) { /* 0x7F / 0xFF: f16 0x3F80 | sign -> the f16 NaN 0x7E00 | sign */
-        const __mmask32 nan = _mm512_cmpeq_epi16_mask(
-            _mm512_or_si512(h, _mm512_set1_epi16((short)0x8000)), _mm512_set1_epi16((short)0xBF80));
-        h = _mm512_mask_add_epi16(h, nan, h, _mm512_set1_epi16(0x7E00 - 0x3F80));
-    }
-    const __m512 k = _mm512_set1_ps(256.0f);
-    *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), k);
-    *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), k);
-}
-
 /* rows r0 .. r0 + 15, K k .. k + 63 (row i at src + i * ld) -> dst[q * 16 + i], q < 64 */
 static inline void pack_e4m3_16x64(const uint8_t *src, int64_t ld, float *dst) {
     __m512i x[16];
@@ -83,13 +70,15 @@ static inline void pack_e4m3_16x64(const uint8_t *src, int64_t ld, float *dst) {
         nan |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(x[i], m7f), m7f);
     }
     transpose16x16_u8x4(x);
+    const __m512 k256 = _mm512_set1_ps(256.0f); /* the f16 route's 2^-8 undone (exact) */
     for (int j = 0; j < 16; j++)
         for (int half = 0; half < 2; half++) { /* lanes 2 half, 2 half + 1: K 32 half + j, + 16 */
             const __m256i b = half ? _mm512_extracti64x4_epi64(x[j], 1) : _mm512_castsi512_si256(x[j]);
             __m512 lo, hi;
-            e4m3x32(b, nan == 0, &lo, &hi);
-            _mm512_storeu_ps(dst + (32 * half + j) * W, lo);
-            _mm512_storeu_ps(dst + (32 * half + 16 + j) * W, hi);
+            if (nan) ts__avx512_e4m3x32_f16(b, 1, &lo, &hi);
+            else ts__avx512_e4m3x32_f16(b, 0, &lo, &hi);
+            _mm512_storeu_ps(dst + (32 * half + j) * W, _mm512_mul_ps(lo, k256));
+            _mm512_storeu_ps(dst + (32 * half + 16 + j) * W, _mm512_mul_ps(hi, k256));
         }
 }
 

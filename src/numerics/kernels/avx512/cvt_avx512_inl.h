@@ -202,6 +202,22 @@ TS__AVX512_INL __m512 ts__avx512_e4m3x16_mul(__m128i bytes, __m512 k) {
     return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_and_si256(t, _mm256_set1_epi16((short)0xBF80))), k);
 }
 
+/* 32 e4m3 codes -> decode(code) * 2^-8 in two zmm, lo = bytes 0..15, hi = 16..31: the f16
+ * route of ts__avx512_e4m3x16_mul, 32 codes per integer op (the GEMM packer and decode
+ * kernel). nanfix: NaN codes give the f16 NaN 0x7E00 | sign, so f32 0x7FC00000 | sign after
+ * any exact scaling, as ts_e4m3_to_f32; without it their lanes hold garbage. */
+TS__AVX512_INL void ts__avx512_e4m3x32_f16(__m256i bytes, const int nanfix, __m512 *lo, __m512 *hi) {
+    __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(bytes), 7),
+                                 _mm512_set1_epi16((short)0xBF80));
+    if (nanfix) { /* f16 0x3F80 | sign -> 0x7E00 | sign */
+        const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_or_si512(h, _mm512_set1_epi16((short)0x8000)),
+                                                      _mm512_set1_epi16((short)0xBF80));
+        h = _mm512_mask_add_epi16(h, nan, h, _mm512_set1_epi16(0x7E00 - 0x3F80));
+    }
+    *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
 /* ts_e4m3_to_f32 of 16 codes. */
 TS__AVX512_INL __m512 ts__avx512_e4m3x16_decode(__m128i bytes) {
     return ts__avx512_qnan_keep_sign(ts__avx512_e4m3x16_mul(bytes, _mm512_set1_ps(256.0f)),
