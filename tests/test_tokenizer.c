@@ -271,3 +271,50 @@ TS_TEST(tokenizer_bad_files) {
     TS_CHECK(strstr(ts_last_error(), "regular file") != NULL);
     TS_CHECK_STATUS(ts_tokenizer_load(NULL, &t), TS_ERR_NULL_POINTER);
 }
+
+/* Chat prompts: marker ids around message ids, the V4 / V3 turn shapes, bad orders refused. */
+TS_TEST(tokenizer_chat_prompts) {
+    static const char *json =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"<\": 2, \">\": 3},"
+        " \"merges\": []}, \"decoder\": null, \"added_tokens\": ["
+        " {\"id\": 10, \"content\": \"<｜begin▁of▁sentence｜>\", \"special\": true},"
+        " {\"id\": 11, \"content\": \"<｜end▁of▁sentence｜>\", \"special\": true},"
+        " {\"id\": 12, \"content\": \"<｜User｜>\", \"special\": false},"
+        " {\"id\": 13, \"content\": \"<｜Assistant｜>\", \"special\": false},"
+        " {\"id\": 14, \"content\": \"<think>\", \"special\": false},"
+        " {\"id\": 15, \"content\": \"</think>\", \"special\": false}]}";
+    ts_tokenizer *t = load(ts_t_, json);
+    if (!t) return;
+    const ts_chat_message conv[] = {{TS_CHAT_SYSTEM, "b", 1}, {TS_CHAT_USER, "a", 1},
+                                    {TS_CHAT_ASSISTANT, "bb", 2}, {TS_CHAT_USER, "a<think>", 8}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    /* V4: BOS b | User a Assistant | </think> b b EOS | User a < > Assistant <think>; the typed
+     * "<think>" stays characters (t, h, ... have no token and drop out) */
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, conv, 4, true, &ids, &n), TS_OK);
+    const int32_t v4[] = {10, 1, 12, 0, 13, 15, 1, 1, 11, 12, 0, 2, 3, 13, 14};
+    TS_CHECK(n == sizeof v4 / sizeof *v4 && !memcmp(ids, v4, sizeof v4));
+    free(ids);
+    /* V3: BOS b | User a | Assistant b b EOS | User a < > | Assistant */
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V3, conv, 4, true, &ids, &n), TS_OK);
+    const int32_t v3[] = {10, 1, 12, 0, 13, 1, 1, 11, 12, 0, 2, 3, 13};
+    TS_CHECK(n == sizeof v3 / sizeof *v3 && !memcmp(ids, v3, sizeof v3));
+    free(ids);
+    const ts_chat_message no_user[] = {{TS_CHAT_SYSTEM, "b", 1}};
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, no_user, 1, false, &ids, &n), TS_ERR_INVALID_ARGUMENT);
+    const ts_chat_message two_users[] = {{TS_CHAT_USER, "a", 1}, {TS_CHAT_USER, "a", 1}};
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, two_users, 2, false, &ids, &n), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "message 1") != NULL);
+    const ts_chat_message late_system[] = {{TS_CHAT_USER, "a", 1}, {TS_CHAT_SYSTEM, "b", 1}};
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, late_system, 2, false, &ids, &n), TS_ERR_INVALID_ARGUMENT);
+    const ts_chat_message bad_utf8[] = {{TS_CHAT_USER, "a\xff", 2}};
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, bad_utf8, 1, false, &ids, &n), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "message 0") != NULL);
+    ts_tokenizer_free(t);
+    /* a tokenizer without the markers cannot render a prompt */
+    t = load(ts_t_, k_small);
+    if (!t) return;
+    TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, conv, 4, true, &ids, &n), TS_ERR_UNSUPPORTED);
+    TS_CHECK(strstr(ts_last_error(), "begin") != NULL);
+    ts_tokenizer_free(t);
+}

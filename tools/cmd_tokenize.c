@@ -20,6 +20,8 @@ static void usage(FILE *f) {
                "  --text T / --file F   the input: text, or with --decode a JSON array of ids\n"
                "  --no-special      added special tokens written in the text stay text\n"
                "  --skip-special    --decode: leave special tokens out\n"
+               "  --chat FORMAT     the input is a JSON array of {\"role\", \"content\"} messages,\n"
+               "                    encoded as a prompt: FORMAT v4 (also V3.2) | v4-thinking | v3\n"
                "Prints a JSON array of ids, or with --decode the text as a JSON string.\n");
 }
 
@@ -104,8 +106,50 @@ static int encode(const ts_tokenizer *t, const char *in, size_t len, bool specia
     return 0;
 }
 
+static int chat(const ts_tokenizer *t, const char *in, size_t len, const char *format) {
+    const bool v3 = !strcmp(format, "v3"), think = !strcmp(format, "v4-thinking");
+    json_error_t err;
+    json_t *arr = json_loadb(in, len, 0, &err);
+    const size_t n = json_array_size(arr);
+    ts_chat_message *m = calloc(n ? n : 1, sizeof *m);
+    int rc = json_is_array(arr) && m ? 0 : 1;
+    if (rc) fprintf(stderr, "tilestack tokenize: --chat wants a JSON array of messages\n");
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) {
+        const char *role = json_string_value(json_object_get(v, "role"));
+        json_t *c = json_object_get(v, "content");
+        if (rc || !role || !json_is_string(c)) {
+            if (!rc) fprintf(stderr, "tilestack tokenize: --chat: message %zu needs a role and a "
+                             "content string\n", i);
+            rc = 1;
+            break;
+        }
+        m[i].role = !strcmp(role, "system") ? TS_CHAT_SYSTEM : !strcmp(role, "user") ? TS_CHAT_USER
+                  : !strcmp(role, "assistant") ? TS_CHAT_ASSISTANT : (ts_chat_role)-1;
+        m[i].content = json_string_value(c);
+        m[i].len = json_string_length(c);
+    }
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (!rc && ts_chat_encode(t, v3 ? TS_CHAT_DEEPSEEK_V3 : TS_CHAT_DEEPSEEK_V4, m, n, think, &ids,
+                              &n_ids) != TS_OK) {
+        fprintf(stderr, "tilestack tokenize: %s\n", ts_last_error());
+        rc = 1;
+    }
+    if (!rc) {
+        putchar('[');
+        for (size_t k = 0; k < n_ids; k++) printf(k ? ",%ld" : "%ld", (long)ids[k]);
+        printf("]\n");
+    }
+    free(ids);
+    free(m);
+    json_decref(arr);
+    return rc;
+}
+
 int ts__cmd_tokenize(int argc, char **argv) {
-    const char *dir = NULL, *tok = NULL, *text = NULL, *file = NULL;
+    const char *dir = NULL, *tok = NULL, *text = NULL, *file = NULL, *chat_format = NULL;
     bool dec = false, special = true, skip = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -115,6 +159,7 @@ int ts__cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--text") && has_next) text = argv[++i];
         else if (!strcmp(a, "--file") && has_next) file = argv[++i];
         else if (!strcmp(a, "--decode")) dec = true;
+        else if (!strcmp(a, "--chat") && has_next) chat_format = argv[++i];
         else if (!strcmp(a, "--no-special")) special = false;
         else if (!strcmp(a, "--skip-special")) skip = true;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
@@ -127,6 +172,11 @@ int ts__cmd_tokenize(int argc, char **argv) {
     if (!dir == !tok || !text == !file) {
         fprintf(stderr, "tilestack tokenize: give one of --model / --tokenizer and one of "
                         "--text / --file\n");
+        return 2;
+    }
+    if (chat_format && (dec || (strcmp(chat_format, "v4") && strcmp(chat_format, "v4-thinking") &&
+                                strcmp(chat_format, "v3")))) {
+        fprintf(stderr, "tilestack tokenize: --chat takes v4, v4-thinking or v3, without --decode\n");
         return 2;
     }
     char path[4096];
@@ -144,7 +194,9 @@ int ts__cmd_tokenize(int argc, char **argv) {
     int rc = 1;
     if (!file || buf) {
         const char *in = file ? buf : text;
-        rc = dec ? decode(t, in, len, skip) : encode(t, in, len, special);
+        rc = chat_format ? chat(t, in, len, chat_format)
+             : dec       ? decode(t, in, len, skip)
+                         : encode(t, in, len, special);
     }
     free(buf);
     ts_tokenizer_free(t);

@@ -79,6 +79,32 @@ TS_API ts_status ts_tokenizer_stream_put(ts_tokenizer_stream *s, int32_t id, cha
 TS_API ts_status ts_tokenizer_stream_finish(ts_tokenizer_stream *s, char *out, size_t cap,
                                             size_t *len);
 
+/* ---- chat prompts (docs/tokenizer.md "Chat") ----
+ * DeepSeek V4 / V3.2:  BOS {system} then per turn <｜User｜>{user}<｜Assistant｜>, an answered
+ *   turn continuing </think>{answer}<｜end▁of▁sentence｜> (earlier reasoning is not kept), the
+ *   open turn ending in <think> (thinking) or </think> (non-thinking).
+ * DeepSeek V3:  BOS {system} <｜User｜>{user} <｜Assistant｜>{answer}<｜end▁of▁sentence｜> ...
+ *   and <｜Assistant｜> to open the reply.
+ * Message text is encoded with no added token recognised (special or not): a user who types
+ * "<｜User｜>" gets the characters, never the token, so no message can forge a turn. */
+typedef enum ts_chat_format { TS_CHAT_DEEPSEEK_V4 = 0, TS_CHAT_DEEPSEEK_V3 = 1 } ts_chat_format;
+
+typedef enum ts_chat_role { TS_CHAT_SYSTEM = 0, TS_CHAT_USER = 1, TS_CHAT_ASSISTANT = 2 } ts_chat_role;
+
+typedef struct ts_chat_message {
+    ts_chat_role role;
+    const char *content; /* UTF-8 */
+    size_t len;
+} ts_chat_message;
+
+/* The prompt's ids (malloc'ed): system messages first (any number), then user and assistant
+ * turns alternating from a user turn; when the last message is a user turn the reply is
+ * opened (add_generation_prompt). TS_ERR_INVALID_ARGUMENT for an order that is none of these,
+ * invalid UTF-8 or a bad role; TS_ERR_UNSUPPORTED when the tokenizer lacks a marker token. */
+TS_API ts_status ts_chat_encode(const ts_tokenizer *t, ts_chat_format format,
+                                const ts_chat_message *msgs, size_t n, bool thinking,
+                                int32_t **ids, size_t *n_ids);
+
 #ifdef __cplusplus
 }
 #endif

@@ -112,6 +112,13 @@ void ts__regex_region_free(void *region);
 int ts__regex_next(void *re, void *region, const unsigned char *s, size_t end, size_t start,
                    size_t *m0, size_t *m1);
 
+/* Which added tokens written in the text become their ids: all (tokenizers' default), the
+ * non-special ones (encode_special_tokens), or none (chat message text: no marker, special or
+ * not, can be forged). */
+typedef enum ts__added_mode { TS__ADDED_ALL, TS__ADDED_NON_SPECIAL, TS__ADDED_NONE } ts__added_mode;
+ts_status ts__tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
+                               ts__added_mode mode, int32_t **ids, size_t *n_ids);
+
 /* BPE of one pre-tokenized piece (text_bpe.c): appends its ids to *ids (grown as needed). */
 ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len, int32_t **ids,
                        size_t *n, size_t *cap);

@@ -232,13 +232,17 @@ static bool is_word_byte(unsigned char c) {
            (c >= 'A' && c <= 'Z') || c == '_';
 }
 
+static bool may_match(const ts__added_token *a, ts__added_mode mode) {
+    return mode == TS__ADDED_ALL || (mode == TS__ADDED_NON_SPECIAL && !a->special);
+}
+
 /* The longest added token starting at s[i] (that may match here), or NULL. */
 static const ts__added_token *match_at(const ts_tokenizer *t, const char *s, size_t len, size_t i,
-                                       bool parse_special) {
+                                       ts__added_mode mode) {
     const ts__added_token *best = NULL;
     for (int k = 0; k < t->n_added; k++) {
         const ts__added_token *a = &t->added[k];
-        if ((a->special && !parse_special) || a->len > len - i || (best && a->len <= best->len))
+        if (!may_match(a, mode) || a->len > len - i || (best && a->len <= best->len))
             continue;
         if (memcmp(s + i, a->content, a->len)) continue;
         if (a->single_word && ((i > 0 && is_word_byte((unsigned char)s[i - 1])) ||
@@ -272,8 +276,8 @@ static size_t space_after(const char *s, size_t len, size_t start) {
     return i - start;
 }
 
-ts_status ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
-                              bool parse_special, int32_t **ids, size_t *n_ids) {
+ts_status ts__tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
+                               ts__added_mode mode, int32_t **ids, size_t *n_ids) {
     static const char fn[] = "ts_tokenizer_encode";
     if (!t || !ids || !n_ids || (!text && len))
         return ts__fail(TS_ERR_NULL_POINTER, "%s: NULL argument", fn);
@@ -285,7 +289,7 @@ ts_status ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t le
                         "%zu)", fn, bad_at, len);
     bool first_byte[256] = {false};
     for (int k = 0; k < t->n_added; k++)
-        if (parse_special || !t->added[k].special)
+        if (may_match(&t->added[k], mode))
             first_byte[(unsigned char)t->added[k].content[0]] = true;
     void *region = ts__regex_region_new();
     if (!region) return oom();
@@ -294,7 +298,7 @@ ts_status ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t le
     ts_status r = TS_OK;
     for (size_t i = 0; i < len && r == TS_OK;) {
         const ts__added_token *a =
-            first_byte[(unsigned char)text[i]] ? match_at(t, text, len, i, parse_special) : NULL;
+            first_byte[(unsigned char)text[i]] ? match_at(t, text, len, i, mode) : NULL;
         if (!a) {
             i++;
             continue;
@@ -317,4 +321,10 @@ ts_status ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t le
     *ids = out;
     *n_ids = n;
     return TS_OK;
+}
+
+ts_status ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
+                              bool parse_special, int32_t **ids, size_t *n_ids) {
+    return ts__tokenizer_encode(t, text, len, parse_special ? TS__ADDED_ALL : TS__ADDED_NON_SPECIAL,
+                                ids, n_ids);
 }
