@@ -14,6 +14,8 @@ done
 run_counted "fuzz" "$(dirname "$0")/run_fuzz.sh" "$@"
 # The demo runner: self-test, --check, bad input (skipped where no build has the CLI).
 run_counted "demo" "$(dirname "$0")/check_demo.sh" "$@"
+# Peer loss: launcher killed, a rank stopped, --rank-mode refused (skipped without MPI).
+run_counted "peer loss" "$(dirname "$0")/check_peer_loss.sh" "$@"
 # Multi-rank EP tests (mpirun), folded into the same totals.
 if command -v mpirun >/dev/null 2>&1; then
   log=$(mktemp)

@@ -99,9 +99,11 @@ static void forward(int sig) {
 
 static const int g_forwarded[] = {SIGTERM, SIGINT, SIGHUP};
 
-/* Child side, between fork and exec: only async-signal-safe calls. */
-static void exec_mpirun(const char *mpirun, char **av, char **env, pid_t parent, const sigset_t *old) {
-    for (size_t i = 0; i < sizeof g_forwarded / sizeof *g_forwarded; i++) signal(g_forwarded[i], SIG_DFL);
+/* Child side, between fork and exec: only async-signal-safe calls. mpirun gets the
+ * dispositions this process was started with (an ignored SIGHUP under nohup stays ignored). */
+static void exec_mpirun(const char *mpirun, char **av, char **env, pid_t parent, const sigset_t *old,
+                        const struct sigaction *old_sa) {
+    for (size_t i = 0; i < sizeof g_forwarded / sizeof *g_forwarded; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
     setpgid(0, 0);
 #ifdef __linux__
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -220,10 +222,13 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward; /* no SA_RESTART: waitpid returns EINTR */
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < 3; i++) sigaction(g_forwarded[i], &sa, &old_sa[i]);
+    for (size_t i = 0; i < 3; i++) {
+        sigaction(g_forwarded[i], NULL, &old_sa[i]);
+        if (old_sa[i].sa_handler != SIG_IGN) sigaction(g_forwarded[i], &sa, NULL); /* ignored stays so */
+    }
     const pid_t parent = getpid();
     const pid_t pid = fork();
-    if (pid == 0) exec_mpirun(mpirun, av, env, parent, &old_mask);
+    if (pid == 0) exec_mpirun(mpirun, av, env, parent, &old_mask, old_sa);
     const int fork_errno = errno;
     free(av);
     free(env);
