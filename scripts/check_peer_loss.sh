@@ -24,7 +24,11 @@ if [ -z "$bin" ]; then
   exit 0
 fi
 echo "=== peer-loss checks: $bin ==="
+here=$(cd "$(dirname "$0")/.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Sanitizer builds under mpirun: Open MPI's own allocations are suppressed as in run_ep_tests.sh.
+export LSAN_OPTIONS="suppressions=$here/tests/ep/lsan_openmpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export OMPI_MCA_mca_base_component_disable_dlclose=1
 pass=0
 fail=0
 tmp=$(mktemp -d)
@@ -130,7 +134,7 @@ for sig in TERM KILL; do
     bad "launcher SIG$sig: left running after 20 s: $(ps -o pid=,comm= -p "$(pids_of "$mark" | paste -sd,)" | paste -sd' ')"
   fi
   cleanup "$mark"
-  left=$(leftovers "$tmp/before" "$tmp/ours")
+  left=$(leftovers "$tmp/before" "$tmp/ours" | paste -sd" ")
   if [ -z "$left" ]; then ok "launcher SIG$sig: no /dev/shm entry of the run left"
   else bad "launcher SIG$sig: left in /dev/shm: $left"; fi
 done
@@ -157,7 +161,7 @@ if start "$mark" --model dsv4-tiny --steps 200 --warmup 2 --timeout "$timeout_s"
     bad "rank 1 stopped: the job still runs after $bound s (--timeout $timeout_s)"
   fi
   cleanup "$mark"
-  left=$(leftovers "$tmp/before" "$tmp/ours")
+  left=$(leftovers "$tmp/before" "$tmp/ours" | paste -sd" ")
   if [ -z "$left" ]; then ok "rank 1 stopped: no /dev/shm entry of the run left"
   else bad "rank 1 stopped: left in /dev/shm: $left"; fi
 else

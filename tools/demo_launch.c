@@ -213,7 +213,7 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     fflush(stdout);
     fflush(stderr);
     /* Signals are blocked across fork so that one arriving now is forwarded once the child's
-     * pid is known, and the child starts with the default dispositions. */
+     * pid is known (and never runs the handler in the child before exec). */
     sigset_t block, old_mask;
     sigemptyset(&block);
     for (size_t i = 0; i < sizeof g_forwarded / sizeof *g_forwarded; i++) sigaddset(&block, g_forwarded[i]);
@@ -251,8 +251,8 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
         return 1;
     }
     if (g_signal) {
-        /* stopped from outside: end as the signal would have ended this process */
-        fprintf(stderr, "tilestack demo: stopped by signal %d (forwarded to mpirun)\n", (int)g_signal);
+        /* ended from outside: end as the signal would have ended this process */
+        fprintf(stderr, "tilestack demo: ended by signal %d (forwarded to mpirun)\n", (int)g_signal);
         signal(g_signal, SIG_DFL);
         raise(g_signal);
         return 1;
