@@ -38,7 +38,9 @@ bool ts__demo_have_ep(void) {
 
 #ifdef TS__DEMO_EP
 /* MPI_Init and MPI_Finalize wait for every rank (Open MPI's PMIx fence) and cannot be polled:
- * an alarm bounds them. The handler only writes a prepared message and exits. */
+ * an alarm bounds them, at least `floor_s` seconds (ranks start one after another, slowly on
+ * a loaded machine, whatever --timeout says). The handler only writes a prepared message and
+ * exits. */
 static char g_alarm_msg[256];
 static size_t g_alarm_len;
 
@@ -48,7 +50,8 @@ static void on_alarm(int sig) {
     _exit(1);
 }
 
-static void arm(const ts__demo_comm *c, const char *what) {
+static void arm(const ts__demo_comm *c, const char *what, double floor_s) {
+    const double limit = c->timeout_s > floor_s ? c->timeout_s : floor_s;
     /* before MPI_Init the rank is only known from Open MPI's environment */
     const char *env = getenv("OMPI_COMM_WORLD_RANK");
     char rank[32];
@@ -56,10 +59,10 @@ static void arm(const ts__demo_comm *c, const char *what) {
     else snprintf(rank, sizeof rank, "%s", env ? env : "?");
     g_alarm_len = (size_t)snprintf(g_alarm_msg, sizeof g_alarm_msg,
                                    "tilestack demo: rank %s: %s did not return within %.1f s (a peer "
-                                   "stopped or died): TS_ERR_TIMEOUT\n", rank, what, c->timeout_s);
+                                   "stopped or died): TS_ERR_TIMEOUT\n", rank, what, limit);
     if (g_alarm_len >= sizeof g_alarm_msg) g_alarm_len = sizeof g_alarm_msg - 1;
     signal(SIGALRM, on_alarm);
-    alarm((unsigned)c->timeout_s + 1);
+    alarm((unsigned)limit + 1);
 }
 
 static void disarm(void) {
@@ -89,7 +92,7 @@ ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv, double t
     int inited = 0;
     MPI_Initialized(&inited);
     c->rank = -1; /* not known before MPI_Init */
-    arm(c, "MPI_Init");
+    arm(c, "MPI_Init", 60);
     const int rc = inited ? MPI_SUCCESS : MPI_Init(argc, argv);
     disarm();
     if (rc != MPI_SUCCESS) return ts__fail(TS_ERR_INTERNAL, "MPI_Init failed");
@@ -109,7 +112,7 @@ void ts__demo_comm_finalize(ts__demo_comm *c) {
     if (c->mpi) {
         /* every rank is here or late: a polled barrier names a missing one before the fence */
         if (c->size > 1) check(c, ts__ep_coll_barrier(MPI_COMM_WORLD, c->timeout_s, "tilestack demo: end"));
-        arm(c, "MPI_Finalize");
+        arm(c, "MPI_Finalize", 10);
         MPI_Finalize();
         disarm();
     }
