@@ -1,6 +1,7 @@
 /* `tilestack bench`: the suite registry and the command line. A new suite is one line in
  * g_suites plus its ts__suite_* function. */
 #include "bench.h"
+#include "core/atomic_file.h"
 #include "core/internal.h"
 
 #include <errno.h>
@@ -139,12 +140,14 @@ int ts__cmd_bench(int argc, char **argv) {
         }
     }
 
+    /* written to a temporary file and renamed at the end (src/core/atomic_file.h) */
+    ts__atomic_file json_file = {0};
     if (json_path) {
-        opts.json = fopen(json_path, "w");
-        if (!opts.json) {
-            fprintf(stderr, "tilestack bench: cannot open '%s' for writing\n", json_path);
+        if (ts__atomic_open(&json_file, json_path) != TS_OK) {
+            fprintf(stderr, "tilestack bench: --json: %s\n", ts_last_error());
             return 1;
         }
+        opts.json = json_file.f;
     }
     opts.isa_name = ts_isa_name(ts_get_isa());
 
@@ -156,6 +159,9 @@ int ts__cmd_bench(int argc, char **argv) {
         if (r > rc) rc = r;
     }
     (void)ts_set_num_threads(saved_threads);
-    if (opts.json) fclose(opts.json);
+    if (opts.json && ts__atomic_commit(&json_file) != TS_OK) {
+        fprintf(stderr, "tilestack bench: --json: %s\n", ts_last_error());
+        if (rc == 0) rc = 1;
+    }
     return rc;
 }

@@ -88,6 +88,18 @@ expect "config unknown key" 1 "bogus" -- --config "$tmp/key.json" --ranks 1
 expect "context beyond the cache" 2 "max_seq_len" -- --context 8190 --ranks 1
 expect "weights file junk" 1 "cannot create the model" -- --weights "$tmp/junk.bin" --ranks 1
 expect "golden file junk" 1 "magic" -- --check --ranks 1 --golden "$tmp/junk.bin"
+expect "--tpot-ms with an empty item" 2 "empty item" -- --tpot-ms 1,,2
+expect "--tpot-ms with a trailing comma" 2 "empty item" -- --tpot-ms 1,2,
+expect "--sampling topk beyond the top-k limit" 2 "--sampling" -- --sampling topk:100000
+expect "--sampling topk beyond the vocabulary" 2 "vocabulary" -- --model dsv4-tiny --ranks 1 \
+  --sampling topk:600
+# unwritable outputs fail before the run, not after it
+expect "--json into a missing directory" 1 "/nonexistent-ts-dir" -- --json /nonexistent-ts-dir/x.json \
+  --model dsv4-tiny --ranks 1
+expect "--plot into a missing directory" 1 "/nonexistent-ts-dir" -- --plot /nonexistent-ts-dir/x.svg \
+  --model dsv4-tiny --ranks 1
+expect "--json naming a directory" 1 "is a directory" -- --json "$tmp" --model dsv4-tiny --ranks 1
+expect "--json and --plot naming one file" 2 "both write" -- --json "$tmp/same" --plot "$tmp/same"
 # a weight file missing a tensor: save dsv4-tiny's, then cut the tensor list short in the header
 if "$bin" demo --model dsv4-tiny --save-weights "$tmp/tiny.bin" >/dev/null 2>&1; then
   expect "weights round trip" 0 "tokens/s per rank" -- --weights "$tmp/tiny.bin" --ranks 1 \
@@ -105,6 +117,18 @@ EOF
   then
     expect "weights missing a tensor" 1 "attn_norm" -- --weights "$tmp/miss.bin" --ranks 1
   fi
+  # outputs that name an input are refused before anything is written
+  cp "$tmp/tiny.bin" "$tmp/tiny.copy"
+  expect "--json naming the --weights input" 2 "would be overwritten" -- --weights "$tmp/tiny.bin" \
+    --json "$tmp/tiny.bin" --ranks 1
+  ln -s "$tmp/tiny.bin" "$tmp/tiny.link"
+  expect "--plot naming the --weights input via a link" 2 "would be overwritten" -- \
+    --weights "$tmp/tiny.bin" --plot "$tmp/tiny.link" --ranks 1
+  if cmp -s "$tmp/tiny.bin" "$tmp/tiny.copy"; then pass=$((pass + 1)); echo "ok   the weights file is intact"
+  else fail=$((fail + 1)); echo "FAIL the weights file was changed"
+  fi
+  expect "topk beyond a --weights file's vocabulary" 2 "vocabulary" -- --weights "$tmp/tiny.bin" \
+    --ranks 1 --sampling topk:600 --context 8 --steps 1 --warmup 0 --batch 1
 fi
 if command -v mpirun >/dev/null 2>&1 && "$bin" demo --help >/dev/null 2>&1; then
   # E = 64 is not divisible by 3 ranks: refused before any rank starts (or by the EP model)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tilestack needs to build (when run as root), or prints the
+# Installs the Debian packages tilestack needs to build (the compiler, cmake, libonig-dev and
+# libjansson-dev for the tokenizer) when run as root, or prints the
 # exact apt-get line to run. Optional packages (OpenBLAS and oneDNN for the bench baselines,
 # Open MPI for the multi-rank modules) are installed when possible but never required.
 set -euo pipefail
@@ -19,6 +20,10 @@ else
     missing_pkgs+=(cmake)
   fi
 fi
+# the tokenizer's regex engine and JSON reader (src/text/)
+for p in libonig-dev libjansson-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing_pkgs+=("$p")
+done
 missing_opt=()
 for p in "${optional_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing_opt+=("$p")
@@ -41,7 +46,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 fi
 
 if [ ${#missing_pkgs[@]} -gt 0 ]; then
-  echo "tilestack: missing build tools (${required[*]}). Run as root:" >&2
+  echo "tilestack: missing build packages (${missing_pkgs[*]}: the compiler, cmake, and Oniguruma / jansson for the tokenizer). Run as root:" >&2
   echo "  apt-get update && apt-get install -y ${missing_pkgs[*]} ${missing_opt[*]}" >&2
   exit 1
 fi

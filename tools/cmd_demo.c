@@ -3,8 +3,8 @@
 #include "cli.h"
 #include "demo.h"
 #include "bench.h"
+#include "core/atomic_file.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,11 +65,22 @@ static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
         ts__demo_print_config(stdout, &cfg, o, c->size, o->threads, mach);
         fflush(stdout);
     }
+    if (o->topk > cfg.vocab_size) { /* a --weights file's vocabulary is known only now */
+        if (root) fprintf(stderr, "tilestack demo: --sampling topk:%lld exceeds %s's vocabulary "
+                          "of %lld\n", (long long)o->topk, cfg.name, (long long)cfg.vocab_size);
+        ts_model_free(m);
+        return 2;
+    }
+    /* written to a temporary file and renamed at the end: a failed run leaves no half file */
+    ts__atomic_file json_file = {0};
     FILE *json = NULL;
     if (root && o->json_path) {
-        json = fopen(o->json_path, "w");
-        if (!json) fprintf(stderr, "tilestack demo: --json %s: cannot write (%s)\n", o->json_path,
-                           strerror(errno));
+        if (ts__atomic_open(&json_file, o->json_path) != TS_OK) {
+            fprintf(stderr, "tilestack demo: --json: %s\n", ts_last_error());
+            ts_model_free(m);
+            return 1;
+        }
+        json = json_file.f;
     }
     if (json) {
         fputs("{\"config\":", json);
@@ -93,10 +104,12 @@ static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
         }
         ts__demo_result_free(&r);
     }
-    if (json) {
+    if (json && rc != 0) {
+        ts__atomic_abort(&json_file);
+    } else if (json) {
         fputs("}\n", json);
-        if (fclose(json) != 0) {
-            fprintf(stderr, "tilestack demo: --json %s: write failed\n", o->json_path);
+        if (ts__atomic_commit(&json_file) != TS_OK) {
+            fprintf(stderr, "tilestack demo: --json: %s\n", ts_last_error());
             rc = 1;
         }
     }
@@ -133,9 +146,9 @@ int ts__cmd_demo(int argc, char **argv) {
         ts__demo_usage(stdout);
         return 0;
     }
-    if (prc == 2) {
+    if (prc == 2 || prc == 3) { /* 3: an output path that cannot be written (exit 1) */
         fprintf(stderr, "tilestack demo: %s\n", err);
-        return 2;
+        return prc == 2 ? 2 : 1;
     }
     if (o.selftest) return ts__demo_selftest();
     ts__demo_apply_defaults(&o);
@@ -180,6 +193,11 @@ int ts__cmd_demo(int argc, char **argv) {
     } else if (!o.weights_path) {
         ts_status st = ts__demo_config(&o, &cfg);
         if (st == TS_OK) st = ts_model_config_validate(&cfg, o.ranks);
+        if (st == TS_OK && o.topk > cfg.vocab_size) {
+            fprintf(stderr, "tilestack demo: --sampling topk:%lld exceeds %s's vocabulary of "
+                    "%lld\n", (long long)o.topk, cfg.name, (long long)cfg.vocab_size);
+            return 2;
+        }
         if (st != TS_OK) {
             fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
             return o.config_path ? 1 : 2;

@@ -1,6 +1,8 @@
 /* `tilestack demo` command line: every value is checked here, so a typo fails at once with the
  * option's name instead of minutes later inside a rank. */
 #include "demo.h"
+#include "core/atomic_file.h"
+#include "tilestack/select.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -82,6 +84,9 @@ static bool parse_f64(const char *s, double lo, double hi, double *v) {
 static int parse_tpot_list(const char *s, ts__demo_opts *o, char *err, size_t cap) {
     char buf[256];
     if (strlen(s) >= sizeof buf) return bad(err, cap, "--tpot-ms: list too long");
+    /* strtok would skip empty items: "1,,2", ",1" and "1," are typos, not lists */
+    if (!*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
+        return bad(err, cap, "--tpot-ms: '%s' has an empty item (write X,Y,...)", s);
     strcpy(buf, s);
     o->n_tpot = 0;
     char *save = NULL;
@@ -94,6 +99,33 @@ static int parse_tpot_list(const char *s, ts__demo_opts *o, char *err, size_t ca
         o->tpot_ms[o->n_tpot++] = x;
     }
     if (o->n_tpot == 0) return bad(err, cap, "--tpot-ms: empty list");
+    return 0;
+}
+
+/* Outputs are checked before anything runs: one that names an input would destroy it (exit 2),
+ * and one that cannot be written would fail only after the whole run (exit 1). Each is
+ * written atomically later (src/core/atomic_file.h). */
+static int check_outputs(const ts__demo_opts *o, char *err, size_t cap) {
+    const struct { const char *opt, *path; } out[] = {
+        {"--json", o->json_path}, {"--plot", o->plot_path}, {"--save-weights", o->save_weights_path}};
+    const struct { const char *opt, *path; } in[] = {
+        {"--weights", o->weights_path}, {"--config", o->config_path}, {"--golden", o->golden_path}};
+    const int n_out = (int)(sizeof out / sizeof *out), n_in = (int)(sizeof in / sizeof *in);
+    for (int i = 0; i < n_out; i++) {
+        if (!out[i].path) continue;
+        for (int j = 0; j < n_in; j++)
+            if (in[j].path && (!strcmp(out[i].path, in[j].path) || ts__same_file(out[i].path, in[j].path)))
+                return bad(err, cap, "%s %s is also the %s input: it would be overwritten",
+                           out[i].opt, out[i].path, in[j].opt);
+        for (int j = 0; j < i; j++)
+            if (out[j].path && !strcmp(out[i].path, out[j].path))
+                return bad(err, cap, "%s and %s both write %s", out[j].opt, out[i].opt, out[i].path);
+    }
+    for (int i = 0; i < n_out; i++)
+        if (out[i].path && ts__check_output_path(out[i].path) != TS_OK) {
+            snprintf(err, cap, "%s: %s", out[i].opt, ts_last_error());
+            return 3;
+        }
     return 0;
 }
 
@@ -178,8 +210,10 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
             o->timeout_s = t;
         } else if (!strcmp(name, "--sampling")) {
             if (!strcmp(val, "greedy")) o->topk = 1;
-            else if (!strncmp(val, "topk:", 5) && parse_i64(val + 5, 1, 1 << 20, &v)) o->topk = v;
-            else return bad(err, cap, "--sampling: '%s' is not greedy or topk:K (K >= 1)", val);
+            else if (!strncmp(val, "topk:", 5) && parse_i64(val + 5, 1, TS_TOPK_MAX_K, &v))
+                o->topk = v;
+            else return bad(err, cap, "--sampling: '%s' is not greedy or topk:K (1 <= K <= %d; "
+                            "K is also at most the vocabulary)", val, TS_TOPK_MAX_K);
         } else if (!strcmp(name, "--tpot-ms")) {
             const int rc = parse_tpot_list(val, o, err, cap);
             if (rc) return rc;
@@ -202,7 +236,7 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
     if (o->check && (o->sweep || o->save_weights_path))
         return bad(err, cap, "--check runs dsv4-tiny and dsv32-tiny on their own: drop --sweep / "
                    "--plot / --save-weights");
-    return 0;
+    return check_outputs(o, err, cap);
 }
 
 void ts__demo_apply_defaults(ts__demo_opts *o) {

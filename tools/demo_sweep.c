@@ -3,8 +3,8 @@
  * each limit X, and --plot draws tokens/s per rank against TPOT p50. */
 #include "demo.h"
 #include "bench.h"
+#include "core/atomic_file.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +59,9 @@ static void xml_text(FILE *f, const char *s) {
 
 int ts__demo_write_svg(const char *path, const char *title, const ts__demo_point *p, int n,
                        const double *x_ms, int nx) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+    ts__atomic_file af;
+    if (ts__atomic_open(&af, path) != TS_OK) return -1;
+    FILE *f = af.f;
     const double W = 760, H = 480, ml = 80, mr = 30, mt = 50, mb = 60;
     const double pw = W - ml - mr, ph = H - mt - mb;
     double xmax = 0, ymax = 0;
@@ -132,8 +133,7 @@ int ts__demo_write_svg(const char *path, const char *title, const ts__demo_point
     fputs("</svg>\n", f);
 #undef PX
 #undef PY
-    const bool bad = ferror(f) != 0;
-    return (fclose(f) != 0 || bad) ? -1 : 0;
+    return ts__atomic_commit(&af) == TS_OK ? 0 : -1;
 }
 
 int ts__demo_sweep(const ts__demo_comm *c, ts_model *m, const ts__demo_opts *o,
@@ -221,8 +221,7 @@ int ts__demo_sweep(const ts__demo_comm *c, ts_model *m, const ts__demo_opts *o,
                  "vs TPOT", cfg->name, c->size, (long long)o->context, ts_get_num_threads(),
                  ts_get_num_threads() == 1 ? "" : "s");
         if (ts__demo_write_svg(o->plot_path, title, pts, n, o->tpot_ms, o->n_tpot) != 0) {
-            fprintf(stderr, "tilestack demo: --plot %s: cannot write (%s)\n", o->plot_path,
-                    strerror(errno));
+            fprintf(stderr, "tilestack demo: --plot: %s\n", ts_last_error());
             return 1;
         }
         printf("  plot: %s\n", o->plot_path);

@@ -23,6 +23,8 @@ static const cmd_entry g_cmds[] = {
      ts__cmd_bench},
     {"tilec", "compile a .tile kernel file (--emit-ast|--emit-ir|--emit-c) [-o out]",
      ts__cmd_tilec},
+    {"tokenize", "text to ids and back with a tokenizer.json (--model DIR | --tokenizer FILE)",
+     ts__cmd_tokenize},
     {"version", "print the version", cmd_version},
     {"help", "this text", cmd_help},
 };

@@ -8,4 +8,5 @@
 #include "tilestack/select.h"
 #include "tilestack/attention.h"
 #include "tilestack/tile.h"
+#include "tilestack/tokenizer.h"
 #endif
