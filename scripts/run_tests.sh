@@ -14,6 +14,8 @@ done
 run_counted "fuzz" "$(dirname "$0")/run_fuzz.sh" "$@"
 # The demo runner: self-test, --check, bad input (skipped where no build has the CLI).
 run_counted "demo" "$(dirname "$0")/check_demo.sh" "$@"
+# Peer loss: launcher killed, a rank stopped, --rank-mode refused (skipped without MPI).
+run_counted "peer loss" "$(dirname "$0")/check_peer_loss.sh" "$@"
 # The tokenizer against Hugging Face tokenizers (a virtual environment from PyPI).
 run_counted "tokenizer" "$(dirname "$0")/check_tokenizer.sh" "$@"
 # Multi-rank EP tests (mpirun), folded into the same totals.

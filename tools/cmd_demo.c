@@ -125,7 +125,7 @@ static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
 
 static int rank_mode(ts__demo_opts *o, int argc, char **argv) {
     ts__demo_comm c;
-    ts_status st = ts__demo_comm_init(&c, &argc, &argv);
+    ts_status st = ts__demo_comm_init(&c, &argc, &argv, o->timeout_s);
     if (st != TS_OK) {
         fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
         return 1;
@@ -137,6 +137,8 @@ static int rank_mode(ts__demo_opts *o, int argc, char **argv) {
 
 int ts__cmd_demo(int argc, char **argv) {
     const double t_start = ts__now_s();
+    /* rank mode comes from the launcher's token, never from an option a user could type */
+    const bool is_rank = ts__demo_take_rank_token(&argc, argv);
     ts__demo_opts o;
     char err[512];
     const int prc = ts__demo_parse(argc, argv, &o, err, sizeof err);
@@ -150,6 +152,7 @@ int ts__cmd_demo(int argc, char **argv) {
     }
     if (o.selftest) return ts__demo_selftest();
     ts__demo_apply_defaults(&o);
+    o.rank_mode = is_rank;
     if (o.rank_mode) return rank_mode(&o, argc, argv);
 
     char mpirun[4096];

@@ -42,7 +42,8 @@ typedef struct ts__demo_opts {
     bool check;
     bool quick;
     bool selftest;
-    bool rank_mode;           /* internal: this process is one rank under mpirun */
+    bool rank_mode;           /* this process is one rank under mpirun (set by cmd_demo.c from
+                               * the launcher's token, never from the command line) */
     bool replay_warm;         /* --replay-warm: no cache flush before each re-run */
     bool replay, replay_set;  /* --replay / --no-replay: one untimed step re-running every
                                * idempotent kernel standalone (default: on, off in --sweep) */
@@ -58,19 +59,26 @@ void ts__demo_apply_defaults(ts__demo_opts *o);
 
 /* demo_launch.c */
 bool ts__demo_find_program(const char *name, char *path, size_t cap);
-/* Runs this binary as `mpirun --oversubscribe -np R <self> demo <args> --rank-mode`; returns the
- * exit code to use (mpirun's, or 1 with a message if it could not start or was killed). */
+/* Runs this binary as `mpirun --oversubscribe -np R <self> demo <args> <token>`; returns the
+ * exit code to use (mpirun's, or 1 with a message if it could not start or was killed). A
+ * forwarded SIGTERM / SIGINT / SIGHUP ends this process with that signal once mpirun is gone. */
 int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv);
+/* True in a rank started by ts__demo_launch: the last argument is the run's token, which the
+ * environment holds too; it is then removed from argv (*argc decremented). */
+bool ts__demo_take_rank_token(int *argc, char **argv);
 int ts__demo_cores(void);
 
 /* demo_comm.c: the run's communicator (in-process: one rank, every call trivial). */
 typedef struct ts__demo_comm {
     int rank, size;
     bool mpi; /* MPI_Init done here (rank mode) */
+    double timeout_s; /* --timeout: every wait on a peer; past it the job is ended (MPI_Abort) */
 } ts__demo_comm;
 
 bool ts__demo_have_ep(void); /* built with MPI and the EP model */
-ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv);
+/* Rank mode: MPI_Init (bounded by timeout_s, as every later wait of the calls below: a rank
+ * whose wait expires prints TS_ERR_TIMEOUT naming the missing rank and ends the job). */
+ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv, double timeout_s);
 void ts__demo_comm_finalize(ts__demo_comm *c);
 void ts__demo_barrier(const ts__demo_comm *c);
 void ts__demo_max(const ts__demo_comm *c, double *v, int n); /* in place */

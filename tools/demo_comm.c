@@ -1,11 +1,18 @@
 /* The runner's only MPI user. In-process (R = 1) every call is trivial; in rank mode (under
  * mpirun) the step time is the slowest rank's, statuses are agreed on so every rank stops
- * together, and the model is the expert-parallel one of tilestack/model_ep.h. */
+ * together, and the model is the expert-parallel one of tilestack/model_ep.h.
+ *
+ * Every wait on a peer has the --timeout deadline: the collectives are the EP library's
+ * (src/ep/ep_coll.h, polled, naming the rank that did not arrive), and MPI_Init / MPI_Finalize,
+ * which cannot be polled, run under an alarm. A rank whose wait expires prints why and ends
+ * the job (MPI_Abort): its peers may be stopped, and mpirun then takes every rank down. */
 #include "demo.h"
 #include "model/model_internal.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(TILESTACK_HAVE_EP) && defined(__has_include)
 #if __has_include("tilestack/model_ep.h")
@@ -17,6 +24,7 @@
 #include <mpi.h>
 #endif
 #ifdef TS__DEMO_EP
+#include "ep/ep_coll.h"
 #include "tilestack/model_ep.h"
 #endif
 
@@ -28,14 +36,66 @@ bool ts__demo_have_ep(void) {
 #endif
 }
 
-ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv) {
+#ifdef TS__DEMO_EP
+/* MPI_Init and MPI_Finalize wait for every rank (Open MPI's PMIx fence) and cannot be polled:
+ * an alarm bounds them, at least `floor_s` seconds (ranks start one after another, slowly on
+ * a loaded machine, whatever --timeout says). The handler only writes a prepared message and
+ * exits. */
+static char g_alarm_msg[256];
+static size_t g_alarm_len;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    if (write(STDERR_FILENO, g_alarm_msg, g_alarm_len) < 0) { /* nothing left to do */ }
+    _exit(1);
+}
+
+static void arm(const ts__demo_comm *c, const char *what, double floor_s) {
+    const double limit = c->timeout_s > floor_s ? c->timeout_s : floor_s;
+    /* before MPI_Init the rank is only known from Open MPI's environment */
+    const char *env = getenv("OMPI_COMM_WORLD_RANK");
+    char rank[32];
+    if (c->rank >= 0) snprintf(rank, sizeof rank, "%d", c->rank);
+    else snprintf(rank, sizeof rank, "%s", env ? env : "?");
+    g_alarm_len = (size_t)snprintf(g_alarm_msg, sizeof g_alarm_msg,
+                                   "tilestack demo: rank %s: %s did not return within %.1f s (a peer "
+                                   "stopped or died): TS_ERR_TIMEOUT\n", rank, what, limit);
+    if (g_alarm_len >= sizeof g_alarm_msg) g_alarm_len = sizeof g_alarm_msg - 1;
+    signal(SIGALRM, on_alarm);
+    alarm((unsigned)limit + 1);
+}
+
+static void disarm(void) {
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+}
+
+/* A wait expired (or a peer could not be reached): say so on this rank and end the job. */
+static void fail_job(const ts__demo_comm *c, const char *msg) {
+    fflush(stdout);
+    fprintf(stderr, "tilestack demo: rank %d: %s\n", c->rank, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1); /* MPI_Abort does not return; if it did, this rank must still stop */
+}
+
+static void check(const ts__demo_comm *c, ts_status st) {
+    if (st != TS_OK) fail_job(c, ts_last_error());
+}
+#endif
+
+ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv, double timeout_s) {
     memset(c, 0, sizeof *c);
     c->size = 1;
+    c->timeout_s = timeout_s;
 #ifdef TS__DEMO_EP
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS)
-        return ts__fail(TS_ERR_INTERNAL, "MPI_Init failed");
+    c->rank = -1; /* not known before MPI_Init */
+    arm(c, "MPI_Init", 60);
+    const int rc = inited ? MPI_SUCCESS : MPI_Init(argc, argv);
+    disarm();
+    if (rc != MPI_SUCCESS) return ts__fail(TS_ERR_INTERNAL, "MPI_Init failed");
     c->mpi = !inited;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
@@ -49,14 +109,20 @@ ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv) {
 
 void ts__demo_comm_finalize(ts__demo_comm *c) {
 #ifdef TS__DEMO_EP
-    if (c->mpi) MPI_Finalize();
+    if (c->mpi) {
+        /* every rank is here or late: a polled barrier names a missing one before the fence */
+        if (c->size > 1) check(c, ts__ep_coll_barrier(MPI_COMM_WORLD, c->timeout_s, "tilestack demo: end"));
+        arm(c, "MPI_Finalize", 10);
+        MPI_Finalize();
+        disarm();
+    }
 #endif
     c->mpi = false;
 }
 
 void ts__demo_barrier(const ts__demo_comm *c) {
 #ifdef TS__DEMO_EP
-    if (c->size > 1) MPI_Barrier(MPI_COMM_WORLD);
+    if (c->size > 1) check(c, ts__ep_coll_barrier(MPI_COMM_WORLD, c->timeout_s, "tilestack demo: barrier"));
 #else
     (void)c;
 #endif
@@ -64,7 +130,9 @@ void ts__demo_barrier(const ts__demo_comm *c) {
 
 void ts__demo_max(const ts__demo_comm *c, double *v, int n) {
 #ifdef TS__DEMO_EP
-    if (c->size > 1) MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (c->size > 1)
+        check(c, ts__ep_coll_allreduce(v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, c->timeout_s,
+                                       "tilestack demo: max over ranks"));
 #else
     (void)c, (void)v, (void)n;
 #endif
@@ -72,7 +140,9 @@ void ts__demo_max(const ts__demo_comm *c, double *v, int n) {
 
 void ts__demo_sum(const ts__demo_comm *c, double *v, int n) {
 #ifdef TS__DEMO_EP
-    if (c->size > 1) MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (c->size > 1)
+        check(c, ts__ep_coll_allreduce(v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, c->timeout_s,
+                                       "tilestack demo: sum over ranks"));
 #else
     (void)c, (void)v, (void)n;
 #endif
@@ -81,7 +151,9 @@ void ts__demo_sum(const ts__demo_comm *c, double *v, int n) {
 void ts__demo_gather(const ts__demo_comm *c, const double *mine, int n, double *all) {
 #ifdef TS__DEMO_EP
     if (c->size > 1) {
-        MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        /* every rank gets every part (rank 0 needs them; the others ignore them) */
+        check(c, ts__ep_coll_allgather(mine, n * (int)sizeof(double), all, MPI_COMM_WORLD, c->timeout_s,
+                                       "tilestack demo: gather"));
         return;
     }
 #else
@@ -93,14 +165,29 @@ void ts__demo_gather(const ts__demo_comm *c, const double *mine, int n, double *
 ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t cap) {
 #ifdef TS__DEMO_EP
     if (c->size > 1) {
-        int first = st != TS_OK ? c->rank : c->size;
-        MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (first == c->size) return TS_OK;
-        int code = (int)st;
-        MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
-        if (msg && cap > 0) MPI_Bcast(msg, (int)cap, MPI_CHAR, first, MPI_COMM_WORLD);
-        if (msg && cap > 0) msg[cap - 1] = 0;
-        return (ts_status)code;
+        /* A timeout here means a peer is stopped or dead: agreeing would wait for it again. */
+        if (st == TS_ERR_TIMEOUT) fail_job(c, msg && cap ? msg : ts_last_error());
+        /* one record per rank: status, then its message; the first failing rank's wins */
+        enum { MSG = 512 };
+        struct rec {
+            int code;
+            char msg[MSG];
+        } mine, *all = malloc((size_t)c->size * sizeof *all);
+        if (!all) fail_job(c, "tilestack demo: out of memory agreeing on a status");
+        memset(&mine, 0, sizeof mine);
+        mine.code = (int)st;
+        if (msg && cap) snprintf(mine.msg, sizeof mine.msg, "%s", msg);
+        check(c, ts__ep_coll_allgather(&mine, (int)sizeof mine, all, MPI_COMM_WORLD, c->timeout_s,
+                                       "tilestack demo: agreeing on a status"));
+        ts_status out = TS_OK;
+        for (int r = 0; r < c->size && out == TS_OK; r++) {
+            if (all[r].code == TS_OK) continue;
+            out = (ts_status)all[r].code;
+            all[r].msg[MSG - 1] = 0;
+            if (msg && cap) snprintf(msg, cap, "%s", all[r].msg);
+        }
+        free(all);
+        return out;
     }
 #else
     (void)c, (void)msg, (void)cap;

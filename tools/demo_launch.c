@@ -1,16 +1,32 @@
-/* R > 1: this process starts `mpirun --oversubscribe -np R <this binary> demo <args>
- * --rank-mode` as an argument vector (posix_spawn, never a shell, so no argument is
- * re-interpreted) and waits for it. mpirun owns the ranks: when one dies it tears the job down
- * and exits non-zero, which becomes this command's exit code. */
+/* R > 1: this process starts `mpirun --oversubscribe -np R <this binary> demo <args> <token>`
+ * as an argument vector (fork + exec, never a shell, so no argument is re-interpreted) and
+ * waits for it. mpirun owns the ranks: when one dies it tears the job down and exits non-zero,
+ * which becomes this command's exit code.
+ *
+ * No orphans: mpirun is this process's child in its own process group, with PR_SET_PDEATHSIG
+ * set to SIGTERM (posix_spawn cannot set it), so if this process is killed, even by SIGKILL,
+ * mpirun gets SIGTERM and does its own orderly teardown (ranks killed, its /dev/shm segments
+ * removed). SIGTERM / SIGINT / SIGHUP sent to this process are forwarded to mpirun once (its
+ * own process group keeps a terminal's Ctrl-C from reaching it twice, which Open MPI takes as
+ * "terminate now, skip the cleanup"); this process then dies of the same signal.
+ *
+ * Rank mode is internal: a per-run random token goes both into the ranks' environment and as
+ * their last argument. Only a process holding both is a rank; a user's --rank-mode is an
+ * unknown option. */
 #include "demo.h"
 
 #include <errno.h>
-#include <spawn.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 extern char **environ;
 
@@ -38,6 +54,90 @@ bool ts__demo_find_program(const char *name, char *path, size_t cap) {
         p = colon + 1;
     }
     return false;
+}
+
+#define TS__DEMO_RANK_ENV "TILESTACK_DEMO_RANK_TOKEN"
+
+/* 32 hex digits from /dev/urandom (clock and pid if it cannot be read: the token only has
+ * to be unguessable by accident, it guards no secret). */
+static void make_token(char *out, size_t cap) {
+    unsigned char b[16];
+    const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    const bool ok = fd >= 0 && read(fd, b, sizeof b) == (ssize_t)sizeof b;
+    if (fd >= 0) close(fd);
+    if (!ok) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned long long x = (unsigned long long)ts.tv_nsec * 6364136223846793005ull ^
+                               (unsigned long long)ts.tv_sec ^ ((unsigned long long)getpid() << 32);
+        for (size_t i = 0; i < sizeof b; i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+            b[i] = (unsigned char)(x >> 56);
+    }
+    snprintf(out, cap, "rank-");
+    for (size_t i = 0; i < sizeof b && strlen(out) + 3 <= cap; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%02x", b[i]);
+}
+
+bool ts__demo_take_rank_token(int *argc, char **argv) {
+    const char *want = getenv(TS__DEMO_RANK_ENV);
+    if (!want || strlen(want) < 16 || *argc < 1 || strcmp(argv[*argc - 1], want) != 0) return false;
+    (*argc)--;
+#ifdef __linux__
+    /* Open MPI's ranks end by themselves when mpirun dies, unless they are stopped: SIGKILL
+     * also reaches a stopped one. (If mpirun died before this line, MPI_Init fails.) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+    return true;
+}
+
+static volatile sig_atomic_t g_child, g_signal;
+
+static void forward(int sig) {
+    g_signal = sig;
+    if (g_child > 0) kill(g_child, sig);
+}
+
+static const int g_forwarded[] = {SIGTERM, SIGINT, SIGHUP};
+
+/* Child side, between fork and exec: only async-signal-safe calls. mpirun gets the
+ * dispositions this process was started with (an ignored SIGHUP under nohup stays ignored). */
+static void exec_mpirun(const char *mpirun, char **av, char **env, pid_t parent, const sigset_t *old,
+                        const struct sigaction *old_sa) {
+    for (size_t i = 0; i < sizeof g_forwarded / sizeof *g_forwarded; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
+    setpgid(0, 0);
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+    if (getppid() != parent) _exit(127); /* the launcher died before the line above */
+    /* a background process group must not read the terminal (SIGTTIN would stop mpirun);
+     * the ranks read nothing */
+    const int fd = open("/dev/null", O_RDONLY);
+    if (fd >= 0 && fd != STDIN_FILENO) dup2(fd, STDIN_FILENO), close(fd);
+    sigprocmask(SIG_SETMASK, old, NULL);
+    execve(mpirun, av, env);
+    static const char msg[] = "tilestack demo: cannot start mpirun (execve failed)\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing else to do */ }
+    _exit(127);
+}
+
+/* Waits for mpirun. After a forwarded signal mpirun gets 20 s to tear the job down, then
+ * SIGKILL (a stuck teardown must not keep this process alive forever either). */
+static int wait_mpirun(pid_t pid, int *status) {
+    double signalled_at = -1;
+    for (;;) {
+        const pid_t w = waitpid(pid, status, g_signal ? WNOHANG : 0);
+        if (w == pid) return 0;
+        if (w < 0 && errno != EINTR) return -1;
+        if (g_signal) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            const double t = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+            if (signalled_at < 0) signalled_at = t;
+            else if (t - signalled_at > 20) kill(pid, SIGKILL);
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
@@ -71,6 +171,8 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     av[k++] = mpirun;
     av[k++] = "--oversubscribe";
     if (unbind) av[k++] = "--bind-to", av[k++] = "none";
+    av[k++] = "-x"; /* the token reaches ranks on other nodes too */
+    av[k++] = TS__DEMO_RANK_ENV;
     av[k++] = "-np";
     av[k++] = np;
     av[k++] = self;
@@ -78,13 +180,16 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     for (int i = 0; i < argc; i++) av[k++] = argv[i];
     av[k++] = "--threads"; /* resolved here, so every rank uses the same count */
     av[k++] = thr;
-    av[k++] = "--rank-mode";
+    char token[64], token_env[96];
+    make_token(token, sizeof token);
+    snprintf(token_env, sizeof token_env, "%s=%s", TS__DEMO_RANK_ENV, token);
+    av[k++] = token; /* last: ts__demo_take_rank_token looks there */
     av[k] = NULL;
 
     /* Environment: ours, plus Open MPI's opt-in to run as root (containers, CI). */
     size_t ne = 0;
     while (environ[ne]) ne++;
-    char **env = calloc(ne + 3, sizeof *env);
+    char **env = calloc(ne + 4, sizeof *env);
     if (!env) {
         free(av);
         fprintf(stderr, "tilestack demo: out of memory\n");
@@ -92,7 +197,10 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     }
     size_t m = 0;
     for (size_t i = 0; i < ne; i++)
-        if (strncmp(environ[i], "OMPI_ALLOW_RUN_AS_ROOT", 22)) env[m++] = environ[i];
+        if (strncmp(environ[i], "OMPI_ALLOW_RUN_AS_ROOT", 22) &&
+            strncmp(environ[i], TS__DEMO_RANK_ENV "=", sizeof TS__DEMO_RANK_ENV))
+            env[m++] = environ[i];
+    env[m++] = token_env;
     if (geteuid() == 0) {
         env[m++] = "OMPI_ALLOW_RUN_AS_ROOT=1";
         env[m++] = "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
@@ -104,20 +212,50 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
 
     fflush(stdout);
     fflush(stderr);
-    pid_t pid;
-    const int rc = posix_spawn(&pid, mpirun, NULL, NULL, av, env);
+    /* Signals are blocked across fork so that one arriving now is forwarded once the child's
+     * pid is known (and never runs the handler in the child before exec). */
+    sigset_t block, old_mask;
+    sigemptyset(&block);
+    for (size_t i = 0; i < sizeof g_forwarded / sizeof *g_forwarded; i++) sigaddset(&block, g_forwarded[i]);
+    sigprocmask(SIG_BLOCK, &block, &old_mask);
+    struct sigaction sa, old_sa[3];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward; /* no SA_RESTART: waitpid returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < 3; i++) {
+        sigaction(g_forwarded[i], NULL, &old_sa[i]);
+        if (old_sa[i].sa_handler != SIG_IGN) sigaction(g_forwarded[i], &sa, NULL); /* ignored stays so */
+    }
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid == 0) exec_mpirun(mpirun, av, env, parent, &old_mask, old_sa);
+    const int fork_errno = errno;
     free(av);
     free(env);
-    if (rc != 0) {
-        fprintf(stderr, "tilestack demo: cannot start %s: %s\n", mpirun, strerror(rc));
+    if (pid > 0) {
+        setpgid(pid, pid); /* as the child does: whichever runs first */
+        g_child = pid;
+    }
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    if (pid < 0) {
+        for (size_t i = 0; i < 3; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
+        fprintf(stderr, "tilestack demo: cannot start %s: %s\n", mpirun, strerror(fork_errno));
         return 1;
     }
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) {
-            fprintf(stderr, "tilestack demo: waiting for mpirun: %s\n", strerror(errno));
-            return 1;
-        }
+    const int wrc = wait_mpirun(pid, &status);
+    g_child = 0;
+    for (size_t i = 0; i < 3; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
+    if (wrc != 0) {
+        fprintf(stderr, "tilestack demo: waiting for mpirun: %s\n", strerror(errno));
+        return 1;
+    }
+    if (g_signal) {
+        /* ended from outside: end as the signal would have ended this process */
+        fprintf(stderr, "tilestack demo: ended by signal %d (forwarded to mpirun)\n", (int)g_signal);
+        signal(g_signal, SIG_DFL);
+        raise(g_signal);
+        return 1;
     }
     if (WIFEXITED(status)) {
         const int code = WEXITSTATUS(status);

@@ -226,7 +226,6 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--no-replay")) o->replay = false, o->replay_set = true;
         else if (!strcmp(name, "--replay-warm")) o->replay = true, o->replay_set = true, o->replay_warm = true;
         else if (!strcmp(name, "--selftest")) o->selftest = true;
-        else if (!strcmp(name, "--rank-mode")) o->rank_mode = true;
         else return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", a);
     }
     if (o->attention >= 0 && o->weights_path)

@@ -1,5 +1,6 @@
 /* EP buffer: shared segments among node-local ranks, the deadline barrier, configs and the
  * size hint. */
+#include "ep/ep_coll.h"
 #include "ep/ep_internal.h"
 
 #include <errno.h>
@@ -11,7 +12,6 @@
 #include <unistd.h>
 
 #define TS__EP_NAME_LEN 64
-#define TS__EP_DEFAULT_TIMEOUT_S 100.0
 
 ts_status ts__ep_check_usable(const ts_ep_buffer *b, const char *what) {
     if (!b) return ts__fail(TS_ERR_NULL_POINTER, "%s: buf is NULL", what);
@@ -108,16 +108,6 @@ ts_status ts_ep_get_internode_buffer_size_hint(int32_t num_ranks, int32_t ranks_
     return TS_OK;
 }
 
-static double env_timeout(void) {
-    const char *s = getenv("TS_EP_TIMEOUT_S");
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end != s && v > 0) return v;
-    }
-    return TS__EP_DEFAULT_TIMEOUT_S;
-}
-
 static void unmap_all(ts_ep_buffer *b) {
     if (b->peer) {
         for (int r = 0; r < b->num_ranks; r++)
@@ -139,21 +129,24 @@ static ts_status split_nodes(ts_ep_buffer *b, const ts_ep_buffer_options *o, MPI
         if (want < 0) want = 0;
         if (want > R) want = R; /* the switch applies to any communicator, small ones too */
     }
+    /* MPI_Comm_split* cannot be polled: a barrier with the deadline first, so a peer that is
+     * already gone is named instead of hanging them */
+    TS__RETURN_IF_ERROR(ts__ep_coll_barrier(b->comm, b->timeout_s, what));
     if (want <= 0) {
         MPI_Comm shared;
         MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &shared);
         int sz = 0;
         MPI_Comm_size(shared, &sz);
         MPI_Comm_free(&shared);
-        int mm[2] = {sz, -sz}, agg[2];
-        MPI_Allreduce(mm, agg, 2, MPI_INT, MPI_MIN, b->comm);
+        int mm[2] = {sz, -sz}, agg[2] = {mm[0], mm[1]};
+        TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(agg, 2, MPI_INT, MPI_MIN, b->comm, b->timeout_s, what));
         want = agg[0] == -agg[1] ? sz : -1; /* equal sizes or nothing */
         if (want < 0)
             return ts__fail(TS_ERR_UNSUPPORTED, "%s: nodes hold different numbers of ranks (%d to %d)", what, agg[0],
                             -agg[1]);
     }
-    int mm[2] = {want, -want}, agg[2];
-    MPI_Allreduce(mm, agg, 2, MPI_INT, MPI_MIN, b->comm);
+    int agg[2] = {want, -want};
+    TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(agg, 2, MPI_INT, MPI_MIN, b->comm, b->timeout_s, what));
     if (agg[0] != -agg[1])
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: ranks_per_node differs across ranks (%d to %d)", what, agg[0],
                         -agg[1]);
@@ -170,8 +163,12 @@ static ts_status split_nodes(ts_ep_buffer *b, const ts_ep_buffer_options *o, MPI
     int sz = 0;
     MPI_Comm_size(shared, &sz);
     MPI_Comm_free(&shared);
-    int ok = sz == want, all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, b->comm);
+    int all_ok = sz == want;
+    const ts_status ast = ts__ep_coll_allreduce(&all_ok, 1, MPI_INT, MPI_MIN, b->comm, b->timeout_s, what);
+    if (ast != TS_OK) {
+        MPI_Comm_free(node);
+        return ast;
+    }
     if (!all_ok) {
         MPI_Comm_free(node);
         return ts__fail(TS_ERR_UNSUPPORTED,
@@ -185,8 +182,8 @@ static ts_status split_nodes(ts_ep_buffer *b, const ts_ep_buffer_options *o, MPI
  * normal mode (the same size on every rank, checked). Returns 0 or a code (message set). */
 static int alloc_internode(ts_ep_buffer *b, int64_t stage_bytes, const char *what) {
     const int R = b->num_ranks;
-    int64_t mm[2] = {stage_bytes, -stage_bytes}, agg[2];
-    MPI_Allreduce(mm, agg, 2, MPI_INT64_T, MPI_MIN, b->comm);
+    int64_t agg[2] = {stage_bytes, -stage_bytes};
+    TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(agg, 2, MPI_INT64_T, MPI_MIN, b->comm, b->timeout_s, what));
     if (agg[0] != -agg[1])
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_rdma_bytes differs across ranks (%lld to %lld)", what,
                         (long long)agg[0], (long long)-agg[1]);
@@ -242,11 +239,18 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
 
     ts_ep_buffer *b = calloc(1, sizeof *b);
     if (!b) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: no memory for the buffer", what);
-    b->timeout_s = o.timeout_s > 0 ? o.timeout_s : env_timeout();
+    b->timeout_s = o.timeout_s > 0 ? o.timeout_s : ts__ep_default_timeout_s();
     b->num_nvl_bytes = num_nvl_bytes;
-    if (MPI_Comm_dup(comm, &b->comm) != MPI_SUCCESS) {
+    /* the caller's communicator carries none of our messages: a nonblocking dup, polled */
+    MPI_Request dup_req = MPI_REQUEST_NULL;
+    if (MPI_Comm_idup(comm, &b->comm, &dup_req) != MPI_SUCCESS) {
         free(b);
-        return ts__fail(TS_ERR_PEER, "%s: MPI_Comm_dup failed", what);
+        return ts__fail(TS_ERR_PEER, "%s: MPI_Comm_idup failed", what);
+    }
+    const ts_status dst = ts__ep_coll_wait(&dup_req, comm, b->timeout_s, what);
+    if (dst != TS_OK) {
+        /* b stays allocated: MPI may still complete the dup into b->comm */
+        return dst;
     }
     MPI_Comm_rank(b->comm, &b->rank);
     MPI_Comm_size(b->comm, &b->num_ranks);
@@ -319,10 +323,10 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     all = calloc((size_t)b->num_ranks, sizeof *all);
     /* Segments are shared inside a node only: round 1 runs on the node communicator (local
      * index i = global rank node_first + i). */
-    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all ? (void *)all : (void *)&mine,
-                  all ? (int)sizeof mine : 0, MPI_BYTE, node);
+    const ts_status gst = ts__ep_coll_allgather(&mine, (int)sizeof mine, all, node, b->timeout_s, what);
     MPI_Comm_free(&node);
-    if (!all && !err) err = TS_ERR_OUT_OF_MEMORY;
+    if (gst != TS_OK) err = gst; /* a peer never came: round 3 would wait for it again */
+    else if (!all && !err) err = TS_ERR_OUT_OF_MEMORY;
     int bad_rank = -1;
     for (int i = 0; all && i < b->ranks_per_node && bad_rank < 0; i++)
         if (!all[i].name[0]) bad_rank = b->node_first + i;
@@ -357,8 +361,11 @@ ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_
     }
     /* Round 3: agreement; afterwards every peer has mapped every segment (or given up), so
      * the names can go: nothing is left in /dev/shm even if a rank is killed later. */
-    int flag[2] = {err ? 1 : 0, err ? -b->rank : -b->num_ranks}, agg[2];
-    MPI_Allreduce(flag, agg, 2, MPI_INT, MPI_MAX, b->comm);
+    int agg[2] = {err ? 1 : 0, err ? -b->rank : -b->num_ranks};
+    if (err != TS_ERR_TIMEOUT) {
+        const ts_status ast = ts__ep_coll_allreduce(agg, 2, MPI_INT, MPI_MAX, b->comm, b->timeout_s, what);
+        if (ast != TS_OK) err = ast;
+    }
     if (fd >= 0) {
         shm_unlink(myname);
         close(fd);

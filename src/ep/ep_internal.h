@@ -73,6 +73,8 @@ struct ts_ep_buffer {
 
 /* MPI tags of the internode traffic (on the buffer's duplicated communicator). */
 enum { TS__EP_TAG_META = 101, TS__EP_TAG_BARRIER = 102, TS__EP_TAG_DISPATCH = 103, TS__EP_TAG_COMBINE = 104 };
+/* The deadline collectives of ep_coll.c (on whatever communicator they are given). */
+enum { TS__EP_TAG_COLL = 0x7e5c };
 
 static inline bool ts__ep_is_local(const ts_ep_buffer *b, int r) {
     return r >= b->node_first && r < b->node_first + b->ranks_per_node;

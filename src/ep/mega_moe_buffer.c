@@ -7,6 +7,7 @@
  *   out[2]  bf16 [R * T * K, hidden]: this rank's expert outputs, read by their source ranks
  * Two parities of pos / out let a rank start call c + 1 while a slower peer still reads its
  * outputs of call c (docs/mega_moe.md, "Protocol"). */
+#include "ep/ep_coll.h"
 #include "ep/mega_moe_internal.h"
 
 #include <math.h>
@@ -15,11 +16,16 @@
 
 static const char *const CREATE = "ts_get_symm_buffer_for_mega_moe";
 
-static ts_status agree(MPI_Comm comm, int rank, int R, const int64_t *vals, int n, const char *const *names) {
+/* The caller's communicator: nonblocking collectives polled under the deadline (a stopped
+ * peer gives TS_ERR_TIMEOUT, not a hang). */
+static ts_status agree(MPI_Comm comm, int rank, int R, const int64_t *vals, int n, const char *const *names,
+                       double timeout_s) {
     int64_t *all = malloc((size_t)R * (size_t)n * sizeof *all);
     if (!all) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", CREATE);
-    MPI_Allgather(vals, n, MPI_INT64_T, all, n, MPI_INT64_T, comm);
-    ts_status st = TS_OK;
+    MPI_Request q;
+    MPI_Iallgather(vals, n, MPI_INT64_T, all, n, MPI_INT64_T, comm, &q);
+    ts_status st = ts__ep_coll_wait(&q, comm, timeout_s, CREATE);
+    if (st != TS_OK) return st; /* `all` is left to MPI */
     for (int r = 1; r < R && st == TS_OK; r++)
         for (int i = 0; i < n; i++)
             if (all[(size_t)r * (size_t)n + (size_t)i] != all[i]) {
@@ -40,6 +46,7 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
     MPI_Comm_size(comm, &R);
     MPI_Comm_rank(comm, &rank);
     /* Local checks first, then an agreement round: every rank returns together. */
+    const double timeout_s = opts && opts->timeout_s > 0 ? opts->timeout_s : ts__ep_default_timeout_s();
     ts_status st = TS_OK;
     bool bf16 = false;
     if (mma_type && !strcmp(mma_type, "bf16xbf16")) bf16 = true;
@@ -112,16 +119,26 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
     }
     {
         /* every rank learns every local verdict (and the arguments that must agree) */
-        int32_t mine = (int32_t)st, worst = 0;
-        MPI_Allreduce(&mine, &worst, 1, MPI_INT32_T, MPI_MAX, comm);
-        if (st == TS_OK && worst != 0)
+        int32_t *v = malloc(2 * sizeof *v); /* v[0] mine, v[1] the worst; left to MPI on a timeout */
+        ts_status wst = v ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", CREATE);
+        int32_t worst = 0;
+        if (v) {
+            v[0] = (int32_t)st, v[1] = 0;
+            MPI_Request q;
+            MPI_Iallreduce(&v[0], &v[1], 1, MPI_INT32_T, MPI_MAX, comm, &q);
+            wst = ts__ep_coll_wait(&q, comm, timeout_s, CREATE);
+            worst = v[1];
+            if (wst == TS_OK) free(v);
+        }
+        if (wst != TS_OK) st = wst;
+        else if (st == TS_OK && worst != 0)
             st = ts__fail(TS_ERR_PEER, "%s: another rank's arguments were rejected (this is rank %d)", CREATE, rank);
     }
     if (st == TS_OK) {
         const int64_t vals[7] = {num_experts, T, K, hidden, intermediate_hidden, bf16, region};
         static const char *const names[7] = {"num_experts", "num_max_tokens_per_rank", "num_topk", "hidden",
                                              "intermediate_hidden", "mma_type", "buffer size"};
-        st = agree(comm, rank, R, vals, 7, names);
+        st = agree(comm, rank, R, vals, 7, names, timeout_s);
     }
     ts_ep_buffer_options eo = ts_ep_default_buffer_options();
     if (opts && opts->timeout_s > 0) eo.timeout_s = opts->timeout_s;

@@ -1,7 +1,10 @@
 /* Runner of the multi-rank EP tests (run under mpirun). Every rank runs every test; a test
  * fails if it failed on any rank. Rank 0 prints the usual "N passed, N failed" line.
  * `tilestack_ep_tests [substring]` filters tests; `--kill-test` is the fault drill of
- * scripts/run_ep_tests.sh (a rank is SIGKILLed after creating a buffer). */
+ * scripts/run_ep_tests.sh (a rank is SIGKILLed after creating a buffer); `--stop-test` that of
+ * scripts/check_peer_loss.sh (the last rank stops itself, SIGSTOP, between tests: the others
+ * must end the job with TS_ERR_TIMEOUT naming it, within TS_EP_TEST_WAIT_S). Every wait of the
+ * driver on a peer has that deadline (ep_test_coll.c). */
 #include "ep_test_util.h"
 
 #include <signal.h>
@@ -37,7 +40,7 @@ static int kill_test_ll(void) {
         printf("kill-test: create failed: %s\n", ts_last_error());
         return 1;
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ep_test_barrier();
     if (g_ep_rank == R - 1) raise(SIGKILL);
     uint16_t x[128] = {0}, rx[128 * 64];
     int64_t idx[1] = {R - 1};
@@ -68,7 +71,7 @@ static int kill_test(void) {
         printf("kill-test: create failed: %s\n", ts_last_error());
         return 1;
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ep_test_barrier();
     if (g_ep_rank == g_ep_size - 1) raise(SIGKILL);
     /* The others wait for the dead rank at a shared-memory barrier: a timeout, not a hang. */
     int32_t tpr[64] = {0}, tpe[64] = {0};
@@ -90,6 +93,24 @@ static int kill_test(void) {
     return st == TS_ERR_TIMEOUT ? 0 : 1;
 }
 
+/* The verdict of one test over every rank: the driver's wait between tests. */
+static long verdict(long mine) {
+    long any = 0;
+    ep_test_allreduce(&mine, &any, 1, MPI_LONG, MPI_SUM);
+    return any;
+}
+
+/* `--stop-test`: the last rank stops (as a debugger or a job-control signal would stop it)
+ * where a test ends; the others reach the verdict and must not wait for it forever. Returns
+ * only if the wait did not end the job. */
+static int stop_test(void) {
+    ep_test_barrier();
+    if (g_ep_rank == g_ep_size - 1) raise(SIGSTOP);
+    verdict(0);
+    printf("stop-test: rank %d: the verdict passed with rank %d stopped\n", g_ep_rank, g_ep_size - 1);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     /* SERIALIZED: the async calls run MPI on the buffer's worker thread (internode) */
     int provided = 0;
@@ -100,6 +121,7 @@ int main(int argc, char **argv) {
         /* A peer is dead: MPI_Finalize could wait for it forever. */
         _exit(argc > 2 && !strcmp(argv[2], "ll") ? kill_test_ll() : kill_test());
     }
+    if (argc > 1 && !strcmp(argv[1], "--stop-test")) _exit(stop_test());
     const char *filter = argc > 1 ? argv[1] : NULL;
     qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);
     int passed = 0, failed = 0;
@@ -107,12 +129,11 @@ int main(int argc, char **argv) {
         if (filter && !strstr(g_tests[i].name, filter)) continue;
         ts_test_ctx ctx = {g_tests[i].name, 0};
         struct timespec t0, t1;
-        MPI_Barrier(MPI_COMM_WORLD);
+        ep_test_barrier();
         clock_gettime(CLOCK_MONOTONIC, &t0);
         g_tests[i].fn(&ctx);
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        long mine = ctx.failures, any = 0;
-        MPI_Allreduce(&mine, &any, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        const long any = verdict(ctx.failures);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
         if (any) failed++;
         else passed++;
@@ -123,6 +144,7 @@ int main(int argc, char **argv) {
         }
     }
     if (g_ep_rank == 0) printf("%d passed, %d failed\n", passed, failed);
+    ep_test_barrier(); /* MPI_Finalize cannot be polled: a missing rank is named here first */
     MPI_Finalize();
     return failed ? 1 : 0;
 }

@@ -38,10 +38,21 @@ static inline void ep_expect_status(ts_test_ctx *ts_t_, ts_status got, ts_status
     }
 }
 
+/* Collectives on MPI_COMM_WORLD with a deadline (ep_test_coll.c): TS_EP_TEST_WAIT_S, else
+ * the default below (a wait between tests spans the slowest rank's test). On expiry the rank
+ * prints TS_ERR_TIMEOUT naming the rank that did not arrive and ends the job (MPI_Abort).
+ * Arguments as MPI's (MPI_IN_PLACE accepted), on MPI_COMM_WORLD. */
+#define TS_EP_TEST_WAIT_DEFAULT_S 120.0
+double ep_test_wait_s(void);
+void ep_test_barrier(void);
+void ep_test_allreduce(const void *in, void *out, int count, MPI_Datatype dt, MPI_Op op);
+void ep_test_allgather(const void *in, void *all, int count, MPI_Datatype dt); /* count per rank */
+void ep_test_bcast(void *buf, int count, MPI_Datatype dt, int root);
+
 /* 1 if every rank passes true. */
 static inline bool ep_all(bool v) {
     int in = v ? 1 : 0, out = 0;
-    MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ep_test_allreduce(&in, &out, 1, MPI_INT, MPI_MIN);
     return out != 0;
 }
 

@@ -50,7 +50,7 @@ static void run_case(ts_test_ctx *ts_t_, ts_ep_buffer *buf, const ep_case *c, in
     TS_CHECK_EQ_INT(nrecv, ref.out.num_recv_tokens);
     /* Received count == everyone's num_tokens_per_rank[me] (upstream identity). */
     int32_t *all_tpr = calloc((size_t)R * R, 4);
-    MPI_Allgather(in.tpr, R, MPI_INT32_T, all_tpr, R, MPI_INT32_T, MPI_COMM_WORLD);
+    ep_test_allgather(in.tpr, all_tpr, R, MPI_INT32_T);
     int64_t offs[65];
     TS_CHECK_STATUS(ts_ep_handle_get_recv_rank_offsets(h, offs, R + 1), TS_OK);
     int64_t expect = 0;
@@ -182,7 +182,7 @@ static void run_case(ts_test_ctx *ts_t_, ts_ep_buffer *buf, const ep_case *c, in
     /* num_worst_tokens: fixed rows, same prefix, -1 padding; no per-expert list. */
     ep_fill_x(c, &in, c->seed);
     int64_t total = in.N, worst = 0;
-    MPI_Allreduce(&total, &worst, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    ep_test_allreduce(&total, &worst, 1, MPI_INT64_T, MPI_SUM);
     worst += 3;
     ts_ep_dispatch_args wa = ep_args(c, &in, true);
     wa.num_worst_tokens = worst;

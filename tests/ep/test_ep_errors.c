@@ -38,7 +38,7 @@ TS_TEST(ep_error_too_many_tokens_for_buffer) {
     /* every rank sends max_tokens rows when it draws that many; make sure rank 0 overflows */
     TS_CHECK_STATUS(ts_ep_get_dispatch_layout(b, &in.tidx, in.E, &in.ttpr, NULL, &in.ttpe, &in.tin), TS_OK);
     int64_t n = in.N, total = 0;
-    MPI_Allreduce(&n, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    ep_test_allreduce(&n, &total, 1, MPI_INT64_T, MPI_SUM);
     ts_ep_dispatch_args a = ep_args(&c, &in, true);
     ts_ep_dispatch_result res;
     memset(&res, 0xAB, sizeof res);
@@ -76,11 +76,11 @@ TS_TEST(ep_error_bad_input_one_rank) {
     if (in.N > 0 || g_ep_rank != bad) {
         int any_tokens = in.N > 0, bad_has = 0;
         if (g_ep_rank == bad) bad_has = any_tokens;
-        MPI_Allreduce(MPI_IN_PLACE, &bad_has, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        ep_test_allreduce(MPI_IN_PLACE, &bad_has, 1, MPI_INT, MPI_MAX);
         if (bad_has) ep_expect_status(ts_t_, st, TS_ERR_INVALID_ARGUMENT, bad);
     } else {
         int bad_has = 0;
-        MPI_Allreduce(MPI_IN_PLACE, &bad_has, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        ep_test_allreduce(MPI_IN_PLACE, &bad_has, 1, MPI_INT, MPI_MAX);
     }
     if (g_ep_rank == bad && in.N > 0) ((int64_t *)in.idx)[0] = saved;
 
@@ -101,7 +101,7 @@ TS_TEST(ep_error_bad_input_one_rank) {
     ts_ep_dispatch_args w = a;
     w.num_worst_tokens = 1;
     int64_t recv0 = in.tpr[0];
-    MPI_Allreduce(MPI_IN_PLACE, &recv0, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    ep_test_allreduce(MPI_IN_PLACE, &recv0, 1, MPI_INT64_T, MPI_SUM);
     st = ts_ep_dispatch(b, &w, &res, NULL);
     if (recv0 > 1) TS_CHECK_STATUS(st, TS_ERR_INVALID_ARGUMENT);
 
@@ -178,7 +178,7 @@ TS_TEST(ep_error_rank_stops_participating) {
         /* the buffer refuses further use */
         TS_CHECK_STATUS(ts_ep_dispatch(b, &a, &res, NULL), TS_ERR_PEER);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ep_test_barrier();
     ep_free_inputs(&in);
     ts_ep_buffer_destroy(b);
 }

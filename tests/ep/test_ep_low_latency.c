@@ -463,7 +463,7 @@ TS_TEST(ep_ll_abandoned_combine_hook) {
         for (int64_t i = 0; i < N * w.H * 2; i++) same &= ((uint8_t *)out)[i] == 0x77;
         TS_CHECK(same);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ep_test_barrier();
     ts_ep_ll_handle_destroy(h);
     ts_ep_buffer_destroy(b);
     free(out);

@@ -161,7 +161,7 @@ TS_TEST(ep_ll_error_stalled_rank_times_out) {
         TS_CHECK_STATUS(disp(b, &w, &o, &w.tx, &w.tidx, w.T, w.E, &h), TS_ERR_PEER);
         free(o.rx);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ep_test_barrier();
     ts_ep_buffer_destroy(b);
     ll_free_world(&w);
 }

@@ -75,10 +75,10 @@ static inline void ll_make_world(const ll_case *c, ll_world *w) {
             myx[t * H + j] = ll_bf16_of(v);
         }
     }
-    MPI_Allgather(&myN, 1, MPI_INT64_T, w->N, 1, MPI_INT64_T, MPI_COMM_WORLD);
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->idx, (int)(T * K), MPI_INT64_T, MPI_COMM_WORLD);
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->w, (int)(T * K), MPI_FLOAT, MPI_COMM_WORLD);
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->x, (int)(T * H), MPI_UINT16_T, MPI_COMM_WORLD);
+    ep_test_allgather(&myN, w->N, 1, MPI_INT64_T);
+    ep_test_allgather(MPI_IN_PLACE, w->idx, (int)(T * K), MPI_INT64_T);
+    ep_test_allgather(MPI_IN_PLACE, w->w, (int)(T * K), MPI_FLOAT);
+    ep_test_allgather(MPI_IN_PLACE, w->x, (int)(T * H), MPI_UINT16_T);
     w->tx = ts_tensor_2d(w->x + me * T * H, TS_BF16, w->N[me], H);
     w->tidx = ts_tensor_2d(w->idx + me * T * K, TS_I64, w->N[me], K);
     w->tw = ts_tensor_2d(w->w + me * T * K, TS_F32, w->N[me], K);

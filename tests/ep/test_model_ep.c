@@ -72,7 +72,7 @@ TS_TEST(model_ep_logits_match_single_process_fused_unfused_loaded) {
         if (fd >= 0) close(fd);
         TS_CHECK_STATUS(ts_model_save_weights(ref, path), TS_OK);
     }
-    MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    ep_test_bcast(path, (int)sizeof path, MPI_CHAR, 0);
     static const char *what[3] = {"fused", "unfused", "loaded (fused)"};
     for (int v = 0; v < 3; v++) {
         ts_model *ep = NULL;
@@ -88,7 +88,7 @@ TS_TEST(model_ep_logits_match_single_process_fused_unfused_loaded) {
         }
         ts_model_free(ep);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ep_test_barrier();
     if (g_ep_rank == 0) unlink(path);
     /* a missing file on rank 0: TS_ERR_IO there, TS_ERR_PEER naming it elsewhere */
     ts_model *ep = NULL;
@@ -235,7 +235,7 @@ TS_TEST(model_ep_step_errors_and_missing_rank) {
             snprintf(want, sizeof want, "rank %d", bad);
             TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "%s", ts_last_error());
         }
-        MPI_Barrier(MPI_COMM_WORLD);
+        ep_test_barrier();
     }
     ts_model_free(ep);
     ts_model_free(ref);
