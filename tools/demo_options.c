@@ -162,6 +162,13 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
             if (i + 1 >= argc) return bad(err, cap, "%s needs a value", name);
             val = argv[++i];
         } else if (!takes && val) {
+            static const char *const flags[] = {"--unfused", "--sweep", "--check", "--quick",
+                                                "--replay", "--no-replay", "--replay-warm",
+                                                "--selftest", "--help"};
+            bool flag = false;
+            for (size_t j = 0; j < sizeof flags / sizeof *flags; j++) flag |= !strcmp(name, flags[j]);
+            if (!flag)
+                return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", name);
             return bad(err, cap, "%s takes no value", name);
         }
         int64_t v;

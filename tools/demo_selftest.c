@@ -40,6 +40,7 @@ static void test_options(void) {
         {"--sampling nucleus", "--sampling"}, {"--tpot-ms 25,,x", "--tpot-ms"},
         {"--tpot-ms -3", "--tpot-ms"},     {"--frobnicate", "unknown option"},
         {"--quick=1", "takes no value"},   {"--threads 0", "--threads"},
+        {"--frob=1", "unknown option"},
         {"--config a.json --weights b.bin", "--weights"},
         {"--check --sweep", "--check"},    {"--timeout 0", "--timeout"},
     };

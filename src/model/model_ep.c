@@ -2,6 +2,7 @@
  * the ranks' agreement on config and success (point to point with a deadline, so a missing rank
  * is named instead of hanging), the Mega MoE buffer and weights, and the statistics. */
 #include "model_ep_internal.h"
+#include "ep/ep_coll.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -245,10 +246,13 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const hel
     set_verdict(&h, st);
     ts_status ag = agree(comm, &h, &T, TAG_READY, create_timeout(timeout), fn, false);
     if (ag != TS_OK) st = ag;
-    if (st == TS_OK) { /* every rank is here and well: collective calls cannot hang now */
-        if (MPI_Comm_dup(comm, &ep->comm) != MPI_SUCCESS) {
+    if (st == TS_OK) { /* every rank was here and well; one may still stop now: a polled dup */
+        MPI_Request dup_req;
+        if (MPI_Comm_idup(comm, &ep->comm, &dup_req) != MPI_SUCCESS) {
             ep->comm = MPI_COMM_NULL;
-            st = ts__fail(TS_ERR_PEER, "%s: MPI_Comm_dup failed", fn);
+            st = ts__fail(TS_ERR_PEER, "%s: MPI_Comm_idup failed", fn);
+        } else if ((st = ts__ep_coll_wait(&dup_req, comm, create_timeout(timeout), fn)) != TS_OK) {
+            ep->comm = MPI_COMM_NULL; /* MPI may still complete the dup: not ours to free */
         }
     }
     if (st == TS_OK) {
