@@ -131,6 +131,33 @@ static bool cfold(chk *c, ts__tile_node *n, int64_t *v) {
     }
 }
 
+/* Why an expression with constant operands did not fold: "division by zero" and the like, with
+ * *at the operator, so a `const A = 1 / 0;` is named for what it is; NULL when some operand
+ * is simply not a compile-time integer. */
+static const char *cfold_fault(chk *c, ts__tile_node *n, const ts__tile_node **at) {
+    int64_t x, y, r;
+    if (!n) return NULL;
+    if (n->kind == TN_UNARY) {
+        const char *why = cfold_fault(c, n->a, at);
+        if (why) return why;
+        if (n->op == TO_NEG && cfold(c, n->a, &x) && x == INT64_MIN) return *at = n, "integer overflow";
+        return NULL;
+    }
+    if (n->kind != TN_BINARY) return NULL;
+    const char *why = cfold_fault(c, n->a, at);
+    if (!why) why = cfold_fault(c, n->b, at);
+    if (why) return why;
+    if (!cfold(c, n->a, &x) || !cfold(c, n->b, &y) || cfold(c, n, &r)) return NULL;
+    *at = n;
+    switch (n->op) {
+    case TO_DIV: return y == 0 ? "division by zero" : "integer overflow";
+    case TO_MOD: return y == 0 ? "modulo by zero (%)" : "integer overflow";
+    case TO_SHL: return y < 0 || y >= 63 ? "shift count out of range" : x < 0 ? "left shift of a negative value" : "integer overflow";
+    case TO_SHR: return "shift count out of range";
+    default: return "integer overflow";
+    }
+}
+
 /* hi - lo when it is a compile-time constant: both constant, or hi spelled `lo + K`. */
 static bool slice_extent(chk *c, ts__tile_node *sl, int64_t *ext) {
     int64_t lo, hi;
@@ -1892,7 +1919,12 @@ static bool check_module(chk *c, ts__tile_node *m, ts__tile_program *out) {
                 s->fval = it->a->kind == TN_FLOAT ? it->a->fval : -it->a->a->fval;
                 s->dt = TT_FLOATLIT;
             } else if (t != TT_ERROR) {
-                ERR(c, it->a->loc, "constant '%s' must be a compile-time integer or a float literal", it->name);
+                const ts__tile_node *at = it->a;
+                const char *why = cfold_fault(c, it->a, &at);
+                if (why)
+                    ERR(c, at->loc, "%s in the value of constant '%s' (line %d)", why, it->name, (int)at->loc.line);
+                else
+                    ERR(c, it->a->loc, "constant '%s' must be a compile-time integer or a float literal", it->name);
             }
             it->sym = s;
         } else if (it->kind == TN_MACRO) {
