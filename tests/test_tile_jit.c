@@ -591,3 +591,26 @@ TS_TEST(tile_jit_grid_visits_every_block_once) {
     ts_tile_kernel_release(k);
     rm_tree(dir);
 }
+
+/* The compiler's log of a module with 64-byte vectors (i64 at 8 lanes) holds no note about the
+ * vector-passing ABI (-Wno-psabi: no vector crosses the module's boundary). */
+TS_TEST(tile_jit_log_has_no_psabi_note) {
+    static const char src[] =
+        "kernel k(x: tensor<i64, [N]>) {\n"
+        "    launch (ceildiv(N, 64)) as (b) {\n"
+        "        tile t: i64[64];\n"
+        "        copy(x[b * 64], t);\n"
+        "        for i in parallel(64) { t[i] = t[i] * 3; }\n"
+        "        copy(t, x[b * 64]);\n"
+        "    }\n"
+        "}\n";
+    for (int f = 0; f < 2; f++) {
+        char *log = NULL;
+        ts_tile_kernel *k = NULL;
+        ts_tile_options o = {.flags = TS_TILE_JIT_NO_CACHE | (f ? TS_TILE_JIT_LANES16 : 0), .log = &log};
+        TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+        TS_CHECK_MSG(log && !strstr(log, "ABI for passing"), "log: %.300s", log ? log : "(null)");
+        ts_tile_free(log);
+        ts_tile_kernel_release(k);
+    }
+}
