@@ -69,12 +69,17 @@ static int mkdirs(const char *path) {
 
 /* ---- the directory ---- */
 
-static ts_status refuse_dir(const char *what, const char *path, const struct stat *st) {
+static ts_status refuse_dir(bool cache_dir, const char *path, const struct stat *st) {
+    if (cache_dir)
+        return ts__fail(TS_ERR_IO,
+                        "ts_tile_compile: cache directory '%s' (owner uid %u, mode %04o) must be owned by this user and "
+                        "not writable by others: its entries are loaded as code",
+                        path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777));
     return ts__fail(TS_ERR_IO,
-                    "ts_tile_compile: %s '%s' (owner uid %u, mode %04o) must be owned by %s and not writable by "
-                    "others: the cache's entries are loaded as code",
-                    what, path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777),
-                    strcmp(what, "cache directory") ? "this user or root (or be sticky, like /tmp)" : "this user");
+                    "ts_tile_compile: directory '%s' above the cache (owner uid %u, mode %04o) must be owned by this user "
+                    "or root and not writable by others unless sticky: whoever can write it can replace the cache, "
+                    "whose entries are loaded as code",
+                    path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777));
 }
 
 /* Open the absolute, symlink-free `real` from "/" one component at a time (O_NOFOLLOW), each
@@ -100,7 +105,7 @@ static ts_status open_chain(const char *real, int *fd) {
             break;
         }
         if ((sb.st_uid != 0 && sb.st_uid != me) || ((sb.st_mode & 022) && !(sb.st_mode & S_ISVTX))) {
-            st = refuse_dir("directory", plen ? prefix : "/", &sb);
+            st = refuse_dir(false, plen ? prefix : "/", &sb);
             break;
         }
         while (*s == '/') s++;
@@ -153,7 +158,7 @@ static ts_status open_jit_dir(const char *base, ts__tile_cache *c) {
         else if (fstat(c->fd, &sb) != 0)
             st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot stat '%s': %s", c->path, strerror(errno));
         else if (sb.st_uid != geteuid() || (sb.st_mode & 022))
-            st = refuse_dir("cache directory", c->path, &sb);
+            st = refuse_dir(true, c->path, &sb);
     }
     close(bfd);
     free(real);
