@@ -270,15 +270,17 @@ TS_TEST(tile_jit_corrupt_entry_is_rebuilt) {
     char path[600], copy[640];
     snprintf(path, sizeof path, "%s", info.path);
     ts_tile_kernel_release(k);
+    char key[65];
+    snprintf(key, sizeof key, "%s", info.key);
     /* every kind of damage is seen by the entry check (no rebuild needed to know) */
-    TS_CHECK(ts__tile_cache_valid(path));
+    TS_CHECK(ts__tile_cache_valid(path, key));
     snprintf(copy, sizeof copy, "%s.copy", path);
     for (int how = 0; how < 3; how++) {
         TS_CHECK(copy_corrupt(path, copy, how) == 0);
-        TS_CHECK_MSG(!ts__tile_cache_valid(copy), "corruption %d not detected", how);
+        TS_CHECK_MSG(!ts__tile_cache_valid(copy, key), "corruption %d not detected", how);
     }
     unlink(copy);
-    TS_CHECK(!ts__tile_cache_valid("/nonexistent/x.so"));
+    TS_CHECK(!ts__tile_cache_valid("/nonexistent/x.so", key));
     /* end to end: a truncated entry is rebuilt, in place, and then hits again */
     corrupt(path, 0);
     k = compile_in(ts_t_, k_axpy, dir);
@@ -289,7 +291,7 @@ TS_TEST(tile_jit_corrupt_entry_is_rebuilt) {
         TS_CHECK_EQ_INT(run_axpy(k, 1.25f, -2, true), 0);
     }
     ts_tile_kernel_release(k);
-    TS_CHECK(ts__tile_cache_valid(path));
+    TS_CHECK(ts__tile_cache_valid(path, key));
     k = compile_in(ts_t_, k_axpy, dir);
     if (k) {
         ts_tile_kernel_info_get(k, &info);
@@ -303,8 +305,11 @@ TS_TEST(tile_jit_corrupt_entry_is_rebuilt) {
         fputs("\177ELF but nothing a loader can use", f);
         fclose(f);
     }
-    TS_CHECK_STATUS(ts__tile_cache_seal(path), TS_OK);
-    TS_CHECK(ts__tile_cache_valid(path));
+    int sfd = open(path, O_RDWR);
+    TS_CHECK(sfd >= 0);
+    TS_CHECK_STATUS(ts__tile_cache_seal(sfd, key), TS_OK);
+    if (sfd >= 0) close(sfd);
+    TS_CHECK(ts__tile_cache_valid(path, key));
     k = compile_in(ts_t_, k_axpy, dir);
     if (k) {
         ts_tile_kernel_info_get(k, &info);
@@ -585,4 +590,27 @@ TS_TEST(tile_jit_grid_visits_every_block_once) {
     (void)ts_set_num_threads(saved);
     ts_tile_kernel_release(k);
     rm_tree(dir);
+}
+
+/* The compiler's log of a module with 64-byte vectors (i64 at 8 lanes) holds no note about the
+ * vector-passing ABI (-Wno-psabi: no vector crosses the module's boundary). */
+TS_TEST(tile_jit_log_has_no_psabi_note) {
+    static const char src[] =
+        "kernel k(x: tensor<i64, [N]>) {\n"
+        "    launch (ceildiv(N, 64)) as (b) {\n"
+        "        tile t: i64[64];\n"
+        "        copy(x[b * 64], t);\n"
+        "        for i in parallel(64) { t[i] = t[i] * 3; }\n"
+        "        copy(t, x[b * 64]);\n"
+        "    }\n"
+        "}\n";
+    for (int f = 0; f < 2; f++) {
+        char *log = NULL;
+        ts_tile_kernel *k = NULL;
+        ts_tile_options o = {.flags = TS_TILE_JIT_NO_CACHE | (f ? TS_TILE_JIT_LANES16 : 0), .log = &log};
+        TS_CHECK_STATUS(ts_tile_compile(src, &o, &k), TS_OK);
+        TS_CHECK_MSG(log && !strstr(log, "ABI for passing"), "log: %.300s", log ? log : "(null)");
+        ts_tile_free(log);
+        ts_tile_kernel_release(k);
+    }
 }

@@ -1,5 +1,6 @@
 /* `tilestack tilec`: compile a .tile file to its AST, lowered IR or C11. */
 #include "cli.h"
+#include "core/atomic_file.h"
 #include "tilestack/tile.h"
 
 #include <stdio.h>
@@ -74,6 +75,11 @@ int ts__cmd_tilec(int argc, char **argv) {
         tilec_usage(stderr);
         return 2;
     }
+    /* -o naming the input would replace the source with its own translation */
+    if (out && ts__same_file(in, out)) {
+        fprintf(stderr, "tilestack tilec: -o '%s' is the input file\n", out);
+        return 2;
+    }
     size_t len = 0;
     char *src = read_file(in, (size_t)8 << 20, &len);
     if (!src) {
@@ -90,12 +96,23 @@ int ts__cmd_tilec(int argc, char **argv) {
         return 1;
     }
     int rc = 0;
-    FILE *f = out ? fopen(out, "wb") : stdout;
-    if (!f || fputs(text, f) < 0) {
-        fprintf(stderr, "tilestack tilec: cannot write '%s'\n", out ? out : "<stdout>");
+    if (out) {
+        /* a temporary file renamed over F once complete: a write that fails half way (disk
+         * full, ulimit -f) leaves the previous F as it was */
+        ts__atomic_file af;
+        st = ts__atomic_open(&af, out);
+        if (st == TS_OK) {
+            fputs(text, af.f);
+            st = ts__atomic_commit(&af);
+        }
+        if (st != TS_OK) {
+            fprintf(stderr, "tilestack tilec: %s\n", ts_last_error());
+            rc = 1;
+        }
+    } else if (fputs(text, stdout) < 0 || fflush(stdout) != 0) {
+        fprintf(stderr, "tilestack tilec: cannot write '<stdout>'\n");
         rc = 1;
     }
-    if (f && out && fclose(f) != 0) rc = 1;
     ts_tile_free(text);
     return rc;
 }

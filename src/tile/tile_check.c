@@ -89,6 +89,28 @@ static bool cfold_call(chk *c, ts__tile_node *n, int64_t *v) {
     return false;
 }
 
+static bool cfold_unop(int op, int64_t x, int64_t *v) {
+    if (op == TO_NEG) return x != INT64_MIN && (*v = -x, true);
+    if (op == TO_BNOT) return *v = ~x, true;
+    return false;
+}
+
+static bool cfold_binop(int op, int64_t x, int64_t y, int64_t *v) {
+    switch (op) {
+    case TO_ADD: return !__builtin_add_overflow(x, y, v);
+    case TO_SUB: return !__builtin_sub_overflow(x, y, v);
+    case TO_MUL: return !__builtin_mul_overflow(x, y, v);
+    case TO_DIV: return y != 0 && !(x == INT64_MIN && y == -1) && (*v = x / y, true);
+    case TO_MOD: return y != 0 && !(x == INT64_MIN && y == -1) && (*v = x % y, true);
+    case TO_SHL: return y >= 0 && y < 63 && x >= 0 && x <= (INT64_MAX >> y) && (*v = x << y, true);
+    case TO_SHR: return y >= 0 && y < 64 && (*v = x >> y, true);
+    case TO_BAND: return *v = x & y, true;
+    case TO_BOR: return *v = x | y, true;
+    case TO_BXOR: return *v = x ^ y, true;
+    default: return false;
+    }
+}
+
 /* Integer constant folding; false when not a compile-time constant (or it would overflow). */
 static bool cfold(chk *c, ts__tile_node *n, int64_t *v) {
     if (!n) return false;
@@ -104,31 +126,47 @@ static bool cfold(chk *c, ts__tile_node *n, int64_t *v) {
     }
     case TN_UNARY: {
         int64_t x;
-        if (!cfold(c, n->a, &x)) return false;
-        if (n->op == TO_NEG) return x != INT64_MIN && (*v = -x, true);
-        if (n->op == TO_BNOT) return *v = ~x, true;
-        return false;
+        return cfold(c, n->a, &x) && cfold_unop(n->op, x, v);
     }
     case TN_BINARY: {
         int64_t x, y;
-        if (!cfold(c, n->a, &x) || !cfold(c, n->b, &y)) return false;
-        switch (n->op) {
-        case TO_ADD: return !__builtin_add_overflow(x, y, v);
-        case TO_SUB: return !__builtin_sub_overflow(x, y, v);
-        case TO_MUL: return !__builtin_mul_overflow(x, y, v);
-        case TO_DIV: return y != 0 && !(x == INT64_MIN && y == -1) && (*v = x / y, true);
-        case TO_MOD: return y != 0 && !(x == INT64_MIN && y == -1) && (*v = x % y, true);
-        case TO_SHL: return y >= 0 && y < 63 && x >= 0 && x <= (INT64_MAX >> y) && (*v = x << y, true);
-        case TO_SHR: return y >= 0 && y < 64 && (*v = x >> y, true);
-        case TO_BAND: return *v = x & y, true;
-        case TO_BOR: return *v = x | y, true;
-        case TO_BXOR: return *v = x ^ y, true;
-        default: return false;
-        }
+        return cfold(c, n->a, &x) && cfold(c, n->b, &y) && cfold_binop(n->op, x, y, v);
     }
     case TN_CALL: return cfold_call(c, n, v);
     default: return false;
     }
+}
+
+/* Why an expression did not fold, in one pass (linear in its size): 1 folded (*v), 0 some
+ * operand is not a compile-time integer, -1 an operation on constants failed: *why says which
+ * ("division by zero"), *at is its operator, so `const A = 1 / 0;` is named for what it is. */
+static int cfold_explain(chk *c, ts__tile_node *n, int64_t *v, const char **why, const ts__tile_node **at) {
+    int64_t x, y;
+    if (n && n->kind == TN_UNARY) {
+        int r = cfold_explain(c, n->a, &x, why, at);
+        if (r <= 0) return r;
+        if (cfold_unop(n->op, x, v)) return 1;
+        if (n->op != TO_NEG) return 0;
+        *why = "integer overflow", *at = n;
+        return -1;
+    }
+    if (!n || n->kind != TN_BINARY) return cfold(c, n, v) ? 1 : 0;
+    int ra = cfold_explain(c, n->a, &x, why, at);
+    if (ra < 0) return ra;
+    int rb = cfold_explain(c, n->b, &y, why, at);
+    if (rb < 0) return rb;
+    if (!ra || !rb) return 0;
+    if (cfold_binop(n->op, x, y, v)) return 1;
+    switch (n->op) {
+    case TO_ADD: case TO_SUB: case TO_MUL: *why = "integer overflow"; break;
+    case TO_DIV: *why = y == 0 ? "division by zero" : "integer overflow"; break;
+    case TO_MOD: *why = y == 0 ? "modulo by zero (%)" : "integer overflow"; break;
+    case TO_SHL: *why = y < 0 || y >= 63 ? "shift count out of range" : x < 0 ? "left shift of a negative value" : "integer overflow"; break;
+    case TO_SHR: *why = "shift count out of range"; break;
+    default: return 0; /* not an integer operation: not a constant */
+    }
+    *at = n;
+    return -1;
 }
 
 /* hi - lo when it is a compile-time constant: both constant, or hi spelled `lo + K`. */
@@ -1892,7 +1930,12 @@ static bool check_module(chk *c, ts__tile_node *m, ts__tile_program *out) {
                 s->fval = it->a->kind == TN_FLOAT ? it->a->fval : -it->a->a->fval;
                 s->dt = TT_FLOATLIT;
             } else if (t != TT_ERROR) {
-                ERR(c, it->a->loc, "constant '%s' must be a compile-time integer or a float literal", it->name);
+                const ts__tile_node *at = it->a;
+                const char *why = NULL;
+                if (cfold_explain(c, it->a, &v, &why, &at) < 0)
+                    ERR(c, at->loc, "%s in the value of constant '%s' (line %d)", why, it->name, (int)at->loc.line);
+                else
+                    ERR(c, it->a->loc, "constant '%s' must be a compile-time integer or a float literal", it->name);
             }
             it->sym = s;
         } else if (it->kind == TN_MACRO) {

@@ -47,6 +47,12 @@ void ts__tile_buf_printf(ts__tile_buf *b, const char *fmt, ...)
     ;
 void ts__tile_buf_free(ts__tile_buf *b);
 
+/* Append `s` escaped for the inside of a C string literal (tile_escape.c says how): the
+ * literal then holds exactly `s`. FORMAT: the literal is a printf format that prints `s`.
+ * COMMENT: for the inside of a C comment (no `*`, so never a closing `* /`). */
+typedef enum ts__tile_esc { TS__ESC_STRING, TS__ESC_FORMAT, TS__ESC_COMMENT } ts__tile_esc;
+void ts__tile_buf_escape(ts__tile_buf *b, const char *s, ts__tile_esc mode);
+
 /* ---- diagnostics ---- */
 typedef struct ts__tile_loc {
     int32_t line, col; /* 1-based; col counts bytes */

@@ -14,11 +14,14 @@
 #include "tile/tile_sha256.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_PARAMS 64
@@ -235,12 +238,21 @@ static ts_status front_end(const char *source, const char *filename, const ts_ti
     return st;
 }
 
-/* dlopen + init + trampolines; false (with *why) when the object is unusable. */
+/* dlopen + key + init + trampolines; false (with *why) when the object is unusable. The
+ * path is in the checked cache directory and the file was checked on a descriptor (tile_cache.c);
+ * the module's own tsjit__key must then be the key asked for, so an object the loader found by
+ * another route (one already loaded under that name) is never run as this module. */
 static bool load(ts_tile_kernel *m, const char *path, char *why, size_t nwhy) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
         snprintf(why, nwhy, "%s", e ? e : "dlopen failed");
+        return false;
+    }
+    const char *key = dlsym(h, "tsjit__key");
+    if (!key || strncmp(key, m->key, sizeof m->key)) {
+        snprintf(why, nwhy, "%s: not the module of key %s", path, m->key);
+        dlclose(h);
         return false;
     }
     int (*init)(const void *, size_t, unsigned) = NULL;
@@ -266,23 +278,53 @@ static bool load(ts_tile_kernel *m, const char *path, char *why, size_t nwhy) {
     return true;
 }
 
-static ts_status build(const char *cc, const char *incdir, const char *dir, const char *ctext,
-                       char *const *flags, int nflags, const ts_tile_options *o, char **so_out) {
-    *so_out = NULL;
-    char *cpath = ts__tile_cache_tmp(dir, ".c"), *sopath = ts__tile_cache_tmp(dir, ".so");
-    char *iflag = malloc(strlen(incdir) + 3);
+static bool write_all(int fd, const char *s) {
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        s += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Compile ctext (+ the key symbol) into a sealed object in the cache directory: *so_name its
+ * name there (malloc'd). Every path handed to the compiler is absolute (the directory's real
+ * path), so none can be taken for an option. */
+static ts_status build(const char *cc, const ts__tile_cache *c, const char *ctext, const char *key,
+                       char *const *flags, int nflags, const ts_tile_options *o, char **so_name) {
+    *so_name = NULL;
+    char *cname = ts__tile_cache_tmp(".c"), *soname = ts__tile_cache_tmp(".so");
+    char *cpath = NULL, *sopath = NULL, *iflag = NULL, *incdir = NULL;
     ts_status st = TS_OK;
+    int fd = -1;
+    if (!cname || !soname) {
+        st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+        goto done;
+    }
+    st = ts__tile_cache_headers(c, &incdir);
+    if (st != TS_OK) goto done;
+    size_t n1 = strlen(c->path) + strlen(cname) + 2, n2 = strlen(c->path) + strlen(soname) + 2;
+    cpath = malloc(n1), sopath = malloc(n2), iflag = malloc(strlen(incdir) + 3);
     if (!cpath || !sopath || !iflag) {
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
         goto done;
     }
+    snprintf(cpath, n1, "%s/%s", c->path, cname);
+    snprintf(sopath, n2, "%s/%s", c->path, soname);
     sprintf(iflag, "-I%s", incdir);
-    FILE *f = fopen(cpath, "wb");
-    if (!f || fputs(ctext, f) < 0 || fclose(f) != 0) {
-        if (f) fclose(f);
+    fd = openat(c->fd, cname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    char keyline[128];
+    snprintf(keyline, sizeof keyline, "\nTS_API const char tsjit__key[] = \"%s\";\n", key);
+    if (fd < 0 || !write_all(fd, ctext) || !write_all(fd, keyline) || close(fd) != 0) {
+        if (fd >= 0) close(fd);
+        fd = -1;
         st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot write '%s'", cpath);
         goto done;
     }
+    fd = -1;
     char *argv[40];
     int n = 0;
     argv[n++] = (char *)cc;
@@ -304,17 +346,26 @@ static ts_status build(const char *cc, const char *incdir, const char *dir, cons
             st = ts__fail(TS_ERR_INTERNAL, "ts_tile_compile: C compiler '%s' failed (exit %d): %.380s", cc, code,
                           *msg ? msg : "(no output)");
         } else {
-            st = ts__tile_cache_seal(sopath);
+            /* owner-only whatever the umask: a group- or other-writable entry is refused on load */
+            fd = openat(c->fd, soname, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 || fchmod(fd, 0700) != 0) st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot open the built object '%s'", sopath);
+            else st = ts__tile_cache_seal(fd, key);
+            if (fd >= 0 && close(fd) != 0 && st == TS_OK) st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot write '%s'", sopath);
+            fd = -1;
         }
     }
     free(out);
 done:
-    if (cpath) unlink(cpath);
-    if (st != TS_OK && sopath) unlink(sopath);
+    if (cname) unlinkat(c->fd, cname, 0);
+    if (st != TS_OK && soname) unlinkat(c->fd, soname, 0);
+    if (incdir) ts__tile_cache_remove_headers(incdir);
+    free(incdir);
+    free(cname);
     free(cpath);
+    free(sopath);
     free(iflag);
-    if (st == TS_OK) *so_out = sopath;
-    else free(sopath);
+    if (st == TS_OK) *so_name = soname;
+    else free(soname);
     return st;
 }
 
@@ -331,7 +382,8 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
 
     ts_tile_kernel *m = calloc(1, sizeof *m);
     if (!m) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
-    char *ctext = NULL, *ccpath = NULL, *ccid = NULL, *dir = NULL, *incdir = NULL, *built = NULL;
+    char *ctext = NULL, *ccpath = NULL, *ccid = NULL, *built = NULL;
+    ts__tile_cache cache = {.fd = -1};
     /* The SIMD lowering's width: 8 lanes (ymm with AVX2, or the generic fallback), or 16
      * (zmm) on the avx512 path when asked with TS_TILE_JIT_LANES16. Not the default there
      * yet: several tile_rt.h helpers have only plain vector C at 16 lanes, and kernels built
@@ -355,6 +407,11 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
     flags[nflags++] = "-fvisibility=hidden";
     flags[nflags++] = "-D_GNU_SOURCE";
     flags[nflags++] = "-w";
+    /* GCC's note that passing 32/64-byte vectors by value changed ABI in 4.6 is not silenced
+     * by -w and filled the log; it concerns no real call: tile_rt.h's vector helpers are
+     * always-inline statics, and every function the module exports takes pointers and
+     * scalars only */
+    flags[nflags++] = "-Wno-psabi";
     if (ts__isa_avx2_up(isa)) {
         flags[nflags++] = "-mavx2";
         flags[nflags++] = "-mfma";
@@ -388,46 +445,55 @@ ts_status ts_tile_compile(const char *source, const ts_tile_options *options, ts
         ts__sha256_to_hex(d, m->key);
     }
 
-    st = ts__tile_cache_dir(o->cache_dir, &dir);
+    /* without the cache, the build goes to a private temporary directory (no HOME needed) */
+    st = use_cache ? ts__tile_cache_open(o->cache_dir, &cache) : ts__tile_cache_open_private(&cache);
     if (st != TS_OK) goto out;
-    char why[512] = "";
+    char why[512] = "", name[80];
+    snprintf(name, sizeof name, "%s.so", m->key);
     if (use_cache) {
-        size_t n = strlen(dir) + 80;
-        m->path = malloc(n);
+        bool hit = false;
+        st = ts__tile_cache_lookup(&cache, m->key, &hit);
+        if (st != TS_OK) goto out;
+        m->path = malloc(strlen(cache.path) + sizeof name + 2);
         if (!m->path) {
             st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
             goto out;
         }
-        snprintf(m->path, n, "%s/%s.so", dir, m->key);
-        if (ts__tile_cache_valid(m->path) && load(m, m->path, why, sizeof why)) {
+        sprintf(m->path, "%s/%s", cache.path, name);
+        if (hit && load(m, m->path, why, sizeof why)) {
             m->cache_hit = true;
             set_log(o, "");
             goto out;
         }
     }
-    st = ts__tile_cache_headers(dir, &incdir);
-    if (st == TS_OK) st = build(ccpath, incdir, dir, ctext, flags, nflags, o, &built);
+    st = build(ccpath, &cache, ctext, m->key, flags, nflags, o, &built);
     if (st != TS_OK) goto out;
     if (use_cache) {
-        /* replaces a corrupt entry, or an equal one another process just wrote */
-        if (rename(built, m->path) != 0) {
-            st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot move the object into the cache at '%s'", m->path);
-            unlink(built);
+        /* replaces a corrupt or planted entry (a symlink itself, not its target), or an equal
+         * one another process just wrote */
+        if (renameat(cache.fd, built, cache.fd, name) != 0) {
+            st = ts__fail(TS_ERR_IO, "ts_tile_compile: cannot move the object into the cache at '%s': %s", m->path,
+                          strerror(errno));
+            unlinkat(cache.fd, built, 0);
             goto out;
         }
     } else {
         free(m->path);
-        m->path = built;
-        built = NULL;
+        m->path = malloc(strlen(cache.path) + strlen(built) + 2);
+        if (!m->path) {
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tile_compile: out of memory");
+            unlinkat(cache.fd, built, 0);
+            goto out;
+        }
+        sprintf(m->path, "%s/%s", cache.path, built);
     }
     if (!load(m, m->path, why, sizeof why)) st = ts__fail(TS_ERR_INTERNAL, "ts_tile_compile: the built object does not load: %s", why);
-    if (!use_cache) unlink(m->path); /* the mapping stays valid */
+    if (!use_cache) unlinkat(cache.fd, built, 0); /* the mapping stays valid */
 out:
     free(ctext);
     free(ccpath);
     free(ccid);
-    free(dir);
-    free(incdir);
+    ts__tile_cache_close(&cache);
     free(built);
     if (st != TS_OK) {
         kernel_free(m);

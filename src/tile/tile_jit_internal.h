@@ -29,20 +29,39 @@ ts_status ts__tile_cc_identity(const char *path, char **id);
  * signal. TS_ERR_UNSUPPORTED when it cannot be started. */
 ts_status ts__tile_cc_run(char *const argv[], int *exit_code, char **output);
 
-/* ---- disk cache ---- */
-/* The JIT's directory (<cache_dir>/tile-jit), created (mode 0700) if missing: malloc'd. */
-ts_status ts__tile_cache_dir(const char *cache_dir, char **dir);
+/* ---- disk cache (tile_cache.c; its head comment says what is checked and why) ---- */
+typedef struct ts__tile_cache {
+    char *path; /* the directory's real absolute path: what the compiler is given, never
+                 * starting with '-' */
+    int fd;     /* the directory, opened component by component with O_NOFOLLOW and checked */
+    bool priv;  /* a private temporary directory (TS_TILE_JIT_NO_CACHE), removed on close */
+} ts__tile_cache;
+/* <cache_dir>/tile-jit, cache_dir from the option, else $TS_TILE_CACHE_DIR, else
+ * $XDG_CACHE_HOME/tilestack (absolute values only), else $HOME/.cache/tilestack, else
+ * TS_ERR_IO saying so. Created 0700 if missing; TS_ERR_IO naming the path when it or a
+ * directory above it could be changed by another user. */
+ts_status ts__tile_cache_open(const char *cache_dir, ts__tile_cache *c);
+/* A fresh mkdtemp directory under $TMPDIR (absolute) or /tmp, removed by close. */
+ts_status ts__tile_cache_open_private(ts__tile_cache *c);
+void ts__tile_cache_close(ts__tile_cache *c);
 /* SHA-256 hex of the embedded headers (names and contents), computed once. */
 const char *ts__tile_cache_headers_hash(void);
-/* Write the embedded headers under <dir>/inc-<hash16> (atomically: a temp dir renamed into
- * place) unless present; *incdir malloc'd. */
-ts_status ts__tile_cache_headers(const char *dir, char **incdir);
-/* A unique temporary path in dir: "<dir>/tmp-<pid>-<n>-<rand><suffix>", malloc'd. */
-char *ts__tile_cache_tmp(const char *dir, const char *suffix);
-/* Append the entry trailer (magic, payload length, SHA-256 of the payload) to a freshly
- * built object. */
-ts_status ts__tile_cache_seal(const char *path);
-/* True when `path` is a complete entry: ELF magic, trailer present, length and hash match. */
-bool ts__tile_cache_valid(const char *path);
+/* Write the embedded headers into a fresh temporary directory in the cache (one per build,
+ * so what is compiled is what the library holds); *incdir its malloc'd path. */
+ts_status ts__tile_cache_headers(const ts__tile_cache *c, char **incdir);
+void ts__tile_cache_remove_headers(const char *incdir);
+/* A unique temporary name "tmp-<pid>-<n>-<rand><suffix>" (relative to the directory), malloc'd. */
+char *ts__tile_cache_tmp(const char *suffix);
+/* Append the entry trailer (magic, payload length, key, SHA-256 of payload and key) to the
+ * freshly built object open at fd. key: 64 hex digits. */
+ts_status ts__tile_cache_seal(int fd, const char *key);
+/* True when the file at fd (or path, opened O_NOFOLLOW) is a complete entry for `key`: ELF
+ * magic, trailer present, length, key and hash match. */
+bool ts__tile_cache_valid_fd(int fd, const char *key);
+bool ts__tile_cache_valid(const char *path, const char *key);
+/* <key>.so in the directory: *hit when it is a valid entry for key. A symlink, a missing,
+ * corrupt or other key's entry is a miss; one not owned by this user or writable by others
+ * is TS_ERR_IO naming it. */
+ts_status ts__tile_cache_lookup(const ts__tile_cache *c, const char *key, bool *hit);
 
 #endif
