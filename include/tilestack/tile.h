@@ -40,7 +40,8 @@ TS_API void ts_tile_free(void *p);
 typedef struct ts_tile_kernel ts_tile_kernel; /* a loaded module: one or more kernels */
 
 enum {
-    TS_TILE_JIT_NO_CACHE = 1u << 0, /* neither read nor write the disk cache */
+    /* no disk cache: build in a private temporary directory, removed after */
+    TS_TILE_JIT_NO_CACHE = 1u << 0,
     /* on the avx512 path, lower vector code to 16 lanes (zmm, compiled with AVX-512 F/BW/VL/DQ)
      * instead of 8 (ymm); same bits either way. Ignored on other paths. */
     TS_TILE_JIT_LANES16 = 1u << 1
@@ -51,7 +52,9 @@ typedef struct ts_tile_options {
     const char *filename;  /* for diagnostics and messages; NULL: "<jit>" */
     const char *cc;        /* compiler path or name on PATH (run directly, never through a
                             * shell); NULL: $TS_TILE_CC, else "cc" */
-    const char *cache_dir; /* NULL: $TS_TILE_CACHE_DIR, else $HOME/.cache/tilestack */
+    const char *cache_dir; /* NULL: $TS_TILE_CACHE_DIR, else $XDG_CACHE_HOME/tilestack, else
+                              $HOME/.cache/tilestack; with none set the JIT fails (TS_ERR_IO)
+                              rather than guess a shared path (docs/security.md) */
     unsigned flags;        /* TS_TILE_JIT_* */
     char **log;            /* if non-NULL, receives a malloc'd string (free with ts_tile_free):
                             * the tile diagnostics, or the compiler's output; "" if none */
