@@ -78,8 +78,8 @@ static void expect_load(ts_test_ctx *ts_t_, const char *path, ts_status code, co
     const char *msg = ts_last_error();
     TS_CHECK_MSG(!n1 || strstr(msg, n1), "message \"%s\" lacks \"%s\"", msg, n1);
     TS_CHECK_MSG(!n2 || strstr(msg, n2), "message \"%s\" lacks \"%s\"", msg, n2);
-    TS_CHECK(m == (ts_model *)(uintptr_t)0x1);
-    if (code == TS_OK && m != (ts_model *)(uintptr_t)0x1) ts_model_free(m);
+    if (code != TS_OK) TS_CHECK(m == (ts_model *)(uintptr_t)0x1);
+    else if (m != (ts_model *)(uintptr_t)0x1) ts_model_free(m);
 }
 
 /* The file with tensor `name`'s element i (of width w bytes) set to the bytes of v. */
