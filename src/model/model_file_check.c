@@ -8,17 +8,21 @@
 
 #include <math.h>
 
-static ts_status bad_value(const char *path, const ts__mtensor *t, int64_t i, const char *fmt,
-                           double v, const char *rule) {
+/* val: the element as text (a float, an id or an e4m3 code); rule: what it should be. */
+static ts_status bad_value(const char *path, const ts__mtensor *t, int64_t i, const char *val,
+                           const char *rule) {
     char where[48];
     if (t->ndim == 2)
         snprintf(where, sizeof where, "[%lld, %lld]", (long long)(i / t->shape[1]),
                  (long long)(i % t->shape[1]));
     else snprintf(where, sizeof where, "[%lld]", (long long)i);
-    char val[48];
-    snprintf(val, sizeof val, fmt, v);
     return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_model_load: %s: tensor %s: element %s = %s: %s",
                     path, t->name, where, val, rule);
+}
+
+static const char *f_str(double v, char buf[32]) {
+    snprintf(buf, 32, "%.10g", v); /* every int32 id exactly, f32 values to 9+ digits */
+    return buf;
 }
 
 static int64_t numel(const ts__mtensor *t) {
@@ -28,7 +32,8 @@ static int64_t numel(const ts__mtensor *t) {
 static ts_status finite_f32(const char *path, const ts__mtensor *t) {
     const float *p = (const float *)t->data;
     for (int64_t i = 0, n = numel(t); i < n; i++)
-        if (!isfinite(p[i])) return bad_value(path, t, i, "%g", p[i], "values must be finite");
+        if (!isfinite(p[i]))
+            return bad_value(path, t, i, f_str(p[i], (char[32]){0}), "values must be finite");
     return TS_OK;
 }
 
@@ -36,7 +41,8 @@ static ts_status finite_bf16(const char *path, const ts__mtensor *t) {
     const uint16_t *p = (const uint16_t *)t->data;
     for (int64_t i = 0, n = numel(t); i < n; i++)
         if ((p[i] & 0x7F80) == 0x7F80) /* exponent all ones: inf or NaN */
-            return bad_value(path, t, i, "%g", ts__bf16_to_f32_inl(p[i]), "values must be finite");
+            return bad_value(path, t, i, f_str(ts__bf16_to_f32_inl(p[i]), (char[32]){0}),
+                             "values must be finite");
     return TS_OK;
 }
 
@@ -44,9 +50,11 @@ static ts_status finite_bf16(const char *path, const ts__mtensor *t) {
 static ts_status finite_e4m3(const char *path, const ts__mtensor *t) {
     const uint8_t *p = (const uint8_t *)t->data;
     for (int64_t i = 0, n = numel(t); i < n; i++)
-        if ((p[i] & 0x7F) == 0x7F)
-            return bad_value(path, t, i, "code 0x%02x", (double)p[i],
-                             "an e4m3 NaN code (weights must be finite)");
+        if ((p[i] & 0x7F) == 0x7F) {
+            char code[32];
+            snprintf(code, sizeof code, "code 0x%02x", p[i]);
+            return bad_value(path, t, i, code, "an e4m3 NaN code (weights must be finite)");
+        }
     return TS_OK;
 }
 
@@ -55,7 +63,7 @@ static ts_status pow2_scales(const char *path, const ts__mtensor *t) {
     const float *p = (const float *)t->data;
     for (int64_t i = 0, n = numel(t); i < n; i++)
         if (ts_f32_to_ue8m0(p[i]) == 255)
-            return bad_value(path, t, i, "%g", p[i],
+            return bad_value(path, t, i, f_str(p[i], (char[32]){0}),
                              "scales must be positive powers of two in [2^-127, 2^127] (ue8m0, "
                              "docs/model.md §2)");
     return TS_OK;
@@ -75,14 +83,14 @@ static ts_status check_tid2eid(const char *path, const ts_model_config *c, const
                 char rule[96];
                 snprintf(rule, sizeof rule, "expert ids must be in [0, n_routed_experts = %lld)",
                          (long long)E);
-                return bad_value(path, t, v * K + j, "%.0f", e, rule);
+                return bad_value(path, t, v * K + j, f_str(e, (char[32]){0}), rule);
             }
             for (int64_t k = 0; k < j; k++)
                 if (p[v * K + k] == e) {
                     char rule[128];
                     snprintf(rule, sizeof rule, "expert %d is listed twice for token %lld (a "
                              "token's top-k experts must be distinct)", (int)e, (long long)v);
-                    return bad_value(path, t, v * K + j, "%.0f", e, rule);
+                    return bad_value(path, t, v * K + j, f_str(e, (char[32]){0}), rule);
                 }
         }
     return TS_OK;

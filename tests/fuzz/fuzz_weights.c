@@ -149,6 +149,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size) {
         fprintf(stderr, "fuzz_weights: a failed load returned a model\n");
         abort();
     }
+    static int verbose = -1; /* TS_FUZZ_VERBOSE=1: each input's outcome */
+    if (verbose < 0) verbose = getenv("TS_FUZZ_VERBOSE") != NULL;
+    if (verbose) fprintf(stderr, "fuzz_weights: %d %s\n", (int)st, st ? ts_last_error() : "ok");
     if (st != TS_OK && (ts_status_str(st) == NULL || ts_last_error()[0] == 0)) {
         fprintf(stderr, "fuzz_weights: status %d without a message\n", (int)st);
         abort();
