@@ -225,6 +225,11 @@ TS_TEST(model_file_size_header_cap_and_file_kind) {
         if (fd >= 0) close(fd);
         expect_load(ts_t_, p, TS_ERR_INVALID_ARGUMENT, "cap", "1073741824");
     }
+    /* a config of 128 layers x 65536 experts in a small file: refused before the tensor list
+     * (gigabytes of bookkeeping) is built */
+    TS_CHECK(tm_write_edited(p, &g_file, "\\\"n_routed_experts\\\": 8",
+                             "\\\"n_routed_experts\\\": 65536"));
+    expect_load(ts_t_, p, TS_ERR_INVALID_ARGUMENT, "fewer than the 1179648 expert tensors", NULL);
     /* not a regular file */
     expect_load(ts_t_, "/tmp", TS_ERR_INVALID_ARGUMENT, "is a directory", NULL);
     expect_load(ts_t_, "/dev/zero", TS_ERR_INVALID_ARGUMENT, "not a regular file", NULL);

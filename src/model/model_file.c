@@ -295,6 +295,17 @@ ts_status ts_model_load(const char *path, int64_t max_batch, ts_model **out) {
             }
         }
     }
+    /* The config sizes the tensor list (up to 128 layers x 65536 experts: gigabytes of
+     * bookkeeping); a header that cannot hold that many entries is refused before the list is
+     * built, so a small file cannot make the loader allocate for a model it does not contain. */
+    if (st == TS_OK) {
+        const int64_t need = cfg.n_layers * cfg.n_routed_experts * 6; /* w1, w3, w2 + scales */
+        if (need > hdr->n - 1)
+            st = bad(path, "header lists %lld tensors, fewer than the %lld expert tensors alone of "
+                     "its config (n_layers = %lld, n_routed_experts = %lld)",
+                     (long long)(hdr->n - 1), (long long)need, (long long)cfg.n_layers,
+                     (long long)cfg.n_routed_experts);
+    }
     int64_t ns = 0;
     if (st == TS_OK) st = ts__model_weight_specs(&cfg, &specs, &ns);
     if (st == TS_OK) st = ts__model_alloc(&cfg, max_batch, &m);
