@@ -22,6 +22,9 @@ work="$dir/fuzz"
 mkdir -p "$work"
 seeds=("$root/src/kernels" "$root/tests/fuzz/corpus")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+# a weight file may ask for a huge model: a failed allocation must come back as
+# TS_ERR_OUT_OF_MEMORY (as malloc does in a normal build), not abort the run inside ASan
+wasan=${ASAN_OPTIONS}:allocator_may_return_null=1
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 have_libfuzzer() {
@@ -72,7 +75,7 @@ wsecs=${TS_FUZZ_WEIGHTS_SECONDS:-$secs}
 wbin="$dir/tilestack_fuzz_weights"
 if [ -x "$wbin" ]; then
   echo "fuzz: the weight-file reader for ${wsecs}s (built-in driver)"
-  "$wbin" -seed=1 -max_total_time="$wsecs" -timeout=20 -artifact_prefix="$work/weights-" \
+  ASAN_OPTIONS=$wasan "$wbin" -seed=1 -max_total_time="$wsecs" -timeout=20 -artifact_prefix="$work/weights-" \
     "$root/tests/fuzz/weights" | grep -v '^1 passed, 0 failed$'
   wrc=${PIPESTATUS[0]}
 else
