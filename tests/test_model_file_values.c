@@ -284,3 +284,20 @@ TS_TEST(model_file_save_is_atomic) {
     remove(path);
     ts_model_free(m);
 }
+
+/* The golden reader (--check --golden FILE) stops at its cap and refuses what is not a regular
+ * file: `--golden /dev/zero` read without limit before (7 GB in 5 s). */
+TS_TEST(model_golden_reader_capped) {
+    ts__model_golden g;
+    TS_CHECK_STATUS(ts__model_golden_load("/dev/zero", &g), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "not a regular file") != NULL);
+    TS_CHECK_STATUS(ts__model_golden_load("/tmp", &g), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "is a directory") != NULL);
+    const char *p = case_path();
+    int fd = open(p, O_WRONLY | O_TRUNC);
+    TS_CHECK(fd >= 0 && ftruncate(fd, (off_t)1 << 30) == 0); /* sparse: nothing is read */
+    if (fd >= 0) close(fd);
+    TS_CHECK_STATUS(ts__model_golden_load(p, &g), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "cap") != NULL);
+    remove(p);
+}
