@@ -342,7 +342,7 @@ ts_status ts_model_load(const char *path, int64_t max_batch, ts_model **out) {
         /* sorted by begin: a span overlaps an earlier one iff it begins before the furthest
          * end so far (every span is non-empty: check_entry wants the tensor's byte count) */
         int64_t far = 0;
-        for (int64_t i = 1; i < m->nrecs && st == TS_OK; i++) {
+        for (int64_t i = 1; st == TS_OK && i < m->nrecs; i++) {
             if (spans[i].b < spans[far].e)
                 st = bad(path, "tensors %s and %s have overlapping data_offsets",
                          m->recs[spans[far].rec].name, m->recs[spans[i].rec].name);
@@ -361,7 +361,7 @@ ts_status ts_model_load(const char *path, int64_t max_batch, ts_model **out) {
                      (unsigned long long)last, (unsigned long long)(data_len - last));
     }
     /* only the bytes the header describes, in file order */
-    for (int64_t i = 0; i < m->nrecs && st == TS_OK; i++) {
+    for (int64_t i = 0; st == TS_OK && i < m->nrecs; i++) {
         ts__mtensor *r = &m->recs[spans[i].rec];
         r->data = ts__aligned_alloc(r->nbytes ? r->nbytes : 1);
         if (!r->data) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load: %s: out of memory (%s, "
