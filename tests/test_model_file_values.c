@@ -217,7 +217,7 @@ TS_TEST(model_file_size_header_cap_and_file_kind) {
     /* a header length above the cap, in a sparse file that long (nothing is read past the
      * length field) */
     {
-        int fd = open(p, O_WRONLY | O_TRUNC);
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         const uint64_t hl = (uint64_t)1 << 30;
         uint8_t len[8];
         for (int i = 0; i < 8; i++) len[i] = (uint8_t)(hl >> (8 * i));
@@ -294,7 +294,7 @@ TS_TEST(model_golden_reader_capped) {
     TS_CHECK_STATUS(ts__model_golden_load("/tmp", &g), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "is a directory") != NULL);
     const char *p = case_path();
-    int fd = open(p, O_WRONLY | O_TRUNC);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     TS_CHECK(fd >= 0 && ftruncate(fd, (off_t)1 << 30) == 0); /* sparse: nothing is read */
     if (fd >= 0) close(fd);
     TS_CHECK_STATUS(ts__model_golden_load(p, &g), TS_ERR_INVALID_ARGUMENT);
