@@ -6,6 +6,10 @@
 # time limit (a hang fails the run); leaks fail it at exit. Ends with the runner's summary
 # line. Arguments: the build dirs given to run_tests.sh; the run happens in the sanitizer one
 # (TS_SANITIZE=ON in its CMakeCache.txt), else the last. TS_FUZZ_SECONDS (default 20).
+# Then fuzzes the weight-file reader (ts_model_load on mutated small weight files;
+# tests/fuzz/fuzz_weights.c, seeds and regression inputs in tests/fuzz/weights/) with the
+# build's tilestack_fuzz_weights (the built-in driver, under the build's own sanitizers) for
+# TS_FUZZ_WEIGHTS_SECONDS (default: TS_FUZZ_SECONDS). The summary counts the two fuzzers.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${TS_FUZZ_SECONDS:-20}
@@ -18,6 +22,9 @@ work="$dir/fuzz"
 mkdir -p "$work"
 seeds=("$root/src/kernels" "$root/tests/fuzz/corpus")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+# a weight file may ask for a huge model: a failed allocation must come back as
+# TS_ERR_OUT_OF_MEMORY (as malloc does in a normal build), not abort the run inside ASan
+wasan=${ASAN_OPTIONS}:allocator_may_return_null=1
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 have_libfuzzer() {
@@ -60,10 +67,31 @@ else
     | grep -v '^1 passed, 0 failed$'
   rc=${PIPESTATUS[0]}
 fi
-if [ "$rc" = 0 ]; then
-  echo "1 passed, 0 failed"
+tile_rc=$rc
+
+# The weight-file reader: always the built-in driver (the target spans the whole library; the
+# sanitizer build's tilestack_fuzz_weights has it instrumented already).
+wsecs=${TS_FUZZ_WEIGHTS_SECONDS:-$secs}
+wbin="$dir/tilestack_fuzz_weights"
+if [ -x "$wbin" ]; then
+  echo "fuzz: the weight-file reader for ${wsecs}s (built-in driver)"
+  ASAN_OPTIONS=$wasan "$wbin" -seed=1 -max_total_time="$wsecs" -timeout=20 -artifact_prefix="$work/weights-" \
+    "$root/tests/fuzz/weights" | grep -v '^1 passed, 0 failed$'
+  wrc=${PIPESTATUS[0]}
 else
-  echo "fuzz: FAILED (exit $rc); inputs that failed are saved in $work/" >&2
-  echo "0 passed, 1 failed"
+  echo "fuzz: $wbin is not built" >&2
+  wrc=1
 fi
-exit "$rc"
+
+pass=0
+fail=0
+if [ "$tile_rc" = 0 ]; then pass=$((pass + 1)); else
+  fail=$((fail + 1))
+  echo "fuzz: the tile fuzzer FAILED (exit $tile_rc); inputs that failed are saved in $work/" >&2
+fi
+if [ "$wrc" = 0 ]; then pass=$((pass + 1)); else
+  fail=$((fail + 1))
+  echo "fuzz: the weight fuzzer FAILED (exit $wrc); inputs that failed are saved in $work/weights-*" >&2
+fi
+echo "${pass} passed, ${fail} failed"
+[ "$fail" = 0 ]

@@ -125,6 +125,25 @@ TS_TEST(model_config_validation_errors) {
     expect_bad(ts_t_, "{\"name\": \"\\ud800\"}", "surrogate");
     ts_model_config c;
     TS_CHECK_STATUS(ts_model_config_parse_json(NULL, &c), TS_ERR_NULL_POINTER);
+}
+
+/* issue 18: a bad n_layers is named as such (it was reported as compress_ratios' length), and
+ * keys or values from the file reach the message escaped, never as raw control bytes. */
+TS_TEST(model_config_names_the_key_and_escapes_it) {
+    expect_bad(ts_t_, "{\"n_layers\": -1, \"compress_ratios\": []}", "n_layers = -1");
+    expect_bad(ts_t_, "{\"n_layers\": -1}", "n_layers = -1");
+    expect_bad(ts_t_, "{\"n_layers\": 1000}", "n_layers = 1000");
+    expect_bad(ts_t_, "{\"\\u001b[2Jdim\": 1}", "\"\\x1b[2Jdim\" is not a config key");
+    TS_CHECK(strchr(ts_last_error(), 0x1b) == NULL);
+    expect_bad(ts_t_, "{\"score_func\": \"x\\ny\"}", "\"x\\ny\"");
+    TS_CHECK(strchr(ts_last_error(), '\n') == NULL);
+    expect_bad(ts_t_, "{\"dim\\u0007\": 1, \"dim\\u0007\": 1}", "duplicate key \"dim\\x07\"");
+    TS_CHECK(strchr(ts_last_error(), 0x07) == NULL);
+    expect_bad(ts_t_, "{\"name\": \"a\\u001bb\"}", "control character");
+}
+
+TS_TEST(model_config_validation_direct) {
+    ts_model_config c;
     /* validate directly: ranks must divide the experts */
     TS_CHECK_STATUS(ts_model_config_builtin("dsv4-mini", &c), TS_OK);
     TS_CHECK_STATUS(ts_model_config_validate(&c, 3), TS_ERR_INVALID_ARGUMENT);

@@ -71,7 +71,7 @@ TS_TEST(model_file_round_trip_and_malformed) {
         /* wrong dtype, wrong shape */
         tm_write_edited(path, &b, "\"embed\": {\"dtype\": \"BF16\"",
                         "\"embed\": {\"dtype\": \"F32\"");
-        expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "embed: dtype F32");
+        expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "embed: dtype \"F32\"");
         tm_write_edited(path, &b, "\"embed\": {\"dtype\": \"BF16\", \"shape\": [512, 256]",
                         "\"embed\": {\"dtype\": \"BF16\", \"shape\": [256, 512]");
         expect_load_error(ts_t_, path, TS_ERR_INVALID_ARGUMENT, "embed: shape");

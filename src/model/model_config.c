@@ -1,6 +1,8 @@
 /* Model configs (docs/model.md §1): the built-ins, the JSON form and the load checks. */
 #include "model_internal.h"
 
+#include "core/text_escape.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -274,6 +276,13 @@ static ts_status apply_key(ts_model_config *c, const char *k, const ts__json *v)
     if (strcmp(k, "name") == 0) {
         if (v->kind != TS__JSON_STR) return bad(k, "must be a string");
         if (strlen(v->str) >= sizeof c->name) return bad(k, "is longer than 63 bytes");
+        /* the name is printed as is by the tools: no control bytes that could reach a terminal */
+        for (const unsigned char *q = (const unsigned char *)v->str; *q; q++)
+            if (*q < 0x20 || *q == 0x7F) {
+                char e[TS__ESC_CAP];
+                return bad(k, "= \"%s\" contains a control character",
+                           ts__text_escape_str(v->str, e, sizeof e));
+            }
         snprintf(c->name, sizeof c->name, "%s", v->str);
         return TS_OK;
     }
@@ -289,9 +298,10 @@ static ts_status apply_key(ts_model_config *c, const char *k, const ts__json *v)
                 else c->attention = (ts_model_attention)i;
                 return TS_OK;
             }
+        char e[TS__ESC_CAP];
         return bad(k, sf ? "= \"%s\": must be \"sqrtsoftplus\", \"sigmoid\" or \"softmax\""
                          : "= \"%s\": must be \"v4\" or \"v32\"",
-                   v->str);
+                   ts__text_escape_str(v->str, e, sizeof e));
     }
     if (strcmp(k, "compress_ratios") == 0) {
         if (v->kind != TS__JSON_ARR) return bad(k, "must be an array of integers");
@@ -306,7 +316,10 @@ static ts_status apply_key(ts_model_config *c, const char *k, const ts__json *v)
         }
         return TS_OK;
     }
-    return bad(k, "is not a config key");
+    /* k comes from the file: escaped, as any byte string from a file that reaches a message */
+    char e[TS__ESC_CAP];
+    return ts__fail(TS_ERR_INVALID_ARGUMENT, "model config: \"%s\" is not a config key",
+                    ts__text_escape_str(k, e, sizeof e));
 }
 
 ts_status ts_model_config_parse_json(const char *text, ts_model_config *cfg) {
@@ -327,7 +340,12 @@ ts_status ts_model_config_parse_json(const char *text, ts_model_config *cfg) {
     if (st == TS_OK) {
         /* the length rule needs the array's own length (trailing zeros are entries too) */
         if (n_ratios < 0) n_ratios = 4; /* dsv4-mini's list */
-        if (n_ratios != c.n_layers) {
+        /* n_layers first: a bad n_layers would otherwise be reported as a length mismatch of
+         * compress_ratios, blaming the wrong key */
+        if (c.n_layers < 1 || c.n_layers > TS_MODEL_MAX_LAYERS) {
+            st = bad("n_layers", "= %lld is outside [1, %d]", (long long)c.n_layers,
+                     TS_MODEL_MAX_LAYERS);
+        } else if (n_ratios != c.n_layers) {
             st = bad("compress_ratios", "has %lld entries but n_layers = %lld",
                      (long long)n_ratios, (long long)c.n_layers);
         }

@@ -79,6 +79,11 @@ int ts__model_spec_records(const ts__wspec *s, ts__mtensor rec[2]);
 /* Generates spec s into records already shaped by ts__model_spec_records (data allocated). */
 ts_status ts__model_generate_weight(const ts_model_config *cfg, const ts__wspec *s,
                                     ts__mtensor rec[2]);
+/* The values of a loaded spec's records (model_file_check.c): tid2eid entries distinct expert
+ * ids in [0, E), FP8 / FP4 scales ue8m0 powers of two, e4m3 codes not NaN, f32 / bf16 values
+ * finite. TS_ERR_INVALID_ARGUMENT naming the file, the tensor and the element. */
+ts_status ts__model_check_values(const char *path, const ts_model_config *cfg,
+                                 const ts__wspec *s, const ts__mtensor rec[2]);
 uint64_t ts__model_fnv1a64(const void *data, size_t n);
 uint64_t ts__model_tensor_seed(const char *name, uint64_t seed);
 

@@ -3,6 +3,8 @@
  * ambiguous). */
 #include "model_internal.h"
 
+#include "core/text_escape.h"
+
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -215,8 +217,10 @@ static ts_status parse_container(jp *p, ts__json *j, bool obj) {
             TS__RETURN_IF_ERROR(parse_string(p, &key));
             for (int64_t k = 0; k < j->n; k++)
                 if (strcmp(j->keys[k], key) == 0) {
+                    char e[TS__ESC_CAP];
                     ts_status st = ts__fail(TS_ERR_INVALID_ARGUMENT,
-                                            "%s: invalid JSON: duplicate key \"%s\"", p->what, key);
+                                            "%s: invalid JSON: duplicate key \"%s\"", p->what,
+                                            ts__text_escape_str(key, e, sizeof e));
                     free(key);
                     return st;
                 }

@@ -2,9 +2,12 @@
  * tests/test_model_check.c make with it: per-step calc_diff of logits, greedy tokens, weight
  * checksums. */
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/internal.h"
 #include "model_ref/model_ref.h"
@@ -150,15 +153,40 @@ static ts_status parse(reader *r, ts__model_golden *g) {
     return TS_OK;
 }
 
+/* Far above the committed files (~160 KB), far below what would hurt to read. */
+#define TS__GOLDEN_CAP ((uint64_t)64 << 20)
+
 ts_status ts__model_golden_load(const char *path, ts__model_golden *g) {
     if (!g) return ts__fail(TS_ERR_NULL_POINTER, "ts__model_golden_load: g is NULL");
     memset(g, 0, sizeof(*g));
     if (!path) return ts__fail(TS_ERR_NULL_POINTER, "ts__model_golden_load: path is NULL");
     FILE *f = fopen(path, "rb");
     if (!f) return ts__fail(TS_ERR_IO, "golden file %s: cannot open", path);
+    /* a regular file of bounded size: /dev/zero or a FIFO would otherwise be read until memory
+     * runs out (the committed golden files are ~160 KB) */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        const bool dir = S_ISDIR(sb.st_mode);
+        fclose(f);
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "golden file %s: %s", path,
+                        dir ? "is a directory" : "not a regular file");
+    }
+    if ((uint64_t)sb.st_size > TS__GOLDEN_CAP) {
+        fclose(f);
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "golden file %s: %lld bytes, more than the "
+                        "%llu-byte cap on golden files", path, (long long)sb.st_size,
+                        (unsigned long long)TS__GOLDEN_CAP);
+    }
     unsigned char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
+        if (n > TS__GOLDEN_CAP) { /* grew while being read */
+            free(buf);
+            fclose(f);
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "golden file %s: stopped reading at the "
+                            "%llu-byte cap on golden files", path,
+                            (unsigned long long)TS__GOLDEN_CAP);
+        }
         if (n == cap) {
             cap = cap ? 2 * cap : 1 << 18;
             unsigned char *nb = realloc(buf, cap);

@@ -7,7 +7,7 @@
  *                       [-artifact_prefix=P] corpus_dir_or_file...
  *
  * Mutations: byte flips, random bytes, deletions, duplications, splices of two seeds and
- * insertions of language tokens. Prints "1 passed, 0 failed" at the end (the test runner's
+ * insertions of tokens (the tile language's, or the target's ts_fuzz_dictionary). Prints "1 passed, 0 failed" at the end (the test runner's
  * summary line); a crash ends the process (sanitizer report + saved input). */
 #include <dirent.h>
 #include <signal.h>
@@ -22,6 +22,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 void __sanitizer_set_death_callback(void (*cb)(void)) __attribute__((weak));
+/* A target may give its own mutation tokens (fuzz_weights.c: the weight header's keys);
+ * without it the tile language's tokens below are used. */
+const char *const *ts_fuzz_dictionary(size_t *n) __attribute__((weak));
 
 typedef struct blob {
     uint8_t *p;
@@ -160,7 +163,9 @@ static void mutate(uint8_t *buf, size_t *n, size_t cap) {
             break;
         }
         default: { /* insert a token */
-            const char *t = k_tokens[below(N_TOKENS)];
+            size_t nt = N_TOKENS;
+            const char *const *tokens = ts_fuzz_dictionary ? ts_fuzz_dictionary(&nt) : k_tokens;
+            const char *t = tokens[below(nt)];
             size_t len = strlen(t), to = below(*n + 1);
             if (*n + len > cap) break;
             memmove(buf + to + len, buf + to, *n - to);
