@@ -9,7 +9,8 @@
 # Then fuzzes the weight-file reader (ts_model_load on mutated small weight files;
 # tests/fuzz/fuzz_weights.c, seeds and regression inputs in tests/fuzz/weights/) with the
 # build's tilestack_fuzz_weights (the built-in driver, under the build's own sanitizers) for
-# TS_FUZZ_WEIGHTS_SECONDS (default: TS_FUZZ_SECONDS). The summary counts the two fuzzers.
+# TS_FUZZ_WEIGHTS_SECONDS (default: TS_FUZZ_SECONDS), and the tokenizer reader (below). The
+# summary counts the three fuzzers.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${TS_FUZZ_SECONDS:-20}
@@ -83,6 +84,45 @@ else
   wrc=1
 fi
 
+# The tokenizer reader (tests/fuzz/fuzz_tokenizer.c: tokenizer.json + text; seeds in
+# tests/fuzz/corpus_tokenizer/): libFuzzer over src/text/ when clang has it, else the build's
+# tilestack_fuzz_tokenizer, for TS_FUZZ_TOKENIZER_SECONDS (default: TS_FUZZ_SECONDS).
+tsecs=${TS_FUZZ_TOKENIZER_SECONDS:-$secs}
+tseeds="$root/tests/fuzz/corpus_tokenizer"
+trc=0
+if have_libfuzzer; then
+  tbin="$work/fuzz_tokenizer_libfuzzer"
+  tsrcs=("$root/tests/fuzz/fuzz_tokenizer.c" "$root/src/core/status.c" "$root"/src/text/*.c)
+  stale=0
+  [ -x "$tbin" ] || stale=1
+  for f in "${tsrcs[@]}" "$root"/src/text/*.h "$root"/include/tilestack/tokenizer.h; do
+    [ "$f" -nt "$tbin" ] && stale=1
+  done
+  if [ "$stale" = 1 ]; then
+    echo "fuzz: building the tokenizer's libFuzzer harness with clang"
+    clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+      -I "$root/include" -I "$root/src" "${tsrcs[@]}" -lonig -ljansson -lm -lpthread -o "$tbin" ||
+      { echo "fuzz: tokenizer harness build failed"; trc=1; }
+  fi
+  if [ "$trc" = 0 ]; then
+    tout="$work/corpus_tokenizer"
+    rm -rf "$tout"
+    mkdir -p "$tout"
+    echo "fuzz: the tokenizer reader, libFuzzer for ${tsecs}s"
+    "$tbin" -seed=1 -max_total_time="$tsecs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+      -print_final_stats=1 -artifact_prefix="$work/tokenizer-" "$tout" "$tseeds" 2>&1 | grep -v "Uses: [0-9]" | tail -n 5
+    trc=${PIPESTATUS[0]}
+  fi
+elif [ -x "$dir/tilestack_fuzz_tokenizer" ]; then
+  echo "fuzz: the tokenizer reader for ${tsecs}s (built-in driver)"
+  "$dir/tilestack_fuzz_tokenizer" -seed=1 -max_total_time="$tsecs" -timeout=10 \
+    -artifact_prefix="$work/tokenizer-" "$tseeds" | grep -v '^1 passed, 0 failed$'
+  trc=${PIPESTATUS[0]}
+else
+  echo "fuzz: $dir/tilestack_fuzz_tokenizer is not built" >&2
+  trc=1
+fi
+
 pass=0
 fail=0
 if [ "$tile_rc" = 0 ]; then pass=$((pass + 1)); else
@@ -92,6 +132,10 @@ fi
 if [ "$wrc" = 0 ]; then pass=$((pass + 1)); else
   fail=$((fail + 1))
   echo "fuzz: the weight fuzzer FAILED (exit $wrc); inputs that failed are saved in $work/weights-*" >&2
+fi
+if [ "$trc" = 0 ]; then pass=$((pass + 1)); else
+  fail=$((fail + 1))
+  echo "fuzz: the tokenizer fuzzer FAILED (exit $trc); inputs that failed are saved in $work/tokenizer-*" >&2
 fi
 echo "${pass} passed, ${fail} failed"
 [ "$fail" = 0 ]
