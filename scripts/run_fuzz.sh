@@ -35,36 +35,45 @@ have_libfuzzer() {
   clang -fsanitize=fuzzer "$work/probe.c" -o "$work/probe" >/dev/null 2>&1
 }
 
+# libfuzzer NAME SECS SEEDS_ARRAY SOURCES... [-lLIB...]: builds $work/fuzz_NAME_libfuzzer from
+# the sources (again when one of them or a header is newer) and runs it for SECS over a fresh
+# corpus seeded from the directories in the array named SEEDS_ARRAY; failing inputs are saved
+# as $work/NAME-*. Returns the fuzzer's exit status.
+libfuzzer() {
+  local name=$1 secs=$2 f stale=0
+  local -n seed_dirs=$3
+  shift 3
+  local bin="$work/fuzz_${name}_libfuzzer" out="$work/corpus_${name}"
+  [ -x "$bin" ] || stale=1
+  for f in "$@" "$root"/src/*/*.h "$root"/include/tilestack/*.h; do
+    [ -f "$f" ] && [ "$f" -nt "$bin" ] && stale=1
+  done
+  if [ "$stale" = 1 ]; then
+    echo "fuzz: building the $name libFuzzer harness with clang"
+    clang -std=c11 -O1 -g -D_GNU_SOURCE -ffp-contract=off -fno-math-errno \
+      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+      -I "$root/include" -I "$root/src" "$@" -lm -lpthread -o "$bin" || { echo "fuzz: $name build failed"; return 1; }
+  fi
+  rm -rf "$out"
+  mkdir -p "$out"
+  echo "fuzz: $name, libFuzzer for ${secs}s"
+  "$bin" -seed=1 -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix="$work/$name-" "$out" "${seed_dirs[@]}" 2>&1 |
+    grep -v "Uses: [0-9]" | tail -n 25
+  return "${PIPESTATUS[0]}"
+}
+
 rc=0
 if have_libfuzzer; then
-  bin="$work/fuzz_tile_libfuzzer"
   srcs=("$root/tests/fuzz/fuzz_tile.c" "$root/src/core/status.c")
   for f in "$root"/src/tile/tile_*.c; do
     case "$(basename "$f")" in tile_jit*|tile_cache*|tile_sha256*) ;; *) srcs+=("$f") ;; esac
   done
-  stale=0
-  [ -x "$bin" ] || stale=1
-  for f in "${srcs[@]}" "$root"/src/tile/*.h "$root"/src/core/internal.h "$root"/include/tilestack/*.h; do
-    [ "$f" -nt "$bin" ] && stale=1
-  done
-  if [ "$stale" = 1 ]; then
-    echo "fuzz: building the libFuzzer harness with clang"
-    clang -std=c11 -O1 -g -D_GNU_SOURCE -ffp-contract=off -fno-math-errno \
-      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-      -I "$root/include" -I "$root/src" "${srcs[@]}" -lm -o "$bin" || { echo "fuzz: build failed"; rc=1; }
-  fi
-  if [ "$rc" = 0 ]; then
-    out="$work/corpus"
-    rm -rf "$out"
-    mkdir -p "$out"
-    echo "fuzz: libFuzzer for ${secs}s"
-    "$bin" -seed=1 -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-      -print_final_stats=1 -artifact_prefix="$work/" "$out" "${seeds[@]}" 2>&1 | grep -v "Uses: [0-9]" | tail -n 25
-    rc=${PIPESTATUS[0]}
-  fi
+  libfuzzer tile "$secs" seeds "${srcs[@]}"
+  rc=$?
 else
   echo "fuzz: clang with libFuzzer not found; the built-in mutation driver for ${secs}s"
-  "$dir/tilestack_fuzz_tile" -seed=1 -max_total_time="$secs" -timeout=10 -artifact_prefix="$work/" "${seeds[@]}" \
+  "$dir/tilestack_fuzz_tile" -seed=1 -max_total_time="$secs" -timeout=10 -artifact_prefix="$work/tile-" "${seeds[@]}" \
     | grep -v '^1 passed, 0 failed$'
   rc=${PIPESTATUS[0]}
 fi
@@ -89,30 +98,12 @@ fi
 # tilestack_fuzz_tokenizer, for TS_FUZZ_TOKENIZER_SECONDS (default: TS_FUZZ_SECONDS).
 tsecs=${TS_FUZZ_TOKENIZER_SECONDS:-$secs}
 tseeds="$root/tests/fuzz/corpus_tokenizer"
+tseed_dirs=("$tseeds")
 trc=0
 if have_libfuzzer; then
-  tbin="$work/fuzz_tokenizer_libfuzzer"
-  tsrcs=("$root/tests/fuzz/fuzz_tokenizer.c" "$root/src/core/status.c" "$root"/src/text/*.c)
-  stale=0
-  [ -x "$tbin" ] || stale=1
-  for f in "${tsrcs[@]}" "$root"/src/text/*.h "$root"/include/tilestack/tokenizer.h; do
-    [ "$f" -nt "$tbin" ] && stale=1
-  done
-  if [ "$stale" = 1 ]; then
-    echo "fuzz: building the tokenizer's libFuzzer harness with clang"
-    clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-      -I "$root/include" -I "$root/src" "${tsrcs[@]}" -lonig -ljansson -lm -lpthread -o "$tbin" ||
-      { echo "fuzz: tokenizer harness build failed"; trc=1; }
-  fi
-  if [ "$trc" = 0 ]; then
-    tout="$work/corpus_tokenizer"
-    rm -rf "$tout"
-    mkdir -p "$tout"
-    echo "fuzz: the tokenizer reader, libFuzzer for ${tsecs}s"
-    "$tbin" -seed=1 -max_total_time="$tsecs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-      -print_final_stats=1 -artifact_prefix="$work/tokenizer-" "$tout" "$tseeds" 2>&1 | grep -v "Uses: [0-9]" | tail -n 5
-    trc=${PIPESTATUS[0]}
-  fi
+  libfuzzer tokenizer "$tsecs" tseed_dirs "$root/tests/fuzz/fuzz_tokenizer.c" "$root/src/core/status.c" \
+    "$root"/src/text/*.c -lonig -ljansson
+  trc=$?
 elif [ -x "$dir/tilestack_fuzz_tokenizer" ]; then
   echo "fuzz: the tokenizer reader for ${tsecs}s (built-in driver)"
   "$dir/tilestack_fuzz_tokenizer" -seed=1 -max_total_time="$tsecs" -timeout=10 \
@@ -127,7 +118,7 @@ pass=0
 fail=0
 if [ "$tile_rc" = 0 ]; then pass=$((pass + 1)); else
   fail=$((fail + 1))
-  echo "fuzz: the tile fuzzer FAILED (exit $tile_rc); inputs that failed are saved in $work/" >&2
+  echo "fuzz: the tile fuzzer FAILED (exit $tile_rc); inputs that failed are saved in $work/tile-*" >&2
 fi
 if [ "$wrc" = 0 ]; then pass=$((pass + 1)); else
   fail=$((fail + 1))
