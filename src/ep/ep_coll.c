@@ -7,10 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Names the peers of the requests still pending (lowest first, at most four), then gives the
- * requests up: receives are cancelled, sends released. The staging they point into is left
- * to MPI (the callers never free it after a timeout). */
-static void give_up(MPI_Request *q, int n, const int *peer, char *late) {
+/* Staging buffers whose requests could not be retired after a timeout: MPI may still write
+ * into them, so they are never freed; kept reachable here (they are few, small, and only
+ * exist on a job that is about to end) so that leak checkers see them as held, which they are. */
+#define MAX_ORPHANS 64
+static void *g_orphans[MAX_ORPHANS];
+static int g_n_orphans;
+
+/* Marks the peers of the requests still pending in `late`, then cancels them and waits a
+ * bounded time for the cancellations to complete (an unmatched receive completes at once).
+ * Returns true when every request is retired, so the staging they point into may be freed. */
+static bool give_up(MPI_Request *q, int n, const int *peer, char *late) {
     for (int i = 0; i < n; i++) {
         if (q[i] == MPI_REQUEST_NULL) continue;
         int flag = 0;
@@ -18,17 +25,36 @@ static void give_up(MPI_Request *q, int n, const int *peer, char *late) {
         if (flag) continue;
         if (late) late[peer[i]] = 1;
         MPI_Cancel(&q[i]);
-        MPI_Request_free(&q[i]);
     }
+    const double deadline = ts__ep_now_s() + 1.0;
+    ts__ep_backoff w = TS__EP_BACKOFF_INIT;
+    for (;;) {
+        int done = 0;
+        MPI_Testall(n, q, &done, MPI_STATUSES_IGNORE);
+        if (done) return true;
+        if (ts__ep_backoff_step(&w) && ts__ep_now_s() > deadline) break;
+    }
+    for (int i = 0; i < n; i++)
+        if (q[i] != MPI_REQUEST_NULL) MPI_Request_free(&q[i]);
+    return false;
+}
+
+/* After a failed wait: frees the staging when its requests are retired, else keeps it. */
+static void release_stage(void *stage, bool retired) {
+    if (retired || g_n_orphans == MAX_ORPHANS) {
+        if (retired) free(stage);
+        return; /* beyond MAX_ORPHANS: left unreferenced (a leak report at worst) */
+    }
+    g_orphans[g_n_orphans++] = stage;
 }
 
 static ts_status timed_out(MPI_Request *q, const int *peer, int n, MPI_Comm comm, double timeout_s,
-                           const char *what) {
+                           const char *what, bool *retired) {
     int me = 0, R = 1;
     MPI_Comm_rank(comm, &me);
     MPI_Comm_size(comm, &R);
     char *late = calloc((size_t)R, 1);
-    give_up(q, n, peer, late);
+    *retired = give_up(q, n, peer, late);
     char list[96] = "";
     int named = 0, more = 0;
     for (int r = 0; late && r < R; r++) {
@@ -52,7 +78,7 @@ static ts_status timed_out(MPI_Request *q, const int *peer, int n, MPI_Comm comm
 /* Polls every request until all are complete or the deadline passes. The sleeps of the
  * backoff keep a waiting rank off the CPU, which matters when ranks outnumber cores. */
 static ts_status wait_all(MPI_Request *q, const int *peer, int n, MPI_Comm comm, double timeout_s,
-                          const char *what) {
+                          const char *what, bool *retired) {
     const double deadline = ts__ep_now_s() + timeout_s;
     ts__ep_backoff w = TS__EP_BACKOFF_INIT;
     for (;;) {
@@ -60,12 +86,12 @@ static ts_status wait_all(MPI_Request *q, const int *peer, int n, MPI_Comm comm,
         MPI_Testall(n, q, &done, MPI_STATUSES_IGNORE);
         if (done) return TS_OK;
         if (ts__ep_backoff_step(&w) && ts__ep_now_s() > deadline)
-            return timed_out(q, peer, n, comm, timeout_s, what);
+            return timed_out(q, peer, n, comm, timeout_s, what, retired);
     }
 }
 
 /* Every rank's `bytes` into a new [R * bytes] staging, returned in *out (the caller frees it;
- * after a timeout it is NULL and the staging is left to MPI). */
+ * after a failure it is NULL and the staging freed or, if MPI may still write it, kept). */
 static ts_status gather(const void *mine, size_t bytes, MPI_Comm comm, double timeout_s, const char *what,
                         uint8_t **out) {
     *out = NULL;
@@ -96,10 +122,12 @@ static ts_status gather(const void *mine, size_t bytes, MPI_Comm comm, double ti
             MPI_SUCCESS)
             st = ts__fail(TS_ERR_INTERNAL, "%s: MPI_Isend to rank %d failed", what, r);
     }
-    if (st == TS_OK) st = wait_all(q, peer, n, comm, timeout_s, what);
-    else give_up(q, n - 1, peer, NULL); /* the failed post left no request */
+    bool retired = true;
+    if (st == TS_OK) st = wait_all(q, peer, n, comm, timeout_s, what, &retired);
+    else retired = give_up(q, n - 1, peer, NULL); /* the failed post left no request */
     free(q), free(peer);
     if (st == TS_OK) *out = stage;
+    else release_stage(stage, retired);
     return st;
 }
 
@@ -167,9 +195,11 @@ ts_status ts__ep_coll_bcast(void *buf, int bytes, int root, MPI_Comm comm, doubl
         peer[k] = root;
         MPI_Irecv(stage, bytes, MPI_BYTE, root, TS__EP_TAG_COLL, comm, &q[k++]);
     }
-    const ts_status st = wait_all(q, peer, n, comm, timeout_s, what);
+    bool retired = true;
+    const ts_status st = wait_all(q, peer, n, comm, timeout_s, what, &retired);
     if (st == TS_OK && me != root) memcpy(buf, stage, (size_t)bytes);
     if (st == TS_OK) free(stage);
+    else release_stage(stage, retired);
     free(q), free(peer);
     return st;
 }
