@@ -1,14 +1,14 @@
 /* `tilestack tokenize`: a tokenizer.json applied to text (ids out, as a JSON array) or, with
  * --decode, to a JSON array of ids (text out, as a JSON string). docs/tokenizer.md. */
 #include "cli.h"
+#include "core/file_read.h"
 #include "tilestack/tokenizer.h"
 
-#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define MAX_INPUT_BYTES (INT64_C(1) << 30)
 
@@ -27,27 +27,9 @@ static void usage(FILE *f) {
 
 /* The whole file (at most MAX_INPUT_BYTES), malloc'ed. */
 static char *read_input(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "tilestack tokenize: --file %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_INPUT_BYTES) {
-        fprintf(stderr, "tilestack tokenize: --file %s: not a regular file of at most %lld bytes\n",
-                path, (long long)MAX_INPUT_BYTES);
-        fclose(f);
-        return NULL;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    *len = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    fclose(f);
-    if (!buf || *len != (size_t)st.st_size) {
-        fprintf(stderr, "tilestack tokenize: --file %s: read failed\n", path);
-        free(buf);
-        return NULL;
-    }
-    buf[*len] = 0;
+    char *buf = NULL;
+    if (ts__read_file_capped(AT_FDCWD, path, path, (size_t)MAX_INPUT_BYTES, true, &buf, len) != TS_OK)
+        fprintf(stderr, "tilestack tokenize: --file %s\n", ts_last_error());
     return buf;
 }
 

@@ -2,7 +2,9 @@
  * each shard mapped once. Names in the index are untrusted: they must be plain file names, and
  * a shard may not lead out of the directory (see safe_open). */
 #include "model/safetensors.h"
+#include "core/file_read.h"
 #include "core/internal.h"
+#include "core/text_escape.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,9 +57,10 @@ static ts_status resolve_member(const ts__hf_dir *d, int dirfd, const char *name
     if (!S_ISLNK(st.st_mode)) return TS_OK;
     if (!realpath(shown, target))
         return ts__fail(TS_ERR_IO, "%s: a symbolic link that does not resolve (%s)", shown, strerror(errno));
+    char esc[TS__ESC_CAP];
     if (!link_allowed(d->real, target))
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: a symbolic link leading out of the checkpoint "
-                        "directory (to %.200s)", shown, target);
+                        "directory (to %s)", shown, ts__text_escape_str(target, esc, sizeof esc));
     *use_fd = AT_FDCWD;
     *use_name = target;
     return TS_OK;
@@ -70,15 +73,17 @@ ts_status ts__hf_read_member(const ts__hf_dir *d, int dirfd, const char *name, s
     const char *use = NULL;
     snprintf(shown, sizeof shown, "%s/%s", d->path, name);
     TS__RETURN_IF_ERROR(resolve_member(d, dirfd, name, target, &fd, &use));
-    return ts__read_small_file(fd, use, shown, cap, buf, len);
+    return ts__read_file_capped(fd, use, shown, cap, false, buf, len);
 }
 
 static ts_status open_shard(ts__hf_dir *d, int dirfd, const char *name, ts__st_file **out) {
     char target[PATH_MAX], shown[PATH_MAX + 300];
     snprintf(shown, sizeof shown, "%s/%s", d->path, name);
+    char esc[TS__ESC_CAP];
     if (!plain_name(name))
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s names a shard '%.200s' that is not a "
-                        "plain file name in the directory", d->path, INDEX_NAME, name);
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s names a shard '%s' that is not a "
+                        "plain file name in the directory", d->path, INDEX_NAME,
+                        ts__text_escape_str(name, esc, sizeof esc));
     int fd = -1;
     const char *use = NULL;
     const ts_status s = resolve_member(d, dirfd, name, target, &fd, &use);
@@ -103,8 +108,9 @@ static ts_status index_shards(ts__hf_dir *d, json_t *map, const char ***names, s
         const char *f = json_string_value(val);
         if (!f) {
             free(v);
-            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s/%s: weight_map['%.200s'] is not a file "
-                            "name", d->path, INDEX_NAME, key);
+            char esc[TS__ESC_CAP];
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s/%s: weight_map['%s'] is not a file "
+                            "name", d->path, INDEX_NAME, ts__text_escape_str(key, esc, sizeof esc));
         }
         size_t i = 0;
         while (i < *n && strcmp(v[i], f)) i++;
@@ -128,9 +134,12 @@ static ts_status check_index(ts__hf_dir *d, json_t *map, const char **names) {
     json_object_foreach(map, key, val) {
         size_t i = 0;
         while (strcmp(names[i], json_string_value(val))) i++;
-        if (!ts__st_find(d->shards[i], key))
-            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s/%s: tensor '%.200s' is not in its shard "
-                            "%.200s", d->path, INDEX_NAME, key, names[i]);
+        if (!ts__st_find(d->shards[i], key)) {
+            char ek[TS__ESC_CAP], es[TS__ESC_CAP];
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s/%s: tensor '%s' is not in its shard %s",
+                            d->path, INDEX_NAME, ts__text_escape_str(key, ek, sizeof ek),
+                            ts__text_escape_str(names[i], es, sizeof es));
+        }
         listed++;
     }
     if (listed != d->n_tensors)

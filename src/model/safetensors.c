@@ -2,7 +2,9 @@
  * mapped, then the data section mapped read-only, so resident memory is what the caller
  * touches and a hostile header cannot make us allocate or read beyond its capped size. */
 #include "model/safetensors.h"
+#include "core/file_read.h"
 #include "core/internal.h"
+#include "core/text_escape.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,62 +22,11 @@ static const struct { const char *name; ts_dtype dtype; } k_dtypes[] = {
     {"F8_E8M0", TS_UE8M0}};
 
 static ts_status bad(const char *path, const char *tensor, const char *msg) {
+    char esc[TS__ESC_CAP];
     if (tensor)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: tensor '%.200s': %s", path, tensor, msg);
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: tensor '%s': %s", path,
+                        ts__text_escape_str(tensor, esc, sizeof esc), msg);
     return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s", path, msg);
-}
-
-/* Opens name under dirfd as a regular file without following a final symlink. */
-static ts_status open_regular(int dirfd, const char *name, const char *path, int *fd_out,
-                              struct stat *st) {
-    const int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        const int e = errno;
-        return ts__fail(TS_ERR_IO, "%s: cannot open (%s)", path,
-                        e == ELOOP ? "a symbolic link where a file was expected" : strerror(e));
-    }
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
-        close(fd);
-        return ts__fail(TS_ERR_IO, "%s: not a regular file", path);
-    }
-    *fd_out = fd;
-    return TS_OK;
-}
-
-static bool pread_all(int fd, void *buf, size_t len, off_t off) {
-    char *p = buf;
-    while (len) {
-        const ssize_t r = pread(fd, p, len, off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r, len -= (size_t)r, off += r;
-    }
-    return true;
-}
-
-ts_status ts__read_small_file(int dirfd, const char *name, const char *path, size_t cap,
-                              char **buf, size_t *len) {
-    *buf = NULL;
-    *len = 0;
-    int fd = -1;
-    struct stat st;
-    TS__RETURN_IF_ERROR(open_regular(dirfd, name, path, &fd, &st));
-    if ((uint64_t)st.st_size > cap) {
-        close(fd);
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %lld bytes, more than the %zu accepted",
-                        path, (long long)st.st_size, cap);
-    }
-    char *b = malloc((size_t)st.st_size + 1);
-    const bool ok = b && pread_all(fd, b, (size_t)st.st_size, 0);
-    close(fd);
-    if (!ok) {
-        free(b);
-        return ts__fail(b ? TS_ERR_IO : TS_ERR_OUT_OF_MEMORY, "%s: read failed", path);
-    }
-    b[st.st_size] = 0;
-    *buf = b;
-    *len = (size_t)st.st_size;
-    return TS_OK;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -95,8 +46,12 @@ static ts_status parse_entry(const char *path, const char *name, json_t *e, ts__
     size_t k = 0;
     while (k < sizeof k_dtypes / sizeof *k_dtypes && strcmp(dt, k_dtypes[k].name)) k++;
     if (k == sizeof k_dtypes / sizeof *k_dtypes)
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: tensor '%.200s': dtype \"%.20s\" is not one "
-                        "tilestack reads", path, name, dt);
+    {
+        char en[TS__ESC_CAP], ed[TS__ESC_CAP];
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype \"%s\" is not one "
+                        "tilestack reads", path, ts__text_escape_str(name, en, sizeof en),
+                        ts__text_escape_str(dt, ed, sizeof ed));
+    }
     t->dtype = k_dtypes[k].dtype;
     json_t *shape = json_object_get(e, "shape"), *offs = json_object_get(e, "data_offsets");
     if (!json_is_array(shape) || json_array_size(shape) > TS__ST_MAX_DIMS)
@@ -206,10 +161,10 @@ ts_status ts__st_open(int dirfd, const char *name, const char *path, ts__st_file
     }
     int fd = -1;
     struct stat st;
-    ts_status s = open_regular(dirfd, name, f->path, &fd, &st);
+    ts_status s = ts__open_regular(dirfd, name, f->path, false, &fd, &st);
     uint8_t lenb[8];
     uint64_t hlen = 0;
-    if (s == TS_OK && (st.st_size < 8 || !pread_all(fd, lenb, 8, 0)))
+    if (s == TS_OK && (st.st_size < 8 || !ts__pread_all(fd, lenb, 8, 0)))
         s = bad(f->path, NULL, "shorter than the 8-byte header length");
     if (s == TS_OK) {
         for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | lenb[i];
@@ -223,7 +178,7 @@ ts_status ts__st_open(int dirfd, const char *name, const char *path, ts__st_file
     }
     char *hdr = NULL;
     if (s == TS_OK && !(hdr = malloc(hlen + 1))) s = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: header", f->path);
-    if (s == TS_OK && !pread_all(fd, hdr, hlen, 8)) s = ts__fail(TS_ERR_IO, "%s: header read failed", f->path);
+    if (s == TS_OK && !ts__pread_all(fd, hdr, hlen, 8)) s = ts__fail(TS_ERR_IO, "%s: header read failed", f->path);
     const uint64_t data_off = 8 + hlen, data_len = s == TS_OK ? (uint64_t)st.st_size - data_off : 0;
     if (s == TS_OK) s = parse_header(f, hdr, hlen, data_len);
     free(hdr);

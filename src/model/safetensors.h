@@ -45,11 +45,6 @@ void ts__st_close(ts__st_file *f);
 /* The tensor called `name`, or NULL. */
 const ts__st_tensor *ts__st_find(const ts__st_file *f, const char *name);
 
-/* Reads a whole small file (config.json, an index) relative to dirfd, refusing more than
- * `cap` bytes; the buffer is malloc'ed and NUL-terminated. */
-ts_status ts__read_small_file(int dirfd, const char *name, const char *path, size_t cap,
-                              char **buf, size_t *len);
-
 /* ---- a Hugging Face checkpoint directory (hf_checkpoint.c) ----
  * config.json plus model.safetensors, or model.safetensors.index.json naming the shards. Shard
  * names are plain file names in the directory (no '/', no "..", no control byte); a shard that

@@ -50,8 +50,28 @@ static bool push_ids(int32_t **ids, size_t *n, size_t *cap, size_t more) {
     return true;
 }
 
-ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len, int32_t **ids,
-                       size_t *n, size_t *cap) {
+void ts__bpe_scratch_free(ts__bpe_scratch *scratch) {
+    free(scratch->sym);
+    free(scratch->heap);
+    memset(scratch, 0, sizeof *scratch);
+}
+
+/* Room for `len` symbols and the 2 * len + 1 heap entries a piece of len bytes can need. */
+static bool reserve(ts__bpe_scratch *sc, size_t len) {
+    if (len <= sc->cap) return true;
+    size_t c = sc->cap ? sc->cap : 64;
+    while (c < len) c *= 2;
+    sym *s = realloc(sc->sym, c * sizeof *s);
+    if (s) sc->sym = s;
+    cand *h = s ? realloc(sc->heap, (2 * c + 1) * sizeof *h) : NULL;
+    if (h) sc->heap = h;
+    if (!s || !h) return false;
+    sc->cap = c;
+    return true;
+}
+
+ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len,
+                       ts__bpe_scratch *scratch, int32_t **ids, size_t *n, size_t *cap) {
     if (t->ignore_merges) {
         const int32_t whole = ts__str_map_get(&t->vocab, piece, len);
         if (whole >= 0) {
@@ -62,13 +82,9 @@ ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len, int
     }
     /* one symbol per character; a character without a token is dropped, as `tokenizers`
      * does without an unk token (a byte-level vocabulary has every character: checked at load) */
-    sym *s = malloc(len * sizeof *s);
-    cand *h = malloc((2 * len + 1) * sizeof *h);
-    if (!s || !h) {
-        free(s);
-        free(h);
-        goto oom;
-    }
+    if (!reserve(scratch, len)) goto oom;
+    sym *s = scratch->sym;
+    cand *h = scratch->heap;
     int32_t ns = 0;
     for (size_t i = 0; i < len;) {
         int k;
@@ -111,8 +127,6 @@ ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len, int
     }
     bool ok = push_ids(ids, n, cap, (size_t)ns);
     for (int32_t i = 0; ok && ns && i >= 0; i = s[i].next) (*ids)[(*n)++] = s[i].id;
-    free(s);
-    free(h);
     if (ok) return TS_OK;
 oom:
     return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_tokenizer_encode: BPE buffers");

@@ -119,8 +119,15 @@ typedef enum ts__added_mode { TS__ADDED_ALL, TS__ADDED_NON_SPECIAL, TS__ADDED_NO
 ts_status ts__tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
                                ts__added_mode mode, int32_t **ids, size_t *n_ids);
 
-/* BPE of one pre-tokenized piece (text_bpe.c): appends its ids to *ids (grown as needed). */
-ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len, int32_t **ids,
-                       size_t *n, size_t *cap);
+/* BPE of one pre-tokenized piece (text_bpe.c): appends its ids to *ids (grown as needed).
+ * Its symbol list and heap live in `scratch`, kept across the pieces of one encode (free with
+ * ts__bpe_scratch_free), so a piece costs no allocation. */
+typedef struct ts__bpe_scratch {
+    void *sym, *heap;
+    size_t cap; /* symbols the buffers hold */
+} ts__bpe_scratch;
+ts_status ts__bpe_word(const ts_tokenizer *t, const char *piece, size_t len,
+                       ts__bpe_scratch *scratch, int32_t **ids, size_t *n, size_t *cap);
+void ts__bpe_scratch_free(ts__bpe_scratch *scratch);
 
 #endif

@@ -198,8 +198,8 @@ static ts_status bytelevel_step(const ts__pretok *st, void *region, const pieces
 }
 
 /* Pre-tokenizes one stretch of text between added tokens and BPE-encodes each piece. */
-static ts_status encode_stretch(const ts_tokenizer *t, void *region, const char *s, size_t len,
-                                int32_t **ids, size_t *n, size_t *cap) {
+static ts_status encode_stretch(const ts_tokenizer *t, void *region, ts__bpe_scratch *bpe,
+                                const char *s, size_t len, int32_t **ids, size_t *n, size_t *cap) {
     pieces cur = {0};
     if (!piece_add(&cur, s, len)) return oom();
     for (int k = 0; k < t->n_pretok; k++) {
@@ -213,7 +213,7 @@ static ts_status encode_stretch(const ts_tokenizer *t, void *region, const char 
     }
     ts_status r = TS_OK;
     for (size_t i = 0; i < cur.n && r == TS_OK; i++)
-        if (cur.plen[i]) r = ts__bpe_word(t, cur.buf + cur.off[i], cur.plen[i], ids, n, cap);
+        if (cur.plen[i]) r = ts__bpe_word(t, cur.buf + cur.off[i], cur.plen[i], bpe, ids, n, cap);
     pieces_free(&cur);
     return r;
 }
@@ -293,6 +293,7 @@ ts_status ts__tokenizer_encode(const ts_tokenizer *t, const char *text, size_t l
             first_byte[(unsigned char)t->added[k].content[0]] = true;
     void *region = ts__regex_region_new();
     if (!region) return oom();
+    ts__bpe_scratch bpe = {0};
     int32_t *out = NULL;
     size_t n = 0, cap = 0, start = 0; /* start: first byte not yet encoded */
     ts_status r = TS_OK;
@@ -304,15 +305,16 @@ ts_status ts__tokenizer_encode(const ts_tokenizer *t, const char *text, size_t l
             continue;
         }
         const size_t ls = a->lstrip ? space_before(text, start, i) : 0;
-        r = encode_stretch(t, region, text + start, i - ls - start, &out, &n, &cap);
+        r = encode_stretch(t, region, &bpe, text + start, i - ls - start, &out, &n, &cap);
         if (r == TS_OK && !grow((void **)&out, &cap, n + 1, sizeof *out)) r = oom();
         if (r == TS_OK) out[n++] = a->id;
         i += a->len;
         if (a->rstrip) i += space_after(text, len, i);
         start = i;
     }
-    if (r == TS_OK && start < len) r = encode_stretch(t, region, text + start, len - start, &out, &n, &cap);
+    if (r == TS_OK && start < len) r = encode_stretch(t, region, &bpe, text + start, len - start, &out, &n, &cap);
     ts__regex_region_free(region);
+    ts__bpe_scratch_free(&bpe);
     if (r != TS_OK) {
         free(out);
         return r;

@@ -2,13 +2,14 @@
  * the pre-tokenizer steps, refusing what it does not implement by name. The file is untrusted:
  * its size is capped, every id is range-checked and unique, every string valid UTF-8. */
 #include "text/text_internal.h"
+#include "core/file_read.h"
 #include "core/internal.h"
+#include "core/text_escape.h"
 
-#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define MAX_ID ((int32_t)1 << 24) /* ids above this are refused (V4 has 129280) */
 #define MAX_PRETOK 16
@@ -27,8 +28,10 @@ static ts_status bad(const loader *L, const char *where, const char *msg) {
 }
 
 static ts_status unsupported(const loader *L, const char *where, const char *type) {
-    return ts__fail(TS_ERR_UNSUPPORTED, "tokenizer %s: %s type \"%.40s\" is not supported "
-                    "(docs/tokenizer.md lists what is)", L->what, where, type);
+    char esc[TS__ESC_CAP];
+    return ts__fail(TS_ERR_UNSUPPORTED, "tokenizer %s: %s type \"%s\" is not supported "
+                    "(docs/tokenizer.md lists what is)", L->what, where,
+                    ts__text_escape_str(type, esc, sizeof esc));
 }
 
 /* A copy of s in the arena (NUL-terminated); its address stays valid (the arena is sized
@@ -372,29 +375,11 @@ ts_status ts_tokenizer_load(const char *path, ts_tokenizer **out) {
     if (!out) return ts__fail(TS_ERR_NULL_POINTER, "ts_tokenizer_load: out is NULL");
     *out = NULL;
     if (!path) return ts__fail(TS_ERR_NULL_POINTER, "ts_tokenizer_load: path is NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f) return ts__fail(TS_ERR_IO, "tokenizer %s: cannot open (%s)", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return ts__fail(TS_ERR_IO, "tokenizer %s: not a regular file", path);
-    }
-    if (st.st_size > TS_TOKENIZER_MAX_FILE_BYTES) {
-        fclose(f);
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "tokenizer %s: %lld bytes, more than the %lld "
-                        "this reader accepts", path, (long long)st.st_size,
-                        (long long)TS_TOKENIZER_MAX_FILE_BYTES);
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        fclose(f);
-        return ts__fail(TS_ERR_OUT_OF_MEMORY, "tokenizer %s: %lld bytes", path, (long long)st.st_size);
-    }
-    const size_t got = fread(buf, 1, (size_t)st.st_size, f);
-    fclose(f);
-    ts_status s = got == (size_t)st.st_size
-                      ? ts_tokenizer_load_buffer(buf, got, path, out)
-                      : ts__fail(TS_ERR_IO, "tokenizer %s: short read", path);
+    char *buf = NULL;
+    size_t len = 0;
+    TS__RETURN_IF_ERROR(ts__read_file_capped(AT_FDCWD, path, path, (size_t)TS_TOKENIZER_MAX_FILE_BYTES,
+                                             true, &buf, &len));
+    const ts_status s = ts_tokenizer_load_buffer(buf, len, path, out);
     free(buf);
     return s;
 }
