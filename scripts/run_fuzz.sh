@@ -102,6 +102,7 @@ tseed_dirs=("$tseeds")
 trc=0
 if have_libfuzzer; then
   libfuzzer tokenizer "$tsecs" tseed_dirs "$root/tests/fuzz/fuzz_tokenizer.c" "$root/src/core/status.c" \
+    "$root/src/core/file_read.c" "$root/src/core/text_escape.c" \
     "$root"/src/text/*.c -lonig -ljansson
   trc=$?
 elif [ -x "$dir/tilestack_fuzz_tokenizer" ]; then
