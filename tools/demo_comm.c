@@ -99,6 +99,8 @@ ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv, double t
     c->mpi = !inited;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    /* one progress bar per job: the other ranks share rank 0's terminal */
+    if (c->rank != 0) ts_set_progress_handler(NULL, NULL);
     return TS_OK;
 #else
     (void)argc, (void)argv;

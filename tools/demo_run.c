@@ -3,6 +3,7 @@
  * barrier to the rank's end; the step time is the slowest rank's. The kernel breakdown
  * (model_profile.c) is on during the timed steps only. */
 #include "demo.h"
+#include "progress_bar.h"
 #include "model/model_internal.h"
 
 #include <errno.h>
@@ -134,6 +135,7 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
         const uint64_t id = (uint64_t)c->rank * 65536u + (uint64_t)b;
         toks[b] = (int32_t)((id * 7919u + 13u) % (uint64_t)V);
         st = ts_model_prefill_random(m, b, context, 1000 + id);
+        if (c->rank <= 0) ts__progress_bar("filling caches (sequences)", (double)(b + 1), (double)B, "");
     }
     r->prefill_s = ts__model_now() - t0;
     uint64_t rng = 0x5EED0000u + (uint64_t)c->rank;
@@ -162,6 +164,7 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
         const double s2 = ts__model_now();
         loc[i] = s2 - s0;
         sample_s += s2 - s1;
+        if (c->rank <= 0) ts__progress_bar("timed steps", (double)(i + 1), (double)steps, "");
         if (inproc && st == TS_OK) {
             /* the step's last MoE layer (its routing is the model's, not hashed) */
             for (int64_t e = 0; e < cfg->n_routed_experts; e++) load[e] += m->ws->masked_m[e];

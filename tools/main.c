@@ -1,5 +1,6 @@
 /* `tilestack`: subcommand dispatch. A new subcommand is one line in g_cmds. */
 #include "cli.h"
+#include "progress_bar.h"
 #include "bench.h"
 
 #include <stdio.h>
@@ -62,6 +63,7 @@ int main(int argc, char **argv) {
     const char *c = argv[1];
     if (!strcmp(c, "--version") || !strcmp(c, "-V")) return cmd_version(0, NULL);
     if (!strcmp(c, "--help") || !strcmp(c, "-h")) return cmd_help(0, NULL);
+    ts__progress_bar_install();
     for (size_t i = 0; i < N_CMDS; i++)
         if (!strcmp(c, g_cmds[i].name)) return g_cmds[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "tilestack: unknown command '%s'\n\n", c);

@@ -162,6 +162,14 @@ TS_API ts_isa ts_get_isa(void);            /* path in use */
 TS_API ts_status ts_set_isa(ts_isa isa);   /* TS_ERR_UNSUPPORTED if this CPU/build can't run it */
 TS_API const char *ts_isa_name(ts_isa isa);
 
+/* Progress of long operations (model creation and loading, weight packing): the library calls
+ * the handler from the calling thread, at most a few hundred times per phase, with `done` rising
+ * from 0 to `total` (equal at the end) in `unit`s ("B" for bytes, "" for items). No handler
+ * (the default, or NULL) = silent; the CLI installs a progress bar on stderr. */
+typedef void (*ts_progress_fn)(void *user, const char *phase, double done, double total,
+                               const char *unit);
+TS_API void ts_set_progress_handler(ts_progress_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

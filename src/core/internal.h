@@ -111,4 +111,12 @@ typedef struct ts__cpu_raw {
 } ts__cpu_raw;
 const ts__cpu_raw *ts__get_cpu_raw(void);
 
+/* ---- progress of long operations (src/core/progress.c) ----
+ * A phase keeps one state (zero-initialised) and calls ts__progress as it goes; calls are
+ * thinned to ~256 per phase and dropped when no handler is set. */
+typedef struct ts__progress_state { double next; } ts__progress_state;
+bool ts__progress_on(void);
+void ts__progress(ts__progress_state *p, const char *phase, double done, double total,
+                  const char *unit);
+
 #endif

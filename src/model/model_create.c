@@ -46,6 +46,14 @@ ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_mode
         m->recs = (ts__mtensor *)calloc((size_t)(2 * ns), sizeof *m->recs);
         if (!m->recs) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory");
     }
+    /* total bytes first, for the progress report */
+    double total = 0, done = 0;
+    for (int64_t i = 0; st == TS_OK && ts__progress_on() && i < ns; i++) {
+        ts__mtensor r2[2];
+        const int nr = ts__model_spec_records(&specs[i], r2);
+        for (int k = 0; k < nr; k++) total += (double)r2[k].nbytes;
+    }
+    ts__progress_state prog = {0};
     for (int64_t i = 0; st == TS_OK && i < ns; i++) {
         ts__mtensor *rec = &m->recs[m->nrecs];
         int nr = ts__model_spec_records(&specs[i], rec);
@@ -56,6 +64,8 @@ ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_mode
         }
         m->nrecs += nr; /* counted before generation so that a failure frees them */
         if (st == TS_OK) st = ts__model_generate_weight(cfg, &specs[i], rec);
+        for (int k = 0; k < nr; k++) done += (double)rec[k].nbytes;
+        ts__progress(&prog, "generating weights", done, total, "B");
     }
     free(specs);
     if (st == TS_OK) st = finish(m);
