@@ -149,7 +149,7 @@ static ts_model_config builtin(ts_test_ctx *ts_t_, const char *name) {
 }
 
 /* dsv4-tiny: window 16, ratios 0 / 4 / 8, index_topk 8 (the selection acts from position 35);
- * 72 tokens from position 0 are a chunk of 64 and one of 8. */
+ * 72 tokens from position 0 are a chunk of the default 48 rows and one of 24. */
 TS_TEST(model_prefill_dsv4_tiny_same_bits_as_decode) {
     const ts_model_config c = builtin(ts_t_, "dsv4-tiny");
     const pcase cases[] = {
@@ -172,7 +172,7 @@ TS_TEST(model_prefill_dsv32_tiny_same_bits_as_decode) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(ts_t_, &cases[i], "");
 }
 
-/* Ratios 0 / 4 / 128: 200 tokens are four chunks (64, 64, 64, 8) crossing the window, the
+/* Ratios 0 / 4 / 128: 200 tokens are five chunks (4 x 48, 8) crossing the window, the
  * indexer's top-k becoming active and the first ratio-128 block (position 127). */
 TS_TEST(model_prefill_ratio_128_chunks_split) {
     ts_model_config c = builtin(ts_t_, "dsv4-tiny");

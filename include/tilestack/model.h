@@ -90,7 +90,7 @@ TS_API ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs,
  * &seq, &tokens[t], ...) would (caches, compressor states, position and logits), but in chunks
  * of rows that go through each layer together (every GEMM sees M = chunk rows). last_logits:
  * f32 [vocab_size], the last token's (NULL: only the caches advance). The first call grows
- * the step workspace once to the chunk (max(max_batch, 64) rows). Errors, nothing advanced:
+ * the step workspace once to the chunk (max(max_batch, 48) rows). Errors, nothing advanced:
  * TS_ERR_NULL_POINTER (m, tokens), TS_ERR_INVALID_ARGUMENT (seq outside [0, max_batch),
  * n_tokens < 1, a token outside [0, vocab_size), pos + n_tokens > max_seq_len),
  * TS_ERR_UNSUPPORTED on an expert-parallel model (model_ep.h: its steps are collective; decode

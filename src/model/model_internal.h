@@ -267,9 +267,11 @@ static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__mo
         }                                                                                  \
     } while (0)
 
-/* Rows per prefill chunk at least (model_prefill.c): enough that every weight, the experts'
- * too, is read once for many rows. */
-#define TS__PREFILL_ROWS 64
+/* Rows per prefill chunk at least (model_prefill.c): each weight is read once per chunk. 48 is
+ * the GEMMs' small-M bound (TS__GEMM_SMALL_M, docs/gemm.md "Decode path"): on the packed
+ * weights their decode kernels ran the chunk's lin8 GEMMs ~2x faster at M = 48 than the big-M
+ * path did at M = 64, 96 or 128 (dsv4-mini, 2 threads, Zen 4). */
+#define TS__PREFILL_ROWS 48
 
 struct ts_model {
     ts_model_config cfg;
@@ -288,8 +290,8 @@ struct ts_model {
     ts__layer_cache caches[TS_MODEL_MAX_LAYERS];
     int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
     ts__ws *ws;
-    /* rows per prefill chunk (model_prefill.c): max(max_batch, TS__PREFILL_ROWS); the tests
-     * lower it to split short prompts */
+    /* rows per prefill chunk (model_prefill.c); 0: max(max_batch, TS__PREFILL_ROWS). The
+     * tests lower it to split short prompts at odd points */
     int64_t prefill_rows;
     ts__prof prof;
     /* Expert parallelism (model_ep*.c, built with MPI only; NULL / false for a model of
