@@ -149,7 +149,8 @@ static ts_status window_rows(ts_model *m, int64_t L, const ts__rows *r) {
         ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, false);
         for (int i = 0; i < 64; i++) kv[448 + i] = ts__f32_to_bf16_inl((float)x[i]);
     }
-    /* the window's first slot in the cache read, per row: base + t is position t's slot */
+    /* prefill: position t's staging slot is t - first, `first` the oldest position the chunk's
+     * first row sees */
     const int64_t P = TS__COMP_PAGE, s0 = r->seq[0], p0 = r->pos[0];
     const int64_t before = ts__min64(p0, W - 1), first = p0 - before;
     if (r->one_seq) {

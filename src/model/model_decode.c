@@ -26,7 +26,8 @@
     F_(gate, uint16_t, Eg * B * I) F_(up, uint16_t, Eg * B * I) F_(h8, uint8_t, Eg * B * I) \
     F_(h8sf, float, Eg * B * (I / 32)) F_(ye, uint16_t, Eg * B * D)                      \
     F_(sg, uint16_t, B * I) F_(su, uint16_t, B * I) F_(sh, uint16_t, B * I)             \
-    F_(so, uint16_t, B * D) F_(rpos, int64_t, B) F_(rseq, int64_t, B) F_(wstage, uint8_t, SB * TS__COMP_PAGE * 584)
+    F_(so, uint16_t, B * D) F_(rpos, int64_t, B) F_(rseq, int64_t, B)                  \
+    F_(wstage, uint8_t, SB * TS__COMP_PAGE * 584)
 
 /* The workspace for B rows into m->ws (left there, partly allocated, on failure). */
 static ts_status ws_alloc_rows(ts_model *m, int64_t B, const char *fn) {

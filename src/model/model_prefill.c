@@ -30,9 +30,9 @@ static ts_status check(const char *fn, const ts_model *m, int64_t seq, int64_t n
     const int64_t p = m->pos[seq], cap = m->cfg.max_seq_len;
     if (n > cap - p)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
-                        "%s: sequence %lld is at position %lld: %lld more tokens exceed max_seq_len "
-                        "= %lld (nothing advanced)", fn, (long long)seq, (long long)p,
-                        (long long)n, (long long)cap);
+                        "%s: sequence %lld is at position %lld: %lld more tokens exceed "
+                        "max_seq_len = %lld (nothing advanced)", fn, (long long)seq,
+                        (long long)p, (long long)n, (long long)cap);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return ts__fail(TS_ERR_INVALID_ARGUMENT,
