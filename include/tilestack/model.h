@@ -85,6 +85,24 @@ TS_API int64_t ts_model_sequence_position(const ts_model *m, int64_t seq);
 TS_API ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs,
                                  const int32_t *tokens, float *logits);
 
+/* Prompt prefill (docs/model.md "Prefill"): sequence `seq` consumes tokens[0 .. n_tokens) at
+ * positions pos .. pos + n_tokens - 1, bit for bit as n_tokens calls of ts_model_decode(m, 1,
+ * &seq, &tokens[t], ...) would (caches, compressor states, position and logits), but in chunks
+ * of rows that go through each layer together (every GEMM sees M = chunk rows). last_logits:
+ * f32 [vocab_size], the last token's (NULL: only the caches advance). The first call grows
+ * the step workspace once to the chunk (max(max_batch, 48) rows). Errors, nothing advanced:
+ * TS_ERR_NULL_POINTER (m, tokens), TS_ERR_INVALID_ARGUMENT (seq outside [0, max_batch),
+ * n_tokens < 1, a token outside [0, vocab_size), pos + n_tokens > max_seq_len),
+ * TS_ERR_UNSUPPORTED on an expert-parallel model (model_ep.h: its steps are collective; decode
+ * the prompt with ts_model_decode there), TS_ERR_OUT_OF_MEMORY (the workspace). */
+TS_API ts_status ts_model_prefill(ts_model *m, int64_t seq, int64_t n_tokens,
+                                  const int32_t *tokens, float *last_logits);
+/* The same with the logits of every token: f32 [n_tokens, vocab_size] row-major (row t = the
+ * logits of decoding tokens[t]; for teacher-forced evaluation). logits NULL is
+ * TS_ERR_NULL_POINTER. */
+TS_API ts_status ts_model_prefill_all_logits(ts_model *m, int64_t seq, int64_t n_tokens,
+                                             const int32_t *tokens, float *logits);
+
 /* Sampling (docs/model.md §4 "Head") for n rows of logits [n, vocab]: top_k == 1 is greedy (the
  * largest logit, ties to the lower id); top_k > 1 draws from the softmax of the top_k largest
  * logits (ts_topk; ties to the lower id) with temperature 1, one uniform per row from splitmix64

@@ -1,7 +1,9 @@
-/* V4 attention (docs/model.md §4 "Attention", steps 1-6) for a batch of sequences: q / kv
- * projections, RoPE, the window ring, the compressors, the CSA indexer (FP4 MQA logits +
- * top-k), sparse FlashMLA over window + compressed rows with the sink, inverse RoPE, and the
- * grouped low-rank output projection. Every GEMM sees M = n rows. */
+/* V4 attention (docs/model.md §4 "Attention", steps 1-6) for a pass of rows (a decode batch or
+ * a prefill chunk, ts__rows): q / kv projections, RoPE, the window ring, the compressors, the
+ * CSA indexer (FP4 MQA logits + top-k), sparse FlashMLA over window + compressed rows with the
+ * sink, inverse RoPE, and the grouped low-rank output projection. Every GEMM sees M = n rows;
+ * every cache write of the rows comes before the attention, which is correct because a row
+ * at position p reads only rows <= p (the window ring excepted: window_rows). */
 #include "model_internal.h"
 
 #include "tilestack/mqa_logits.h"
@@ -125,15 +127,71 @@ ts_status ts__model_q_lora(ts_model *m, const ts__lin8 *wq_a, const float *q_nor
     return ts__model_lin8(ws, pf, wq_b, ws->qr, n, QL, q, qw);
 }
 
-static ts_status flash(ts_model *m, int64_t L, int64_t n, const float *sink) {
+/* Step 2: each row's kv (norm, RoPE) is stored, and its window token list made: positions
+ * max(0, p - W + 1) .. p ascending, as slots of the cache flash() reads. A decode row stores
+ * into its sequence's ring at p mod W and reads the ring. A prefill chunk cannot: its later
+ * rows would overwrite ring rows that its earlier rows still see. It reads ws->wstage instead:
+ * the W - 1 positions before the chunk copied from the ring (the same bytes), then its own
+ * rows; the ring then takes the chunk's last min(n, W) rows (copied: the bytes a decode step
+ * stores). */
+static ts_status window_rows(ts_model *m, int64_t L, const ts__rows *r) {
+    ts__ws *ws = m->ws;
+    const ts__layer *ly = &m->layers[L];
+    ts__layer_cache *lc = &m->caches[L];
+    const int64_t n = r->n, W = m->cfg.window_size, tab = ly->ratio > 0 ? 1 : 0;
+    const float eps = (float)m->cfg.norm_eps;
+    for (int64_t b = 0; b < n; b++) {
+        const int64_t p = r->pos[b];
+        uint16_t *kv = ws->kv + b * 512;
+        ts__model_rmsnorm_bf16(ws->kv0 + b * 512, 512, ly->kv_norm, eps, kv);
+        double x[64];
+        for (int i = 0; i < 64; i++) x[i] = ts__bf16_to_f32_inl(kv[448 + i]);
+        ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, false);
+        for (int i = 0; i < 64; i++) kv[448 + i] = ts__f32_to_bf16_inl((float)x[i]);
+    }
+    /* prefill: position t's staging slot is t - first, `first` the oldest position the chunk's
+     * first row sees */
+    const int64_t P = TS__COMP_PAGE, s0 = r->seq[0], p0 = r->pos[0];
+    const int64_t before = ts__min64(p0, W - 1), first = p0 - before;
+    if (r->one_seq) {
+        for (int64_t t = first; t < p0; t++)
+            ts__model_kv_copy(ws->wstage, P, t - first, lc->win, W, s0 * W + t % W);
+    }
+    for (int64_t b = 0; b < n; b++) {
+        const int64_t s = r->seq[b], p = r->pos[b];
+        if (r->one_seq)
+            TS__RETURN_IF_ERROR(ts__model_kv_store(ws->wstage, P, before + b, ws->kv + b * 512));
+        else
+            TS__RETURN_IF_ERROR(ts__model_kv_store(lc->win, W, s * W + p % W, ws->kv + b * 512));
+        const int64_t t0w = p - W + 1 > 0 ? p - W + 1 : 0;
+        int32_t *wi = ws->win_idx + b * W;
+        int64_t k = 0;
+        for (int64_t t = t0w; t <= p; t++)
+            wi[k++] = (int32_t)(r->one_seq ? t - first : s * W + t % W);
+        ws->win_len[b] = (int32_t)k;
+        for (; k < W; k++) wi[k] = -1;
+    }
+    if (r->one_seq) {
+        for (int64_t t = ts__max64(p0, p0 + n - W); t < p0 + n; t++)
+            ts__model_kv_copy(lc->win, W, s0 * W + t % W, ws->wstage, P, t - first);
+    }
+    return TS_OK;
+}
+
+static ts_status flash(ts_model *m, int64_t L, int64_t n, bool staged, const float *sink) {
     ts__ws *ws = m->ws;
     const ts_model_config *c = &m->cfg;
     const int64_t H = c->n_heads, W = c->window_size, r = m->layers[L].ratio;
     const ts__layer_cache *lc = &m->caches[L];
     int64_t sq[4] = {n, 1, H, 512};
     ts_tensor q = ts_tensor_make(ws->q, TS_BF16, 4, sq);
+    /* the window rows: the ring, or a prefill chunk's staging (window_rows) */
     int64_t sk[4] = {m->max_batch, W, 1, 584};
-    ts_tensor kc = ts_tensor_make(lc->win, TS_U8, 4, sk);
+    if (staged) {
+        sk[0] = ws->wstage_blocks;
+        sk[1] = TS__COMP_PAGE;
+    }
+    ts_tensor kc = ts_tensor_make(staged ? ws->wstage : lc->win, TS_U8, 4, sk);
     int64_t si[3] = {n, 1, W};
     ts_tensor idx = ts_tensor_make(ws->win_idx, TS_I32, 3, si);
     ts_tensor len = ts_tensor_1d(ws->win_len, TS_I32, n);
@@ -165,13 +223,15 @@ static ts_status flash(ts_model *m, int64_t L, int64_t n, const float *sink) {
     return ts__model_flash_mla(&a, &out, &lse);
 }
 
-ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
-                              const uint16_t *a, uint16_t *out) {
+ts_status ts__model_attention(ts_model *m, int64_t L, const ts__rows *rw, const uint16_t *a,
+                              uint16_t *out) {
+    const int64_t n = rw->n;
+    const int64_t *seqs = rw->seq;
     ts__ws *ws = m->ws;
     const ts_model_config *c = &m->cfg;
     const ts__layer *ly = &m->layers[L];
     ts__layer_cache *lc = &m->caches[L];
-    const int64_t D = c->dim, H = c->n_heads, QL = c->q_lora_rank, W = c->window_size;
+    const int64_t D = c->dim, H = c->n_heads, QL = c->q_lora_rank;
     const int64_t r = ly->ratio, tab = r > 0 ? 1 : 0;
     const float eps = (float)c->norm_eps;
     ts__prof *pf = &m->prof;
@@ -183,7 +243,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
     /* q's norm + RoPE in place: not re-runnable (the replay keeps its in-step time) */
     t0 = PROF_T0(m);
     for (int64_t b = 0; b < n; b++) {
-        const int64_t p = m->pos[seqs[b]];
+        const int64_t p = rw->pos[b];
         for (int64_t h = 0; h < H; h++) {
             uint16_t *qh = ws->q + (b * H + h) * 512;
             float xf[512];
@@ -197,26 +257,10 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
     }
     ts__prof_add(pf, TS__P_ROPE, t0, (double)n * H * 512 * 4, 0);
 
-    /* 2. kv into the window ring */
+    /* 2. kv into the window (the ring, or a prefill chunk's staging) */
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->wkv, a, n, D, ws->kv0, 512));
     t0 = PROF_T0(m);
-    for (int64_t b = 0; b < n; b++) {
-        const int64_t s = seqs[b], p = m->pos[s];
-        uint16_t *kv = ws->kv + b * 512;
-        ts__model_rmsnorm_bf16(ws->kv0 + b * 512, 512, ly->kv_norm, eps, kv);
-        double x[64];
-        for (int i = 0; i < 64; i++) x[i] = ts__bf16_to_f32_inl(kv[448 + i]);
-        ts__model_rope(m->rope_cos[tab] + p * 32, m->rope_sin[tab] + p * 32, x, false);
-        for (int i = 0; i < 64; i++) kv[448 + i] = ts__f32_to_bf16_inl((float)x[i]);
-        TS__RETURN_IF_ERROR(ts__model_kv_store(lc->win, W, s * W + p % W, kv));
-        /* window rows max(0, p-W+1) .. p in position order */
-        const int64_t t0w = p - W + 1 > 0 ? p - W + 1 : 0;
-        int32_t *wi = ws->win_idx + b * W;
-        int64_t k = 0;
-        for (int64_t t = t0w; t <= p; t++) wi[k++] = (int32_t)(s * W + t % W);
-        ws->win_len[b] = (int32_t)k;
-        for (; k < W; k++) wi[k] = -1;
-    }
+    TS__RETURN_IF_ERROR(window_rows(m, L, rw));
     ts__prof_add(pf, TS__P_KVQ, t0, (double)n * 584, 0);
 
     /* 3. compressor (f32) */
@@ -237,7 +281,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         t0 = PROF_T0(m);
         const int64_t base_blk = m->comp_blocks[L] * TS__COMP_PAGE;
         for (int64_t b = 0; b < n; b++) {
-            const int64_t s = seqs[b], p = m->pos[s];
+            const int64_t s = seqs[b], p = rw->pos[b];
             uint16_t row[512];
             if (compress_step(m, cp, &lc->cs[s], ws->ck + b * w, ws->cg + b * w, p, row, NULL))
                 TS__RETURN_IF_ERROR(ts__model_kv_store(lc->comp, TS__COMP_PAGE,
@@ -268,7 +312,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
             TS__RETURN_IF_ERROR(ts__model_linbf(ly->weights_proj, IH, D, a, n, ws->wi, IH));
             for (int64_t i = 0; i < n * IH; i++) ws->wi[i] = (float)(ws->wi[i] * cw);
             for (int64_t b = 0; b < n; b++) {
-                const int64_t p = m->pos[seqs[b]];
+                const int64_t p = rw->pos[b];
                 for (int64_t h = 0; h < IH; h++) {
                     double x[128];
                     const uint16_t *qh = ws->qi + (b * IH + h) * 128;
@@ -281,7 +325,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
                 }
             });
         for (int64_t b = 0; b < n; b++) {
-            const int64_t s = seqs[b], p = m->pos[s], nr = (p + 1) / 4;
+            const int64_t s = seqs[b], p = rw->pos[b], nr = (p + 1) / 4;
             int32_t *ei = ws->ext_idx + b * K;
             for (int64_t k = 0; k < K; k++) ei[k] = -1;
             ws->ext_len[b] = 0;
@@ -313,7 +357,7 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
     } else if (r > 0) {
         const int64_t K = c->max_seq_len / r;
         for (int64_t b = 0; b < n; b++) {
-            const int64_t s = seqs[b], p = m->pos[s], nr = (p + 1) / r;
+            const int64_t s = seqs[b], p = rw->pos[b], nr = (p + 1) / r;
             const int64_t base = s * m->comp_blocks[L] * TS__COMP_PAGE;
             int32_t *ei = ws->ext_idx + b * K;
             for (int64_t k = 0; k < K; k++) ei[k] = k < nr ? (int32_t)(base + k) : -1;
@@ -326,12 +370,12 @@ ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *
         for (int64_t b = 0; b < n; b++) toks += ws->win_len[b] + (r > 0 ? ws->ext_len[b] : 0);
         TS__PROF_SECTION(pf, TS__P_ATTN, toks * 584 + (double)n * H * 512 * 4,
                          toks * H * 512 * 4.0,
-                         TS__RETURN_IF_ERROR(flash(m, L, n, ly->attn_sink)));
+                         TS__RETURN_IF_ERROR(flash(m, L, n, rw->one_seq, ly->attn_sink)));
     }
     /* inverse RoPE on the output, in place: not re-runnable */
     t0 = PROF_T0(m);
     for (int64_t b = 0; b < n; b++) {
-        const int64_t p = m->pos[seqs[b]];
+        const int64_t p = rw->pos[b];
         for (int64_t h = 0; h < H; h++) {
             uint16_t *oh = ws->o + (b * H + h) * 512 + 448;
             double x[64];

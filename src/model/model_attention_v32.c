@@ -1,7 +1,10 @@
-/* V3.2 attention (docs/model.md §8) for a batch of sequences: MLA in absorbed form over the
- * 656-byte FP8 cache, with the lightning indexer (FP8 q / keys, paged MQA logits over every
- * cached token, top-k) choosing the rows of one sparse FlashMLA call. Every GEMM sees M = n
- * rows; the elementwise code runs per row in double and rounds where §8 rounds. */
+/* V3.2 attention (docs/model.md §8) for a pass of rows (a decode batch or a prefill chunk,
+ * ts__rows): MLA in absorbed form over the 656-byte FP8 cache, with the lightning indexer (FP8
+ * q / keys, paged MQA logits over every cached token, top-k) choosing the rows of one sparse
+ * FlashMLA call. Every GEMM sees M = n rows; the elementwise code runs per row in double and
+ * rounds where §8 rounds. Both caches are indexed by position (nothing is overwritten), so
+ * every row's key and latent row are stored before any row's indexer and attention read
+ * them, a prefill chunk's rows included. */
 #include "model_v32.h"
 
 #include "tilestack/mqa_logits.h"
@@ -110,8 +113,10 @@ static ts_status flash(ts_model *m, int64_t L, int64_t n) {
     return ts__model_flash_mla(&a, &out, &lse);
 }
 
-ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
+ts_status ts__model_attention_v32(ts_model *m, int64_t L, const ts__rows *r,
                                   const uint16_t *a, uint16_t *out) {
+    const int64_t n = r->n;
+    const int64_t *seqs = r->seq;
     ts__ws *ws = m->ws;
     ts__ws32 *w = ws->v32;
     const ts_model_config *c = &m->cfg;
@@ -128,7 +133,7 @@ ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64
     /* RoPE of q_pe into the FlashMLA query's last 64 dims */
     TS__PROF_SECTION(pf, TS__P_ROPE, (double)n * H * 64 * 4, 0,
         for (int64_t b = 0; b < n; b++) {
-            const int64_t p = m->pos[seqs[b]];
+            const int64_t p = r->pos[b];
             for (int64_t h = 0; h < H; h++) {
                 const uint16_t *pe = w->q + b * QW + h * TS__V32_QK + TS__V32_NOPE;
                 uint16_t *dst = w->qf + b * QF + h * TS__V32_DQK + TS__V32_LAT;
@@ -153,7 +158,7 @@ ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &v->wkv_a, a, n, D, w->kv0, TS__V32_DQK));
     t0 = PROF_T0(m);
     for (int64_t b = 0; b < n; b++) {
-        const int64_t s = seqs[b], p = m->pos[s];
+        const int64_t s = seqs[b], p = r->pos[b];
         uint16_t *kv = w->kv + b * TS__V32_DQK;
         const uint16_t *kv0 = w->kv0 + b * TS__V32_DQK;
         ts__model_rmsnorm_bf16(kv0, TS__V32_LAT, v->kv_norm, eps, kv);
@@ -171,7 +176,7 @@ ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64
     t0 = PROF_T0(m);
     int32_t maxctx = 0;
     for (int64_t b = 0; b < n; b++) {
-        const int64_t s = seqs[b], p = m->pos[s];
+        const int64_t s = seqs[b], p = r->pos[b];
         for (int64_t h = 0; h < IH; h++) index_row(m, p, w->qi + (b * IH + h) * 128);
         /* LayerNorm (weight and bias) of the key, in double */
         uint16_t *k = w->k + b * 128;

@@ -22,6 +22,15 @@ ts_status ts__model_kv_store(uint8_t *cache, int64_t page, int64_t slot, const u
     return TS_OK;
 }
 
+void ts__model_kv_copy(uint8_t *dst, int64_t dpage, int64_t dslot, const uint8_t *src,
+                       int64_t spage, int64_t sslot) {
+    const uint8_t *sb = src + (sslot / spage) * spage * 584;
+    uint8_t *db = dst + (dslot / dpage) * dpage * 584;
+    const int64_t si = sslot % spage, di = dslot % dpage;
+    memcpy(db + di * 576, sb + si * 576, 576);
+    memcpy(db + dpage * 576 + di * 8, sb + spage * 576 + si * 8, 8);
+}
+
 static int64_t state_floats(const ts__compressor *c) {
     return 2 * c->ratio * c->coff * c->d; /* [prev, cur][r][coff*d] */
 }

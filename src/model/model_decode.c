@@ -1,7 +1,7 @@
-/* One decode step (docs/model.md §4) for a batch of sequences: embedding, the blocks (mHC
- * around attention and MoE), the head. All n sequences go through each layer together so every
- * GEMM sees M = n rows; the kernels are batch-invariant, so a sequence's logits do not depend
- * on the other sequences of the batch. */
+/* One decode step (docs/model.md §4) for a batch of sequences, and the pass through the layers
+ * that the prefill (model_prefill.c) shares: embedding, the blocks (mHC around attention and
+ * MoE), the head. All rows go through each layer together so every GEMM sees M = rows; the
+ * kernels are batch-invariant, so a row's logits do not depend on the other rows. */
 #include "model_internal.h"
 
 #include <string.h>
@@ -26,11 +26,13 @@
     F_(gate, uint16_t, Eg * B * I) F_(up, uint16_t, Eg * B * I) F_(h8, uint8_t, Eg * B * I) \
     F_(h8sf, float, Eg * B * (I / 32)) F_(ye, uint16_t, Eg * B * D)                      \
     F_(sg, uint16_t, B * I) F_(su, uint16_t, B * I) F_(sh, uint16_t, B * I)             \
-    F_(so, uint16_t, B * D)
+    F_(so, uint16_t, B * D) F_(rpos, int64_t, B) F_(rseq, int64_t, B)                  \
+    F_(wstage, uint8_t, SB * TS__COMP_PAGE * 584)
 
-ts_status ts__model_ws_alloc(ts_model *m) {
+/* The workspace for B rows into m->ws (left there, partly allocated, on failure). */
+static ts_status ws_alloc_rows(ts_model *m, int64_t B, const char *fn) {
     const ts_model_config *c = &m->cfg;
-    const int64_t B = m->max_batch, hc = c->hc_mult, D = c->dim, nmix = (2 + hc) * hc;
+    const int64_t hc = c->hc_mult, D = c->dim, nmix = (2 + hc) * hc;
     const int64_t H = c->n_heads, QL = c->q_lora_rank, OG = c->o_groups * c->o_lora_rank;
     const int64_t IH = c->index_n_heads, E = c->n_routed_experts, K = c->n_activated_experts;
     const int64_t I = c->moe_inter_dim;
@@ -46,9 +48,14 @@ ts_status ts__model_ws_alloc(ts_model *m) {
                                  : r > 0 ? c->max_seq_len / r : 1;
         ext = e > ext ? e : ext;
     }
+    /* a prefill chunk's window: the window - 1 rows before it and its own (v4 only) */
+    const int64_t SB = c->attention == TS_MODEL_ATTN_V4
+                           ? ts__ceil_div(c->window_size - 1 + B, TS__COMP_PAGE) : 0;
     ts__ws *ws = (ts__ws *)calloc(1, sizeof *ws);
-    if (!ws) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory");
+    if (!ws) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->ws = ws;
+    ws->rows = B;
+    ws->wstage_blocks = SB;
     ws->ext_max = ext;
     bool ok = true;
 #define ALLOC(name, type, count)                                                   \
@@ -57,12 +64,32 @@ ts_status ts__model_ws_alloc(ts_model *m) {
     ok = ok && ws->name;
     WS_FIELDS(ALLOC)
 #undef ALLOC
-    if (!ok) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (workspace)");
+    if (!ok)
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory (workspace of %lld rows)", fn,
+                        (long long)B);
     /* the grouped GEMMs check every scale of the [E, n, ...] views, rows past masked_m too:
      * unused rows keep a valid scale */
     for (int64_t i = 0; i < Eg * B * (D / 32); i++) ws->gasf[i] = 1.0f;
     for (int64_t i = 0; i < Eg * B * (I / 32); i++) ws->h8sf[i] = 1.0f;
     if (c->attention == TS_MODEL_ATTN_V32) return ts__model_v32_ws_alloc(m);
+    return TS_OK;
+}
+
+ts_status ts__model_ws_alloc(ts_model *m) {
+    return ws_alloc_rows(m, m->max_batch, "ts_model_create");
+}
+
+ts_status ts__model_ws_reserve(ts_model *m, int64_t rows) {
+    if (m->ws && m->ws->rows >= rows) return TS_OK;
+    ts__ws *old = m->ws;
+    m->ws = NULL;
+    const ts_status st = ws_alloc_rows(m, rows, "ts_model_prefill");
+    if (st != TS_OK) {
+        ts__model_ws_free(m->ws);
+        m->ws = old;
+        return st;
+    }
+    ts__model_ws_free(old);
     return TS_OK;
 }
 
@@ -119,17 +146,26 @@ ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
                                  const int32_t *tokens, float *logits) {
     TS__RETURN_IF_ERROR(ts__model_check_step(m, n, seqs, tokens));
     if (n == 0) return TS_OK;
+    int64_t *pos = m->ws->rpos;
+    for (int64_t b = 0; b < n; b++) pos[b] = m->pos[seqs[b]];
+    const ts__rows r = {n, seqs, pos, tokens, false};
+    TS__RETURN_IF_ERROR(ts__model_forward(m, &r));
+    for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;
+    return logits ? ts__model_head(m, 0, n, logits) : TS_OK;
+}
+
+ts_status ts__model_forward(ts_model *m, const ts__rows *r) {
     const ts_model_config *c = &m->cfg;
     ts__ws *ws = m->ws;
     ts__prof *pf = &m->prof;
-    const int64_t hc = c->hc_mult, D = c->dim;
+    const int64_t n = r->n, hc = c->hc_mult, D = c->dim;
     const float eps = (float)c->norm_eps;
     /* every section here is idempotent (fresh outputs from unchanged inputs); hc_post writes
      * X2 and the swap stays outside its section */
     TS__PROF_SECTION(pf, TS__P_OTHER, (double)n * D * 2, 0,
         for (int64_t b = 0; b < n; b++)
             for (int64_t s = 0; s < hc; s++)
-                memcpy(ws->X + (b * hc + s) * D, m->embed + (int64_t)tokens[b] * D,
+                memcpy(ws->X + (b * hc + s) * D, m->embed + (int64_t)r->tok[b] * D,
                        (size_t)D * sizeof(uint16_t)));
     for (int64_t L = 0; L < c->n_layers; L++) {
         const ts__layer *ly = &m->layers[L];
@@ -144,10 +180,10 @@ ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
                     ts__model_rmsnorm_bf16(ws->y + b * D, D, sub ? ly->ffn_norm : ly->attn_norm,
                                            eps, ws->a + b * D));
             if (sub == 0 && c->attention == TS_MODEL_ATTN_V32)
-                TS__RETURN_IF_ERROR(ts__model_attention_v32(m, L, n, seqs, ws->a, ws->f));
+                TS__RETURN_IF_ERROR(ts__model_attention_v32(m, L, r, ws->a, ws->f));
             else if (sub == 0)
-                TS__RETURN_IF_ERROR(ts__model_attention(m, L, n, seqs, ws->a, ws->f));
-            else TS__RETURN_IF_ERROR(ts__model_moe(m, L, n, tokens, ws->a, ws->f));
+                TS__RETURN_IF_ERROR(ts__model_attention(m, L, r, ws->a, ws->f));
+            else TS__RETURN_IF_ERROR(ts__model_moe(m, L, n, r->tok, ws->a, ws->f));
             TS__PROF_SECTION(pf, TS__P_HC, 0, 0,
                              ts__model_hc_post(m, ws->f, ws->X, n, ws->post, ws->comb, ws->X2));
             uint16_t *t = ws->X;
@@ -155,11 +191,18 @@ ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
             ws->X2 = t;
         }
     }
-    for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;
-    if (!logits) return TS_OK;
+    return TS_OK;
+}
+
+ts_status ts__model_head(ts_model *m, int64_t row0, int64_t n, float *logits) {
+    const ts_model_config *c = &m->cfg;
+    ts__ws *ws = m->ws;
+    ts__prof *pf = &m->prof;
+    const int64_t D = c->dim;
+    const float eps = (float)c->norm_eps;
     TS__PROF_SECTION(pf, TS__P_HEAD, (double)c->vocab_size * D * 2,
                      2.0 * n * c->vocab_size * D,
-        ts__model_hc_head(m, ws->X, n, ws->xf, ws->mixf, ws->mix, ws->y);
+        ts__model_hc_head(m, ws->X + row0 * c->hc_mult * D, n, ws->xf, ws->mixf, ws->mix, ws->y);
         for (int64_t b = 0; b < n; b++)
             ts__model_rmsnorm_bf16(ws->y + b * D, D, m->norm, eps, ws->a + b * D);
         TS__RETURN_IF_ERROR(ts__model_linbf(m->head, c->vocab_size, D, ws->a, n, logits,

@@ -132,8 +132,26 @@ typedef struct ts__layer_cache {
 
 #define TS__COMP_PAGE 64
 
-/* ---- the workspace of one step (sized for max_batch B at create; no allocation per step) */
+/* ---- the rows of one pass through the layers (model_decode.c, model_prefill.c): row i is
+ * token tok[i] of sequence seq[i] at position pos[i]. A decode step holds distinct sequences;
+ * a prefill chunk (one_seq) consecutive positions of one sequence. Every per-layer piece works
+ * on rows; only the window ring needs to know which kind (model_attention.c). */
+typedef struct ts__rows {
+    int64_t n;
+    const int64_t *seq, *pos;
+    const int32_t *tok;
+    bool one_seq;
+} ts__rows;
+
+/* ---- the workspace of one pass (B = `rows`: max_batch at create, grown once to the prefill
+ * chunk by the first prefill; no allocation per step) */
 typedef struct ts__ws {
+    int64_t rows;              /* B: the most rows a pass may hold */
+    int64_t *rpos, *rseq;      /* [B] the rows' positions and (prefill) sequence */
+    /* a prefill chunk's window rows (model_attention.c): MODEL1 blocks of TS__COMP_PAGE rows,
+     * the window - 1 positions before the chunk, then the chunk's */
+    uint8_t *wstage;
+    int64_t wstage_blocks;
     uint16_t *X, *X2;          /* [B][hc][dim] residual streams */
     float *xf;                 /* [B][hc*dim] */
     float *mixf; double *mix;  /* [B][(2+hc)*hc] */
@@ -249,6 +267,12 @@ static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__mo
         }                                                                                  \
     } while (0)
 
+/* Rows per prefill chunk at least (model_prefill.c): each weight is read once per chunk. 48 is
+ * the GEMMs' small-M bound (TS__GEMM_SMALL_M, docs/gemm.md "Decode path"): on the packed
+ * weights their decode kernels ran the chunk's lin8 GEMMs ~2x faster at M = 48 than the big-M
+ * path did at M = 64, 96 or 128 (dsv4-mini, 2 threads, Zen 4). */
+#define TS__PREFILL_ROWS 48
+
 struct ts_model {
     ts_model_config cfg;
     int64_t max_batch;
@@ -266,6 +290,9 @@ struct ts_model {
     ts__layer_cache caches[TS_MODEL_MAX_LAYERS];
     int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
     ts__ws *ws;
+    /* rows per prefill chunk (model_prefill.c); 0: max(max_batch, TS__PREFILL_ROWS). The
+     * tests lower it to split short prompts at odd points */
+    int64_t prefill_rows;
     ts__prof prof;
     /* Expert parallelism (model_ep*.c, built with MPI only; NULL / false for a model of
      * model.h). The hooks keep this path MPI-free: the routed experts of layer L for the n rows
@@ -301,6 +328,9 @@ void ts__model_cache_free(ts_model *m);
 void ts__model_cache_reset(ts_model *m, int64_t seq);
 /* Writes a bf16 [512] row into a MODEL1 block cache at global slot `slot` (page P). */
 ts_status ts__model_kv_store(uint8_t *cache, int64_t page, int64_t slot, const uint16_t *row);
+/* Copies one stored MODEL1 row (its 576 data and 8 scale bytes) between block caches. */
+void ts__model_kv_copy(uint8_t *dst, int64_t dpage, int64_t dslot, const uint8_t *src,
+                       int64_t spage, int64_t sslot);
 
 /* model_rope.c */
 ts_status ts__model_rope_tables(ts_model *m);
@@ -334,8 +364,8 @@ void ts__model_rmsnorm_bf16(const uint16_t *x, int64_t n, const float *w, float 
                             uint16_t *out);
 
 /* model_attention.c */
-ts_status ts__model_attention(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
-                              const uint16_t *a, uint16_t *out);
+ts_status ts__model_attention(ts_model *m, int64_t L, const ts__rows *r, const uint16_t *a,
+                              uint16_t *out);
 /* The compressor's block softmax-pool for one channel set (exposed for tests): rows
  * [nslot][stride] of scores and values, channel c; returns sum_j softmax_j(s) v_j. */
 double ts__model_softmax_pool(const float *score, const float *kv, int64_t nslot,
@@ -360,7 +390,7 @@ ts_status ts__model_v32_prefill_random(ts_model *m, int64_t seq, int64_t context
                                        uint64_t *rng);
 ts_status ts__model_v32_ws_alloc(ts_model *m);
 void ts__model_v32_ws_free(ts__ws *ws);
-ts_status ts__model_attention_v32(ts_model *m, int64_t L, int64_t n, const int64_t *seqs,
+ts_status ts__model_attention_v32(ts_model *m, int64_t L, const ts__rows *r,
                                   const uint16_t *a, uint16_t *out);
 
 /* model_moe.c */
@@ -377,7 +407,15 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
                      float *w);
 
 /* model_decode.c */
+/* The workspace for max_batch rows (at create). */
 ts_status ts__model_ws_alloc(ts_model *m);
+/* Grows the workspace to `rows` rows (kept as it was when that fails). */
+ts_status ts__model_ws_reserve(ts_model *m, int64_t rows);
+/* Embedding and every layer for the rows (their caches advance; positions do not): the last
+ * residual streams stay in ws->X, row-major. */
+ts_status ts__model_forward(ts_model *m, const ts__rows *r);
+/* The head over rows [row0, row0 + n) of ws->X: logits f32 [n][vocab_size]. */
+ts_status ts__model_head(ts_model *m, int64_t row0, int64_t n, float *logits);
 /* ts_model_decode's argument checks, and the step itself without the EP dispatch (an EP
  * model's ep_decode calls it once every rank agreed that the step is valid). */
 ts_status ts__model_check_step(const ts_model *m, int64_t n, const int64_t *seqs,

@@ -73,6 +73,47 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
     if (sc != buf) free(sc);
 }
 
+/* The two SwiGLUs over threads: per expert group (routed; claimed dynamically, the groups'
+ * sizes differ) and per row (shared). Each row's arithmetic is the serial one, so the bits do
+ * not depend on the split; it matters for a prefill chunk's hundreds of rows. */
+typedef struct swiglu_ctx {
+    const ts_model *m;
+    const float *roww;
+    float limit;
+    int64_t n;
+} swiglu_ctx;
+
+static void routed_swiglu(void *vctx, int64_t e0, int64_t e1, int tid) {
+    (void)tid;
+    const swiglu_ctx *c = (const swiglu_ctx *)vctx;
+    ts__ws *ws = c->m->ws;
+    const int64_t n = c->n, I = c->m->cfg.moe_inter_dim;
+    for (int64_t e = e0; e < e1; e++) {
+        if (ws->masked_m[e] == 0) continue;
+        (void)ts__moe_swiglu_weight_cast(ws->gate + e * n * I, ws->up + e * n * I, I,
+                                         c->roww + e * n, ws->masked_m[e], I, c->limit, NULL,
+                                         ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32));
+    }
+}
+
+static void shared_swiglu(void *vctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const swiglu_ctx *c = (const swiglu_ctx *)vctx;
+    ts__ws *ws = c->m->ws;
+    const int64_t I = c->m->cfg.moe_inter_dim;
+    const double limit = c->limit;
+    for (int64_t b = b0; b < b1; b++)
+        for (int64_t i = 0; i < I; i++) {
+            double g = ts__bf16_to_f32_inl(ws->sg[b * I + i]);
+            double u = ts__bf16_to_f32_inl(ws->su[b * I + i]);
+            if (limit > 0) {
+                g = g < limit ? g : limit;
+                u = u < limit ? (u > -limit ? u : -limit) : limit;
+            }
+            ws->sh[b * I + i] = ts__f32_to_bf16_inl((float)(g / (1.0 + exp(-g)) * u));
+        }
+}
+
 ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens,
                         const uint16_t *a, uint16_t *out) {
     ts__ws *ws = m->ws;
@@ -132,14 +173,8 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
             TS__RETURN_IF_ERROR(ts_m_grouped_fp8_fp4_gemm_masked_packed(
                 &ga, &gs, ly->w3, &du, &mm, n, rec, NULL, NULL, NULL, false));
         });
-        float *tmp = ws->act_f32 + E * n;
-        TS__PROF_SECTION(pf, TS__P_SWIGLU, 0, 0,
-            for (int64_t e = 0; e < E; e++) {
-                if (ws->masked_m[e] == 0) continue;
-                TS__RETURN_IF_ERROR(ts__moe_swiglu_weight_cast(
-                    ws->gate + e * n * I, ws->up + e * n * I, I, roww + e * n, ws->masked_m[e], I,
-                    limit, tmp, ws->h8 + e * n * I, ws->h8sf + e * n * (I / 32)));
-            });
+        swiglu_ctx sc = {m, roww, limit, n};
+        TS__PROF_SECTION(pf, TS__P_SWIGLU, 0, 0, ts__parallel_items(E, 1, routed_swiglu, &sc));
         int64_t used = 0;
         for (int64_t e = 0; e < E; e++) used += ws->masked_m[e] > 0;
         TS__PROF_SECTION(pf, TS__P_EXPERTS, (double)used * 3 * I * D * (0.5 + 1.0 / 32 * 4),
@@ -155,17 +190,10 @@ ts_status ts__model_moe(ts_model *m, int64_t L, int64_t n, const int32_t *tokens
     /* 3. shared expert */
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw1, a, n, D, ws->sg, I));
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw3, a, n, D, ws->su, I));
-    TS__PROF_SECTION(pf, TS__P_SWIGLU, 0, 0,
-        for (int64_t b = 0; b < n; b++)
-            for (int64_t i = 0; i < I; i++) {
-                double g = ts__bf16_to_f32_inl(ws->sg[b * I + i]);
-                double u = ts__bf16_to_f32_inl(ws->su[b * I + i]);
-                if (limit > 0) {
-                    g = g < limit ? g : limit;
-                    u = u < limit ? (u > -limit ? u : -limit) : limit;
-                }
-                ws->sh[b * I + i] = ts__f32_to_bf16_inl((float)(g / (1.0 + exp(-g)) * u));
-            });
+    {
+        swiglu_ctx sc = {m, NULL, limit, n};
+        TS__PROF_SECTION(pf, TS__P_SWIGLU, 0, 0, ts__parallel_for(n, 1, shared_swiglu, &sc));
+    }
     TS__RETURN_IF_ERROR(ts__model_lin8(ws, pf, &ly->sw2, ws->sh, n, I, ws->so, D));
 
     /* 4. routed (summed in f32 in top-k order from +0, as Mega MoE's combine) + shared */

@@ -169,7 +169,7 @@ ts_status ts__model_v32_prefill_random(ts_model *m, int64_t seq, int64_t Lc, uin
 
 ts_status ts__model_v32_ws_alloc(ts_model *m) {
     const ts_model_config *c = &m->cfg;
-    const int64_t B = m->max_batch, H = c->n_heads, IH = c->index_n_heads;
+    const int64_t B = m->ws->rows, H = c->n_heads, IH = c->index_n_heads;
     const int64_t nb = ts__model_v32_blocks(c), K = ts__min64(c->index_topk, c->max_seq_len);
     ts__ws32 *w = (ts__ws32 *)calloc(1, sizeof *w);
     if (!w) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory");

@@ -213,6 +213,10 @@ TS_TEST(model_ep_step_errors_and_missing_rank) {
     ts_status s = ts_model_decode(ep, 2, seqs, tok, NULL);
     ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, bad);
     TS_CHECK(ts_model_sequence_position(ep, 0) == 0);
+    /* prefill is refused on an EP model (local: no rank enters a collective), naming it */
+    TS_CHECK_STATUS(ts_model_prefill(ep, 0, 2, tok, NULL), TS_ERR_UNSUPPORTED);
+    TS_CHECK(strstr(ts_last_error(), "expert-parallel") != NULL);
+    TS_CHECK(ts_model_sequence_position(ep, 0) == 0);
     /* then a good step: same bits as the local model */
     tok[1] = 5;
     const int64_t V = c.vocab_size;
