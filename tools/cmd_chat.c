@@ -35,12 +35,6 @@ static void pop_to(history *h, size_t n) {
     while (h->n > n) free((char *)h->m[--h->n].content);
 }
 
-static void print_stdout(void *ctx, const char *text, size_t n) {
-    (void)ctx;
-    fwrite(text, 1, n, stdout);
-    fflush(stdout);
-}
-
 /* What the history keeps of a reply: with thinking, the answer after the last </think> (V4's
  * template drops earlier reasoning); else all of it. */
 static const char *answer_of(const gen_result *r, bool thinking, size_t *len) {
@@ -102,7 +96,7 @@ int ts__cmd_chat(int argc, char **argv) {
     gen_model gm;
     if ((rc = gen_open_model("chat", &a, &gm))) return rc;
     const gen_opts o = {.sp = a.sp, .max_new = a.max_new, .stops = a.stops, .n_stops = a.n_stops,
-                        .logprobs = a.logprobs, .emit = a.json ? NULL : print_stdout};
+                        .logprobs = a.logprobs, .emit = a.json ? NULL : gen_stdout_emit};
     uint64_t rng = a.seed;
     gen_seq gs = {0};
     history h = {0};

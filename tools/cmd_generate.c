@@ -5,12 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void print_stdout(void *ctx, const char *text, size_t n) {
-    (void)ctx;
-    fwrite(text, 1, n, stdout);
-    fflush(stdout); /* streamed: each piece as soon as it is final */
-}
-
 int ts__cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = gen_parse_args("generate", argc, argv, &a);
@@ -32,7 +26,7 @@ int ts__cmd_generate(int argc, char **argv) {
                             a.chat == GEN_CHAT_V4_THINKING, &ids, &n);
     }
     gen_opts o = {.sp = a.sp, .max_new = a.max_new, .stops = a.stops, .n_stops = a.n_stops,
-                  .logprobs = a.logprobs, .emit = a.json ? NULL : print_stdout};
+                  .logprobs = a.logprobs, .emit = a.json ? NULL : gen_stdout_emit};
     uint64_t rng = a.seed;
     gen_seq gs = {0};
     gen_result r;

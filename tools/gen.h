@@ -7,6 +7,7 @@
  *   gen_stop.c     stop strings over the streamed text: what may be printed, where to cut
  *   gen_turn.c     one reply: cache reuse, prefill, the sample / decode loop, timings
  *   gen_json.c     a reply as one JSON object
+ *   gen_print.c    the streamed reply on stdout (control characters escaped on a terminal)
  *   cmd_generate.c, cmd_chat.c  the commands
  * Everything but the two commands is also linked into tilestack_tests (tests/test_generate.c),
  * so the tests drive the same code the commands run. */
@@ -148,6 +149,11 @@ void gen_result_free(gen_result *r);
 void gen_seq_free(gen_seq *gs);
 /* The stderr summary: prefill and decode tokens/s, TPOT, finish reason. */
 void gen_print_stats(FILE *f, const gen_result *r);
+
+/* ---- gen_print.c ---- */
+/* A gen_emit_fn writing to stdout (ctx unused), flushed; on a terminal the C0 controls but \n
+ * and \t, and DEL, are written as \xNN. */
+void gen_stdout_emit(void *ctx, const char *text, size_t n);
 
 /* ---- gen_json.c ---- */
 /* One line of compact JSON (malloc'ed, NUL-terminated; NULL when out of memory): prompt_ids,
