@@ -5,6 +5,7 @@
  * a chat turn that keeps the cache against a fresh prefill of the whole conversation, the
  * context limits, and the command line's errors. */
 #include "gen.h"
+#include "ts_prng.h"
 #include "ts_test.h"
 
 #include <fcntl.h>
@@ -273,6 +274,45 @@ TS_TEST(generate_stop_matcher) {
         TS_CHECK_MSG(!strcmp(cap.buf, cases[c].out) && s.hit == cases[c].hit,
                      "case %zu: released '%s' (hit %d), want '%s'", c, cap.buf, (int)s.hit, cases[c].out);
         gen_stop_free(&s);
+    }
+    /* random texts over {a, b, c}, random stop strings, random splits: the released text is
+     * the text cut where the earliest-ending stop string begins, whatever the split */
+    ts_prng g = ts_prng_seed(77);
+    for (int it = 0; it < 3000; it++) {
+        char text[32], stop_buf[3][5];
+        const char *stops[3];
+        const size_t tl = ts_prng_u32(&g) % 31;
+        for (size_t i = 0; i < tl; i++) text[i] = (char)('a' + ts_prng_u32(&g) % 3);
+        text[tl] = 0;
+        const int ns = 1 + (int)(ts_prng_u32(&g) % 3);
+        for (int k = 0; k < ns; k++) {
+            const size_t sl = 1 + ts_prng_u32(&g) % 4;
+            for (size_t i = 0; i < sl; i++) stop_buf[k][i] = (char)('a' + ts_prng_u32(&g) % 3);
+            stop_buf[k][sl] = 0;
+            stops[k] = stop_buf[k];
+        }
+        size_t cut = tl, end = SIZE_MAX;
+        for (int k = 0; k < ns; k++) {
+            const char *p = strstr(text, stops[k]);
+            const size_t at = p ? (size_t)(p - text) : 0, e = at + strlen(stops[k]);
+            if (p && (e < end || (e == end && at < cut))) cut = at, end = e;
+        }
+        gen_stop st;
+        gen_stop_init(&st, stops, ns);
+        capture cap = {.len = 0};
+        for (size_t i = 0; i < tl;) {
+            const size_t piece = 1 + ts_prng_u32(&g) % 5, n = piece < tl - i ? piece : tl - i;
+            TS_CHECK_STATUS(gen_stop_push(&st, text + i, n, capture_emit, &cap), TS_OK);
+            i += n;
+        }
+        gen_stop_finish(&st, capture_emit, &cap);
+        const bool hit = st.hit;
+        gen_stop_free(&st);
+        if (cap.len != cut || memcmp(cap.buf, text, cut) || hit != (end != SIZE_MAX)) {
+            TS_CHECK_MSG(0, "text '%s', stops '%s' '%s' '%s': released '%s', want the first %zu bytes",
+                         text, stops[0], ns > 1 ? stops[1] : "", ns > 2 ? stops[2] : "", cap.buf, cut);
+            break;
+        }
     }
 }
 
