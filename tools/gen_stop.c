@@ -36,7 +36,7 @@ static size_t held_tail(const gen_stop *s) {
 
 static void release(gen_stop *s, size_t k, gen_emit_fn emit, void *ctx) {
     if (k && emit) emit(ctx, s->buf, k);
-    memmove(s->buf, s->buf + k, s->len - k);
+    if (k < s->len) memmove(s->buf, s->buf + k, s->len - k);
     s->len -= k;
 }
 
