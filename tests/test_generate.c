@@ -477,6 +477,7 @@ TS_TEST(generate_command_line_errors) {
         {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--temperature", "-1"}, 2, "--temperature: '-1'"},
         {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--temperature", "nan"}, 2, "--temperature"},
         {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--temperature", "inf"}, 2, "--temperature"},
+        {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--temperature", "1e-9"}, 2, "0 (greedy) or"},
         {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--top-p", "0"}, 2, "--top-p: '0'"},
         {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--top-p", "1.01"}, 2, "(0, 1]"},
         {"generate", {"--model", "dsv4-tiny", "--prompt", "x", "--top-k", "0"}, 2, "--top-k"},

@@ -2,7 +2,9 @@
  * distribution (sorted with qsort, normalised softmax, top-k, then top-p over the renormalised
  * probabilities, then the interval in id order that holds the same uniform), properties
  * (top-p 1 == plain sampling, top-k 1 == greedy, renormalisation by frequency, masked and cut
- * tokens never chosen over 10k draws), log-probabilities, and bad input. */
+ * tokens never chosen over 10k draws), log-probabilities, bad input, and no subnormal operand
+ * or result (the MXCSR guard). */
+#include "test_mxcsr_common.h"
 #include "ts_prng.h"
 #include "ts_test.h"
 
@@ -159,7 +161,7 @@ TS_TEST(sampler_greedy_settings) {
         random_logits(r, v, s, 3.0, (int64_t)(s % 5) * 30);
         /* one largest logit: a near-zero temperature draws among tied maxima */
         r[v / 2] = r[v - 1] = 0.0f;
-        ts_sampler_params g = {0, 0, 1}, k1 = {0.7 + (double)s, 1, 0.3}, cold = {1e-30, 0, 1};
+        ts_sampler_params g = {0, 0, 1}, k1 = {0.7 + (double)s, 1, 0.3}, cold = {1e-6, 0, 1};
         int32_t a, b, c;
         uint64_t s1 = s, s2 = s;
         TS_CHECK_STATUS(ts_sampler_sample(r, v, &g, NULL, &a), TS_OK);
@@ -258,6 +260,7 @@ TS_TEST(sampler_bad_input) {
     ts_sampler_params p = ts_sampler_default_params();
     const struct { double temp; int64_t k; double top_p; const char *needle; } bad[] = {
         {-1, 0, 1, "temperature"}, {NAN, 0, 1, "temperature"}, {INFINITY, 0, 1, "temperature"},
+        {1e-7, 0, 1, "temperature"}, {1e-310, 0, 1, "temperature"}, {2e6, 0, 1, "temperature"},
         {1, -1, 1, "top_k"}, {1, 5, 1, "top_k"}, {1, 0, 0, "top_p"}, {1, 0, 1.5, "top_p"},
         {1, 0, NAN, "top_p"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -279,4 +282,49 @@ TS_TEST(sampler_bad_input) {
     /* nothing written, nothing drawn */
     TS_CHECK_EQ_INT(t, -7);
     TS_CHECK_EQ_INT(st, 1);
+}
+
+/* The MXCSR guard (design brief, "Fast on every CPU"): exp arguments across the subnormal band
+ * [-745, -708] and far below, tiny normal logits at both temperature bounds, every path. */
+typedef struct sampler_mx {
+    const float *l;
+    int64_t v;
+    ts_sampler_params p;
+} sampler_mx;
+
+static ts_status sampler_mx_op(void *c_) {
+    const sampler_mx *c = c_;
+    uint64_t st = 3;
+    int32_t t, ids[16];
+    double lp[16], tl;
+    for (int d = 0; d < 4; d++) TS__RETURN_IF_ERROR(ts_sampler_sample(c->l, c->v, &c->p, &st, &t));
+    return ts_sampler_logprobs(c->l, c->v, t, 16, &tl, ids, lp);
+}
+
+TS_TEST(mxcsr_sampler) {
+    mx_fam f = mx_begin(ts_t_, "sampler (ts_sampler_*)");
+    if (!f.ok) return;
+    const int64_t v = 120000;
+    float *ramp = malloc((size_t)v * sizeof *ramp), *tiny = malloc((size_t)v * sizeof *tiny);
+    ts_prng g = ts_prng_seed(8);
+    for (int64_t i = 0; i < v; i++) {
+        ramp[i] = -0.01f * (float)i; /* (l - max) from 0 to -1200 */
+        const uint32_t r = ts_prng_u32(&g);
+        tiny[i] = ldexpf(1.0f + (float)(r & 0xFF) / 256.0f, -60 - (int)((r >> 8) % 60)) * ((r >> 31) ? -1.0f : 1.0f);
+    }
+    ramp[v - 1] = -1e30f;
+    const ts_sampler_params ps[] = {{1, 0, 1}, {1, 0, 0.99}, {1, 5000, 0.9}, {0.5, 0, 1},
+                                    {TS_SAMPLER_MIN_TEMPERATURE, 0, 0.5}, {TS_SAMPLER_MAX_TEMPERATURE, 0, 0.5},
+                                    {0, 0, 1}};
+    for (size_t k = 0; k < sizeof ps / sizeof *ps; k++)
+        for (int in = 0; in < 2; in++) {
+            sampler_mx c = {in ? tiny : ramp, v, ps[k]};
+            char what[96];
+            snprintf(what, sizeof what, "%s T=%g top_k=%lld top_p=%g", in ? "tiny" : "ramp",
+                     ps[k].temperature, (long long)ps[k].top_k, ps[k].top_p);
+            mx_run(&f, what, sampler_mx_op, &c);
+        }
+    mx_end(&f);
+    free(ramp);
+    free(tiny);
 }

@@ -30,7 +30,7 @@ void gen_usage(const char *cmd, FILE *f) {
             "  --system TEXT      a system message (with a chat format)\n"
             "sampling:\n"
             "  -n N               at most N new tokens per reply (default 128)\n"
-            "  --temperature T    >= 0 (default 1; 0 = greedy)\n"
+            "  --temperature T    0 (greedy) or in [1e-6, 1e6] (default 1)\n"
             "  --top-k K          keep the K most likely tokens, K in [1, vocab] (default all)\n"
             "  --top-p P          nucleus: the fewest most likely tokens with mass >= P, (0, 1]\n"
             "  --seed S           the sampler's seed, 0 .. 2^64-1 (default 0)\n"
@@ -45,7 +45,7 @@ void gen_usage(const char *cmd, FILE *f) {
             chat ? "Reads user turns from stdin, one per line; /reset clears the history, /exit or\n"
                    "end of input (Ctrl-D) ends.\n"
                  : "",
-            chat ? "" : "  --prompt TEXT      the prompt (UTF-8; raw ids unless --chat)\n",
+            chat ? "" : "  --prompt TEXT      the prompt (UTF-8), encoded as it is unless --chat\n",
             chat ? "default v4" : "default: the raw prompt", GEN_MAX_STOPS, GEN_MAX_LOGPROBS);
 }
 
@@ -134,8 +134,10 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
             if (!parse_i64(v, 1, INT64_C(1) << 30, &a->max_new))
                 return bad(cmd, "%s: '%s' is not an integer in [1, 2^30]", o, esc(v));
         } else if (!strcmp(o, "--temperature")) {
-            if (!parse_f64(v, &a->sp.temperature) || a->sp.temperature < 0)
-                return bad(cmd, "%s: '%s' is not a finite number >= 0", o, esc(v));
+            const double t = parse_f64(v, &a->sp.temperature) ? a->sp.temperature : -1;
+            if (!(t == 0 || (t >= TS_SAMPLER_MIN_TEMPERATURE && t <= TS_SAMPLER_MAX_TEMPERATURE)))
+                return bad(cmd, "%s: '%s' is not 0 (greedy) or a number in [%g, %g]", o, esc(v),
+                           TS_SAMPLER_MIN_TEMPERATURE, TS_SAMPLER_MAX_TEMPERATURE);
         } else if (!strcmp(o, "--top-k")) {
             /* the upper bound is the vocabulary, checked once the model is known */
             if (!parse_i64(v, 1, INT32_MAX, &a->sp.top_k))

@@ -99,15 +99,19 @@ TS_API ts_status ts_model_sample(const float *logits, int64_t n, int64_t vocab, 
  *   otherwise the candidates are ordered by logit, descending, ties to the lower id (the order
  *   does not depend on the temperature); top_k > 0 keeps the first top_k; top_p < 1 then keeps
  *   the shortest prefix of those whose probabilities sum to at least top_p (probabilities:
- *   w_i = exp((logit_i - max logit) / temperature) in double, over the top-k survivors); one
+ *   w_i = exp((logit_i - max logit) / temperature) in double, 0 below exp(-708) so that no sum
+ *   meets a subnormal; over the top-k survivors); one
  *   uniform u in [0, 1) from splitmix64 advancing *rng_state (ts_model_sample's scheme); the
  *   kept tokens are walked in increasing id order, token i owning an interval of width w_i,
  *   and the one whose interval holds u * (sum of the kept w) is chosen.
  * A logit of -inf is a masked token: never chosen, never counted. NaN or +inf anywhere is
  * TS_ERR_NONFINITE; a row with no finite logit TS_ERR_INVALID_ARGUMENT. Nothing depends on the
  * thread count. Scratch comes from the calling thread's arena (no allocation once warm). */
+#define TS_SAMPLER_MIN_TEMPERATURE 1e-6
+#define TS_SAMPLER_MAX_TEMPERATURE 1e6
+
 typedef struct ts_sampler_params {
-    double temperature; /* finite, >= 0; 0: greedy */
+    double temperature; /* 0: greedy; else in [TS_SAMPLER_MIN_TEMPERATURE, _MAX_] */
     int64_t top_k;      /* 0: no limit; else in [1, vocab]; 1: greedy */
     double top_p;       /* in (0, 1]; 1: no limit */
 } ts_sampler_params;

@@ -74,6 +74,10 @@ ts_status ts_model_sample(const float *logits, int64_t n, int64_t vocab, int64_t
 
 /* ---- ts_sampler_*: temperature, top-k, top-p (model.h) ---- */
 
+/* exp, flushed to 0 below the smallest normal result: a subnormal w would be a subnormal
+ * operand in every sum after it (design brief, "Fast on every CPU"); exp(-708) is normal. */
+static double weight(double x) { return x < -708.0 ? 0.0 : exp(x); }
+
 /* The candidate order as one integer, so that "larger key" is "earlier candidate": the logit's
  * bits mapped to an unsigned order in the high half, the complemented id in the low half (equal
  * logits: the lower id is the larger key). -0 and +0 are the same logit. */
@@ -154,9 +158,12 @@ ts_status ts_sampler_check(const ts_sampler_params *p, int64_t vocab) {
     if (!p) return ts__fail(TS_ERR_NULL_POINTER, "%s: params is NULL", fn);
     if (vocab < 1 || vocab > INT32_MAX)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: vocab = %lld", fn, (long long)vocab);
-    if (!isfinite(p->temperature) || p->temperature < 0)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "temperature = %g: must be finite and >= 0",
-                        p->temperature);
+    /* the bounds keep (l - max) / T and its exp clear of subnormal doubles for any f32 logits */
+    if (!(p->temperature == 0 || (p->temperature >= TS_SAMPLER_MIN_TEMPERATURE &&
+                                  p->temperature <= TS_SAMPLER_MAX_TEMPERATURE)))
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "temperature = %g: must be 0 (greedy) or in "
+                        "[%g, %g]", p->temperature, TS_SAMPLER_MIN_TEMPERATURE,
+                        TS_SAMPLER_MAX_TEMPERATURE);
     if (p->top_k < 0 || p->top_k > vocab)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "top_k = %lld: must be 0 (no limit) or in [1, "
                         "%lld] (the vocabulary)", (long long)p->top_k, (long long)vocab);
@@ -223,7 +230,7 @@ ts_status ts_sampler_sample(const float *logits, int64_t vocab, const ts_sampler
     /* (l - max) / T rather than l / T - max / T: never inf - inf, whatever T */
     const double lmax = logits[best], t = p->temperature;
     for (int64_t i = 0; i < vocab; i++)
-        w[i] = isfinite(logits[i]) ? exp(((double)logits[i] - lmax) / t) : 0.0;
+        w[i] = isfinite(logits[i]) ? weight(((double)logits[i] - lmax) / t) : 0.0;
     const uint64_t b = keep_boundary(logits, vocab, p, n_finite, w, heap);
     double total = 0;
     for (int64_t i = 0; i < vocab; i++)
@@ -267,7 +274,7 @@ ts_status ts_sampler_logprobs(const float *logits, int64_t vocab, int32_t token,
     const double lmax = logits[best];
     double sum = 0;
     for (int64_t i = 0; i < vocab; i++)
-        if (isfinite(logits[i])) sum += exp((double)logits[i] - lmax);
+        if (isfinite(logits[i])) sum += weight((double)logits[i] - lmax);
     const double lse = lmax + log(sum);
     if (token >= 0 && token_logprob)
         *token_logprob = isfinite(logits[token]) ? (double)logits[token] - lse : -INFINITY;
