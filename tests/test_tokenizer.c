@@ -310,6 +310,8 @@ TS_TEST(tokenizer_chat_prompts) {
     const ts_chat_message bad_utf8[] = {{TS_CHAT_USER, "a\xff", 2}};
     TS_CHECK_STATUS(ts_chat_encode(t, TS_CHAT_DEEPSEEK_V4, bad_utf8, 1, false, &ids, &n), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "message 0") != NULL);
+    /* the encoder's own reason, intact (it was once formatted into its own buffer) */
+    TS_CHECK(strstr(ts_last_error(), "not valid UTF-8 (byte 1") != NULL);
     ts_tokenizer_free(t);
     /* a tokenizer without the markers cannot render a prompt */
     t = load(ts_t_, k_small);

@@ -7,5 +7,7 @@ int ts__cmd_info(int argc, char **argv);
 int ts__cmd_demo(int argc, char **argv);
 int ts__cmd_tilec(int argc, char **argv);
 int ts__cmd_tokenize(int argc, char **argv);
+int ts__cmd_generate(int argc, char **argv);
+int ts__cmd_chat(int argc, char **argv);
 
 #endif

@@ -26,6 +26,9 @@ static const cmd_entry g_cmds[] = {
      ts__cmd_tilec},
     {"tokenize", "text to ids and back with a tokenizer.json (--model DIR | --tokenizer FILE)",
      ts__cmd_tokenize},
+    {"generate", "stream a reply to --prompt (--model / --weights, --tokenizer; --json)",
+     ts__cmd_generate},
+    {"chat", "interactive chat over stdin, history kept (/reset, /exit, Ctrl-D)", ts__cmd_chat},
     {"version", "print the version", cmd_version},
     {"help", "this text", cmd_help},
 };
@@ -34,7 +37,7 @@ static const cmd_entry g_cmds[] = {
 static void usage(FILE *f) {
     fprintf(f, "tilestack %s: DeepSeek's LLM kernel stack on CPUs\n\n", ts_version_string());
     fprintf(f, "usage: tilestack <command> [options]\n\ncommands:\n");
-    for (size_t i = 0; i < N_CMDS; i++) fprintf(f, "  %-8s %s\n", g_cmds[i].name, g_cmds[i].what);
+    for (size_t i = 0; i < N_CMDS; i++) fprintf(f, "  %-9s %s\n", g_cmds[i].name, g_cmds[i].what);
     fprintf(f,
             "\nenvironment: TS_NUM_THREADS=N (thread pool size), TS_ISA=generic|avx2 (force a "
             "kernel path)\n"

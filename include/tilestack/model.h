@@ -111,6 +111,47 @@ TS_API ts_status ts_model_prefill_all_logits(ts_model *m, int64_t seq, int64_t n
 TS_API ts_status ts_model_sample(const float *logits, int64_t n, int64_t vocab, int64_t top_k,
                                  uint64_t *rng_state, int32_t *tokens);
 
+/* ---- sampling for generation (docs/model.md "Sampling"; `tilestack generate` / `chat`) ----
+ * One row of f32 logits [vocab] to one token id:
+ *   greedy when temperature == 0 or top_k == 1: the largest logit, ties to the lower id;
+ *   otherwise the candidates are ordered by logit, descending, ties to the lower id (the order
+ *   does not depend on the temperature); top_k > 0 keeps the first top_k; top_p < 1 then keeps
+ *   the shortest prefix of those whose probabilities sum to at least top_p (probabilities:
+ *   w_i = exp((logit_i - max logit) / temperature) in double, 0 below exp(-708) so that no sum
+ *   meets a subnormal; over the top-k survivors); one
+ *   uniform u in [0, 1) from splitmix64 advancing *rng_state (ts_model_sample's scheme); the
+ *   kept tokens are walked in increasing id order, token i owning an interval of width w_i,
+ *   and the one whose interval holds u * (sum of the kept w) is chosen.
+ * A logit of -inf is a masked token: never chosen, never counted. NaN or +inf anywhere is
+ * TS_ERR_NONFINITE; a row with no finite logit TS_ERR_INVALID_ARGUMENT. Nothing depends on the
+ * thread count. Scratch comes from the calling thread's arena (no allocation once warm). */
+#define TS_SAMPLER_MIN_TEMPERATURE 1e-6
+#define TS_SAMPLER_MAX_TEMPERATURE 1e6
+
+typedef struct ts_sampler_params {
+    double temperature; /* 0: greedy; else in [TS_SAMPLER_MIN_TEMPERATURE, _MAX_] */
+    int64_t top_k;      /* 0: no limit; else in [1, vocab]; 1: greedy */
+    double top_p;       /* in (0, 1]; 1: no limit */
+} ts_sampler_params;
+
+/* temperature 1, top_k 0, top_p 1: plain sampling from the softmax. */
+TS_API ts_sampler_params ts_sampler_default_params(void);
+/* TS_ERR_INVALID_ARGUMENT naming the field that is out of its range above. */
+TS_API ts_status ts_sampler_check(const ts_sampler_params *p, int64_t vocab);
+/* rng_state may be NULL only for the greedy settings (they draw nothing and leave it alone). */
+TS_API ts_status ts_sampler_sample(const float *logits, int64_t vocab,
+                                   const ts_sampler_params *p, uint64_t *rng_state,
+                                   int32_t *token);
+/* Log-probabilities of the softmax of the logits at temperature 1 (log(exp(l_i - m) / sum) in
+ * double, m the largest logit; -inf logits masked out as above): of `token` into
+ * *token_logprob (skipped when token < 0 or token_logprob is NULL; -inf for a masked token),
+ * and of the top_n largest, ordered as the sampler orders candidates, into top_ids /
+ * top_logprobs (slots past the number of finite logits get id -1 and -inf). top_n in
+ * [0, vocab]. */
+TS_API ts_status ts_sampler_logprobs(const float *logits, int64_t vocab, int32_t token,
+                                     int64_t top_n, double *token_logprob, int32_t *top_ids,
+                                     double *top_logprobs);
+
 /* ---- the float64 reference (src/model_ref/; docs/model.md, "independent implementations") */
 
 typedef struct ts_model_reference ts_model_reference;

@@ -32,8 +32,12 @@ static ts_status put_text(const ts_tokenizer *t, ids_buf *b, const ts_chat_messa
     int32_t *ids = NULL;
     size_t n = 0;
     const ts_status st = ts__tokenizer_encode(t, m->content, m->len, TS__ADDED_NONE, &ids, &n);
-    if (st != TS_OK)
-        return ts__fail(st, "ts_chat_encode: message %zu: %s", i, ts_last_error());
+    if (st != TS_OK) {
+        /* the message is formatted into the buffer ts_last_error() returns: copy it first */
+        char why[512];
+        snprintf(why, sizeof why, "%s", ts_last_error());
+        return ts__fail(st, "ts_chat_encode: message %zu: %s", i, why);
+    }
     bool ok = true;
     for (size_t k = 0; k < n && ok; k++) ok = put(b, ids[k]);
     free(ids);

@@ -1,0 +1,164 @@
+/* `tilestack generate` and `tilestack chat` (docs/models.md, "generate and chat"). One concern
+ * per file:
+ *   gen_options.c  the shared command line -> gen_args (errors name the option, exit 2)
+ *   gen_model.c    gen_open_model: model (built-in, config file, weight file; a checkpoint
+ *                  directory later), tokenizer, EOS id, the ids the tokenizer cannot spell
+ *   gen_prefill.c  gen_prefill: a prompt into a sequence's cache (token by token for now)
+ *   gen_stop.c     stop strings over the streamed text: what may be printed, where to cut
+ *   gen_turn.c     one reply: cache reuse, prefill, the sample / decode loop, timings
+ *   gen_json.c     a reply as one JSON object
+ *   gen_print.c    the streamed reply on stdout (control characters escaped on a terminal)
+ *   cmd_generate.c, cmd_chat.c  the commands
+ * Everything but the two commands is also linked into tilestack_tests (tests/test_generate.c),
+ * so the tests drive the same code the commands run. */
+#ifndef TS_TOOLS_GEN_H
+#define TS_TOOLS_GEN_H
+
+#include "tilestack/model.h"
+#include "tilestack/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define GEN_MAX_STOPS 16
+#define GEN_MAX_LOGPROBS 100
+
+typedef enum gen_chat { GEN_CHAT_NONE = -1, GEN_CHAT_V4, GEN_CHAT_V4_THINKING, GEN_CHAT_V3 } gen_chat;
+
+/* ---- gen_options.c ---- */
+typedef struct gen_args {
+    const char *model;     /* --model NAME (built-in) or DIR (a checkpoint directory) */
+    const char *config;    /* --config FILE.json */
+    const char *weights;   /* --weights FILE (written by `demo --save-weights`) */
+    const char *tokenizer; /* --tokenizer FILE; default DIR/tokenizer.json with --model DIR */
+    const char *prompt;    /* generate only */
+    const char *system;    /* --system TEXT (with a chat format) */
+    gen_chat chat;
+    ts_sampler_params sp;  /* top_k 0 = no limit */
+    uint64_t seed;
+    int64_t max_new;       /* -n */
+    const char *stops[GEN_MAX_STOPS];
+    int n_stops;
+    bool json;
+    int64_t logprobs;      /* 0: none */
+    int threads;           /* 0: the library's default */
+} gen_args;
+
+/* Parses argv (without the subcommand). Returns 0 to run, 1 after --help (exit 0), 2 on a bad
+ * command line (the message, naming the option, printed to stderr). `generate` requires
+ * --prompt, `chat` refuses it. Ranges that need the vocabulary are checked in gen_open_model. */
+int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a);
+void gen_usage(const char *cmd, FILE *f);
+
+/* ---- gen_model.c ---- */
+typedef struct gen_model {
+    ts_model *m;
+    const ts_model_config *cfg;
+    ts_tokenizer *tok;
+    int32_t eos;        /* -1: none (then only -n and stop strings end a reply) */
+    int32_t *masked;    /* model ids the tokenizer has no token for: never sampled */
+    size_t n_masked;
+    float *logits;      /* [vocab] */
+} gen_model;
+
+/* Opens what a->model / a->config / a->weights and a->tokenizer name, checks the tokenizer
+ * against the model's vocabulary and the vocabulary-dependent options, and sets the thread
+ * count. Returns 0, or the exit code (1 failure, 2 bad command line) after printing why,
+ * prefixed "tilestack CMD: ". */
+int gen_open_model(const char *cmd, const gen_args *a, gen_model *gm);
+void gen_close_model(gen_model *gm); /* zeroed or opened */
+
+/* ---- gen_prefill.c ---- */
+/* Sequence `seq` consumes tokens[0, n) from its current position; the logits after the last
+ * token go to last_logits ([vocab]; NULL: none). A batched prefill replaces this later. */
+ts_status gen_prefill(ts_model *m, int64_t seq, const int32_t *tokens, size_t n,
+                      float *last_logits);
+
+/* ---- gen_stop.c ---- */
+typedef void (*gen_emit_fn)(void *ctx, const char *text, size_t n);
+
+typedef struct gen_stop {
+    const char *const *stops; /* non-empty strings */
+    int n_stops;
+    char *buf;                /* received, not yet released */
+    size_t len, cap;
+    bool hit;                 /* a stop string completed: nothing more is released */
+} gen_stop;
+
+void gen_stop_init(gen_stop *s, const char *const *stops, int n_stops);
+/* Takes the next piece of text and releases through emit what can no longer be part of a stop
+ * string: everything but the longest tail that begins one. When a stop string completes (the
+ * one that ends first in the text; at equal ends the longer), the text before it is released,
+ * the rest dropped, and s->hit set: the same cut whatever the pieces. Returns
+ * TS_ERR_OUT_OF_MEMORY or TS_OK. */
+ts_status gen_stop_push(gen_stop *s, const char *text, size_t n, gen_emit_fn emit, void *ctx);
+/* The end of the text: releases what was held back (unless a stop string hit). */
+void gen_stop_finish(gen_stop *s, gen_emit_fn emit, void *ctx);
+void gen_stop_free(gen_stop *s);
+
+/* ---- gen_turn.c ---- */
+/* The tokens a sequence's cache holds (its position is n), so the next turn can keep the
+ * prefix it shares with the new prompt. */
+typedef struct gen_seq {
+    int64_t seq;
+    int32_t *ids;
+    size_t n, cap;
+} gen_seq;
+
+typedef struct gen_opts {
+    ts_sampler_params sp;
+    int64_t max_new;
+    const char *const *stops;
+    int n_stops;
+    int64_t logprobs;  /* top-N per step; 0: none */
+    gen_emit_fn emit;  /* the reply's text as it is released (NULL: not streamed) */
+    void *emit_ctx;
+} gen_opts;
+
+typedef struct gen_result {
+    int32_t *prompt;       /* the prompt's ids (a copy) */
+    size_t n_prompt;
+    size_t reused;         /* prompt tokens already in the cache from the previous turn */
+    int32_t *out;          /* sampled ids, EOS excluded */
+    size_t n_out;
+    char *text;            /* what was released: decode(out), cut before a stop string */
+    size_t text_len;
+    const char *finish;    /* "eos", "stop", "length" (-n), "context" (max_seq_len) */
+    double prefill_s;      /* feeding the prompt's new tokens, to their logits */
+    double ttft_s;         /* turn start to the first sampled token */
+    double decode_s;       /* first sampled token to the last */
+    int64_t decode_steps;  /* ts_model_decode calls in decode_s */
+    /* logprobs > 0: per output token its log-probability, then the top-N ids and values */
+    double *lp;            /* [n_out] */
+    int32_t *top_ids;      /* [n_out * logprobs] */
+    double *top_lp;
+    int64_t top_n;
+} gen_result;
+
+/* One reply: reuses the sequence's cache when gs->ids is a prefix of the prompt (else resets
+ * it), feeds the rest with gen_prefill, then samples (one uniform per non-greedy step from
+ * *rng) and decodes until EOS, a stop string, max_new tokens or the context's end, streaming
+ * text through o->emit. A prompt of no tokens or longer than max_seq_len - 1 is
+ * TS_ERR_INVALID_ARGUMENT naming both lengths, before anything runs. On failure the sequence
+ * is left empty. *r is filled (free with gen_result_free) on success. */
+ts_status gen_turn(gen_model *gm, gen_seq *gs, const int32_t *prompt, size_t n_prompt,
+                   const gen_opts *o, uint64_t *rng, gen_result *r);
+void gen_result_free(gen_result *r);
+void gen_seq_free(gen_seq *gs);
+/* The stderr summary: prefill and decode tokens/s, TPOT, finish reason. */
+void gen_print_stats(FILE *f, const gen_result *r);
+
+/* ---- gen_print.c ---- */
+/* A gen_emit_fn writing to stdout (ctx unused), flushed; on a terminal the C0 controls but \n
+ * and \t, and DEL, are written as \xNN. */
+void gen_stdout_emit(void *ctx, const char *text, size_t n);
+
+/* ---- gen_json.c ---- */
+/* One line of compact JSON (malloc'ed, NUL-terminated; NULL when out of memory): prompt_ids,
+ * output_ids, text, finish_reason, reused_prompt_tokens, sampler, timings, and with
+ * r->top_n > 0 logprobs. */
+char *gen_result_json(const gen_result *r, const gen_opts *o, uint64_t seed);
+
+#endif
