@@ -7,5 +7,6 @@ int ts__cmd_info(int argc, char **argv);
 int ts__cmd_demo(int argc, char **argv);
 int ts__cmd_tilec(int argc, char **argv);
 int ts__cmd_tokenize(int argc, char **argv);
+int ts__cmd_export_hf(int argc, char **argv);
 
 #endif

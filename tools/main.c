@@ -25,6 +25,8 @@ static const cmd_entry g_cmds[] = {
      ts__cmd_tilec},
     {"tokenize", "text to ids and back with a tokenizer.json (--model DIR | --tokenizer FILE)",
      ts__cmd_tokenize},
+    {"export-hf", "write a model as a DeepSeek-V4 checkpoint directory (--model NAME --out DIR)",
+     ts__cmd_export_hf},
     {"version", "print the version", cmd_version},
     {"help", "this text", cmd_help},
 };
