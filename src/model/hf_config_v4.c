@@ -678,10 +678,10 @@ static void emit(outbuf *o, const char *fmt, ...) {
     }
 }
 
-/* The shortest decimal that reads back as exactly v (v finite). */
+/* The shortest decimal that reads back as exactly v (v finite), always a JSON float. */
 static const char *num(double v, char buf[32]) {
     if (v == floor(v) && fabs(v) < 1e15) {
-        snprintf(buf, 32, "%.0f", v); /* 160000, not 1.6e+05 */
+        snprintf(buf, 32, "%.1f", v); /* 160000.0, not 1.6e+05; a float for transformers' typed fields */
         return buf;
     }
     for (int p = 1; p <= 17; p++) {
