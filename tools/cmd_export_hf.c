@@ -90,7 +90,10 @@ int ts__cmd_export_hf(int argc, char **argv) {
         return 2;
     }
     struct stat sb;
-    const bool is_dir = model && stat(model, &sb) == 0 && S_ISDIR(sb.st_mode);
+    ts_model_config cfg;
+    /* a built-in name first; a directory called like one is ./NAME */
+    const bool builtin = model && ts_model_config_builtin(model, &cfg) == TS_OK;
+    const bool is_dir = model && !builtin && stat(model, &sb) == 0 && S_ISDIR(sb.st_mode);
     if (seed_set && (weights || is_dir)) {
         fprintf(stderr, "tilestack export-hf: --seed applies to a built-in config only\n");
         return 2;
@@ -102,9 +105,8 @@ int ts__cmd_export_hf(int argc, char **argv) {
     } else if (is_dir) {
         st = ts_model_load_dir(model, 1, &m);
     } else {
-        ts_model_config cfg;
-        st = ts_model_config_builtin(model, &cfg);
-        if (st != TS_OK) {
+        if (!builtin) {
+            (void)ts_model_config_builtin(model, &cfg); /* its message lists the names */
             fprintf(stderr, "tilestack export-hf: --model: %s (or a checkpoint directory)\n", ts_last_error());
             return 2;
         }

@@ -239,10 +239,12 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--selftest")) o->selftest = true;
         else return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", a);
     }
-    /* a --model that names a directory is a checkpoint (built-in names hold no '/' and are no
-     * directory here) */
+    /* a --model that is no built-in name but a directory is a checkpoint (a directory called
+     * like a built-in: ./dsv4-tiny) */
     struct stat sb;
-    if (o->model && stat(o->model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    ts_model_config builtin;
+    if (o->model && ts_model_config_builtin(o->model, &builtin) != TS_OK && stat(o->model, &sb) == 0 &&
+        S_ISDIR(sb.st_mode)) {
         o->model_dir = o->model;
         if (o->weights_path || o->config_path || o->attention >= 0 || o->check)
             return bad(err, cap, "--model %s is a checkpoint directory: it gives the config and the "

@@ -374,7 +374,9 @@ ts_status ts_model_export_hf(const ts_model *m, const char *dir, const ts_hf_exp
     uint64_t total = 0, acc = 0;
     for (int64_t i = 0; i < l.n; i++) total += l.v[i].nbytes;
     for (int64_t i = 0, s = 0; st == TS_OK && i < l.n; i++) {
-        if (acc >= (total / (uint64_t)n) * (uint64_t)(s + 1) && s + 1 < n && (l.n - i) >= n - s - 1) s++;
+        /* the next shard once this one has its share, or when only as many tensors are left
+         * as shards still empty */
+        if (s + 1 < n && (acc >= (total / (uint64_t)n) * (uint64_t)(s + 1) || l.n - i <= n - s - 1)) s++;
         l.v[i].shard = (int)s;
         acc += l.v[i].nbytes;
     }
