@@ -130,6 +130,20 @@ EOF
   expect "topk beyond a --weights file's vocabulary" 2 "vocabulary" -- --weights "$tmp/tiny.bin" \
     --ranks 1 --sampling topk:600 --context 8 --steps 1 --warmup 0 --batch 1
 fi
+# a checkpoint directory (docs/models.md): written by export-hf, run, then broken
+if "$bin" export-hf --model dsv4-tiny --out "$tmp/ckpt" >/dev/null 2>&1; then
+  expect "--model DIR (a checkpoint directory)" 0 "tokens/s per rank" -- --model "$tmp/ckpt" \
+    --context 32 --steps 3 --warmup 1 --batch 2
+  expect "--model DIR with --ranks 2" 2 "one rank" -- --model "$tmp/ckpt" --ranks 2
+  mkdir "$tmp/ckpt-bad" && cp "$tmp/ckpt/model.safetensors" "$tmp/ckpt-bad/" &&
+    sed 's/"hidden_size": 256/"hidden_size": 384/' "$tmp/ckpt/config.json" >"$tmp/ckpt-bad/config.json"
+  expect "--model DIR whose config.json disagrees with its tensors" 1 "embed.weight" -- \
+    --model "$tmp/ckpt-bad" --context 32 --steps 3
+  sed 's/DeepseekV4ForCausalLM/DeepseekV3ForCausalLM/' "$tmp/ckpt/config.json" >"$tmp/ckpt-bad/config.json"
+  expect "--model DIR of another architecture" 1 "DeepseekV3ForCausalLM" -- --model "$tmp/ckpt-bad"
+else
+  fail=$((fail + 1)); echo "FAIL tilestack export-hf --model dsv4-tiny"
+fi
 if command -v mpirun >/dev/null 2>&1 && "$bin" demo --help >/dev/null 2>&1; then
   # E = 64 is not divisible by 3 ranks: refused before any rank starts (or by the EP model)
   timeout 120 "$bin" demo --ranks 3 --quick >"$tmp/out" 2>&1

@@ -9,5 +9,6 @@ int ts__cmd_tilec(int argc, char **argv);
 int ts__cmd_tokenize(int argc, char **argv);
 int ts__cmd_generate(int argc, char **argv);
 int ts__cmd_chat(int argc, char **argv);
+int ts__cmd_export_hf(int argc, char **argv);
 
 #endif

@@ -20,7 +20,7 @@ static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
 
     ts_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    if (!o->weights_path) {
+    if (!o->weights_path && !o->model_dir) {
         st = ts__demo_config(o, &cfg);
         if (st != TS_OK) {
             if (root) fprintf(stderr, "tilestack demo: %s\n", ts_last_error());
@@ -34,14 +34,17 @@ static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
     ts__demo_barrier(c);
 
     if (root) {
-        printf("creating %s on %d rank%s (%s weights)...\n",
-               o->weights_path ? "the model" : cfg.name, c->size, c->size == 1 ? "" : "s",
-               o->weights_path ? o->weights_path : "random, deterministic");
+        const char *from = o->model_dir ? o->model_dir : o->weights_path;
+        printf("%s %s on %d rank%s (%s weights)...\n", from ? "loading" : "creating",
+               from ? "the model" : cfg.name, c->size, c->size == 1 ? "" : "s",
+               from ? from : "random, deterministic");
         fflush(stdout);
     }
     const double t0 = ts__now_s();
     ts_model *m = NULL;
-    st = ts__demo_model_create(c, &cfg, o->weights_path, o->batch, o->unfused, o->timeout_s, &m);
+    st = o->model_dir ? ts_model_load_dir(o->model_dir, o->batch, &m)
+                      : ts__demo_model_create(c, &cfg, o->weights_path, o->batch, o->unfused,
+                                              o->timeout_s, &m);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", st != TS_OK ? ts_last_error() : "");
     st = ts__demo_agree(c, st, msg, sizeof msg);
@@ -162,8 +165,13 @@ int ts__cmd_demo(int argc, char **argv) {
                 "drop --ranks\n");
         return 2;
     }
+    if (o.model_dir && o.ranks > 1) {
+        fprintf(stderr, "tilestack demo: --model %s: a checkpoint directory loads on one rank for "
+                "now: drop --ranks\n", o.model_dir);
+        return 2;
+    }
     if (o.ranks == 0) {
-        if (o.save_weights_path) o.ranks = 1;
+        if (o.save_weights_path || o.model_dir) o.ranks = 1;
         else if (ts__demo_have_ep() && have_mpirun) o.ranks = 2;
         else {
             o.ranks = 1;
@@ -190,7 +198,7 @@ int ts__cmd_demo(int argc, char **argv) {
                     "--ranks %d does not divide them\n", o.ranks);
             return 2;
         }
-    } else if (!o.weights_path) {
+    } else if (!o.weights_path && !o.model_dir) {
         ts_status st = ts__demo_config(&o, &cfg);
         if (st == TS_OK) st = ts_model_config_validate(&cfg, o.ranks);
         if (st == TS_OK && o.topk > cfg.vocab_size) {

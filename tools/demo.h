@@ -22,6 +22,7 @@
 
 typedef struct ts__demo_opts {
     const char *model;        /* built-in name (default dsv4-mini) */
+    const char *model_dir;    /* --model DIR: a checkpoint directory (ts_model_load_dir) */
     const char *config_path;  /* --config FILE.json (overrides model) */
     const char *weights_path; /* --weights FILE */
     const char *save_weights_path;

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void ts__demo_usage(FILE *f) {
     fprintf(f,
@@ -18,6 +19,8 @@ void ts__demo_usage(FILE *f) {
             "breakdown against this machine's rooflines (docs/demo.md).\n\n"
             "model:\n"
             "  --model NAME        dsv4-mini (default) | dsv4-flash-layer | dsv4-tiny | dsv32-tiny\n"
+            "  --model DIR         a DeepSeek-V4 checkpoint directory (config.json + safetensors,\n"
+            "                      Hugging Face / DeepSeek release layout; docs/models.md); one rank\n"
             "  --config FILE.json  a config file (docs/model.md §1 keys)\n"
             "  --attention v4|v32  override the config's attention (v32: V3.2 MLA + indexer,\n"
             "                      docs/model.md §8)\n"
@@ -109,7 +112,8 @@ static int check_outputs(const ts__demo_opts *o, char *err, size_t cap) {
     const struct { const char *opt, *path; } out[] = {
         {"--json", o->json_path}, {"--plot", o->plot_path}, {"--save-weights", o->save_weights_path}};
     const struct { const char *opt, *path; } in[] = {
-        {"--weights", o->weights_path}, {"--config", o->config_path}, {"--golden", o->golden_path}};
+        {"--weights", o->weights_path}, {"--config", o->config_path}, {"--golden", o->golden_path},
+        {"--model", o->model_dir}};
     const int n_out = (int)(sizeof out / sizeof *out), n_in = (int)(sizeof in / sizeof *in);
     for (int i = 0; i < n_out; i++) {
         if (!out[i].path) continue;
@@ -234,6 +238,17 @@ int ts__demo_parse(int argc, char **argv, ts__demo_opts *o, char *err, size_t ca
         else if (!strcmp(name, "--replay-warm")) o->replay = true, o->replay_set = true, o->replay_warm = true;
         else if (!strcmp(name, "--selftest")) o->selftest = true;
         else return bad(err, cap, "unknown option '%s' (tilestack demo --help lists them)", a);
+    }
+    /* a --model that is no built-in name but a directory is a checkpoint (a directory called
+     * like a built-in: ./dsv4-tiny) */
+    struct stat sb;
+    ts_model_config builtin;
+    if (o->model && ts_model_config_builtin(o->model, &builtin) != TS_OK && stat(o->model, &sb) == 0 &&
+        S_ISDIR(sb.st_mode)) {
+        o->model_dir = o->model;
+        if (o->weights_path || o->config_path || o->attention >= 0 || o->check)
+            return bad(err, cap, "--model %s is a checkpoint directory: it gives the config and the "
+                       "weights (drop --weights / --config / --attention / --check)", o->model_dir);
     }
     if (o->attention >= 0 && o->weights_path)
         return bad(err, cap, "--attention and --weights: the weight file's config fixes the "

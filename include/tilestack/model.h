@@ -67,6 +67,43 @@ TS_API ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, 
 /* Weights from a file written by ts_model_save_weights (the config comes from its header). */
 TS_API ts_status ts_model_load(const char *path, int64_t max_batch, ts_model **out);
 TS_API ts_status ts_model_save_weights(const ts_model *m, const char *path);
+
+/* ---- Hugging Face checkpoint directories (docs/models.md) */
+
+/* The tensor-name layouts of a DeepSeek-V4 checkpoint directory (docs/models.md). */
+typedef enum ts_hf_layout {
+    TS_HF_LAYOUT_RELEASE = 0,   /* DeepSeek's release: embed.weight, layers.N.attn.wq_a.weight + .scale */
+    TS_HF_LAYOUT_HF = 1,        /* transformers' save_pretrained: model.embed_tokens.weight,
+                                   model.layers.N.attn.wq_a.weight, head.weight, ... */
+    TS_HF_LAYOUT_HF_MODULES = 2 /* transformers' module names: model.layers.N.self_attn.q_a_proj.weight,
+                                   lm_head.weight, experts merged into mlp.experts.gate_up_proj */
+} ts_hf_layout;
+
+/* A DeepseekV4ForCausalLM checkpoint directory: config.json and model.safetensors or
+ * model.safetensors.index.json with its shards, in either layout (found from the names).
+ * FP8 / FP4 weight bytes stay in the mapped files (views); scales, bf16 -> f32 and tid2eid
+ * are converted; a checkpoint without quantization_config is quantised at load with
+ * tilestack's quantisers (FP8 128x128 dense, FP4 1x32 experts). mtp.* is not loaded. Caches
+ * hold min(max_position_embeddings, 8192) tokens per sequence (rounded down to a multiple
+ * of every compress ratio). One line on stderr reports the bytes mapped, converted and
+ * packed. Unknown architecture / quantisation / config keys: TS_ERR_UNSUPPORTED naming them;
+ * out-of-range values, missing / extra tensors, wrong dtypes or shapes, NaN scales, bad
+ * tid2eid entries: TS_ERR_INVALID_ARGUMENT naming the file and the tensor (or key). */
+TS_API ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out);
+
+typedef struct ts_hf_export_options {
+    ts_hf_layout layout;
+    int32_t shards;  /* <= 1: model.safetensors; N > 1: N shards + model.safetensors.index.json */
+    bool dequantize; /* FP8 / FP4 weights written as BF16 (exactly), no quantization_config */
+} ts_hf_export_options;
+
+/* Writes m as a checkpoint directory `dir` (config.json + safetensors) that ts_model_load_dir
+ * reads back to the same weights bit for bit (f32 records stay F32). Written into a temporary
+ * directory beside `dir` and renamed into place at the end: `dir` must not exist or be an
+ * empty directory. opts NULL: release layout, one file, quantised. */
+TS_API ts_status ts_model_export_hf(const ts_model *m, const char *dir,
+                                    const ts_hf_export_options *opts);
+
 TS_API void ts_model_free(ts_model *m); /* NULL is a no-op */
 TS_API const ts_model_config *ts_model_get_config(const ts_model *m);
 

@@ -159,6 +159,9 @@ static ts_status open_shards(ts__hf_dir *d, int dirfd) {
     if (!sharded) {
         d->shards = calloc(1, sizeof *d->shards);
         if (!d->shards) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s", d->path);
+        if (fstatat(dirfd, "model.safetensors", &st, AT_SYMLINK_NOFOLLOW) != 0)
+            return ts__fail(TS_ERR_IO, "%s: no weights (neither model.safetensors nor %s)", d->path,
+                            INDEX_NAME);
         TS__RETURN_IF_ERROR(open_shard(d, dirfd, "model.safetensors", &d->shards[0]));
         d->n_shards = 1;
         d->n_tensors = d->shards[0]->n;

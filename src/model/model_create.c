@@ -1,5 +1,6 @@
 /* Model lifetime: create from a config (generated weights), free, sequence bookkeeping. */
 #include "model_internal.h"
+#include "safetensors.h"
 
 #include <string.h>
 
@@ -83,6 +84,7 @@ void ts_model_free(ts_model *m) {
     ts__model_ws_free(m->ws);
     ts__model_cache_free(m);
     ts__model_free_weights(m);
+    ts__hf_close(m->ckpt); /* after the records that view its mappings */
     for (int i = 0; i < 2; i++) {
         free(m->rope_cos[i]);
         free(m->rope_sin[i]);

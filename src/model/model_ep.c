@@ -386,7 +386,7 @@ ts_status ts_model_load_ep(const char *path, MPI_Comm comm, int64_t max_batch,
     for (int64_t i = 0; i < m->nrecs; i++) {
         const int64_t e = expert_of(m->recs[i].name);
         if (e >= 0 && (e < lo || e >= lo + El)) {
-            ts__aligned_free(m->recs[i].data);
+            ts__mtensor_free(&m->recs[i]);
             continue;
         }
         m->recs[k++] = m->recs[i];

@@ -62,7 +62,12 @@ typedef struct ts__mtensor {
     int64_t shape[2];
     void *data;
     size_t nbytes;
+    /* data points into a mapped checkpoint file (ts_model.ckpt keeps it mapped): never freed or
+     * written (ts__mtensor_free) */
+    bool view;
 } ts__mtensor;
+
+void ts__mtensor_free(ts__mtensor *t); /* frees data unless it is a view; data = NULL */
 
 /* One logical weight of docs/model.md §2 (its generation rule and shape). */
 typedef struct ts__wspec {
@@ -79,6 +84,9 @@ int ts__model_spec_records(const ts__wspec *s, ts__mtensor rec[2]);
 /* Generates spec s into records already shaped by ts__model_spec_records (data allocated). */
 ts_status ts__model_generate_weight(const ts_model_config *cfg, const ts__wspec *s,
                                     ts__mtensor rec[2]);
+/* An FP8 / FP4 spec's f32 values w [out, in] quantised into its records (data allocated) with
+ * tilestack's quantisers, as generation does (docs/model.md §2). */
+ts_status ts__model_quantize_weight(const ts__wspec *s, const float *w, ts__mtensor rec[2]);
 /* The values of a loaded spec's records (model_file_check.c): tid2eid entries distinct expert
  * ids in [0, E), FP8 / FP4 scales ue8m0 powers of two, e4m3 codes not NaN, f32 / bf16 values
  * finite. TS_ERR_INVALID_ARGUMENT naming the file, the tensor and the element. */
@@ -301,6 +309,8 @@ struct ts_model {
      * leaves w1 / w3 / w2 unpacked (the records hold only this rank's experts). */
     struct ts__model_ep *ep;
     bool local_experts_only;
+    /* a checkpoint directory (ts_model_load_dir): its files stay mapped while records view them */
+    struct ts__hf_dir *ckpt;
     ts_status (*ep_routed)(ts_model *m, int64_t L, int64_t n, const uint16_t *a,
                            const uint16_t **routed);
     ts_status (*ep_decode)(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
@@ -318,6 +328,8 @@ ts_status ts__model_w_f32(const ts_model *m, const char *name, const float **p);
 ts_status ts__model_w_pack8(const ts_model *m, const char *name, ts__lin8 *w);
 ts_status ts__model_w_pack_bf16(const ts_model *m, const char *name, ts_packed_weight **pw);
 void ts__model_free_weights(ts_model *m);
+/* Bytes of the kernels' packed copies of the bound weights (ts_gemm_prepack_b). */
+size_t ts__model_packed_bytes(const ts_model *m);
 /* model_create.c */
 ts_status ts__model_alloc(const ts_model_config *cfg, int64_t max_batch, ts_model **out);
 /* Binding, RoPE tables, caches and workspace once m->recs hold the weights. */

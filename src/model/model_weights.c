@@ -260,18 +260,21 @@ ts_status ts__model_generate_weight(const ts_model_config *cfg, const ts__wspec 
     } else g.f32 = (float *)rec[0].data;
     ts__parallel_for(rows, 16, gen_rows, &g);
     if (!quant) return TS_OK;
-    ts_tensor w = ts_tensor_2d(tmp, TS_F32, rows, cols);
-    ts_tensor sf = ts_tensor_2d(rec[1].data, TS_F32, rec[1].shape[0], rec[1].shape[1]);
-    ts_status st;
-    if (s->kind == TS__W_FP8) {
-        ts_tensor q = ts_tensor_2d(rec[0].data, TS_E4M3, rows, cols);
-        st = ts_per_block_cast_to_fp8(&w, true, 128, &q, &sf);
-    } else {
-        ts_tensor q = ts_tensor_2d(rec[0].data, TS_E2M1X2, rows, cols / 2);
-        st = ts_per_token_cast_to_fp4(&w, true, 32, false, TS_FP4_ROUND_DEEPGEMM, &q, &sf);
-    }
+    const ts_status st = ts__model_quantize_weight(s, tmp, rec);
     free(tmp);
     return st;
+}
+
+ts_status ts__model_quantize_weight(const ts__wspec *s, const float *wv, ts__mtensor rec[2]) {
+    const int64_t rows = s->shape[0], cols = s->shape[1];
+    ts_tensor w = ts_tensor_2d((void *)wv, TS_F32, rows, cols);
+    ts_tensor sf = ts_tensor_2d(rec[1].data, TS_F32, rec[1].shape[0], rec[1].shape[1]);
+    if (s->kind == TS__W_FP8) {
+        ts_tensor q = ts_tensor_2d(rec[0].data, TS_E4M3, rows, cols);
+        return ts_per_block_cast_to_fp8(&w, true, 128, &q, &sf);
+    }
+    ts_tensor q = ts_tensor_2d(rec[0].data, TS_E2M1X2, rows, cols / 2);
+    return ts_per_token_cast_to_fp4(&w, true, 32, false, TS_FP4_ROUND_DEEPGEMM, &q, &sf);
 }
 
 /* ---- binding: records -> kernel layouts */
@@ -463,6 +466,25 @@ ts_status ts__model_bind_weights(ts_model *m) {
     return TS_OK;
 }
 
+void ts__mtensor_free(ts__mtensor *t) {
+    if (!t->view) ts__aligned_free(t->data);
+    t->data = NULL;
+}
+
+size_t ts__model_packed_bytes(const ts_model *m) {
+    size_t n = ts_packed_weight_nbytes(m->head);
+    for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+        const ts__layer *ly = &m->layers[L];
+        const ts_packed_weight *pw[] = {ly->wq_a.pw, ly->wq_b.pw, ly->wkv.pw,  ly->wo_b.pw,
+                                        ly->iwq_b.pw, ly->weights_proj, ly->w1, ly->w3,
+                                        ly->w2,      ly->sw1.pw, ly->sw3.pw, ly->sw2.pw};
+        for (size_t i = 0; i < sizeof pw / sizeof *pw; i++) n += ts_packed_weight_nbytes(pw[i]);
+        for (int64_t g = 0; ly->wo_a && g < m->cfg.o_groups; g++)
+            n += ts_packed_weight_nbytes(ly->wo_a[g].pw);
+    }
+    return n;
+}
+
 void ts__model_free_weights(ts_model *m) {
     for (int64_t L = 0; L < TS_MODEL_MAX_LAYERS; L++) {
         ts__layer *ly = &m->layers[L];
@@ -486,7 +508,7 @@ void ts__model_free_weights(ts_model *m) {
     }
     ts_packed_weight_destroy(m->head);
     m->head = NULL;
-    for (int64_t i = 0; i < m->nrecs; i++) ts__aligned_free(m->recs[i].data);
+    for (int64_t i = 0; i < m->nrecs; i++) ts__mtensor_free(&m->recs[i]);
     free(m->recs);
     m->recs = NULL;
     m->nrecs = 0;

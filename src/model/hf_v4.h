@@ -1,0 +1,48 @@
+/* DeepSeek-V4 Hugging Face checkpoints (docs/models.md): the config.json mapping
+ * (hf_config_v4.c), the tensor-name tables of the two layouts (hf_names_v4.c), the loader
+ * (hf_load_v4.c) and the writer (hf_export_v4.c). Not installed. */
+#ifndef TILESTACK_HF_V4_H
+#define TILESTACK_HF_V4_H
+
+#include "model_internal.h"
+
+/* max_seq_len of a model loaded from a directory: caches for this many tokens per sequence at
+ * most (max_position_embeddings is 1M for V4-Flash) */
+#define TS__HF_MAX_SEQ 8192
+
+/* What config.json says beyond ts_model_config. */
+typedef struct ts__hf_v4_info {
+    bool quantized;     /* quantization_config present: FP8 weights + FP4 experts in the files */
+    bool tied;          /* tie_word_embeddings: the head is the embedding */
+    int64_t n_mtp;      /* num_nextn_predict_layers (not loaded) */
+} ts__hf_v4_info;
+
+/* config.json text -> cfg (name from `name`, seed 0) and info. Every message starts with
+ * `path` and names the config.json key: an unknown architecture, model type, quantisation or
+ * key is TS_ERR_UNSUPPORTED, a bad type or an out-of-range value TS_ERR_INVALID_ARGUMENT (the
+ * value included). The result passed ts_model_config_validate. */
+ts_status ts__hf_v4_parse_config(const char *text, size_t len, const char *path,
+                                 const char *name, ts_model_config *cfg, ts__hf_v4_info *info);
+
+/* The config.json that ts__hf_v4_parse_config reads back to cfg (except name / seed):
+ * release-style keys, plus transformers' layer_types / compress_rates when an HCA ratio is not
+ * 128 (transformers' compress_ratios knows only 0 / 4 / 128). malloc'ed. */
+ts_status ts__hf_v4_config_json(const ts_model_config *cfg, bool quantized, char **out);
+
+/* Where a tilestack tensor (a §2 spec) lives in a checkpoint. */
+typedef struct ts__hf_src {
+    char name[192];  /* the tensor holding the values */
+    char scale[208]; /* its scale tensor, for an FP8 / FP4 spec of a quantised checkpoint */
+    /* the HF layout merges each layer's experts into [E, rows, cols] tensors (gate_up_proj =
+     * w1 rows then w3 rows, down_proj = w2): expert >= 0 is the block, row0 the first row of
+     * this spec in it, rows_per_expert the block's height */
+    int64_t expert, row0, rows_per_expert;
+} ts__hf_src;
+
+/* The source of spec s in layout lay (tied: the head reads the embedding). */
+ts_status ts__hf_v4_source(const ts__wspec *s, const ts_model_config *cfg, ts_hf_layout lay,
+                           bool tied, ts__hf_src *src);
+/* A checkpoint tensor that tilestack does not load on purpose (the MTP layers). */
+bool ts__hf_v4_ignored(const char *name);
+
+#endif
