@@ -168,6 +168,24 @@ if [ $rc -eq 1 ] && grep -q "turn dropped" "$tmp/err" && grep -q "UTF-8" "$tmp/e
   ok "chat: an invalid UTF-8 line is dropped with a message, the others answered, exit 1"
 else bad "chat with an invalid UTF-8 line: exit $rc, $(wc -l <"$tmp/chat") replies"; fi
 
+# ---- a checkpoint directory (tilestack export-hf of dsv4-tiny, DIR/tokenizer.json) ----
+ck="$tmp/ckpt"
+greedy=(--prompt "the checkpoint" -n 16 --temperature 0 --json)
+if run "export-hf dsv4-tiny" export-hf --model dsv4-tiny --out "$ck"; then
+  expect "--model DIR: tokenizer defaults to DIR/tokenizer.json" 1 "tokenizer.json" -- generate --model "$ck" --prompt x
+  cp "$tok" "$ck/tokenizer.json"
+  if run "generate --model DIR" generate --model "$ck" "${greedy[@]}" && cp "$tmp/out" "$tmp/d1" &&
+     run "generate --model dsv4-tiny" generate "${tiny[@]}" "${greedy[@]}" && cp "$tmp/out" "$tmp/d2"; then
+    if [ "$(grep -o '"output_ids":[^]]*' "$tmp/d1")" = "$(grep -o '"output_ids":[^]]*' "$tmp/d2")" ] &&
+       grep -q '"output_ids":\[[0-9]' "$tmp/d1"; then
+      ok "--model DIR (exported dsv4-tiny): the same greedy ids as the built-in model"
+    else bad "--model DIR and the built-in dsv4-tiny gave different ids"; fi
+  fi
+  expect "--model DIR with --weights" 2 "give one of" -- generate --model "$ck" --weights "$tmp/w" --prompt x
+  printf '{"eos_token_id": 999999}' >"$ck/generation_config.json"
+  expect "--model DIR: eos_token_id outside the vocabulary" 1 "eos_token_id" -- generate --model "$ck" --prompt x
+fi
+
 # ---- bad input ----
 long=$(printf 'word %.0s' $(seq 1 300))
 expect "unknown option" 2 "'--frobnicate'" -- generate "${tiny[@]}" --prompt x --frobnicate
@@ -178,8 +196,7 @@ expect "--top-k beyond the vocabulary" 2 "--top-k 513" -- generate "${tiny[@]}" 
 expect "-n 0" 2 "-n" -- generate "${tiny[@]}" --prompt x -n 0
 expect "prompt longer than the context" 1 "max_seq_len 256" -- generate "${tiny[@]}" --prompt "$long"
 expect "invalid UTF-8 prompt" 1 "UTF-8" -- generate "${tiny[@]}" --prompt $'ok\xff'
-expect "--model DIR not supported yet" 1 "not supported yet" -- generate --model "$tmp" --tokenizer "$tok" --prompt x
-expect "--model DIR: tokenizer defaults to DIR/tokenizer.json" 1 "not supported yet" -- generate --model "$tmp" --prompt x
+expect "--model DIR without a checkpoint" 1 "config.json" -- generate --model "$tmp" --tokenizer "$tok" --prompt x
 expect "unknown built-in" 2 "neither a built-in" -- generate --model nope --tokenizer "$tok" --prompt x
 expect "missing tokenizer" 1 "missing.json" -- generate --model dsv4-tiny --tokenizer "$tmp/missing.json" --prompt x
 expect "no tokenizer" 2 "--tokenizer FILE.json is required" -- generate --model dsv4-tiny --prompt x

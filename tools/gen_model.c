@@ -9,6 +9,7 @@
 #include "core/text_escape.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -43,6 +44,44 @@ static int model_config(const char *cmd, const gen_args *a, ts_model_config *cfg
     if (st == TS_OK) st = ts_model_config_parse_json(text, cfg);
     free(text);
     return st == TS_OK ? 0 : fail(cmd, 1, "--config");
+}
+
+/* A checkpoint's EOS id: generation_config.json's eos_token_id if the file exists, else
+ * config.json's (an integer, or a list whose first entry is taken); none = -1. A value that
+ * is not an id of the model is an error naming the file. */
+static int checkpoint_eos(const char *cmd, const char *dir, const ts_model_config *cfg,
+                          int32_t *eos) {
+    static const char *const files[2] = {"generation_config.json", "config.json"};
+    *eos = -1;
+    for (int f = 0; f < 2; f++) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, files[f]) >= (int)sizeof path) return 0;
+        char *text = NULL;
+        size_t len = 0;
+        if (ts__read_file_capped(AT_FDCWD, path, files[f], CONFIG_MAX_BYTES, true, &text, &len) !=
+            TS_OK) {
+            ts_clear_error();
+            continue; /* generation_config.json is optional; config.json was read by the loader */
+        }
+        json_error_t je;
+        json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+        free(text);
+        json_t *v = root ? json_object_get(root, "eos_token_id") : NULL;
+        if (json_is_array(v)) v = json_array_get(v, 0);
+        int rc = 0;
+        if (v && !json_is_null(v)) {
+            const json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (id < 0 || id >= cfg->vocab_size) {
+                fprintf(stderr, "tilestack %s: %s: eos_token_id is not an id of the model "
+                        "(vocabulary %lld)\n", cmd, files[f], (long long)cfg->vocab_size);
+                rc = 1;
+            } else *eos = (int32_t)id;
+        }
+        const bool found = v != NULL;
+        json_decref(root);
+        if (rc || found) return rc;
+    }
+    return 0;
 }
 
 /* Options whose range is the vocabulary, and a tokenizer whose ids the model cannot produce. */
@@ -86,19 +125,15 @@ int gen_open_model(const char *cmd, const gen_args *a, gen_model *gm) {
                 "defaults to DIR/tokenizer.json)\n", cmd);
         return 2;
     }
-    if (dir) {
-        /* ts_model_load_dir (issue 19 part 1) plugs in here */
-        char e[TS__ESC_CAP];
-        fprintf(stderr, "tilestack %s: --model %s: loading Hugging Face checkpoint directories is "
-                "not supported yet; use a built-in --model NAME, --config or --weights\n", cmd,
-                ts__text_escape_str(a->model, e, sizeof e));
-        return 1;
-    }
     if (a->threads && ts_set_num_threads(a->threads) != TS_OK) return fail(cmd, 2, "--threads");
     if (ts_tokenizer_load(tp, &gm->tok) != TS_OK) return fail(cmd, 1, "");
     int rc = 0;
     ts_status st;
-    if (a->weights) {
+    if (dir) {
+        if ((st = ts_model_load_dir(a->model, 1, &gm->m)) != TS_OK) rc = fail(cmd, 1, "--model");
+        if (!rc) rc = check_vocab(cmd, a, ts_model_get_config(gm->m), gm->tok);
+        if (!rc) rc = checkpoint_eos(cmd, a->model, ts_model_get_config(gm->m), &gm->eos);
+    } else if (a->weights) {
         /* the config lives in the file's header: checked once loaded */
         if ((st = ts_model_load(a->weights, 1, &gm->m)) != TS_OK) rc = fail(cmd, 1, "--weights");
         if (!rc) rc = check_vocab(cmd, a, ts_model_get_config(gm->m), gm->tok);
@@ -125,9 +160,9 @@ int gen_open_model(const char *cmd, const gen_args *a, gen_model *gm) {
      * model would pick the padding as often as anything, and it has no text. */
     for (int64_t i = 0; i < v; i++)
         if (!ts_tokenizer_id_to_token(gm->tok, (int32_t)i)) gm->masked[gm->n_masked++] = (int32_t)i;
-    /* The built-in and tilestack weight-file models carry no EOS id: the tokenizer's end of
-     * sentence stands for it (a checkpoint's config will name its own). */
-    gm->eos = ts_tokenizer_token_to_id(gm->tok, "<｜end▁of▁sentence｜>");
+    /* The built-in and tilestack weight-file models carry no EOS id, nor does a checkpoint
+     * without eos_token_id: the tokenizer's end of sentence stands for it. */
+    if (gm->eos < 0) gm->eos = ts_tokenizer_token_to_id(gm->tok, "<｜end▁of▁sentence｜>");
     return 0;
 }
 
