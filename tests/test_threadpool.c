@@ -301,7 +301,8 @@ static double now_s(void) {
 }
 
 /* Many tiny fork-joins, at each thread count including more threads than cores. The bound is
- * a hang/pathology guard (seconds for what takes milliseconds), not a timing assertion. */
+ * a hang guard (two minutes for what takes milliseconds; a loaded 2-core host once took
+ * over 20 s at 8 threads), not a timing assertion. */
 TS_TEST(threadpool_stress_tiny_calls) {
     threads_guard g = threads_save();
     static const int threads[] = {2, 3, 8};
@@ -319,7 +320,7 @@ TS_TEST(threadpool_stress_tiny_calls) {
         }
         double dt = now_s() - t0;
         TS_CHECK_EQ_INT(bad, 0);
-        TS_CHECK_MSG(dt < 20.0, "%d threads: %d tiny calls took %.2f s", threads[k], iters, dt);
+        TS_CHECK_MSG(dt < 120.0, "%d threads: %d tiny calls took %.2f s", threads[k], iters, dt);
         printf("    %d threads: %.1f us per tiny parallel_for\n", threads[k], dt / iters * 1e6);
     }
     threads_restore(g);
