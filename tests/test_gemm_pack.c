@@ -62,3 +62,61 @@ TS_TEST(gemm_pack_avx2_matches_scalar) {
     free(buf), free(ref), free(out);
     ts_set_isa(isa0);
 }
+
+/* The vdpbf16ps kernels' bf16-pair panels (ts__gemm_pack_panel_pairs: the AVX-512 direct
+ * packers for full 16-row e4m3 / e2m1 panels, the f32 panel + conversion elsewhere) hold
+ * exactly the top halves of the scalar f32 panel's values, K 2q high and 2q + 1 low, 0 past
+ * an odd kc; every code (NaN included), both widths, partial panels, K offsets and tails. */
+TS_TEST(gemm_pack_pairs_match_f32) {
+    const ts_isa isa0 = ts_get_isa();
+    int isas[TS_ISA_COUNT_];
+    const int nisa = ts_test_isas(isas);
+    const int64_t R = 20, K = 700;
+    uint8_t *buf = (uint8_t *)malloc((size_t)(R * K));
+    float *f = (float *)malloc(16 * 320 * 4), *tmp = (float *)malloc(16 * 320 * 4);
+    uint32_t *want = (uint32_t *)malloc(16 * 160 * 4), *out = (uint32_t *)malloc(16 * 160 * 4);
+    ts_prng rng = ts_prng_seed(78);
+    for (int64_t i = 0; i < R * K; i++) buf[i] = (uint8_t)ts_prng_u32(&rng);
+    const ts_dtype dts[2] = {TS_E4M3, TS_E2M1X2};
+    const int64_t kcs[] = {1, 2, 7, 63, 64, 65, 128, 129, 256};
+    const int64_t k0s[] = {0, 2, 256};
+    const int ws[2] = {TS__GEMM_MR, TS__GEMM_NR};
+    for (int d = 0; d < 2; d++)
+        for (int wi = 0; wi < 2; wi++)
+            for (int part = 0; part < 2; part++)
+                for (size_t a = 0; a < sizeof kcs / sizeof kcs[0]; a++)
+                    for (size_t b = 0; b < sizeof k0s / sizeof k0s[0]; b++) {
+                        ts__gemm_operand op;
+                        memset(&op, 0, sizeof op);
+                        op.data = buf;
+                        op.dtype = dts[d];
+                        op.mn = R;
+                        op.k = K;
+                        op.s_mn = dts[d] == TS_E2M1X2 ? K / 2 : K;
+                        op.s_k = 1;
+                        op.k_major = true;
+                        const int w = ws[wi];
+                        const int64_t rows = part ? w - 3 : w, kc = kcs[a], k0 = k0s[b];
+                        TS_CHECK_STATUS(ts_set_isa(TS_ISA_GENERIC), TS_OK);
+                        ts__gemm_pack_panel(&op, 3, rows, k0, kc, w, f);
+                        for (int64_t q = 0; q < (kc + 1) / 2; q++)
+                            for (int i = 0; i < w; i++) {
+                                uint32_t hi, lo = 0;
+                                memcpy(&hi, &f[2 * q * w + i], 4);
+                                if (2 * q + 1 < kc) memcpy(&lo, &f[(2 * q + 1) * w + i], 4);
+                                TS_CHECK(!(hi & 0xFFFF) && !(lo & 0xFFFF)); /* exact in bf16 */
+                                want[q * w + i] = (hi & 0xFFFF0000u) | lo >> 16;
+                            }
+                        for (int i = 0; i < nisa; i++) {
+                            memset(out, 0xCD, 16 * 160 * 4);
+                            TS_CHECK_STATUS(ts_set_isa((ts_isa)isas[i]), TS_OK);
+                            ts__gemm_pack_panel_pairs(&op, 3, rows, k0, kc, w, tmp, out);
+                            TS_CHECK_MSG(memcmp(want, out, (size_t)((kc + 1) / 2 * w) * 4) == 0,
+                                         "isa %s dtype %s w %d rows %lld kc %lld k0 %lld",
+                                         ts_isa_name((ts_isa)isas[i]), ts_dtype_name(dts[d]), w,
+                                         (long long)rows, (long long)kc, (long long)k0);
+                        }
+                    }
+    free(buf), free(f), free(tmp), free(want), free(out);
+    ts_set_isa(isa0);
+}

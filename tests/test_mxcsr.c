@@ -20,7 +20,9 @@
 
 #include "ts_prng.h"
 
+#include "core/internal.h"
 #include "ep/ep_kernels.h"
+#include "gemm/gemm_kernels.h"
 #include "ep/ep_ll_kernels.h"
 #include "tilestack/model.h"
 #include "tilestack/tilestack.h"
@@ -794,6 +796,23 @@ static ts_status gemm_op(void *vc) {
     }
 }
 
+/* Where the avx512 path runs the vdpbf16ps kernels (AVX512_BF16), a block-scaled call also
+ * runs once on avx512 with them switched off, so the f32 avx512 kernels (the ones an avx512
+ * CPU without AVX512_BF16 runs) stay guarded on this machine too. */
+static void mx_run_gemm(mx_fam *f, const char *what, gemm_ctx *c) {
+    mx_run(f, what, gemm_op, c);
+    if (c->p->kind == GK_BF16 || !ts__isa_runnable(TS_ISA_AVX512)) return;
+    ts_set_isa(TS_ISA_AVX512);
+    if (ts__gemm_select_dp_kernels()) {
+        char w2[160];
+        snprintf(w2, sizeof w2, "%s, avx512 f32 kernels (TS_GEMM_DPBF16=0)", what);
+        ts__gemm_set_dpbf16(0);
+        mx_run_once(f, w2, gemm_op, c);
+        ts__gemm_set_dpbf16(-1);
+    }
+    ts_set_isa(f->saved_isa);
+}
+
 /* K = 544: a K tail for every granularity, and packed scale words whose last bytes are the
  * zero padding (fp8: 5 scales in 2 words; fp4: 17 scales in 5 words). N = 72: a partial
  * 32-column panel. M covers the decode path (1, 4) and the big-M path (64). */
@@ -821,7 +840,7 @@ TS_TEST(mxcsr_gemm_dense) {
                     char what[96];
                     snprintf(what, sizeof what, "%s M=%d%s -> %s", k_gkind_name[kind], (int)ms[mi],
                              packed ? " packed" : "", bf ? "bf16" : "f32");
-                    if (!packed || pw) mx_run(&f, what, gemm_op, &c);
+                    if (!packed || pw) mx_run_gemm(&f, what, &c);
                 }
         ts_packed_weight_destroy(pw);
         gprob_free(&p);
@@ -865,7 +884,7 @@ TS_TEST(mxcsr_gemm_grouped) {
                 char what[96];
                 snprintf(what, sizeof what, "%s %s%s", k_gkind_name[kind], masked ? "masked" : "contiguous psum",
                          packed ? " packed" : "");
-                if (!packed || pw) mx_run(&f, what, gemm_op, &c);
+                if (!packed || pw) mx_run_gemm(&f, what, &c);
             }
         ts_packed_weight_destroy(pw);
         gprob_free(&p);

@@ -2,6 +2,8 @@
 #include "cli.h"
 #include "bench.h"
 #include "core/internal.h"
+#include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -62,6 +64,11 @@ int ts__cmd_info(int argc, char **argv) {
     printf("isa         %s in use, best here %s (TS_ISA=generic|avx2|avx512 or bench --isa "
            "forces a path)\n",
            ts_isa_name(ts_get_isa()), ts_isa_name(ci->best_isa));
+    /* a sub-path of avx512 that isa does not show; same bits either way (docs/gemm.md) */
+    if (ts__gemm_select_dp_kernels())
+        printf("fp8 gemm    vdpbf16ps kernels (avx512bf16) for FP8 / FP4 GEMMs of more than %d "
+               "rows (TS_GEMM_DPBF16=0: the f32 FMA kernels)\n",
+               TS__GEMM_SMALL_M);
     printf("threads     %d in the pool, %d logical CPUs (TS_NUM_THREADS=N sets the pool)\n",
            ts_get_num_threads(), ci->logical_cpus);
     printf("caches     ");

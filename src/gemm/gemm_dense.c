@@ -11,6 +11,9 @@
  * round-trips through L3 as f32 (measured at [512, 4096, 4096] FP8 on Ice Lake: packing the
  * item's whole KC x nb B panel first, 2 MiB, and re-reading it from L3 per A block: 67 % of
  * the zmm peak against 74 % this way).
+ * Block-scaled calls on the avx512 path of a CPU with AVX512_BF16 pack both micro-panels as
+ * bf16 K pairs for the vdpbf16ps kernels instead (same loops, KC 256, 2 bytes a value; the
+ * same bits: gemm_kernels.h, docs/gemm.md).
  * K is never split across items, and every element's arithmetic is the canonical order
  * whatever the blocking, so tile sizes may follow the thread count and cache sizes freely. */
 #include "gemm/gemm_internal.h"
@@ -185,6 +188,9 @@ static ts_status check_output(const ts_tensor *d, const ts_tensor *c, int64_t m,
 
 typedef struct gemm_job {
     const ts__gemm_kernels *kern;
+    /* vdpbf16ps kernels (block-scaled calls where they run): A and B micro-panels as bf16
+     * pairs instead of f32, 1 x 4 / 1 x 2 / 1 x 1 tiles; NULL: the f32 kernels */
+    const ts__gemm_dp_kernels *dp;
     ts__gemm_problem *probs;
     int64_t nprob;
     ts_dtype d_dtype;
@@ -193,7 +199,7 @@ typedef struct gemm_job {
     int64_t n; /* shared by every problem */
     int64_t mb, nb, n_nblk;
     int64_t kstep; /* K values per packing step: the kernels' KC */
-    size_t acc_floats, bpack_floats, sb_floats, apack_floats, sa_floats;
+    size_t acc_floats, bpack_floats, sb_floats, apack_floats, sa_floats, tmp_floats;
     atomic_bool oom;
 } gemm_job;
 
@@ -223,8 +229,16 @@ static void copy_item(const gemm_job *j, const ts__gemm_problem *p, int64_t m0, 
     }
 }
 
+/* One micro-panel into dst: f32, or bf16 pairs for the vdpbf16ps kernels (through tmp where
+ * no direct packer applies); either way dst has room for kc * w floats. */
+static void pack_panel(const gemm_job *j, const ts__gemm_operand *op, int64_t r0, int64_t rows,
+                       int64_t k0, int64_t kc, int w, float *tmp, float *dst) {
+    if (j->dp) ts__gemm_pack_panel_pairs(op, r0, rows, k0, kc, w, tmp, (uint32_t *)(void *)dst);
+    else ts__gemm_pack_panel(op, r0, rows, k0, kc, w, dst);
+}
+
 static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, float *sbp,
-                     float *apack, float *sap) {
+                     float *apack, float *sap, float *tmp) {
     const ts__gemm_problem *p = find_problem(j, item);
     item -= p->item0;
     const int64_t m0 = (item / j->n_nblk) * j->mb, n0 = (item % j->n_nblk) * j->nb;
@@ -241,8 +255,8 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
         const int64_t nkb = j->scaled ? ts__ceil_div(kc, j->g) : 0, kb0 = j->scaled ? k0 / j->g : 0;
         for (int64_t it = 0; it < n_mt; it++) {
             int64_t r0 = it * MR;
-            ts__gemm_pack_panel(&p->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR,
-                                apack + it * KS * MR);
+            pack_panel(j, &p->a, m0 + r0, ts__min64(MR, rows - r0), k0, kc, MR, tmp,
+                       apack + it * KS * MR);
             if (j->scaled)
                 ts__gemm_pack_scales(&p->a, m0 + r0, ts__min64(MR, rows - r0), kb0, nkb, j->g, MR,
                                      sap + it * NKB_MAX * MR);
@@ -250,13 +264,13 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
         /* Column tiles in fours, pairs (and 2 x 2) where the ISA has multi-tile kernels
          * (AVX-512: a zmm is a tile row), then one by one. */
         for (int64_t jt = 0, step; jt < n_nt; jt += step) {
-            const bool four = j->kern->scaled4 && jt + 3 < n_nt;
-            const bool two = !four && j->kern->scaled2 && jt + 1 < n_nt;
+            const bool four = (j->dp || j->kern->scaled4) && jt + 3 < n_nt;
+            const bool two = !four && (j->dp || j->kern->scaled2) && jt + 1 < n_nt;
             step = four ? 4 : two ? 2 : 1;
             for (int64_t q = 0; q < step; q++) {
                 const int64_t c0 = (jt + q) * NR;
-                ts__gemm_pack_panel(&p->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR,
-                                    bpack + q * KS * NR);
+                pack_panel(j, &p->b, n0 + c0, ts__min64(NR, cols - c0), k0, kc, NR, tmp,
+                           bpack + q * KS * NR);
                 if (j->scaled)
                     ts__gemm_pack_scales(&p->b, n0 + c0, ts__min64(NR, cols - c0), kb0, nkb, j->g,
                                          NR, sbp + q * NKB_MAX * NR);
@@ -265,11 +279,21 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
             const int64_t col_stride = n_mt * MR * NR; /* between column tiles of acc */
             float *acc_col = acc + jt * col_stride;
             for (int64_t it = 0, rstep; it < n_mt; it += rstep) {
-                const bool rows2 = two && j->kern->scaled22 && it + 1 < n_mt;
+                const bool rows2 = two && !j->dp && j->kern->scaled22 && it + 1 < n_mt;
                 rstep = rows2 ? 2 : 1;
                 float *t = acc_col + it * MR * NR, *t1 = t + col_stride;
                 const float *a = apack + it * KS * MR, *sa = sap + it * NKB_MAX * MR;
-                if (four) {
+                if (j->dp) {
+                    const ts__gemm_dp_tiles tl = {
+                        (const uint32_t *)(const void *)a, sa,
+                        {(const uint32_t *)(const void *)bp,
+                         (const uint32_t *)(const void *)(bp + KS * NR),
+                         (const uint32_t *)(const void *)(bp + 2 * KS * NR),
+                         (const uint32_t *)(const void *)(bp + 3 * KS * NR)},
+                        {sb, sb + NKB_MAX * NR, sb + 2 * NKB_MAX * NR, sb + 3 * NKB_MAX * NR},
+                        {t, t1, t1 + col_stride, t1 + 2 * col_stride}};
+                    (four ? j->dp->tiles4 : two ? j->dp->tiles2 : j->dp->tiles1)(kc, j->g, &tl);
+                } else if (four) {
                     const ts__gemm_tiles14 tl = {
                         a, sa, {bp, bp + KS * NR, bp + 2 * KS * NR, bp + 3 * KS * NR},
                         {sb, sb + NKB_MAX * NR, sb + 2 * NKB_MAX * NR, sb + 3 * NKB_MAX * NR},
@@ -332,15 +356,17 @@ static void run_item(const gemm_job *j, int64_t item, float *acc, float *bpack, 
 
 static void gemm_task(void *ctx, int64_t begin, int64_t end, int tid) {
     gemm_job *j = (gemm_job *)ctx;
-    size_t total = j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats;
+    size_t total = j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats +
+                   j->sa_floats + j->tmp_floats;
     float *s = (float *)ts__scratch(tid, total * sizeof(float));
     if (!s) { /* reserved before the parallel region; only a changed thread mapping gets here */
         atomic_store(&j->oom, true);
         return;
     }
     float *acc = s, *bpack = acc + j->acc_floats, *sbp = bpack + j->bpack_floats,
-          *apack = sbp + j->sb_floats, *sap = apack + j->apack_floats;
-    for (int64_t item = begin; item < end; item++) run_item(j, item, acc, bpack, sbp, apack, sap);
+          *apack = sbp + j->sb_floats, *sap = apack + j->apack_floats, *tmp = sap + j->sa_floats;
+    for (int64_t item = begin; item < end; item++)
+        run_item(j, item, acc, bpack, sbp, apack, sap, tmp);
 }
 
 typedef struct reserve_job {
@@ -405,6 +431,7 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     gemm_job job, *j = &job;
     memset(j, 0, sizeof *j);
     j->kern = ts__gemm_select_kernels();
+    j->dp = scaled ? ts__gemm_select_dp_kernels() : NULL;
     j->probs = probs;
     j->nprob = nprob;
     j->d_dtype = d_dtype;
@@ -417,8 +444,8 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     /* Equal blocks (the L2's A block rows and NB_MAX are caps): a 2048-row problem on a
      * 564-row L2 is four 512-row blocks, not 3 x 564 + 356, so a static split over the
      * threads does not leave one idle. */
-    const int64_t kstep = j->kern->kc ? j->kern->kc : KC;
-    const int64_t mc = a_block_rows(kstep);
+    const int64_t kstep = j->dp ? j->dp->kc : j->kern->kc ? j->kern->kc : KC;
+    const int64_t mc = a_block_rows(j->dp ? kstep / 2 : kstep); /* bf16 pairs: 2 B a value */
     int64_t mb = ts__align(ts__ceil_div(m_max, ts__ceil_div(m_max, mc)), MR);
     int64_t nb = ts__align(ts__ceil_div(n, ts__ceil_div(n, NB_MAX)), NR);
     int64_t ni = ts__ceil_div(n, nb);
@@ -442,9 +469,11 @@ ts_status ts__gemm_run_batch(ts__gemm_problem *probs, int64_t nprob, int64_t n, 
     j->sb_floats = align_floats((size_t)(NKB_MAX * 4 * NR));
     j->apack_floats = align_floats((size_t)(KC * ts__align(mb, MR)));
     j->sa_floats = align_floats((size_t)(NKB_MAX * ts__align(mb, MR)));
+    j->tmp_floats = j->dp ? align_floats((size_t)(KC * NR)) : 0;
     TS__RETURN_IF_ERROR(ts__gemm_reserve_scratch(
         items, 1,
-        (j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats) *
+        (j->acc_floats + j->bpack_floats + j->sb_floats + j->apack_floats + j->sa_floats +
+         j->tmp_floats) *
             sizeof(float)));
     atomic_store(&j->oom, false);
     ts__parallel_for(items, 1, gemm_task, j);

@@ -160,6 +160,9 @@ void ts__gemm_decode_32__avx512(const ts__gemm_dec_args *x);
  * whole number of steps (e4m3 64, bf16 32, e2m1 128 values): gemm_pack_avx512.c. */
 bool ts__gemm_pack_kmajor__avx512(const struct ts__gemm_operand *op, int64_t r0, int64_t k0,
                                   int64_t kc, int w, float *dst);
+/* The same panels (e4m3 / e2m1 only) as bf16 pairs (the vdpbf16ps layout below). */
+bool ts__gemm_pack_kmajor_pairs__avx512(const struct ts__gemm_operand *op, int64_t r0,
+                                        int64_t k0, int64_t kc, int w, uint32_t *dst);
 #endif
 void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, bool nan_free,
                                 int64_t n, int half, float *dst, int64_t ld);
@@ -167,5 +170,48 @@ void ts__gemm_pw_rows_f32__avx2(const uint8_t *row, int64_t row_bytes, int fmt, 
 
 /* The table for the ISA in use (read once per call by the driver). */
 const ts__gemm_kernels *ts__gemm_select_kernels(void);
+
+/* ---- vdpbf16ps kernels for the block-scaled (FP8 / FP4) GEMMs (AVX512_BF16) ----
+ * Panels of bf16 K pairs, one dword per (pair, row): the high half holds K value 2q, the low
+ * half 2q + 1 (swapped against memory order, because vdpbf16ps adds the high product first),
+ * both exact (e4m3 and e2m1 values are bf16 values); a missing 2q + 1 (odd K) is 0.
+ *   A micro-panel: ap[q * MR + i]; B micro-panel: bp[q * NR + j]; q < ceil(kc / 2).
+ * Per lane, vdpbf16ps computes acc = fmaf(a_lo, b_lo, fmaf(a_hi, b_hi, acc)) (verified on
+ * Zen 4, docs/gemm.md), i.e. two steps of the canonical block chain in K order; the
+ * promotion acc = fmaf(p, sa * sb, acc) stays an f32 FMA, per block, as every other path.
+ * 1, 2 or 4 adjacent column tiles q (b[q], sb[q], accumulators c[q]) of one row tile. */
+typedef struct ts__gemm_dp_tiles {
+    const uint32_t *a;
+    const float *sa;
+    const uint32_t *b[4];
+    const float *sb[4];
+    float *c[4];
+} ts__gemm_dp_tiles;
+typedef void (*ts__gemm_dp_fn)(int64_t kc, int64_t g, const ts__gemm_dp_tiles *t);
+typedef struct ts__gemm_dp_kernels {
+    const char *name;
+    ts__gemm_dp_fn tiles1, tiles2, tiles4; /* MR x NR, MR x 2 NR, MR x 4 NR */
+    int kc; /* K values per packing step, a multiple of 128 (at most the driver's KC) */
+} ts__gemm_dp_kernels;
+#if defined(TS_HAVE_AVX512BF16_KERNELS)
+extern const ts__gemm_dp_kernels ts__gemm_dp_kernels_avx512bf16;
+/* One vdpbf16ps: acc[j] += a[2j+1] b[2j+1] + a[2j] b[2j] (bf16 bits), as the hardware does it;
+ * for the tests that check the instruction's rounding on this CPU. */
+void ts__gemm_dpbf16_probe(const uint16_t a[32], const uint16_t b[32], float acc[16]);
+#endif
+/* The vdpbf16ps table when the avx512 path is in use, the CPU has AVX512_BF16 and the switch
+ * allows it; NULL otherwise (the f32 kernels of ts__gemm_select_kernels run). */
+const ts__gemm_dp_kernels *ts__gemm_select_dp_kernels(void);
+/* The switch: 1 use the vdpbf16ps kernels where they can run, 0 never, -1 (the default) the
+ * environment's TS_GEMM_DPBF16 ("0" = never; unset or anything else = where they can run).
+ * For tests and A/B measurements; the bits are the same either way. */
+void ts__gemm_set_dpbf16(int mode);
+
+/* Bf16-pair micro-panel (layout above) of values (r0 + i, k0 + k), i < rows (zeros up to w),
+ * k < kc; tmp: kc * w floats of scratch (the f32 panel on the way, where no direct SIMD
+ * packer applies). gemm_pack.c. */
+struct ts__gemm_operand;
+void ts__gemm_pack_panel_pairs(const struct ts__gemm_operand *op, int64_t r0, int64_t rows,
+                               int64_t k0, int64_t kc, int w, float *tmp, uint32_t *dst);
 
 #endif

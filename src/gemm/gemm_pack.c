@@ -125,3 +125,25 @@ void ts__gemm_pack_scales(const ts__gemm_operand *op, int64_t r0, int64_t rows, 
         for (int64_t i = rows; i < w; i++) d[i] = 0.0f;
     }
 }
+
+/* The f32 panel's values are e4m3 / e2m1 values, exact in bf16: the top half of each f32
+ * is its bf16, so truncation loses nothing (NaN 0x7FC00000 becomes 0x7FC0). */
+void ts__gemm_pack_panel_pairs(const ts__gemm_operand *op, int64_t r0, int64_t rows, int64_t k0,
+                               int64_t kc, int w, float *tmp, uint32_t *dst) {
+#if defined(TS_HAVE_AVX512_KERNELS)
+    if (rows == w && op->k_major && ts__active_isa() == TS_ISA_AVX512 &&
+        ts__gemm_pack_kmajor_pairs__avx512(op, r0, k0, kc, w, dst))
+        return;
+#endif
+    ts__gemm_pack_panel(op, r0, rows, k0, kc, w, tmp);
+    for (int64_t q = 0; q < (kc + 1) / 2; q++) {
+        const float *e = tmp + 2 * q * w, *o = e + w;
+        const bool odd = 2 * q + 1 < kc;
+        for (int i = 0; i < w; i++) {
+            uint32_t hi, lo = 0;
+            memcpy(&hi, &e[i], 4);
+            if (odd) memcpy(&lo, &o[i], 4);
+            dst[q * w + i] = (hi & 0xFFFF0000u) | (lo >> 16);
+        }
+    }
+}

@@ -10,7 +10,10 @@
  *   e2m1  128 K values per step (64 bytes): byte transposes as e4m3, then one vpermps of a
  *         16-entry table per nibble (code 8, -0, packs as +0, as the scalar table).
  * Anything else (other widths, K ranges not a multiple of the step) returns false and the
- * AVX2 packer takes the panel. */
+ * AVX2 packer takes the panel.
+ * The same decoders also write the vdpbf16ps kernels' bf16-pair panels (e4m3, e2m1): two
+ * decoded K values k, k + 1 of the 16 rows become one vector of dwords (bf16(k) << 16 |
+ * bf16(k + 1)), the top halves of the two exact f32 vectors. */
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_kernels.h"
 #include "numerics/kernels/avx512/cvt_avx512_inl.h"
@@ -82,6 +85,39 @@ static inline void pack_e4m3_16x64(const uint8_t *src, int64_t ld, float *dst) {
         }
 }
 
+/* dword j = (top half of hi_k[j]) << 16 | top half of lo_k1[j]: the bf16 pair (k, k + 1) of
+ * two f32 vectors of bf16-exact values */
+static inline __m512i bf16_pair(__m512 hi_k, __m512 lo_k1) {
+    return _mm512_mask_blend_epi16(0x55555555u, _mm512_castps_si512(hi_k),
+                                   _mm512_srli_epi32(_mm512_castps_si512(lo_k1), 16));
+}
+
+/* As pack_e4m3_16x64, into bf16 pairs: dst[q * 16 + i], q < 32 (K 2q, 2q + 1) */
+static inline void pack_e4m3_16x64_pairs(const uint8_t *src, int64_t ld, uint32_t *dst) {
+    __m512i x[16];
+    __mmask64 nan = 0;
+    const __m512i m7f = _mm512_set1_epi8(0x7F);
+    for (int i = 0; i < 16; i++) {
+        x[i] = _mm512_loadu_si512((const void *)(src + i * ld));
+        nan |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(x[i], m7f), m7f);
+    }
+    transpose16x16_u8x4(x);
+    const __m512 k256 = _mm512_set1_ps(256.0f);
+    for (int j = 0; j < 16; j += 2)
+        for (int half = 0; half < 2; half++) { /* K 32 half + j (+ 1), and + 16 */
+            const __m256i b0 = half ? _mm512_extracti64x4_epi64(x[j], 1) : _mm512_castsi512_si256(x[j]);
+            const __m256i b1 = half ? _mm512_extracti64x4_epi64(x[j + 1], 1) : _mm512_castsi512_si256(x[j + 1]);
+            __m512 lo0, hi0, lo1, hi1;
+            if (nan) ts__avx512_e4m3x32_f16(b0, 1, &lo0, &hi0), ts__avx512_e4m3x32_f16(b1, 1, &lo1, &hi1);
+            else ts__avx512_e4m3x32_f16(b0, 0, &lo0, &hi0), ts__avx512_e4m3x32_f16(b1, 0, &lo1, &hi1);
+            const int64_t q = 16 * half + j / 2;
+            _mm512_storeu_si512((void *)(dst + q * W),
+                                bf16_pair(_mm512_mul_ps(lo0, k256), _mm512_mul_ps(lo1, k256)));
+            _mm512_storeu_si512((void *)(dst + (q + 8) * W),
+                                bf16_pair(_mm512_mul_ps(hi0, k256), _mm512_mul_ps(hi1, k256)));
+        }
+}
+
 /* bf16 rows, K k .. k + 31 -> dst[q * 16 + i], q < 32: dword p of a row holds K 2p (low
  * half) and 2p + 1 (high half). */
 static inline void pack_bf16_16x32(const uint16_t *src, int64_t ld, float *dst) {
@@ -121,9 +157,38 @@ static inline void pack_e2m1_16x128(const uint8_t *src, int64_t ld, float *dst) 
 #undef TS__E2M1_LANE
 }
 
-bool ts__gemm_pack_kmajor__avx512(const ts__gemm_operand *op, int64_t r0, int64_t k0, int64_t kc,
-                                  int w, float *dst) {
+/* As pack_e2m1_16x128, into bf16 pairs: byte 16 lane + j holds the pair (low nibble, high
+ * nibble) itself, dst[q * 16 + i], q < 64. The table's f32 values have zero low halves, so
+ * the high part is the f32 table and the low part the same table shifted down. */
+static inline void pack_e2m1_16x128_pairs(const uint8_t *src, int64_t ld, uint32_t *dst) {
+    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0.0f,
+                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512i thi = _mm512_castps_si512(tab), tlo = _mm512_srli_epi32(thi, 16);
+    __m512i x[16];
+    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512((const void *)(src + i * ld));
+    transpose16x16_u8x4(x);
+#define TS__E2M1_PAIRS(lane)                                                                   \
+    do {                                                                                       \
+        const __m512i d = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(x[j], lane));         \
+        _mm512_storeu_si512((void *)(dst + (16 * (lane) + j) * W),                             \
+                            _mm512_or_si512(_mm512_permutexvar_epi32(d, thi),                  \
+                                            _mm512_permutexvar_epi32(_mm512_srli_epi32(d, 4), tlo))); \
+    } while (0)
+    for (int j = 0; j < 16; j++) {
+        TS__E2M1_PAIRS(0);
+        TS__E2M1_PAIRS(1);
+        TS__E2M1_PAIRS(2);
+        TS__E2M1_PAIRS(3);
+    }
+#undef TS__E2M1_PAIRS
+}
+
+/* The shared part: checks, the next panel's prefetch, the steps. pairs: bf16-pair panels
+ * (e4m3 / e2m1 only) instead of f32. */
+static bool pack_kmajor(const ts__gemm_operand *op, int64_t r0, int64_t k0, int64_t kc, int w,
+                        void *dst, bool pairs) {
     if (w != W || op->s_k != 1 || op->pw || r0 + W > op->mn) return false;
+    if (pairs && op->dtype == TS_BF16) return false;
     const int step = op->dtype == TS_BF16 ? 32 : op->dtype == TS_E2M1X2 ? 128 : 64;
     if (kc % step || (op->dtype == TS_E2M1X2 && (k0 & 1))) return false;
     const int64_t es = op->dtype == TS_BF16 ? 2 : 1;
@@ -139,14 +204,29 @@ bool ts__gemm_pack_kmajor__avx512(const ts__gemm_operand *op, int64_t r0, int64_
         for (int64_t off = 0; off < run; off += 64) _mm_prefetch(nx + off, _MM_HINT_T0);
         _mm_prefetch(nx + run - 1, _MM_HINT_T0);
     }
+    float *df = (float *)dst;
+    uint32_t *du = (uint32_t *)dst;
     for (int64_t k = 0; k < kc; k += step) {
         const int64_t off = op->dtype == TS_E2M1X2 ? k / 2 : k * es;
-        if (op->dtype == TS_E4M3)
-            pack_e4m3_16x64((const uint8_t *)base + off, ld, dst + k * W);
-        else if (op->dtype == TS_BF16)
-            pack_bf16_16x32((const uint16_t *)(const void *)(base + off), op->s_mn, dst + k * W);
-        else
-            pack_e2m1_16x128((const uint8_t *)base + off, ld, dst + k * W);
+        if (op->dtype == TS_E4M3) {
+            if (pairs) pack_e4m3_16x64_pairs((const uint8_t *)base + off, ld, du + (k / 2) * W);
+            else pack_e4m3_16x64((const uint8_t *)base + off, ld, df + k * W);
+        } else if (op->dtype == TS_BF16) {
+            pack_bf16_16x32((const uint16_t *)(const void *)(base + off), op->s_mn, df + k * W);
+        } else {
+            if (pairs) pack_e2m1_16x128_pairs((const uint8_t *)base + off, ld, du + (k / 2) * W);
+            else pack_e2m1_16x128((const uint8_t *)base + off, ld, df + k * W);
+        }
     }
     return true;
+}
+
+bool ts__gemm_pack_kmajor__avx512(const ts__gemm_operand *op, int64_t r0, int64_t k0, int64_t kc,
+                                  int w, float *dst) {
+    return pack_kmajor(op, r0, k0, kc, w, dst, false);
+}
+
+bool ts__gemm_pack_kmajor_pairs__avx512(const ts__gemm_operand *op, int64_t r0, int64_t k0,
+                                        int64_t kc, int w, uint32_t *dst) {
+    return pack_kmajor(op, r0, k0, kc, w, dst, true);
 }
