@@ -520,7 +520,7 @@ TS_TEST(generate_command_line_errors) {
     const struct { const char *model, *tok; int64_t top_k; int rc; const char *needle; } open_cases[] = {
         {"dsv4-tiny", NULL, 0, 2, "--tokenizer FILE.json is required"},
         {"no-such-model", TOKENIZER, 0, 2, "neither a built-in model nor a directory"},
-        {"/proc/self", TOKENIZER, 0, 1, "config.json"}, /* a directory without a checkpoint */
+        {"/dev", TOKENIZER, 0, 1, "config.json"}, /* a directory without a checkpoint */
         {"dsv4-tiny", "/nonexistent.json", 0, 1, "/nonexistent.json"},
         {"dsv4-tiny", TOKENIZER, 513, 2, "--top-k 513"},
         {"dsv4-tiny", big, 0, 1, "ids up to 600 but the model's vocabulary (dsv4-tiny) is 512"},
