@@ -95,6 +95,7 @@ ts_status ts__bench_time_interleaved(ts__bench_fn fn, void *const *ctx, int n, b
 const char *ts__roof_name(ts__roof r) {
     switch (r) {
     case TS__ROOF_FMA: return "fma_peak";
+    case TS__ROOF_DPBF16: return "dpbf16_peak";
     case TS__ROOF_DRAM: return "dram_read";
     case TS__ROOF_L3: return "l3_read";
     case TS__ROOF_L2: return "l2_read";
@@ -110,7 +111,7 @@ double ts__roof_gbps(const ts__machine *m, ts__roof r) {
     case TS__ROOF_L3: return m->l3_read_gbps;
     case TS__ROOF_L2: return m->l2_read_gbps;
     case TS__ROOF_MEMCPY: return m->memcpy_gbps;
-    case TS__ROOF_FMA: case TS__ROOF_NONE: break;
+    case TS__ROOF_FMA: case TS__ROOF_DPBF16: case TS__ROOF_NONE: break;
     }
     return 0;
 }
@@ -154,8 +155,8 @@ double ts__row_gflops(const ts__bench_row *row) {
 double ts__row_roofline_frac(const ts__bench_row *row, const ts__machine *m) {
     if (row->roof == TS__ROOF_NONE || row->t.median_s <= 0) return -1;
     double t_roof = 0;
-    if (row->flops > 0 && m->fma_peak_gflops > 0)
-        t_roof = row->flops / (m->fma_peak_gflops * 1e9);
+    const double peak = row->roof == TS__ROOF_DPBF16 ? m->dpbf16_peak_gflops : m->fma_peak_gflops;
+    if (row->flops > 0 && peak > 0) t_roof = row->flops / (peak * 1e9);
     double bw = ts__roof_gbps(m, row->roof);
     if (row->roof != TS__ROOF_FMA && row->bytes > 0 && bw > 0) {
         double t_bw = row->bytes / (bw * 1e9);
@@ -203,6 +204,10 @@ static void json_machine(FILE *f, const ts__machine *m) {
         ts__json_write_number(f, m->fma_peak_isa_gflops[i]);
     }
     fputs("}", f);
+    if (m->dpbf16_peak_gflops > 0) {
+        fputs(",\"dpbf16_peak_gflops\":", f);
+        ts__json_write_number(f, m->dpbf16_peak_gflops);
+    }
     fputs(",\"dram_read_gbps\":", f);
     ts__json_write_number(f, m->dram_read_gbps);
     fputs(",\"l3_read_gbps\":", f);
@@ -341,14 +346,16 @@ void ts__bench_machine_peaks(char *buf, size_t cap, const ts__machine *m) {
 }
 
 void ts__bench_print_machine(FILE *f, const ts__machine *m) {
-    char others[128];
+    char others[128], dp[48] = "";
     ts__bench_machine_peaks(others, sizeof others, m);
+    if (m->dpbf16_peak_gflops > 0)
+        snprintf(dp, sizeof dp, "; vdpbf16ps %.1f", m->dpbf16_peak_gflops);
     fprintf(f,
-            "machine, %d thread%s: FP32 FMA peak %.1f GFLOP/s (%s path%s%s) | read GB/s: DRAM %.1f, "
+            "machine, %d thread%s: FP32 FMA peak %.1f GFLOP/s (%s path%s%s%s) | read GB/s: DRAM %.1f, "
             "L3 %.1f, L2 %.1f | memcpy (r+w) %.1f GB/s\n",
             m->threads, m->threads == 1 ? "" : "s", m->fma_peak_gflops, ts_isa_name(m->isa),
-            others[0] ? "; " : "", others, m->dram_read_gbps, m->l3_read_gbps, m->l2_read_gbps,
-            m->memcpy_gbps);
+            others[0] ? "; " : "", others, dp, m->dram_read_gbps, m->l3_read_gbps,
+            m->l2_read_gbps, m->memcpy_gbps);
 }
 
 bool ts__bench_wanted(const char *filter, const char *name, const char *shape) {

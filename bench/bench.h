@@ -23,6 +23,9 @@ typedef struct ts__machine {
     /* Each path's own FP32 peak (generic C, 12 ymm chains, 24 zmm chains); 0 where the path
      * cannot run here. A row is judged on the peak of the path that ran it. */
     double fma_peak_isa_gflops[TS_ISA_COUNT_];
+    /* vdpbf16ps (AVX512_BF16) peak, flops counted as 2 per product: the roofline of the FP8 /
+     * FP4 GEMM rows that run the vdpbf16ps kernels; 0 where the CPU or build has none */
+    double dpbf16_peak_gflops;
     double dram_read_gbps;  /* read-only reduction over a buffer >= 8x L3 */
     double l3_read_gbps;    /* read-only, ~half of L3 in all */
     double l2_read_gbps;    /* read-only, ~half of L2 per thread */
@@ -47,6 +50,10 @@ float ts__probe_read_avx2(const void *p, size_t bytes);    /* 32-byte aligned, b
 #ifdef TS_HAVE_AVX512_KERNELS
 #define TS__PROBE_ZMM_CHAINS 24
 float ts__probe_fma_avx512(int64_t iters);           /* 24 zmm chains: 768 flops/iteration */
+#endif
+#ifdef TS_HAVE_AVX512BF16_KERNELS
+#define TS__PROBE_DPBF16_CHAINS 24
+float ts__probe_dpbf16_avx512bf16(int64_t iters);    /* 24 zmm chains: 1536 flops/iteration */
 #endif
 
 /* ---- peers: the oneDNN matmul baseline (bench/baseline_dnnl.c, built with TS_HAVE_DNNL) ---- */
@@ -93,6 +100,7 @@ ts_status ts__bench_time_interleaved(ts__bench_fn fn, void *const *ctx, int n, b
 typedef enum ts__roof {
     TS__ROOF_NONE = 0,
     TS__ROOF_FMA,    /* compute only */
+    TS__ROOF_DPBF16, /* compute only, on the vdpbf16ps peak (FP8 / FP4 GEMMs that run it) */
     TS__ROOF_DRAM,   /* bytes / DRAM read BW (with flops: min of both bounds) */
     TS__ROOF_L3,
     TS__ROOF_L2,

@@ -14,7 +14,7 @@
 
 #define TS__PROBE_MAX_THREADS 256
 
-typedef enum probe_kind { PROBE_FMA, PROBE_READ, PROBE_MEMCPY } probe_kind;
+typedef enum probe_kind { PROBE_FMA, PROBE_DPBF16, PROBE_READ, PROBE_MEMCPY } probe_kind;
 
 typedef struct probe_job {
     probe_kind kind;
@@ -96,6 +96,11 @@ static void *probe_worker(void *p) {
             if (j->fma_isa == TS_ISA_AVX2) { sink += ts__probe_fma_avx2(j->fma_iters); break; }
 #endif
             sink += ts__probe_fma_generic(j->fma_iters);
+            break;
+        case PROBE_DPBF16:
+#ifdef TS_HAVE_AVX512BF16_KERNELS
+            sink += ts__probe_dpbf16_avx512bf16(j->fma_iters);
+#endif
             break;
         case PROBE_READ: {
             const char *s = j->src + (size_t)tid * j->slice;
@@ -226,6 +231,27 @@ static double fma_peak(ts_isa isa, int threads, int reps, bool quick) {
     return s > 0 ? fpi * (double)j.fma_iters * threads / s * 1e-9 : 0;
 }
 
+/* The vdpbf16ps peak at `threads`, GFLOP/s (2 flops per product); 0 where the CPU lacks
+ * AVX512_BF16, the avx512 path cannot run or the build has no such kernels. */
+static double dpbf16_peak(int threads, int reps, bool quick) {
+#ifdef TS_HAVE_AVX512BF16_KERNELS
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    if (!ci || !ci->has_avx512bf16 || !ts__isa_runnable(TS_ISA_AVX512)) return 0;
+    const double fpi = TS__PROBE_DPBF16_CHAINS * 64.0;
+    probe_job j;
+    memset(&j, 0, sizeof j);
+    j.kind = PROBE_DPBF16;
+    j.threads = threads;
+    j.reps = reps;
+    j.fma_iters = (int64_t)((quick ? 6e9 : 2e10) * 2 / fpi); /* ~2x the zmm FMA rate */
+    double s = probe_run(&j);
+    return s > 0 ? fpi * (double)j.fma_iters * threads / s * 1e-9 : 0;
+#else
+    (void)threads, (void)reps, (void)quick;
+    return 0;
+#endif
+}
+
 /* Probed figures per thread count (every path's peak), and the per-path views handed out. */
 static ts__machine g_cache[TS__PROBE_MAX_THREADS + 1];
 static bool g_cached[TS__PROBE_MAX_THREADS + 1];
@@ -262,6 +288,7 @@ const ts__machine *ts__probe_machine(int threads, bool quick) {
      * heavy zmm work), so the order of the paths does not matter. */
     for (int i = TS_ISA_COUNT_ - 1; i >= 0; i--)
         m->fma_peak_isa_gflops[i] = fma_peak((ts_isa)i, threads, reps, quick);
+    m->dpbf16_peak_gflops = dpbf16_peak(threads, reps, quick);
 
     /* DRAM: >= 8x L3 in all so no cache level holds a meaningful part of it. */
     size_t dram = l3 * 8;

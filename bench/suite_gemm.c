@@ -22,6 +22,8 @@
 #include "bench.h"
 
 #include "core/internal.h"
+#include "gemm/gemm_internal.h"
+#include "gemm/gemm_kernels.h"
 #include "tilestack/gemm.h"
 
 #include <math.h>
@@ -432,6 +434,14 @@ static void oom(gemm_env *env, const char *what) {
 
 /* One (M, N, K): every wanted kind at every thread count, with one OpenBLAS baseline per
  * thread count. decode: weights rotate over 2 x L3 and the roofline is DRAM. */
+/* A compute row's roofline: the vdpbf16ps peak where the FP8 / FP4 GEMM runs those kernels
+ * (avx512 path, AVX512_BF16, more rows than the decode path takes), else the path's FMA peak. */
+static ts__roof compute_roof(int kind, int64_t m) {
+    const bool scaled = kind == K_FP8 || kind == K_FP8_FP4;
+    return scaled && m > TS__GEMM_SMALL_M && ts__gemm_select_dp_kernels() ? TS__ROOF_DPBF16
+                                                                         : TS__ROOF_FMA;
+}
+
 static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool decode,
                        const int *threads, int nthreads) {
     char shape[64];
@@ -484,7 +494,7 @@ static void shape_rows(gemm_env *env, int64_t m, int64_t n, int64_t k, bool deco
             row.flops = 2.0 * (double)m * (double)n * (double)k;
             row.bytes = decode ? probs[kd].weight_bytes : 0;
             row.set_bytes = decode ? probs[kd].weight_bytes * probs[kd].ncopies : 0;
-            row.roof = decode ? TS__ROOF_DRAM : TS__ROOF_FMA;
+            row.roof = decode ? TS__ROOF_DRAM : compute_roof(kd, m);
             ts_status st = ts__bench_time(run_problem, &probs[kd], env->opts->quick, &row.t);
             /* The baseline runs after the first kernel row so its threads never spin while
              * ours are timed for the rest of this thread count. */
@@ -522,7 +532,8 @@ int ts__suite_gemm(const ts__bench_opts *opts) {
     int nthreads = ts__bench_thread_list(opts, threads);
     print_machines(opts, threads, nthreads);
     printf("\nsuite gemm (ISA %s); frac = share of the roofline (fma_peak of the %s path: compute "
-           "rows; dram_read: decode rows, weight + scale bytes, or the FMA bound when larger);\n"
+           "rows; dpbf16_peak: FP8 / FP4 compute rows on the vdpbf16ps kernels; dram_read: decode "
+           "rows, weight + scale bytes, or the FMA bound when larger);\n"
            "ratio = the strongest baseline's time / time (OpenBLAS f32, oneDNN f32 and bf16 matmul "
            "on copies of the operands' values; all listed after each shape)\n",
            opts->isa_name ? opts->isa_name : "?", opts->isa_name ? opts->isa_name : "?");
