@@ -465,7 +465,6 @@ ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int
                                  : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
     if (st == TS_OK && !(m->recs = calloc((size_t)(2 * ns), sizeof *m->recs)))
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
-    if (st == TS_OK) m->local_experts_only = lo > 0 || hi < l->cfg.n_routed_experts;
     /* pass 1: names, dtypes, shapes of every tensor (headers only: another rank's experts are
      * checked too, so every rank refuses the same checkpoint); then nothing may be left over */
     for (int64_t i = 0; st == TS_OK && i < ns; i++) {

@@ -448,6 +448,7 @@ ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch
     const int64_t El = ts__hf_v4_config(l)->n_routed_experts / R, lo = rank * El;
     ts_model *m = NULL;
     st = ts__hf_v4_bind(l, max_batch, lo, lo + El, &m);
+    if (st == TS_OK) m->local_experts_only = true; /* packed for Mega MoE (finish_ep), even at R = 1 */
     st = finish_ep(&m, comm, st, &h, opts, timeout, fn);
     if (st == TS_OK) {
         char who[96];
