@@ -42,9 +42,8 @@ static int run(ts__demo_opts *o, const ts__demo_comm *c, double t_start) {
     }
     const double t0 = ts__now_s();
     ts_model *m = NULL;
-    st = o->model_dir ? ts_model_load_dir(o->model_dir, o->batch, &m)
-                      : ts__demo_model_create(c, &cfg, o->weights_path, o->batch, o->unfused,
-                                              o->timeout_s, &m);
+    st = ts__demo_model_create(c, &cfg, o->weights_path, o->model_dir, o->batch, o->unfused,
+                               o->timeout_s, &m);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", st != TS_OK ? ts_last_error() : "");
     st = ts__demo_agree(c, st, msg, sizeof msg);
@@ -163,11 +162,6 @@ int ts__cmd_demo(int argc, char **argv) {
     if (o.save_weights_path && o.ranks > 1) {
         fprintf(stderr, "tilestack demo: --save-weights writes the whole model from one process: "
                 "drop --ranks\n");
-        return 2;
-    }
-    if (o.model_dir && o.ranks > 1) {
-        fprintf(stderr, "tilestack demo: --model %s: a checkpoint directory loads on one rank for "
-                "now: drop --ranks\n", o.model_dir);
         return 2;
     }
     if (o.ranks == 0) {

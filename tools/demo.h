@@ -86,9 +86,10 @@ void ts__demo_max(const ts__demo_comm *c, double *v, int n); /* in place */
 void ts__demo_sum(const ts__demo_comm *c, double *v, int n);
 /* Every rank's status -> the first non-OK one (by rank); with msg from that rank on rank 0. */
 ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t cap);
-/* The model: ts_model_create / _load, or the EP ones over all ranks. */
+/* The model: ts_model_create / _load / _load_dir (a checkpoint directory `dir`), or the EP
+ * ones over all ranks. */
 ts_status ts__demo_model_create(const ts__demo_comm *c, const ts_model_config *cfg,
-                                const char *weights, int64_t max_batch, bool unfused,
+                                const char *weights, const char *dir, int64_t max_batch, bool unfused,
                                 double timeout_s, ts_model **m);
 /* EP statistics since the last reset (zero / NULL in-process). */
 typedef struct ts__demo_ep_stats {

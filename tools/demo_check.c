@@ -151,7 +151,7 @@ static int check_one(const ts__demo_comm *c, const ts__demo_opts *o, const char 
     if (st == TS_OK && c->size > 1) {
         ep = malloc((size_t)n * sizeof(double));
         ts_model *m = NULL;
-        st = ep ? ts__demo_model_create(c, &g.cfg, NULL, 1, o->unfused, o->timeout_s, &m)
+        st = ep ? ts__demo_model_create(c, &g.cfg, NULL, NULL, 1, o->unfused, o->timeout_s, &m)
                 : ts__fail(TS_ERR_OUT_OF_MEMORY, "--check");
         if (st == TS_OK) st = run_model(m, &g, ep);
         ts_model_free(m);

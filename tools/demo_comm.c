@@ -198,7 +198,7 @@ ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t
 }
 
 ts_status ts__demo_model_create(const ts__demo_comm *c, const ts_model_config *cfg,
-                                const char *weights, int64_t max_batch, bool unfused,
+                                const char *weights, const char *dir, int64_t max_batch, bool unfused,
                                 double timeout_s, ts_model **m) {
 #ifdef TS__DEMO_EP
     if (c->mpi || c->size > 1) {
@@ -206,14 +206,17 @@ ts_status ts__demo_model_create(const ts__demo_comm *c, const ts_model_config *c
         memset(&eo, 0, sizeof eo);
         eo.unfused = unfused;
         eo.timeout_s = timeout_s;
-        return weights ? ts_model_load_ep(weights, MPI_COMM_WORLD, max_batch, &eo, m)
-                       : ts_model_create_ep(cfg, MPI_COMM_WORLD, max_batch, &eo, m);
+        return dir       ? ts_model_load_dir_ep(dir, MPI_COMM_WORLD, max_batch, &eo, m)
+               : weights ? ts_model_load_ep(weights, MPI_COMM_WORLD, max_batch, &eo, m)
+                         : ts_model_create_ep(cfg, MPI_COMM_WORLD, max_batch, &eo, m);
     }
 #else
     (void)c, (void)timeout_s;
 #endif
     (void)unfused; /* in-process: one rank owns every expert, no dispatch to fuse */
-    return weights ? ts_model_load(weights, max_batch, m) : ts_model_create(cfg, max_batch, m);
+    return dir       ? ts_model_load_dir(dir, max_batch, m)
+           : weights ? ts_model_load(weights, max_batch, m)
+                     : ts_model_create(cfg, max_batch, m);
 }
 
 void ts__demo_ep_reset(const ts__demo_comm *c, ts_model *m) {

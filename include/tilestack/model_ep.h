@@ -1,7 +1,7 @@
 /* tilestack model_ep: the model of model.h decoding across expert-parallel MPI ranks
  * (docs/model.md §6 and "Expert parallelism (model_ep.h)").
  *
- * Rank q of R owns experts [q·E/R, (q+1)·E/R) of every MoE layer (it generates or reads only
+ * Rank q of R owns experts [q·E/R, (q+1)·E/R) of every MoE layer (it generates or binds only
  * those) and its own sequences (data-parallel attention); every other weight is replicated.
  * Each MoE layer's routed experts run as one ts_fp8_fp4_mega_moe call (or, with
  * opts->unfused, ts_mega_moe_unfused: EP dispatch + grouped GEMM + SwiGLU cast + grouped GEMM +
@@ -39,6 +39,15 @@ TS_API ts_status ts_model_create_ep(const ts_model_config *cfg, MPI_Comm comm, i
 /* Collective. As ts_model_load (every check of the file), keeping this rank's experts only. */
 TS_API ts_status ts_model_load_ep(const char *path, MPI_Comm comm, int64_t max_batch,
                                   const ts_model_ep_options *opts, ts_model **out);
+/* Collective. As ts_model_load_dir (docs/models.md), a DeepSeek-V4 checkpoint directory that
+ * every rank reads (the same one, or a copy of it): every rank checks config.json and every
+ * tensor's name, dtype and shape in the headers, then binds the replicated weights and only its
+ * own routed experts (views into the mapped files; the other ranks' expert bytes are never
+ * read, so never paged in, converted or packed). One line per rank on stderr: the bytes mapped
+ * and used, converted, quantised at load and packed. Errors as ts_model_load_ep: a rank whose
+ * directory fails gives its own error there and TS_ERR_PEER naming it on the others. */
+TS_API ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch,
+                                      const ts_model_ep_options *opts, ts_model **out);
 
 /* ts_model_decode on an EP model is collective: every rank calls it for every step, each with
  * its own n sequences (n may differ across ranks and may be 0). The ranks first agree on the

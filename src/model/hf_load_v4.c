@@ -41,9 +41,10 @@ typedef struct plan {
     src_ref rec[2]; /* per record of the spec (values, scale); C_QUANT: rec[0] only */
 } plan;
 
-typedef struct loader {
-    const char *dir;
-    ts__hf_dir *d;
+typedef struct ts__hf_v4_loader {
+    char *dir;
+    ts__hf_dir *d; /* NULL once a model holds it (ts__hf_v4_bind) */
+    size_t n_shards;
     ts_model_config cfg;
     ts__hf_v4_info info;
     ts_hf_layout layout;
@@ -404,7 +405,8 @@ static const char *base_name(const char *dir, char *buf, size_t cap) {
     return buf;
 }
 
-static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
+/* Everything that needs only config.json and the headers. */
+static ts_status open_dir(loader *l) {
     char cpath[600], name[64];
     snprintf(cpath, sizeof cpath, "%s/config.json", l->dir);
     TS__RETURN_IF_ERROR(ts__hf_v4_parse_config(l->d->config, l->d->config_len, cpath,
@@ -415,25 +417,69 @@ static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
         if (!(l->used[i] = calloc(l->d->shards[i]->n ? l->d->shards[i]->n : 1, sizeof **l->used)))
             return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", l->dir);
     TS__RETURN_IF_ERROR(find_layout(l));
-    TS__RETURN_IF_ERROR(check_counts(l));
+    return check_counts(l);
+}
+
+ts_status ts__hf_v4_open(const char *dir, ts__hf_v4_loader **out) {
+    *out = NULL;
+    loader *l = calloc(1, sizeof *l);
+    if (!l || !(l->dir = strdup(dir))) {
+        free(l);
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", dir);
+    }
+    ts_status st = ts__hf_open(dir, &l->d);
+    if (st == TS_OK) {
+        l->n_shards = l->d->n_shards;
+        st = open_dir(l);
+    }
+    if (st != TS_OK) {
+        ts__hf_v4_close(l);
+        return st;
+    }
+    *out = l;
+    return TS_OK;
+}
+
+const ts_model_config *ts__hf_v4_config(const ts__hf_v4_loader *l) { return &l->cfg; }
+
+void ts__hf_v4_close(ts__hf_v4_loader *l) {
+    if (!l) return;
+    for (size_t i = 0; l->used && i < l->n_shards; i++) free(l->used[i]);
+    free(l->used);
+    ts__hf_close(l->d);
+    free(l->dir);
+    free(l);
+}
+
+ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int64_t hi,
+                         ts_model **out) {
+    *out = NULL;
+    if (!l->d) return ts__fail(TS_ERR_INTERNAL, "ts_model_load_dir: %s bound twice", l->dir);
     ts__wspec *specs = NULL;
     int64_t ns = 0;
     TS__RETURN_IF_ERROR(ts__model_weight_specs(&l->cfg, &specs, &ns));
     ts_model *m = NULL;
     plan *plans = calloc((size_t)ns, sizeof *plans);
-    ts_status st = plans ? ts__model_alloc(&l->cfg, max_batch, &m)
-                         : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
+    bool *keep = calloc((size_t)ns, sizeof *keep);
+    ts_status st = plans && keep ? ts__model_alloc(&l->cfg, max_batch, &m)
+                                 : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
     if (st == TS_OK && !(m->recs = calloc((size_t)(2 * ns), sizeof *m->recs)))
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
-    /* pass 1: names, dtypes, shapes; then nothing may be left over */
+    /* pass 1: names, dtypes, shapes of every tensor (headers only: another rank's experts are
+     * checked too, so every rank refuses the same checkpoint); then nothing may be left over */
     for (int64_t i = 0; st == TS_OK && i < ns; i++) {
-        ts__mtensor *rec = &m->recs[m->nrecs];
-        m->nrecs += ts__model_spec_records(&specs[i], rec);
+        const int64_t e = ts__model_expert_of(specs[i].name);
+        keep[i] = e < 0 || (e >= lo && e < hi);
+        ts__mtensor other[2], *rec = keep[i] ? &m->recs[m->nrecs] : other;
+        const int nr = ts__model_spec_records(&specs[i], rec);
+        if (keep[i]) m->nrecs += nr;
         st = plan_spec(l, &specs[i], rec, &plans[i]);
     }
     if (st == TS_OK) st = check_extra(l);
-    /* pass 2: the data, and the same value checks as a tilestack weight file */
+    /* pass 2: the kept records' data (the only bytes of the files read), and the same value
+     * checks as a tilestack weight file */
     for (int64_t i = 0, r = 0; st == TS_OK && i < ns; i++) {
+        if (!keep[i]) continue;
         ts__mtensor *rec = &m->recs[r];
         r += specs[i].kind == TS__W_FP8 || specs[i].kind == TS__W_FP4 ? 2 : 1;
         st = fill_spec(l, &specs[i], &plans[i], rec);
@@ -450,24 +496,25 @@ static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
             st = ts__fail(st, "%s", body);
         }
     }
+    free(keep);
     free(plans);
     free(specs);
-    if (st == TS_OK) {
-        m->ckpt = l->d; /* the records view its mappings from here on; ts_model_free closes it */
-        l->d = NULL;
-        st = ts__model_create_from_records(m);
-    }
     if (st != TS_OK) {
         ts_model_free(m);
         return st;
     }
-    static const char *const lay[] = {"release", "transformers save_pretrained", "transformers modules"};
-    fprintf(stderr, "tilestack: %s (%s layout, %s): %.1f MB mapped from the safetensors, %.1f MB "
-            "converted, %.1f MB quantised at load, %.1f MB packed for the kernels\n", l->dir,
-            lay[l->layout], l->info.quantized ? "FP8 + FP4" : "unquantised", l->mapped / 1e6,
-            l->converted / 1e6, l->quantized / 1e6, ts__model_packed_bytes(m) / 1e6);
+    m->ckpt = l->d; /* the records view its mappings from here on; ts_model_free closes it */
+    l->d = NULL;
     *out = m;
     return TS_OK;
+}
+
+void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, size_t packed) {
+    static const char *const lay[] = {"release", "transformers save_pretrained", "transformers modules"};
+    fprintf(stderr, "tilestack: %s%s (%s layout, %s): %.1f MB mapped from the safetensors, %.1f MB "
+            "converted, %.1f MB quantised at load, %.1f MB packed for the kernels\n", who, l->dir,
+            lay[l->layout], l->info.quantized ? "FP8 + FP4" : "unquantised", l->mapped / 1e6,
+            l->converted / 1e6, l->quantized / 1e6, packed / 1e6);
 }
 
 ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) {
@@ -477,14 +524,14 @@ ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) 
     if (max_batch < 1 || max_batch > (1 << 20))
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_model_load_dir: max_batch = %lld is outside "
                         "[1, 2^20]", (long long)max_batch);
-    loader l;
-    memset(&l, 0, sizeof l);
-    l.dir = dir;
-    TS__RETURN_IF_ERROR(ts__hf_open(dir, &l.d));
-    const size_t n_shards = l.d->n_shards;
-    const ts_status st = load(&l, max_batch, out);
-    for (size_t i = 0; l.used && i < n_shards; i++) free(l.used[i]);
-    free(l.used);
-    ts__hf_close(l.d);
+    loader *l = NULL;
+    TS__RETURN_IF_ERROR(ts__hf_v4_open(dir, &l));
+    ts_model *m = NULL;
+    ts_status st = ts__hf_v4_bind(l, max_batch, 0, l->cfg.n_routed_experts, &m);
+    if (st == TS_OK) st = ts__model_create_from_records(m);
+    if (st == TS_OK) ts__hf_v4_report(l, "", ts__model_packed_bytes(m));
+    else ts_model_free(m);
+    ts__hf_v4_close(l);
+    if (st == TS_OK) *out = m;
     return st;
 }

@@ -45,4 +45,20 @@ ts_status ts__hf_v4_source(const ts__wspec *s, const ts_model_config *cfg, ts_hf
 /* A checkpoint tensor that tilestack does not load on purpose (the MTP layers). */
 bool ts__hf_v4_ignored(const char *name);
 
+/* The loader (hf_load_v4.c), in steps so that expert-parallel ranks (model_ep.c) can agree on
+ * the config before binding. open: config.json parsed, the layout found, the safetensors headers
+ * read and the files mapped (no tensor data touched). bind: every tensor's name, dtype and
+ * shape checked (the whole checkpoint, on every rank), then the records of every weight except
+ * the routed experts outside [lo, hi) filled (views into the mappings, or converted) and their
+ * values checked; the model (ts__model_alloc'ed, not yet ts__model_create_from_records) takes
+ * the mappings, so bind succeeds at most once per open. report: the stderr line of the bytes
+ * mapped, converted, quantised and `packed`, after `who`. close: after bind, or instead. */
+typedef struct ts__hf_v4_loader ts__hf_v4_loader;
+ts_status ts__hf_v4_open(const char *dir, ts__hf_v4_loader **out);
+const ts_model_config *ts__hf_v4_config(const ts__hf_v4_loader *l);
+ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int64_t hi,
+                         ts_model **out);
+void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, size_t packed);
+void ts__hf_v4_close(ts__hf_v4_loader *l);
+
 #endif

@@ -3,6 +3,8 @@
  * is named instead of hanging), the Mega MoE buffer and weights, and the statistics. */
 #include "model_ep_internal.h"
 #include "ep/ep_coll.h"
+#include "ep/mega_moe_internal.h"
+#include "hf_v4.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -128,14 +130,6 @@ static uint64_t cfg_hash(const ts_model_config *cfg) {
     char buf[8192];
     if (ts_model_config_to_json(cfg, buf, sizeof buf) != TS_OK) return 0;
     return ts__model_fnv1a64(buf, strlen(buf));
-}
-
-/* The expert index of an expert record's name ("L.ffn.experts.e.w1[.scale]"), or -1. */
-static int64_t expert_of(const char *name) {
-    long long L = 0, e = 0;
-    int pos = 0;
-    if (sscanf(name, "%lld.ffn.experts.%lld.%n", &L, &e, &pos) == 2 && pos > 0) return (int64_t)e;
-    return -1;
 }
 
 static void ep_free(ts_model *m) {
@@ -336,7 +330,7 @@ ts_status ts_model_create_ep(const ts_model_config *cfg, MPI_Comm comm, int64_t 
         if (!m->recs) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     for (int64_t i = 0; st == TS_OK && i < ns; i++) {
-        const int64_t e = expert_of(specs[i].name);
+        const int64_t e = ts__model_expert_of(specs[i].name);
         if (e >= 0 && (e < lo || e >= lo + El)) continue; /* another rank's expert */
         ts__mtensor *rec = &m->recs[m->nrecs];
         const int nr = ts__model_spec_records(&specs[i], rec);
@@ -384,7 +378,7 @@ ts_status ts_model_load_ep(const char *path, MPI_Comm comm, int64_t max_batch,
     const int64_t El = m->cfg.n_routed_experts / R, lo = rank * El;
     int64_t k = 0;
     for (int64_t i = 0; i < m->nrecs; i++) {
-        const int64_t e = expert_of(m->recs[i].name);
+        const int64_t e = ts__model_expert_of(m->recs[i].name);
         if (e >= 0 && (e < lo || e >= lo + El)) {
             ts__mtensor_free(&m->recs[i]);
             continue;
@@ -407,6 +401,63 @@ ts_status ts_model_load_ep(const char *path, MPI_Comm comm, int64_t max_batch,
     m = fresh;
     st = finish_ep(&m, comm, st, &h, opts, timeout, fn);
     if (st == TS_OK) *out = m;
+    return st;
+}
+
+/* The kernels' copies on this rank: the replicated weights' packing and the Mega MoE layout of
+ * its own experts. */
+static size_t ep_packed_bytes(const ts_model *m) {
+    size_t n = ts__model_packed_bytes(m);
+    for (int64_t L = 0; L < m->cfg.n_layers; L++)
+        if (m->ep->w[L]) n += ts_packed_weight_nbytes(m->ep->w[L]->l1) + ts_packed_weight_nbytes(m->ep->w[L]->l2);
+    return n;
+}
+
+ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch,
+                               const ts_model_ep_options *opts, ts_model **out) {
+    static const char fn[] = "ts_model_load_dir_ep";
+    ts_status st = check_common(fn, comm, max_batch, opts, out);
+    if (st != TS_OK && (comm == MPI_COMM_NULL || !out)) return st;
+    if (st == TS_OK && !dir) st = ts__fail(TS_ERR_NULL_POINTER, "%s: dir is NULL", fn);
+    const double timeout = resolve_timeout(opts);
+    int R = 0, rank = 0;
+    MPI_Comm_size(comm, &R);
+    MPI_Comm_rank(comm, &rank);
+    /* config.json and the headers only: the ranks agree on the config (and on every rank
+     * having opened its directory) before any rank binds a tensor */
+    ts__hf_v4_loader *l = NULL;
+    if (st == TS_OK) st = ts__hf_v4_open(dir, &l);
+    hello h;
+    memset(&h, 0, sizeof h);
+    h.max_batch = max_batch;
+    h.unfused = opts && opts->unfused;
+    if (st == TS_OK) {
+        /* the model's name is the directory's: ranks may read copies at different paths */
+        ts_model_config c = *ts__hf_v4_config(l);
+        memset(c.name, 0, sizeof c.name);
+        h.cfg_hash = cfg_hash(&c);
+    }
+    set_verdict(&h, st);
+    st = agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true);
+    if (st == TS_OK) st = check_config(fn, ts__hf_v4_config(l), R);
+    if (st != TS_OK) {
+        ts__hf_v4_close(l);
+        return st;
+    }
+    /* the same expert -> rank assignment as ts_model_create_ep (finish_ep's lo) */
+    const int64_t El = ts__hf_v4_config(l)->n_routed_experts / R, lo = rank * El;
+    ts_model *m = NULL;
+    st = ts__hf_v4_bind(l, max_batch, lo, lo + El, &m);
+    if (st == TS_OK) m->local_experts_only = true; /* packed for Mega MoE (finish_ep), even at R = 1 */
+    st = finish_ep(&m, comm, st, &h, opts, timeout, fn);
+    if (st == TS_OK) {
+        char who[96];
+        snprintf(who, sizeof who, "rank %d of %d, experts %lld..%lld: ", rank, R, (long long)lo,
+                 (long long)(lo + El - 1));
+        ts__hf_v4_report(l, who, ep_packed_bytes(m));
+        *out = m;
+    }
+    ts__hf_v4_close(l);
     return st;
 }
 

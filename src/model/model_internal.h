@@ -79,6 +79,9 @@ typedef struct ts__wspec {
 
 /* The §2 list in file order. *specs malloc'd. */
 ts_status ts__model_weight_specs(const ts_model_config *cfg, ts__wspec **specs, int64_t *count);
+/* The routed expert a spec or record name belongs to ("L.ffn.experts.e.w1[.scale]"), or -1:
+ * what an expert-parallel rank filters on (it holds only its own experts). */
+int64_t ts__model_expert_of(const char *name);
 /* The stored records of one spec: 1, or 2 for FP8 / FP4 (values, scale). */
 int ts__model_spec_records(const ts__wspec *s, ts__mtensor rec[2]);
 /* Generates spec s into records already shaped by ts__model_spec_records (data allocated). */

@@ -5,6 +5,7 @@
 #include "tilestack/quant.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
@@ -323,6 +324,13 @@ static ts_status pack_bf16(const ts_model *m, const char *name, ts_packed_weight
     TS__RETURN_IF_ERROR(need(m, name, &q));
     ts_tensor b = ts_tensor_2d(q->data, TS_BF16, q->shape[0], q->shape[1]);
     return ts_gemm_prepack_b(&b, NULL, NULL, false, pw);
+}
+
+int64_t ts__model_expert_of(const char *name) {
+    long long L = 0, e = 0;
+    int pos = 0;
+    if (sscanf(name, "%lld.ffn.experts.%lld.%n", &L, &e, &pos) == 2 && pos > 0) return (int64_t)e;
+    return -1;
 }
 
 /* The experts' FP4 weights of layer L, one grouped [E, N, K] packed weight per matrix. */

@@ -2,7 +2,7 @@
  * sequences (a different number per rank, some ranks none) and every logit is bit-identical to
  * a single-process ts_model_create model decoding the same sequences (each rank builds one
  * locally: dsv4-tiny is cheap), through the fused and the unfused Mega MoE paths and from a
- * weight file; the statistics against the routing (hash layer exactly, every layer's totals);
+ * weight file, and from a checkpoint directory (each rank binding only its experts); the statistics against the routing (hash layer exactly, every layer's totals);
  * E % R != 0, configs differing across ranks, bad step input on one rank (specific code there,
  * TS_ERR_PEER naming it elsewhere, the model still usable), a rank that skips a step (timeout
  * naming it). */
@@ -10,6 +10,7 @@
 #include "model/model_internal.h"
 #include "tilestack/model_ep.h"
 
+#include <stdio.h>
 #include <unistd.h>
 
 #define MEP_STEPS 3
@@ -100,6 +101,104 @@ TS_TEST(model_ep_logits_match_single_process_fused_unfused_loaded) {
     else TS_CHECK(s == TS_ERR_PEER || s == TS_ERR_IO); /* the file is gone there too */
     ts_model_ep_stats st;
     TS_CHECK_STATUS(ts_model_ep_get_stats(ref, &st), TS_ERR_INVALID_ARGUMENT); /* not EP */
+    ts_model_free(ref);
+}
+
+/* Sets byte 0 of tensor `name`'s data in DIR/model.safetensors to `byte` (the header is found
+ * by name: the writer's spacing does not matter). */
+static bool poke_tensor(const char *dir, const char *name, uint8_t byte) {
+    char path[256], key[160];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(key, sizeof key, "\"%s\"", name);
+    FILE *f = fopen(path, "r+b");
+    if (!f) return false;
+    uint8_t len8[8];
+    uint64_t hlen = 0;
+    bool ok = fread(len8, 1, 8, f) == 8;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
+    char *h = ok && hlen < (1u << 24) ? calloc(1, (size_t)hlen + 1) : NULL;
+    ok = h && fread(h, 1, (size_t)hlen, f) == hlen;
+    const char *t = ok ? strstr(h, key) : NULL, *o = t ? strstr(t, "data_offsets") : NULL;
+    o = o ? strchr(o, '[') : NULL;
+    ok = o && fseek(f, (long)(8 + hlen + strtoull(o + 1, NULL, 10)), SEEK_SET) == 0 &&
+         fwrite(&byte, 1, 1, f) == 1;
+    free(h);
+    return fclose(f) == 0 && ok;
+}
+
+/* ts_model_load_dir_ep on a checkpoint that rank 0 exports: the logits of ts_model_create_ep
+ * and of the single-process model, bit for bit; each rank holds only its experts' records (views
+ * into the mapping); an expert scale poisoned in the file is seen only by the rank that owns the
+ * expert (no other rank reads those bytes): its error there, TS_ERR_PEER naming it elsewhere;
+ * one rank's missing directory likewise. */
+TS_TEST(model_ep_dir_binds_own_experts_logits_match) {
+    ts_model_config c;
+    if (!tiny(ts_t_, &c)) return;
+    ts_model *ref = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, MEP_MAXB, &ref), TS_OK);
+    if (!ref) return;
+    char root[64] = "/tmp/ts_model_ep_dir_XXXXXX", dir[96];
+    if (g_ep_rank == 0) {
+        TS_CHECK(mkdtemp(root) != NULL);
+        snprintf(dir, sizeof dir, "%s/ckpt", root);
+        TS_CHECK_STATUS(ts_model_export_hf(ref, dir, NULL), TS_OK);
+    }
+    ep_test_bcast(root, (int)sizeof root, MPI_CHAR, 0); /* after the export */
+    snprintf(dir, sizeof dir, "%s/ckpt", root);
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    ts_model *epc = NULL, *epd = NULL;
+    TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &epc), TS_OK);
+    TS_CHECK_STATUS(ts_model_load_dir_ep(dir, MPI_COMM_WORLD, MEP_MAXB, &o, &epd), TS_OK);
+    if (epc && epd) {
+        decode_and_compare(ts_t_, &c, epc, ref, "create_ep");
+        for (int64_t i = 0; i < MEP_MAXB; i++) ts_model_reset_sequence(ref, i);
+        decode_and_compare(ts_t_, &c, epd, ref, "load_dir_ep");
+        const int64_t El = c.n_routed_experts / g_ep_size, lo = g_ep_rank * El;
+        int64_t own = 0;
+        for (int64_t i = 0; i < epd->nrecs; i++) {
+            const ts__mtensor *r = &epd->recs[i];
+            const int64_t e = ts__model_expert_of(r->name);
+            if (e < 0) continue;
+            TS_CHECK_MSG(e >= lo && e < lo + El, "rank %d bound %s (its experts: %lld..%lld)",
+                         g_ep_rank, r->name, (long long)lo, (long long)(lo + El - 1));
+            if (r->dtype == TS_U8) TS_CHECK_MSG(r->view, "%s is not a view into the file", r->name);
+            own++;
+        }
+        TS_CHECK(own == c.n_layers * El * 6); /* w1, w3, w2 and their scales */
+        TS_CHECK(epd->local_experts_only);
+    }
+    ts_model_free(epd);
+    ts_model_free(epc);
+    ep_test_barrier();
+    /* the last expert's scale a ue8m0 NaN: only its owner (the last rank) reads it */
+    if (g_ep_rank == 0) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "layers.%lld.ffn.experts.%lld.w2.scale", (long long)(c.n_layers - 1),
+                 (long long)(c.n_routed_experts - 1));
+        TS_CHECK(poke_tensor(dir, nm, 0xFF));
+    }
+    ep_test_barrier();
+    epd = NULL;
+    ts_status s = ts_model_load_dir_ep(dir, MPI_COMM_WORLD, MEP_MAXB, &o, &epd);
+    TS_CHECK(epd == NULL);
+    ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, g_ep_size - 1);
+    if (g_ep_rank == g_ep_size - 1)
+        TS_CHECK_MSG(strstr(ts_last_error(), "ue8m0 NaN") != NULL, "%s", ts_last_error());
+    else
+        TS_CHECK_MSG(strstr(ts_last_error(), "ue8m0 NaN") != NULL, "the peer's message is not "
+                     "passed on: %s", ts_last_error());
+    /* a directory missing on the last rank */
+    s = ts_model_load_dir_ep(g_ep_rank == g_ep_size - 1 ? "/nonexistent/ckpt" : dir,
+                             MPI_COMM_WORLD, MEP_MAXB, &o, &epd);
+    TS_CHECK(epd == NULL);
+    ep_expect_status(ts_t_, s, TS_ERR_IO, g_ep_size - 1);
+    TS_CHECK_MSG(strstr(ts_last_error(), "/nonexistent/ckpt") != NULL, "%s", ts_last_error());
+    ep_test_barrier();
+    if (g_ep_rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+        TS_CHECK(system(cmd) == 0);
+    }
     ts_model_free(ref);
 }
 
