@@ -260,11 +260,18 @@ static ts_status to_f32(const loader *l, const src_ref *r, int64_t n, float *dst
     return TS_OK;
 }
 
+/* A record kept as a view into the mapping (its address only: no page is touched); else it
+ * gets its own buffer. fill_rec and ts__hf_v4_plan both decide by this. */
+static bool is_view(const src_ref *r, const ts__mtensor *rec) {
+    const char *p = (const char *)r->t->data + r->offset;
+    return r->how == C_VIEW && ((uintptr_t)p % ts_dtype_size(rec->dtype)) == 0;
+}
+
 static ts_status fill_rec(loader *l, const src_ref *r, ts__mtensor *rec) {
     const char *p = (const char *)r->t->data + r->offset;
     const size_t esize = ts_dtype_size(rec->dtype);
     const int64_t n = (int64_t)(rec->nbytes / esize);
-    if (r->how == C_VIEW && ((uintptr_t)p % esize) == 0) {
+    if (is_view(r, rec)) {
         rec->data = (void *)p;
         rec->view = true;
         l->mapped += rec->nbytes;
@@ -404,7 +411,8 @@ static const char *base_name(const char *dir, char *buf, size_t cap) {
     return buf;
 }
 
-static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
+/* config.json, the layout, the counts, the tensor list (*specs malloc'ed). */
+static ts_status prepare(loader *l, ts__wspec **specs, int64_t *ns) {
     char cpath[600], name[64];
     snprintf(cpath, sizeof cpath, "%s/config.json", l->dir);
     TS__RETURN_IF_ERROR(ts__hf_v4_parse_config(l->d->config, l->d->config_len, cpath,
@@ -416,9 +424,25 @@ static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
             return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", l->dir);
     TS__RETURN_IF_ERROR(find_layout(l));
     TS__RETURN_IF_ERROR(check_counts(l));
+    return ts__model_weight_specs(&l->cfg, specs, ns);
+}
+
+/* Pass 1: every spec's records shaped into recs (2 * ns room, *nrecs of them), its sources
+ * resolved into plans; then nothing may be left over. Reads headers only. */
+static ts_status pass1(loader *l, const ts__wspec *specs, int64_t ns, ts__mtensor *recs,
+                       int64_t *nrecs, plan *plans) {
+    for (int64_t i = 0; i < ns; i++) {
+        ts__mtensor *rec = &recs[*nrecs];
+        *nrecs += ts__model_spec_records(&specs[i], rec);
+        TS__RETURN_IF_ERROR(plan_spec(l, &specs[i], rec, &plans[i]));
+    }
+    return check_extra(l);
+}
+
+static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
     ts__wspec *specs = NULL;
     int64_t ns = 0;
-    TS__RETURN_IF_ERROR(ts__model_weight_specs(&l->cfg, &specs, &ns));
+    TS__RETURN_IF_ERROR(prepare(l, &specs, &ns));
     ts_model *m = NULL;
     plan *plans = calloc((size_t)ns, sizeof *plans);
     ts_status st = plans ? ts__model_alloc(&l->cfg, max_batch, &m)
@@ -426,12 +450,7 @@ static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
     if (st == TS_OK && !(m->recs = calloc((size_t)(2 * ns), sizeof *m->recs)))
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
     /* pass 1: names, dtypes, shapes; then nothing may be left over */
-    for (int64_t i = 0; st == TS_OK && i < ns; i++) {
-        ts__mtensor *rec = &m->recs[m->nrecs];
-        m->nrecs += ts__model_spec_records(&specs[i], rec);
-        st = plan_spec(l, &specs[i], rec, &plans[i]);
-    }
-    if (st == TS_OK) st = check_extra(l);
+    if (st == TS_OK) st = pass1(l, specs, ns, m->recs, &m->nrecs, plans);
     /* pass 2: the data, and the same value checks as a tilestack weight file */
     for (int64_t i = 0, r = 0; st == TS_OK && i < ns; i++) {
         ts__mtensor *rec = &m->recs[r];
@@ -461,6 +480,10 @@ static ts_status load(loader *l, int64_t max_batch, ts_model **out) {
         ts_model_free(m);
         return st;
     }
+    m->load_stats.mapped = l->mapped;
+    m->load_stats.converted = l->converted;
+    m->load_stats.quantized = l->quantized;
+    m->load_stats.packed = ts__model_packed_bytes(m);
     static const char *const lay[] = {"release", "transformers save_pretrained", "transformers modules"};
     fprintf(stderr, "tilestack: %s (%s layout, %s): %.1f MB mapped from the safetensors, %.1f MB "
             "converted, %.1f MB quantised at load, %.1f MB packed for the kernels\n", l->dir,
@@ -485,6 +508,52 @@ ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) 
     const ts_status st = load(&l, max_batch, out);
     for (size_t i = 0; l.used && i < n_shards; i++) free(l.used[i]);
     free(l.used);
+    ts__hf_close(l.d);
+    return st;
+}
+
+ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_model_config *cfg) {
+    if (!dir) return ts__fail(TS_ERR_NULL_POINTER, "ts_model_plan_dir: dir is NULL");
+    loader l;
+    memset(&l, 0, sizeof l);
+    l.dir = dir;
+    TS__RETURN_IF_ERROR(ts__hf_open(dir, &l.d));
+    ts__wspec *specs = NULL;
+    int64_t ns = 0, nrecs = 0;
+    ts__mtensor *recs = NULL;
+    plan *plans = NULL;
+    ts_status st = prepare(&l, &specs, &ns);
+    if (st == TS_OK) {
+        recs = calloc((size_t)(2 * ns), sizeof *recs);
+        plans = calloc((size_t)ns, sizeof *plans);
+        if (!recs || !plans) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_plan_dir: %lld tensors", (long long)ns);
+    }
+    if (st == TS_OK) st = pass1(&l, specs, ns, recs, &nrecs, plans);
+    if (st == TS_OK) *cfg = l.cfg;
+    /* what pass 2 (fill_spec / fill_rec) would do with each record, by the same rules */
+    for (int64_t i = 0, r = 0; st == TS_OK && i < ns; i++) {
+        const ts__wspec *sp = &specs[i];
+        const int nr = sp->kind == TS__W_FP8 || sp->kind == TS__W_FP4 ? 2 : 1;
+        ts__hf_plan_item it;
+        memset(&it, 0, sizeof it);
+        it.spec = sp;
+        it.cfg = &l.cfg;
+        for (int k = 0; k < nr; k++) {
+            const src_ref *sr = &plans[i].rec[k];
+            const ts__mtensor *rec = &recs[r + k];
+            if (plans[i].rec[0].how == C_QUANT) it.quantized += rec->nbytes;
+            else if (is_view(sr, rec)) it.mapped += rec->nbytes;
+            else it.converted += rec->nbytes;
+        }
+        it.packed = ts__model_spec_packed_bytes(&l.cfg, sp);
+        r += nr;
+        st = fn(ctx, &it);
+    }
+    for (size_t i = 0; l.used && i < l.d->n_shards; i++) free(l.used[i]);
+    free(l.used);
+    free(recs);
+    free(plans);
+    free(specs);
     ts__hf_close(l.d);
     return st;
 }

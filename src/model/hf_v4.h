@@ -45,4 +45,18 @@ ts_status ts__hf_v4_source(const ts__wspec *s, const ts_model_config *cfg, ts_hf
 /* A checkpoint tensor that tilestack does not load on purpose (the MTP layers). */
 bool ts__hf_v4_ignored(const char *name);
 
+/* ts_model_load_dir's bytes for one tensor of the §2 list, from the headers alone: its records
+ * kept as views into the mapping, copied / converted into buffers, quantised at load, and the
+ * kernels' packed copy binding makes. */
+typedef struct ts__hf_plan_item {
+    const ts__wspec *spec;
+    const ts_model_config *cfg; /* the loader's */
+    size_t mapped, converted, quantized, packed;
+} ts__hf_plan_item;
+typedef ts_status (*ts__hf_v4_plan_fn)(void *ctx, const ts__hf_plan_item *it);
+/* Opens dir as ts_model_load_dir does (config.json, index, safetensors headers, the same
+ * checks and messages, pass 1) and calls fn for every tensor with what pass 2 would do; reads
+ * no tensor data. cfg: the config the loader would build. */
+ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_model_config *cfg);
+
 #endif
