@@ -6,6 +6,7 @@
 set -eu
 ts=${1:-build/tilestack}
 tmp=${2:-$(mktemp -d)}
+mkdir -p "$tmp"
 here=$(dirname "$0")
 for m in flash pro; do
     rm -rf "$tmp/dsv4-$m"
