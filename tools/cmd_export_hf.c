@@ -3,6 +3,7 @@
  * docs/models.md). Tests and generators make their checkpoints with it. */
 #include "cli.h"
 #include "tilestack/model.h"
+#include "model/hf_v4.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ int ts__cmd_export_hf(int argc, char **argv) {
     const char *model = NULL, *weights = NULL, *out = NULL;
     ts_hf_export_options o = {TS_HF_LAYOUT_RELEASE, 1, false};
     bool seed_set = false;
+    const char *skeleton = NULL; /* --skeleton CONFIG.json: headers only, data a hole */
     uint64_t seed = 0, v = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -49,13 +51,15 @@ int ts__cmd_export_hf(int argc, char **argv) {
         } else if (!strcmp(a, "--dequantize")) {
             o.dequantize = true;
         } else if (!strcmp(a, "--model") || !strcmp(a, "--weights") || !strcmp(a, "--out") ||
-                   !strcmp(a, "--layout") || !strcmp(a, "--shards") || !strcmp(a, "--seed")) {
+                   !strcmp(a, "--layout") || !strcmp(a, "--shards") || !strcmp(a, "--seed") ||
+                   !strcmp(a, "--skeleton")) {
             if (!has_val) {
                 fprintf(stderr, "tilestack export-hf: %s needs a value\n", a);
                 return 2;
             }
             const char *val = argv[++i];
-            if (!strcmp(a, "--model")) model = val;
+            if (!strcmp(a, "--skeleton")) skeleton = val;
+            else if (!strcmp(a, "--model")) model = val;
             else if (!strcmp(a, "--weights")) weights = val;
             else if (!strcmp(a, "--out")) out = val;
             else if (!strcmp(a, "--layout")) {
@@ -83,6 +87,16 @@ int ts__cmd_export_hf(int argc, char **argv) {
             fprintf(stderr, "tilestack export-hf: unknown option '%s' (--help lists them)\n", a);
             return 2;
         }
+    }
+    if (skeleton) { /* docs/models.md "Memory per rank": a plan-only checkpoint */
+        if (!out) {
+            fprintf(stderr, "tilestack export-hf: --skeleton needs --out\n");
+            return 2;
+        }
+        const ts_status st = ts__hf_v4_write_skeleton(skeleton, out);
+        if (st != TS_OK) fprintf(stderr, "tilestack export-hf: %s\n", ts_last_error());
+        else printf("wrote %s (headers only; the data is a hole)\n", out);
+        return st == TS_OK ? 0 : 1;
     }
     if (!out || (!model == !weights)) {
         fprintf(stderr, "tilestack export-hf: give --out and one of --model / --weights\n");

@@ -9,6 +9,7 @@ int ts__cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = gen_parse_args("generate", argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
+    if (a.dry_run) return gen_dry_run(&a);
     gen_model gm;
     if ((rc = gen_open_model("generate", &a, &gm))) return rc;
     int32_t *ids = NULL;

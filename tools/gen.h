@@ -44,7 +44,14 @@ typedef struct gen_args {
     bool json;
     int64_t logprobs;      /* 0: none */
     int threads;           /* 0: the library's default */
+    /* generate --dry-run: the memory plan of --model DIR (ts_model_plan_dir), nothing loaded */
+    bool dry_run;
+    int64_t ranks, batch, context; /* 0 ranks: the R = 1, 2, 4, 8 table; 0 context: the loader's */
 } gen_args;
+
+/* ---- gen_dry_run.c ---- */
+/* Prints the plan (a table, or one JSON object with a.json); 0 ok, 1 failure. */
+int gen_dry_run(const gen_args *a);
 
 /* Parses argv (without the subcommand). Returns 0 to run, 1 after --help (exit 0), 2 on a bad
  * command line (the message, naming the option, printed to stderr). `generate` requires

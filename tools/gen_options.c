@@ -39,6 +39,7 @@ void gen_usage(const char *cmd, FILE *f) {
             "  --json             one JSON object per reply instead of the streamed text\n"
             "  --logprobs N       with --json: the top-N log-probabilities of every step (N <= %d)\n"
             "  --threads T        threads (default TS_NUM_THREADS or all cores)\n"
+            "%s"
             "Streams the reply to stdout; prefill and decode tokens/s to stderr at the end.\n"
             "Exit codes: 0 ok, 1 failure while running, 2 bad command line.\n",
             cmd, chat ? "" : "--prompt TEXT ",
@@ -46,7 +47,15 @@ void gen_usage(const char *cmd, FILE *f) {
                    "end of input (Ctrl-D) ends.\n"
                  : "",
             chat ? "" : "  --prompt TEXT      the prompt (UTF-8), encoded as it is unless --chat\n",
-            chat ? "default v4" : "default: the raw prompt", GEN_MAX_STOPS, GEN_MAX_LOGPROBS);
+            chat ? "default v4" : "default: the raw prompt", GEN_MAX_STOPS, GEN_MAX_LOGPROBS,
+            chat ? ""
+                 : "memory plan (generate --model DIR only; no prompt, no tokenizer):\n"
+                   "  --dry-run          print the bytes each rank needs (weights mapped /\n"
+                   "                     converted / packed, caches, workspace); reads only\n"
+                   "                     config.json and the safetensors headers\n"
+                   "  --ranks R          expert-parallel ranks (default: a table for 1, 2, 4, 8)\n"
+                   "  --batch B          sequences (default 1)\n"
+                   "  --context L        tokens per sequence (default: the loader's 8192 cap)\n");
 }
 
 static int bad(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -108,13 +117,20 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
             a->json = true;
             continue;
         }
+        if (!chat && !strcmp(o, "--dry-run")) {
+            a->dry_run = true;
+            continue;
+        }
         static const char *const with_value[] = {
             "--model", "--config", "--weights", "--tokenizer", "--prompt", "--system", "--chat",
             "-n", "--temperature", "--top-k", "--top-p", "--seed", "--stop", "--logprobs",
             "--threads"};
+        static const char *const plan_opts[] = {"--ranks", "--batch", "--context"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= !strcmp(o, with_value[k]);
+        for (size_t k = 0; !chat && k < sizeof plan_opts / sizeof *plan_opts; k++)
+            known |= !strcmp(o, plan_opts[k]);
         if (!known) return bad(cmd, "unknown option '%s' (see --help)", esc(o));
         if (i + 1 >= argc) return bad(cmd, "%s needs a value", o);
         const char *v = argv[++i];
@@ -124,6 +140,14 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--weights")) a->weights = v;
         else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--ranks")) {
+            if (!parse_i64(v, 1, 1024, &a->ranks)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
+        } else if (!strcmp(o, "--batch")) {
+            if (!parse_i64(v, 1, 1 << 20, &a->batch)) return bad(cmd, "%s: '%s' is not an integer in [1, 2^20]", o, esc(v));
+        } else if (!strcmp(o, "--context")) {
+            if (!parse_i64(v, 1, INT64_C(1) << 24, &a->context))
+                return bad(cmd, "%s: '%s' is not an integer in [1, 2^24]", o, esc(v));
+        }
         else if (!strcmp(o, "--system")) a->system = v;
         else if (!strcmp(o, "--chat")) {
             if (!strcmp(v, "v4")) a->chat = GEN_CHAT_V4;
@@ -167,6 +191,13 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
         return bad(cmd, "give one of --model NAME|DIR, --config FILE.json or --weights FILE");
     if (chat && a->prompt)
         return bad(cmd, "--prompt: chat reads its turns from stdin");
+    if ((a->ranks || a->batch || a->context) && !a->dry_run)
+        return bad(cmd, "--ranks, --batch and --context go with --dry-run");
+    if (a->dry_run) {
+        if (!a->model) return bad(cmd, "--dry-run plans a checkpoint directory: give --model DIR");
+        if (!a->batch) a->batch = 1;
+        return 0; /* no prompt, no tokenizer */
+    }
     if (!chat && !a->prompt) return bad(cmd, "--prompt TEXT is required");
     if (a->system && a->chat == GEN_CHAT_NONE)
         return bad(cmd, "--system needs a chat format (--chat v4 | v4-thinking | v3)");

@@ -91,6 +91,43 @@ typedef enum ts_hf_layout {
  * tid2eid entries: TS_ERR_INVALID_ARGUMENT naming the file and the tensor (or key). */
 TS_API ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out);
 
+/* ---- memory plan of a checkpoint directory (ts_model_plan_dir, docs/models.md "Memory per
+ * rank"): the bytes each of R ranks needs, from config.json and the safetensors headers alone. */
+#define TS_MODEL_PLAN_MAX_RANKS 8
+
+typedef struct ts_model_plan_rank {
+    int64_t ranks;   /* R */
+    int64_t experts; /* routed experts per layer on each rank: E / R (rank i: [i E/R, (i+1) E/R)) */
+    /* weights, split as ts_model_load_dir handles them: records viewing the mapped files,
+     * records converted into their own buffers (ue8m0 scales -> f32, bf16 -> f32, unaligned
+     * copies), records quantised at load (an unquantised checkpoint), the kernels' packed
+     * copies. shared_*: everything but the routed experts; expert_*: this rank's experts. */
+    uint64_t shared_mapped, shared_converted, shared_quantized, shared_packed;
+    uint64_t expert_mapped, expert_converted, expert_quantized, expert_packed;
+    /* caches for batch sequences of context tokens (docs/model.md §5): MODEL1 584-byte rows
+     * (window ring + compressed rows), the indexer's FP4 rows, compressor states, positions */
+    uint64_t kv_cache, indexer_cache, compressor_state;
+    uint64_t workspace; /* the step workspace after the first prefill: max(batch, 48) rows */
+    uint64_t total;     /* every field above summed (mapped pages counted as resident) */
+} ts_model_plan_rank;
+
+typedef struct ts_model_plan {
+    int64_t batch, context; /* context: max_seq_len the caches are sized for (see below) */
+    int64_t n_layers, n_routed_experts, n_tensors;
+    int32_t n;              /* rows of r */
+    ts_model_plan_rank r[TS_MODEL_PLAN_MAX_RANKS];
+} ts_model_plan;
+
+/* The plan for ranks R (0: R = 1, 2, 4, 8; otherwise 1 <= R <= 1024 dividing
+ * n_routed_experts) with caches for `batch` sequences of `context` tokens (context rounded down
+ * to a multiple of every compress ratio, as the loader rounds max_seq_len; 0: the loader's own
+ * max_seq_len). Reads config.json, the index and the safetensors headers with
+ * ts_model_load_dir's checks and messages, never the tensor data. An expert-parallel rank
+ * (R > 1) is planned with the single-process layouts for its E / R experts (the EP model's
+ * Mega MoE weights and buffers are not counted). */
+TS_API ts_status ts_model_plan_dir(const char *dir, int64_t ranks, int64_t batch, int64_t context,
+                                   ts_model_plan *out);
+
 typedef struct ts_hf_export_options {
     ts_hf_layout layout;
     int32_t shards;  /* <= 1: model.safetensors; N > 1: N shards + model.safetensors.index.json */

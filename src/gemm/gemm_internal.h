@@ -65,6 +65,11 @@ static inline int64_t ts__pw_slot(int64_t c) { return 4 * (c % 8) + c / 8; }
 
 /* A packed weight's group g as an NT operand (no checks). */
 ts__gemm_operand ts__gemm_packed_operand(const struct ts_packed_weight *pw, int64_t g);
+/* Bytes ts_gemm_prepack_b allocates for `groups` [n, k] weights of dtype (scales: ue8m0
+ * bytes if sf_u8, else f32; gran_k the recipe's K granularity) without packing anything
+ * (declared again in src/model/model_internal.h, which does not include this header). */
+size_t ts__gemm_packed_nbytes(ts_dtype dtype, bool sf_u8, int64_t gran_k, int64_t groups,
+                              int64_t n, int64_t k);
 /* TS_ERR_NULL_POINTER / TS_ERR_INVALID_ARGUMENT for a NULL or destroyed packed weight. */
 ts_status ts__gemm_check_packed(const struct ts_packed_weight *pw, const char *name);
 /* ts__gemm_pack_panel / ts__gemm_pack_scales for a packed-weight operand (scalar decode). */

@@ -90,6 +90,35 @@ static bool e4m3_nan_free(const ts__gemm_operand *op) {
     return true;
 }
 
+/* The panel geometry of h (dtype, sf_u8, gran_k, groups, n, k set): shared with
+ * ts__gemm_packed_nbytes, so a size computed without packing is the size packing allocates. */
+static void layout(struct ts_packed_weight *h) {
+    const bool bf16 = h->dtype == TS_BF16;
+    h->kb = bf16 ? 256 : h->gran_k;
+    h->nkb = ts__ceil_div(h->k, h->kb);
+    h->npanel = ts__ceil_div(h->n, TS__PW_W);
+    h->row_bytes = h->dtype == TS_E4M3 ? TS__PW_W : bf16 ? 2 * TS__PW_W : TS__PW_W / 2;
+    const int64_t sbytes = bf16 ? 0 : TS__PW_W * (h->sf_u8 ? 1 : 4);
+    h->block_bytes = ts__align(h->kb * h->row_bytes + sbytes, 64);
+    h->panel_bytes = h->nkb * h->block_bytes;
+    h->group_bytes = h->npanel * h->panel_bytes;
+    h->nbytes = (size_t)(h->groups * h->group_bytes);
+}
+
+size_t ts__gemm_packed_nbytes(ts_dtype dtype, bool sf_u8, int64_t gran_k, int64_t groups,
+                              int64_t n, int64_t k) {
+    struct ts_packed_weight h;
+    memset(&h, 0, sizeof h);
+    h.dtype = dtype;
+    h.sf_u8 = sf_u8;
+    h.gran_k = gran_k > 0 ? gran_k : 128;
+    h.groups = groups;
+    h.n = n;
+    h.k = k;
+    layout(&h);
+    return h.nbytes;
+}
+
 ts_status ts_gemm_prepack_b(const ts_tensor *b, const ts_tensor *sfb, const int64_t *recipe_b,
                             bool kn, ts_packed_weight **out) {
     if (!out) return ts__fail(TS_ERR_NULL_POINTER, "out is NULL");
@@ -154,15 +183,7 @@ ts_status ts_gemm_prepack_b(const ts_tensor *b, const ts_tensor *sfb, const int6
     }
     h.n = op0.mn;
     h.k = op0.k;
-    h.kb = bf16 ? 256 : h.gran_k;
-    h.nkb = ts__ceil_div(h.k, h.kb);
-    h.npanel = ts__ceil_div(h.n, TS__PW_W);
-    h.row_bytes = h.dtype == TS_E4M3 ? TS__PW_W : h.dtype == TS_BF16 ? 2 * TS__PW_W : TS__PW_W / 2;
-    const int64_t sbytes = bf16 ? 0 : TS__PW_W * (h.sf_u8 ? 1 : 4);
-    h.block_bytes = ts__align(h.kb * h.row_bytes + sbytes, 64);
-    h.panel_bytes = h.nkb * h.block_bytes;
-    h.group_bytes = h.npanel * h.panel_bytes;
-    h.nbytes = (size_t)(h.groups * h.group_bytes);
+    layout(&h);
     h.sf_pow2 = true;
     h.nan_free = true;
     h.sf_normal = true;

@@ -261,11 +261,18 @@ static ts_status to_f32(const loader *l, const src_ref *r, int64_t n, float *dst
     return TS_OK;
 }
 
+/* A record kept as a view into the mapping (its address only: no page is touched); else it
+ * gets its own buffer. fill_rec and ts__hf_v4_plan both decide by this. */
+static bool is_view(const src_ref *r, const ts__mtensor *rec) {
+    const char *p = (const char *)r->t->data + r->offset;
+    return r->how == C_VIEW && ((uintptr_t)p % ts_dtype_size(rec->dtype)) == 0;
+}
+
 static ts_status fill_rec(loader *l, const src_ref *r, ts__mtensor *rec) {
     const char *p = (const char *)r->t->data + r->offset;
     const size_t esize = ts_dtype_size(rec->dtype);
     const int64_t n = (int64_t)(rec->nbytes / esize);
-    if (r->how == C_VIEW && ((uintptr_t)p % esize) == 0) {
+    if (is_view(r, rec)) {
         rec->data = (void *)p;
         rec->view = true;
         l->mapped += rec->nbytes;
@@ -451,6 +458,23 @@ void ts__hf_v4_close(ts__hf_v4_loader *l) {
     free(l);
 }
 
+/* Pass 1: every spec's records shaped into recs (2 * ns room, *nrecs of them) and its sources
+ * resolved into plans, for the weights of routed experts in [lo, hi) and every other weight
+ * (keep[i] says which; the others' records are shaped in scratch and only checked); then
+ * nothing may be left over. Reads headers only. */
+static ts_status pass1(loader *l, const ts__wspec *specs, int64_t ns, int64_t lo, int64_t hi,
+                       ts__mtensor *recs, int64_t *nrecs, plan *plans, bool *keep) {
+    for (int64_t i = 0; i < ns; i++) {
+        const int64_t e = ts__model_expert_of(specs[i].name);
+        keep[i] = e < 0 || (e >= lo && e < hi);
+        ts__mtensor other[2], *rec = keep[i] ? &recs[*nrecs] : other;
+        const int nr = ts__model_spec_records(&specs[i], rec);
+        if (keep[i]) *nrecs += nr;
+        TS__RETURN_IF_ERROR(plan_spec(l, &specs[i], rec, &plans[i]));
+    }
+    return check_extra(l);
+}
+
 ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int64_t hi,
                          ts_model **out) {
     *out = NULL;
@@ -467,15 +491,7 @@ ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int
         st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)ns);
     /* pass 1: names, dtypes, shapes of every tensor (headers only: another rank's experts are
      * checked too, so every rank refuses the same checkpoint); then nothing may be left over */
-    for (int64_t i = 0; st == TS_OK && i < ns; i++) {
-        const int64_t e = ts__model_expert_of(specs[i].name);
-        keep[i] = e < 0 || (e >= lo && e < hi);
-        ts__mtensor other[2], *rec = keep[i] ? &m->recs[m->nrecs] : other;
-        const int nr = ts__model_spec_records(&specs[i], rec);
-        if (keep[i]) m->nrecs += nr;
-        st = plan_spec(l, &specs[i], rec, &plans[i]);
-    }
-    if (st == TS_OK) st = check_extra(l);
+    if (st == TS_OK) st = pass1(l, specs, ns, lo, hi, m->recs, &m->nrecs, plans, keep);
     /* pass 2: the kept records' data (the only bytes of the files read), and the same value
      * checks as a tilestack weight file */
     for (int64_t i = 0, r = 0; st == TS_OK && i < ns; i++) {
@@ -505,6 +521,9 @@ ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int
     }
     m->ckpt = l->d; /* the records view its mappings from here on; ts_model_free closes it */
     l->d = NULL;
+    m->load_stats.mapped = l->mapped;
+    m->load_stats.converted = l->converted;
+    m->load_stats.quantized = l->quantized;
     *out = m;
     return TS_OK;
 }
@@ -529,9 +548,58 @@ ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) 
     ts_model *m = NULL;
     ts_status st = ts__hf_v4_bind(l, max_batch, 0, l->cfg.n_routed_experts, &m);
     if (st == TS_OK) st = ts__model_create_from_records(m);
-    if (st == TS_OK) ts__hf_v4_report(l, "", ts__model_packed_bytes(m));
+    if (st == TS_OK) {
+        m->load_stats.packed = ts__model_packed_bytes(m);
+        ts__hf_v4_report(l, "", m->load_stats.packed);
+    }
     else ts_model_free(m);
     ts__hf_v4_close(l);
     if (st == TS_OK) *out = m;
+    return st;
+}
+
+ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_model_config *cfg) {
+    if (!dir) return ts__fail(TS_ERR_NULL_POINTER, "ts_model_plan_dir: dir is NULL");
+    loader *l = NULL;
+    TS__RETURN_IF_ERROR(ts__hf_v4_open(dir, &l));
+    ts__wspec *specs = NULL;
+    int64_t ns = 0, nrecs = 0;
+    ts__mtensor *recs = NULL;
+    plan *plans = NULL;
+    bool *keep = NULL;
+    ts_status st = ts__model_weight_specs(&l->cfg, &specs, &ns);
+    if (st == TS_OK) {
+        recs = calloc((size_t)(2 * ns), sizeof *recs);
+        plans = calloc((size_t)ns, sizeof *plans);
+        keep = calloc((size_t)ns, sizeof *keep);
+        if (!recs || !plans || !keep)
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_plan_dir: %lld tensors", (long long)ns);
+    }
+    if (st == TS_OK) st = pass1(l, specs, ns, 0, l->cfg.n_routed_experts, recs, &nrecs, plans, keep);
+    if (st == TS_OK) *cfg = l->cfg;
+    /* what pass 2 (fill_spec / fill_rec) would do with each record, by the same rules */
+    for (int64_t i = 0, r = 0; st == TS_OK && i < ns; i++) {
+        const ts__wspec *sp = &specs[i];
+        const int nr = sp->kind == TS__W_FP8 || sp->kind == TS__W_FP4 ? 2 : 1;
+        ts__hf_plan_item it;
+        memset(&it, 0, sizeof it);
+        it.spec = sp;
+        it.cfg = &l->cfg;
+        for (int k = 0; k < nr; k++) {
+            const src_ref *sr = &plans[i].rec[k];
+            const ts__mtensor *rec = &recs[r + k];
+            if (plans[i].rec[0].how == C_QUANT) it.quantized += rec->nbytes;
+            else if (is_view(sr, rec)) it.mapped += rec->nbytes;
+            else it.converted += rec->nbytes;
+        }
+        it.packed = ts__model_spec_packed_bytes(&l->cfg, sp);
+        r += nr;
+        st = fn(ctx, &it);
+    }
+    free(keep);
+    free(recs);
+    free(plans);
+    free(specs);
+    ts__hf_v4_close(l);
     return st;
 }

@@ -61,4 +61,22 @@ ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int
 void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, size_t packed);
 void ts__hf_v4_close(ts__hf_v4_loader *l);
 
+/* ts_model_load_dir's bytes for one tensor of the §2 list, from the headers alone: its records
+ * kept as views into the mapping, copied / converted into buffers, quantised at load, and the
+ * kernels' packed copy binding makes. */
+typedef struct ts__hf_plan_item {
+    const ts__wspec *spec;
+    const ts_model_config *cfg; /* the loader's */
+    size_t mapped, converted, quantized, packed;
+} ts__hf_plan_item;
+typedef ts_status (*ts__hf_v4_plan_fn)(void *ctx, const ts__hf_plan_item *it);
+/* Opens dir as ts_model_load_dir does (config.json, index, safetensors headers, the same
+ * checks and messages, pass 1) and calls fn for every tensor with what pass 2 would do; reads
+ * no tensor data. cfg: the config the loader would build. */
+ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_model_config *cfg);
+
+/* config.json (copied as it is) + a model.safetensors whose header lists every tensor of that
+ * config (release layout, quantised) over a data section left as a hole (hf_skeleton_v4.c). */
+ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir);
+
 #endif

@@ -35,45 +35,92 @@ static int64_t state_floats(const ts__compressor *c) {
     return 2 * c->ratio * c->coff * c->d; /* [prev, cur][r][coff*d] */
 }
 
+/* The allocation of layer L's caches for B sequences, from the config alone: what
+ * ts__model_cache_alloc callocs and what ts_model_plan_dir reports (one source for both). */
+typedef struct layer_sizes {
+    size_t win_rows, comp_rows, comp_blocks; /* 584-byte MODEL1 rows; 64-row blocks per seq */
+    size_t irows;                            /* indexer FP4 rows (64 bytes + a 4-byte scale) */
+    size_t state_floats, istate_floats;      /* per sequence, each of kv and score */
+} layer_sizes;
+
+static layer_sizes sizes_of(const ts_model_config *c, int64_t L, int64_t B) {
+    layer_sizes z;
+    memset(&z, 0, sizeof z);
+    const int64_t r = c->compress_ratios[L];
+    z.win_rows = (size_t)(B * c->window_size);
+    if (r > 0) {
+        z.comp_blocks = (size_t)ts__ceil_div(c->max_seq_len / r, TS__COMP_PAGE);
+        z.comp_rows = (size_t)B * z.comp_blocks * TS__COMP_PAGE;
+        z.state_floats = (size_t)(2 * r * (r == 4 ? 2 : 1) * 512); /* [prev, cur][r][coff*d] */
+    }
+    if (r == 4) {
+        z.irows = (size_t)(B * (c->max_seq_len / 4));
+        z.istate_floats = 2 * 4 * 2 * 128;
+    }
+    return z;
+}
+
+void ts__model_cache_bytes(const ts_model_config *c, int64_t B, ts__cache_bytes *out) {
+    memset(out, 0, sizeof *out);
+    out->pos = (size_t)B * sizeof(int64_t);
+    if (c->attention != TS_MODEL_ATTN_V4) return; /* v32: model_attention_v32.c, not planned */
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        const layer_sizes z = sizes_of(c, L, B);
+        out->window += z.win_rows * 584;
+        out->compressed += z.comp_rows * 584;
+        out->indexer += z.irows * (64 + sizeof(int32_t));
+        /* kv and score per sequence */
+        out->state += (size_t)B * 2 * (z.state_floats + z.istate_floats) * sizeof(float);
+    }
+}
+
+static void *counted(ts_model *m, size_t n, size_t size) {
+    m->cache_allocated += n * size;
+    return calloc(n, size);
+}
+
 ts_status ts__model_cache_alloc(ts_model *m) {
     const ts_model_config *c = &m->cfg;
     const int64_t B = m->max_batch;
-    m->pos = (int64_t *)calloc((size_t)B, sizeof *m->pos);
+    m->cache_allocated = 0;
+    m->pos = (int64_t *)counted(m, (size_t)B, sizeof *m->pos);
     if (!m->pos) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (caches)");
     if (c->attention == TS_MODEL_ATTN_V32) return ts__model_v32_cache_alloc(m);
     for (int64_t L = 0; L < c->n_layers; L++) {
         ts__layer_cache *lc = &m->caches[L];
         const ts__layer *ly = &m->layers[L];
         const int64_t r = ly->ratio;
-        lc->win = (uint8_t *)calloc((size_t)(B * c->window_size), 584);
+        const layer_sizes z = sizes_of(c, L, B);
+        lc->win = (uint8_t *)counted(m, z.win_rows, 584);
         bool ok = lc->win != NULL;
         if (r > 0) {
-            const int64_t rows = c->max_seq_len / r;
-            m->comp_blocks[L] = ts__ceil_div(rows, TS__COMP_PAGE);
-            lc->comp = (uint8_t *)calloc((size_t)(B * m->comp_blocks[L] * TS__COMP_PAGE), 584);
+            m->comp_blocks[L] = (int64_t)z.comp_blocks;
+            lc->comp = (uint8_t *)counted(m, z.comp_rows, 584);
             lc->cs = (ts__comp_state *)calloc((size_t)B, sizeof *lc->cs);
             ok = ok && lc->comp && lc->cs;
             for (int64_t b = 0; ok && b < B; b++) {
-                const int64_t nf = state_floats(&ly->comp);
-                lc->cs[b].kv = (float *)calloc((size_t)nf, sizeof(float));
-                lc->cs[b].score = (float *)calloc((size_t)nf, sizeof(float));
+                lc->cs[b].kv = (float *)counted(m, z.state_floats, sizeof(float));
+                lc->cs[b].score = (float *)counted(m, z.state_floats, sizeof(float));
                 ok = lc->cs[b].kv && lc->cs[b].score;
             }
         }
         if (r == 4) {
-            const int64_t rows = c->max_seq_len / 4;
-            lc->icache = (uint8_t *)calloc((size_t)(B * rows), 64);
-            lc->icache_sf = (int32_t *)calloc((size_t)(B * rows), sizeof(int32_t));
+            lc->icache = (uint8_t *)counted(m, z.irows, 64);
+            lc->icache_sf = (int32_t *)counted(m, z.irows, sizeof(int32_t));
             lc->ics = (ts__comp_state *)calloc((size_t)B, sizeof *lc->ics);
             ok = ok && lc->icache && lc->icache_sf && lc->ics;
             for (int64_t b = 0; ok && b < B; b++) {
-                const int64_t nf = state_floats(&ly->icomp);
-                lc->ics[b].kv = (float *)calloc((size_t)nf, sizeof(float));
-                lc->ics[b].score = (float *)calloc((size_t)nf, sizeof(float));
+                lc->ics[b].kv = (float *)counted(m, z.istate_floats, sizeof(float));
+                lc->ics[b].score = (float *)counted(m, z.istate_floats, sizeof(float));
                 ok = lc->ics[b].kv && lc->ics[b].score;
             }
         }
         if (!ok) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_create: out of memory (caches)");
+        /* the binding's compressors must be the ones sizes_of assumes */
+        if ((r > 0 && state_floats(&ly->comp) != (int64_t)z.state_floats) ||
+            (r == 4 && state_floats(&ly->icomp) != (int64_t)z.istate_floats))
+            return ts__fail(TS_ERR_INTERNAL, "ts_model_create: layer %lld's compressor state size",
+                            (long long)L);
     }
     for (int64_t b = 0; b < B; b++) ts__model_cache_reset(m, b);
     return TS_OK;

@@ -29,28 +29,54 @@
     F_(so, uint16_t, B * D) F_(rpos, int64_t, B) F_(rseq, int64_t, B)                  \
     F_(wstage, uint8_t, SB * TS__COMP_PAGE * 584)
 
-/* The workspace for B rows into m->ws (left there, partly allocated, on failure). */
-static ts_status ws_alloc_rows(ts_model *m, int64_t B, const char *fn) {
-    const ts_model_config *c = &m->cfg;
-    const int64_t hc = c->hc_mult, D = c->dim, nmix = (2 + hc) * hc;
-    const int64_t H = c->n_heads, QL = c->q_lora_rank, OG = c->o_groups * c->o_lora_rank;
-    const int64_t IH = c->index_n_heads, E = c->n_routed_experts, K = c->n_activated_experts;
-    const int64_t I = c->moe_inter_dim;
+/* WS_FIELDS' dimensions for B rows (every name it uses). */
+typedef struct ws_dims { int64_t hc, D, nmix, H, QL, OG, IH, E, K, I, Eg, kmax, ext, SB; } ws_dims;
+
+static ws_dims dims_of(const ts_model_config *c, int64_t B, bool local_experts_only) {
+    ws_dims d;
+    d.hc = c->hc_mult, d.D = c->dim, d.nmix = (2 + d.hc) * d.hc;
+    d.H = c->n_heads, d.QL = c->q_lora_rank, d.OG = c->o_groups * c->o_lora_rank;
+    d.IH = c->index_n_heads, d.E = c->n_routed_experts, d.K = c->n_activated_experts;
+    d.I = c->moe_inter_dim;
     /* the grouped expert rows: an EP model's routed experts run in its Mega MoE buffer */
-    const int64_t Eg = m->local_experts_only ? 0 : E;
-    int64_t kmax = D;
-    const int64_t ks[4] = {QL, H * 512, OG, I};
-    for (int i = 0; i < 4; i++) kmax = ks[i] > kmax ? ks[i] : kmax;
-    int64_t ext = 1;
+    d.Eg = local_experts_only ? 0 : d.E;
+    d.kmax = d.D;
+    const int64_t ks[4] = {d.QL, d.H * 512, d.OG, d.I};
+    for (int i = 0; i < 4; i++) d.kmax = ks[i] > d.kmax ? ks[i] : d.kmax;
+    d.ext = 1;
     for (int64_t L = 0; L < c->n_layers; L++) {
         const int64_t r = c->compress_ratios[L];
         const int64_t e = r == 4 ? ts__min64(c->index_topk, c->max_seq_len / 4)
                                  : r > 0 ? c->max_seq_len / r : 1;
-        ext = e > ext ? e : ext;
+        d.ext = e > d.ext ? e : d.ext;
     }
     /* a prefill chunk's window: the window - 1 rows before it and its own (v4 only) */
-    const int64_t SB = c->attention == TS_MODEL_ATTN_V4
-                           ? ts__ceil_div(c->window_size - 1 + B, TS__COMP_PAGE) : 0;
+    d.SB = c->attention == TS_MODEL_ATTN_V4 ? ts__ceil_div(c->window_size - 1 + B, TS__COMP_PAGE) : 0;
+    return d;
+}
+
+#define WS_DIMS(d_)                                                                        \
+    const int64_t hc = d_.hc, D = d_.D, nmix = d_.nmix, H = d_.H, QL = d_.QL, OG = d_.OG,  \
+                  IH = d_.IH, E = d_.E, K = d_.K, I = d_.I, Eg = d_.Eg, kmax = d_.kmax,    \
+                  ext = d_.ext, SB = d_.SB
+
+#define WS_COUNT(count) ((size_t)((count) > 0 ? (count) : 1))
+
+size_t ts__model_ws_bytes(const ts_model_config *c, int64_t B, bool local_experts_only) {
+    const ws_dims d = dims_of(c, B, local_experts_only);
+    WS_DIMS(d);
+    size_t n = 0;
+#define SUM(name, type, count) n += WS_COUNT(count) * sizeof(type);
+    WS_FIELDS(SUM)
+#undef SUM
+    return n;
+}
+
+/* The workspace for B rows into m->ws (left there, partly allocated, on failure). */
+static ts_status ws_alloc_rows(ts_model *m, int64_t B, const char *fn) {
+    const ts_model_config *c = &m->cfg;
+    const ws_dims d = dims_of(c, B, m->local_experts_only);
+    WS_DIMS(d);
     ts__ws *ws = (ts__ws *)calloc(1, sizeof *ws);
     if (!ws) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->ws = ws;
@@ -59,8 +85,9 @@ static ts_status ws_alloc_rows(ts_model *m, int64_t B, const char *fn) {
     ws->ext_max = ext;
     bool ok = true;
 #define ALLOC(name, type, count)                                                   \
-    ws->name = (type *)ts__aligned_alloc((size_t)((count) > 0 ? (count) : 1) * sizeof(type)); \
-    if (ws->name) memset(ws->name, 0, (size_t)((count) > 0 ? (count) : 1) * sizeof(type)); \
+    ws->name = (type *)ts__aligned_alloc(WS_COUNT(count) * sizeof(type));          \
+    if (ws->name) memset(ws->name, 0, WS_COUNT(count) * sizeof(type));             \
+    ws->bytes += WS_COUNT(count) * sizeof(type);                                   \
     ok = ok && ws->name;
     WS_FIELDS(ALLOC)
 #undef ALLOC

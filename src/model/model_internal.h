@@ -158,6 +158,7 @@ typedef struct ts__rows {
  * chunk by the first prefill; no allocation per step) */
 typedef struct ts__ws {
     int64_t rows;              /* B: the most rows a pass may hold */
+    size_t bytes;              /* of the buffers below (ts__model_ws_bytes; v32 scratch apart) */
     int64_t *rpos, *rseq;      /* [B] the rows' positions and (prefill) sequence */
     /* a prefill chunk's window rows (model_attention.c): MODEL1 blocks of TS__COMP_PAGE rows,
      * the window - 1 positions before the chunk, then the chunk's */
@@ -300,6 +301,10 @@ struct ts_model {
     int64_t *pos; /* [max_batch] */
     ts__layer_cache caches[TS_MODEL_MAX_LAYERS];
     int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
+    /* ts_model_load_dir's bytes (hf_load_v4.c; zero otherwise): records viewing the mapping,
+     * converted into buffers, quantised at load; packed = ts__model_packed_bytes after binding */
+    struct { size_t mapped, converted, quantized, packed; } load_stats;
+    size_t cache_allocated; /* bytes ts__model_cache_alloc allocated for the cache data */
     ts__ws *ws;
     /* rows per prefill chunk (model_prefill.c); 0: max(max_batch, TS__PREFILL_ROWS). The
      * tests lower it to split short prompts at odd points */
@@ -333,11 +338,26 @@ ts_status ts__model_w_pack_bf16(const ts_model *m, const char *name, ts_packed_w
 void ts__model_free_weights(ts_model *m);
 /* Bytes of the kernels' packed copies of the bound weights (ts_gemm_prepack_b). */
 size_t ts__model_packed_bytes(const ts_model *m);
+/* src/gemm/gemm_prepack.c: ts_gemm_prepack_b's allocation for those dimensions, computed */
+size_t ts__gemm_packed_nbytes(ts_dtype dtype, bool sf_u8, int64_t gran_k, int64_t groups,
+                              int64_t n, int64_t k);
+/* What binding packs for spec s (ts__model_bind_weights), computed from its shape alone:
+ * every FP8 weight (wo_a as o_groups packs), every bf16 linear (weights_proj, head), the FP4
+ * experts as one grouped pack per layer and matrix (its share per expert: the groups add up). */
+size_t ts__model_spec_packed_bytes(const ts_model_config *cfg, const ts__wspec *s);
 /* model_create.c */
 ts_status ts__model_alloc(const ts_model_config *cfg, int64_t max_batch, ts_model **out);
 /* Binding, RoPE tables, caches and workspace once m->recs hold the weights. */
 ts_status ts__model_create_from_records(ts_model *m);
 /* model_cache.c */
+typedef struct ts__cache_bytes {
+    size_t window, compressed; /* MODEL1 584-byte rows: the window ring, the compressed rows */
+    size_t indexer;            /* FP4 rows (64 bytes) + packed ue8m0 (4 bytes) */
+    size_t state;              /* compressor + indexer-compressor kv / score floats */
+    size_t pos;
+} ts__cache_bytes;
+/* What ts__model_cache_alloc allocates for B sequences of cfg (v4 attention; v32: pos only). */
+void ts__model_cache_bytes(const ts_model_config *cfg, int64_t B, ts__cache_bytes *out);
 ts_status ts__model_cache_alloc(ts_model *m);
 void ts__model_cache_free(ts_model *m);
 void ts__model_cache_reset(ts_model *m, int64_t seq);
@@ -424,6 +444,8 @@ void ts__model_route(const ts_model_config *cfg, const float *s, const float *bi
 /* model_decode.c */
 /* The workspace for max_batch rows (at create). */
 ts_status ts__model_ws_alloc(ts_model *m);
+/* The bytes ts__model_ws_alloc allocates for `rows` rows (v4; the v32 scratch apart). */
+size_t ts__model_ws_bytes(const ts_model_config *cfg, int64_t rows, bool local_experts_only);
 /* Grows the workspace to `rows` rows (kept as it was when that fails). */
 ts_status ts__model_ws_reserve(ts_model *m, int64_t rows);
 /* Embedding and every layer for the rows (their caches advance; positions do not): the last

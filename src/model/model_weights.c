@@ -521,3 +521,20 @@ void ts__model_free_weights(ts_model *m) {
     m->recs = NULL;
     m->nrecs = 0;
 }
+
+size_t ts__model_spec_packed_bytes(const ts_model_config *cfg, const ts__wspec *s) {
+    const int64_t n = s->shape[0], k = s->ndim == 2 ? s->shape[1] : 0;
+    static const char wo_a[] = ".attn.wo_a";
+    const size_t len = strlen(s->name), wl = sizeof wo_a - 1;
+    switch (s->kind) {
+    case TS__W_FP8:
+        if (len > wl && !strcmp(s->name + len - wl, wo_a)) /* pack8 per output group */
+            return (size_t)cfg->o_groups *
+                   ts__gemm_packed_nbytes(TS_E4M3, false, 128, 1, cfg->o_lora_rank, k);
+        return ts__gemm_packed_nbytes(TS_E4M3, false, 128, 1, n, k);
+    case TS__W_FP4: /* pack_experts: recipe (1, 32), f32 scales; [E, N, K] = E groups */
+        return ts__gemm_packed_nbytes(TS_E2M1X2, false, 32, 1, n, k);
+    case TS__W_BF16LIN: return ts__gemm_packed_nbytes(TS_BF16, false, 0, 1, n, k);
+    default: return 0;
+    }
+}
