@@ -3,9 +3,11 @@
  * a vpcompress per 16 keys instead of the permutation table (no movemask, no table load).
  * Integer compares only: the same results as the generic kernels. */
 #include "select/topk_internal.h"
+#include "tilestack/core.h"
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline __m512i iota16(void) {
     return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -194,43 +196,61 @@ int64_t ts__topk_dense_nth_eq_s16__avx512(const void *p, int64_t n, int32_t t, i
 
 /* Entries (or, with idx, indices) of the i in [0, n) with sk[i] > lo, in index order, 16 keys
  * per vpcompress and no branch per group (a good part of a dense row is kept: a test for empty
- * groups would mispredict). The compress stores write exactly the survivors; on this Ice Lake
- * they cost the same as a register compress plus a full store, and 30% less than one plus a
- * popcount-masked store (8192 int16 keys, 6% kept: 9.1 -> 6.4 cycles per 32 keys). Entries are
- * interleaved from the ~index and key vectors by vpermt2d, 8 per vpcompressq. */
-static inline int64_t emit16_entries(uint64_t *out, int64_t c, __m512i nidx, __m512i key, __mmask16 m) {
+ * groups would mispredict). Entries are interleaved from the ~index and key vectors by
+ * vpermt2d, 8 per vpcompressq. Two ways to write the survivors, the same bytes either way:
+ * - mem (Intel): vpcompress straight to memory. On the Ice Lake reference it costs the same as
+ *   a register compress plus a full store, and 30% less than one plus a popcount-masked store
+ *   (8192 int16 keys, 6% kept: 9.1 -> 6.4 cycles per 32 keys).
+ * - reg (AMD): compress in a register, then a popcount-masked store. Zen 4 microcodes
+ *   vpcompress with a memory destination: with it the avx512 indexer rows ran at 0.70-0.98x
+ *   the avx2 path there (2026-12-02, docs/performance.md). */
+static inline __attribute__((always_inline)) int64_t emit16_entries(uint64_t *out, int64_t c, __m512i nidx,
+                                                                    __m512i key, __mmask16 m, bool reg) {
     const __m512i ilo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i ihi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     const __mmask8 m0 = (__mmask8)m, m1 = (__mmask8)(m >> 8);
-    _mm512_mask_compressstoreu_epi64(out + c, m0, _mm512_permutex2var_epi32(nidx, ilo, key));
-    c += __builtin_popcount((unsigned)m0);
-    _mm512_mask_compressstoreu_epi64(out + c, m1, _mm512_permutex2var_epi32(nidx, ihi, key));
-    return c + __builtin_popcount((unsigned)m1);
+    const int c0 = __builtin_popcount((unsigned)m0), c1 = __builtin_popcount((unsigned)m1);
+    const __m512i e0 = _mm512_permutex2var_epi32(nidx, ilo, key);
+    const __m512i e1 = _mm512_permutex2var_epi32(nidx, ihi, key);
+    if (reg) {
+        _mm512_mask_storeu_epi64(out + c, (__mmask8)((1u << c0) - 1u), _mm512_maskz_compress_epi64(m0, e0));
+        _mm512_mask_storeu_epi64(out + c + c0, (__mmask8)((1u << c1) - 1u), _mm512_maskz_compress_epi64(m1, e1));
+    } else {
+        _mm512_mask_compressstoreu_epi64(out + c, m0, e0);
+        _mm512_mask_compressstoreu_epi64(out + c + c0, m1, e1);
+    }
+    return c + c0 + c1;
+}
+
+/* Whether this CPU takes the register-compress way above (AMD). */
+static bool compress_in_register(void) {
+    const ts_cpu_info *ci = ts_get_cpu_info();
+    return ci && !strcmp(ci->vendor, "AuthenticAMD");
 }
 
 static inline __m512i nidx16(uint32_t idx) { /* ~(idx + j) = ~idx - j */
     return _mm512_sub_epi32(_mm512_set1_epi32((int)~idx), iota16());
 }
 
-static int64_t select_gt_s32(const int32_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint64_t *out) {
+static inline __attribute__((always_inline)) int64_t select_gt_s32(const int32_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint64_t *out, bool reg) {
     const __m512i tv = _mm512_set1_epi32(lo), bias = _mm512_set1_epi32((int)0x80000000u);
     const __m512i sixteen = _mm512_set1_epi32(16);
     __m512i ni = nidx16(idx0);
     int64_t c = 0, i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m512i s = _mm512_loadu_si512((const void *)(sk + i));
-        c = emit16_entries(out, c, ni, _mm512_add_epi32(s, bias), _mm512_cmpgt_epi32_mask(s, tv));
+        c = emit16_entries(out, c, ni, _mm512_add_epi32(s, bias), _mm512_cmpgt_epi32_mask(s, tv), reg);
         ni = _mm512_sub_epi32(ni, sixteen);
     }
     if (i < n) { /* masked tail: lanes past n are not loaded and never selected */
         const __mmask16 valid = (__mmask16)((1u << (n - i)) - 1u);
         const __m512i s = _mm512_maskz_loadu_epi32(valid, sk + i);
-        c = emit16_entries(out, c, ni, _mm512_add_epi32(s, bias), _mm512_mask_cmpgt_epi32_mask(valid, s, tv));
+        c = emit16_entries(out, c, ni, _mm512_add_epi32(s, bias), _mm512_mask_cmpgt_epi32_mask(valid, s, tv), reg);
     }
     return c;
 }
 
-static int64_t select_gt_s16(const int16_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint64_t *out) {
+static inline __attribute__((always_inline)) int64_t select_gt_s16(const int16_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint64_t *out, bool reg) {
     const __m512i tv = _mm512_set1_epi16((short)lo), bias = _mm512_set1_epi32(0x8000);
     const __m512i sixteen = _mm512_set1_epi32(16);
     __m512i ni = nidx16(idx0);
@@ -241,51 +261,54 @@ static int64_t select_gt_s16(const int16_t *sk, int64_t n, int32_t lo, uint32_t 
         const __mmask32 m = _mm512_mask_cmpgt_epi16_mask(valid, s, tv);
         const __m512i k0 = _mm512_add_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(s)), bias);
         const __m512i k1 = _mm512_add_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(s, 1)), bias);
-        c = emit16_entries(out, c, ni, k0, (__mmask16)m);
+        c = emit16_entries(out, c, ni, k0, (__mmask16)m, reg);
         ni = _mm512_sub_epi32(ni, sixteen);
-        c = emit16_entries(out, c, ni, k1, (__mmask16)(m >> 16));
+        c = emit16_entries(out, c, ni, k1, (__mmask16)(m >> 16), reg);
         ni = _mm512_sub_epi32(ni, sixteen);
     }
     return c;
 }
 
-static inline int64_t emit16_idx(uint32_t *out, int64_t c, __m512i iv, __mmask16 m) {
-    _mm512_mask_compressstoreu_epi32(out + c, m, iv);
-    return c + __builtin_popcount((unsigned)m);
+static inline __attribute__((always_inline)) int64_t emit16_idx(uint32_t *out, int64_t c, __m512i iv,
+                                                                __mmask16 m, bool reg) {
+    const int cnt = __builtin_popcount((unsigned)m);
+    if (reg) _mm512_mask_storeu_epi32(out + c, (__mmask16)((1u << cnt) - 1u), _mm512_maskz_compress_epi32(m, iv));
+    else _mm512_mask_compressstoreu_epi32(out + c, m, iv);
+    return c + cnt;
 }
 
-static int64_t select_idx_gt_s32(const int32_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint32_t *out) {
+static inline __attribute__((always_inline)) int64_t select_idx_gt_s32(const int32_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint32_t *out, bool reg) {
     const __m512i tv = _mm512_set1_epi32(lo), sixteen = _mm512_set1_epi32(16);
     __m512i iv = _mm512_add_epi32(_mm512_set1_epi32((int)idx0), iota16());
     int64_t c = 0, i = 0;
     for (; i + 16 <= n; i += 16) {
-        c = emit16_idx(out, c, iv, _mm512_cmpgt_epi32_mask(_mm512_loadu_si512((const void *)(sk + i)), tv));
+        c = emit16_idx(out, c, iv, _mm512_cmpgt_epi32_mask(_mm512_loadu_si512((const void *)(sk + i)), tv), reg);
         iv = _mm512_add_epi32(iv, sixteen);
     }
     if (i < n) {
         const __mmask16 valid = (__mmask16)((1u << (n - i)) - 1u);
-        c = emit16_idx(out, c, iv, _mm512_mask_cmpgt_epi32_mask(valid, _mm512_maskz_loadu_epi32(valid, sk + i), tv));
+        c = emit16_idx(out, c, iv, _mm512_mask_cmpgt_epi32_mask(valid, _mm512_maskz_loadu_epi32(valid, sk + i), tv), reg);
     }
     return c;
 }
 
-static int64_t select_idx_gt_s16(const int16_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint32_t *out) {
+static inline __attribute__((always_inline)) int64_t select_idx_gt_s16(const int16_t *sk, int64_t n, int32_t lo, uint32_t idx0, uint32_t *out, bool reg) {
     const __m512i tv = _mm512_set1_epi16((short)lo), sixteen = _mm512_set1_epi32(16);
     __m512i iv = _mm512_add_epi32(_mm512_set1_epi32((int)idx0), iota16());
     int64_t c = 0, i = 0;
     for (; i + 32 <= n; i += 32) {
         const __mmask32 m = _mm512_cmpgt_epi16_mask(_mm512_loadu_si512((const void *)(sk + i)), tv);
-        c = emit16_idx(out, c, iv, (__mmask16)m);
+        c = emit16_idx(out, c, iv, (__mmask16)m, reg);
         iv = _mm512_add_epi32(iv, sixteen);
-        c = emit16_idx(out, c, iv, (__mmask16)(m >> 16));
+        c = emit16_idx(out, c, iv, (__mmask16)(m >> 16), reg);
         iv = _mm512_add_epi32(iv, sixteen);
     }
     if (i < n) {
         const __mmask32 valid = (__mmask32)((1u << (n - i)) - 1u);
         const __mmask32 m = _mm512_mask_cmpgt_epi16_mask(valid, _mm512_maskz_loadu_epi16(valid, sk + i), tv);
-        c = emit16_idx(out, c, iv, (__mmask16)m);
+        c = emit16_idx(out, c, iv, (__mmask16)m, reg);
         iv = _mm512_add_epi32(iv, sixteen);
-        c = emit16_idx(out, c, iv, (__mmask16)(m >> 16));
+        c = emit16_idx(out, c, iv, (__mmask16)(m >> 16), reg);
     }
     return c;
 }
@@ -296,30 +319,46 @@ int64_t ts__topk_dense_select_s32__avx512(const void *p, int64_t n, int32_t t, i
                                           uint64_t *out) {
     const int32_t *sk = (const int32_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    const int64_t c = select_gt_s32(sk, n0, t - 1, idx0, out);
-    return c + select_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+    if (compress_in_register()) {
+        const int64_t c = select_gt_s32(sk, n0, t - 1, idx0, out, true);
+        return c + select_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, true);
+    }
+    const int64_t c = select_gt_s32(sk, n0, t - 1, idx0, out, false);
+    return c + select_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, false);
 }
 
 int64_t ts__topk_dense_select_s16__avx512(const void *p, int64_t n, int32_t t, int64_t last, uint32_t idx0,
                                           uint64_t *out) {
     const int16_t *sk = (const int16_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    const int64_t c = select_gt_s16(sk, n0, t - 1, idx0, out);
-    return c + select_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+    if (compress_in_register()) {
+        const int64_t c = select_gt_s16(sk, n0, t - 1, idx0, out, true);
+        return c + select_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, true);
+    }
+    const int64_t c = select_gt_s16(sk, n0, t - 1, idx0, out, false);
+    return c + select_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, false);
 }
 
 int64_t ts__topk_dense_select_idx_s32__avx512(const void *p, int64_t n, int32_t t, int64_t last, uint32_t idx0,
                                               uint32_t *out) {
     const int32_t *sk = (const int32_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    const int64_t c = select_idx_gt_s32(sk, n0, t - 1, idx0, out);
-    return c + select_idx_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+    if (compress_in_register()) {
+        const int64_t c = select_idx_gt_s32(sk, n0, t - 1, idx0, out, true);
+        return c + select_idx_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, true);
+    }
+    const int64_t c = select_idx_gt_s32(sk, n0, t - 1, idx0, out, false);
+    return c + select_idx_gt_s32(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, false);
 }
 
 int64_t ts__topk_dense_select_idx_s16__avx512(const void *p, int64_t n, int32_t t, int64_t last, uint32_t idx0,
                                               uint32_t *out) {
     const int16_t *sk = (const int16_t *)p;
     const int64_t n0 = last + 1 < n ? last + 1 : n;
-    const int64_t c = select_idx_gt_s16(sk, n0, t - 1, idx0, out);
-    return c + select_idx_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c);
+    if (compress_in_register()) {
+        const int64_t c = select_idx_gt_s16(sk, n0, t - 1, idx0, out, true);
+        return c + select_idx_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, true);
+    }
+    const int64_t c = select_idx_gt_s16(sk, n0, t - 1, idx0, out, false);
+    return c + select_idx_gt_s16(sk + n0, n - n0, t, idx0 + (uint32_t)n0, out + c, false);
 }
