@@ -208,3 +208,34 @@ int tm_write_edited(const char *path, const tm_blob *b, const char *from, const 
     free(hdr);
     return at != NULL;
 }
+
+static char g_root[64];
+
+void tm_root_make(const char *prefix) {
+    snprintf(g_root, sizeof g_root, "/tmp/%sXXXXXX", prefix);
+    if (!mkdtemp(g_root)) g_root[0] = 0;
+}
+
+void tm_root_remove(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    if (g_root[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_root);
+    g_root[0] = 0;
+}
+
+const char *tm_root(void) { return g_root; }
+
+const char *tm_at(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, 512, "%s/%s", g_root, name);
+    return b;
+}
+
+ts_model *tm_tiny(void) {
+    ts_model_config c;
+    ts_model *m = NULL;
+    if (ts_model_config_builtin("dsv4-tiny", &c) != TS_OK || ts_model_create(&c, 1, &m) != TS_OK) return NULL;
+    return m;
+}

@@ -64,4 +64,14 @@ void tm_write_all(const char *path, const uint8_t *p, size_t n);
  * was found. */
 int tm_write_edited(const char *path, const tm_blob *b, const char *from, const char *to);
 
+/* A scratch directory for checkpoint tests: tm_root_make creates /tmp/<prefix>XXXXXX (empty
+ * name on failure), tm_at(name) is a path inside it (8 rotating buffers), tm_root_remove
+ * deletes it with everything in it. One root per test file at a time. */
+void tm_root_make(const char *prefix);
+void tm_root_remove(void);
+const char *tm_root(void);
+const char *tm_at(const char *name);
+/* A seeded dsv4-tiny for one sequence; NULL on failure. */
+ts_model *tm_tiny(void);
+
 #endif

@@ -7,6 +7,7 @@
  * tensor or key. Checkpoints are edited through the library's own safetensors reader and a
  * small writer here. */
 #include "ts_test.h"
+#include "test_model_common.h"
 
 #include "model/model_internal.h"
 #include "model/safetensors.h"
@@ -20,33 +21,6 @@
 
 #define STEPS 24
 
-static char g_root[64];
-
-static void make_root(void) {
-    snprintf(g_root, sizeof g_root, "/tmp/ts_hf_XXXXXX");
-    if (!mkdtemp(g_root)) g_root[0] = 0;
-}
-
-static void remove_root(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (g_root[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_root);
-}
-
-static const char *at(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_root, name);
-    return b;
-}
-
-static ts_model *tiny(void) {
-    ts_model_config c;
-    ts_model *m = NULL;
-    if (ts_model_config_builtin("dsv4-tiny", &c) != TS_OK || ts_model_create(&c, 1, &m) != TS_OK) return NULL;
-    return m;
-}
 
 /* STEPS tokens from position 0; logits [STEPS, vocab] (malloc'ed) */
 static float *decode(ts_model *m) {
@@ -99,8 +73,8 @@ static void check_round_trip(ts_test_ctx *ts_t_, const ts_model *m, const float 
 }
 
 TS_TEST(model_hf_round_trip_every_layout) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_hf_");
+    ts_model *m = tm_tiny();
     float *want = m ? decode(m) : NULL;
     TS_CHECK(want != NULL);
     if (!want) goto done;
@@ -110,12 +84,12 @@ TS_TEST(model_hf_round_trip_every_layout) {
             char dir[64];
             snprintf(dir, sizeof dir, "%s-%d", names[lay], shards);
             ts_hf_export_options o = {(ts_hf_layout)lay, shards, false};
-            check_round_trip(ts_t_, m, want, o, at(dir), true);
+            check_round_trip(ts_t_, m, want, o, tm_at(dir), true);
         }
 done:
     free(want);
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
 
 /* A checkpoint without quantization_config (BF16 weights, as a dequantised save is) is quantised
@@ -123,17 +97,17 @@ done:
  * with a halved scale and doubled codes, which the GEMMs' power-of-two scaling makes the same
  * bits), so the logits are the quantised checkpoint's. */
 TS_TEST(model_hf_bf16_checkpoint_is_quantised_at_load) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_hf_");
+    ts_model *m = tm_tiny();
     float *want = m ? decode(m) : NULL;
     TS_CHECK(want != NULL);
     for (int lay = 0; want && lay < 3; lay += 2) {
         ts_hf_export_options o = {(ts_hf_layout)lay, 1, true};
-        check_round_trip(ts_t_, m, want, o, at(lay ? "bf16-modules" : "bf16-release"), false);
+        check_round_trip(ts_t_, m, want, o, tm_at(lay ? "bf16-modules" : "bf16-release"), false);
     }
     free(want);
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
 
 static uint8_t *slurp(const char *path, size_t *n) {
@@ -150,39 +124,39 @@ static uint8_t *slurp(const char *path, size_t *n) {
 }
 
 TS_TEST(model_hf_export_is_deterministic_and_atomic) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_hf_");
+    ts_model *m = tm_tiny();
     TS_CHECK(m != NULL);
     if (!m) goto done;
-    TS_CHECK_STATUS(ts_model_export_hf(m, at("a"), NULL), TS_OK);
-    TS_CHECK_STATUS(ts_model_export_hf(m, at("b"), NULL), TS_OK);
+    TS_CHECK_STATUS(ts_model_export_hf(m, tm_at("a"), NULL), TS_OK);
+    TS_CHECK_STATUS(ts_model_export_hf(m, tm_at("b"), NULL), TS_OK);
     const char *files[] = {"config.json", "model.safetensors"};
     for (int i = 0; i < 2; i++) {
         char pa[600], pb[600];
-        snprintf(pa, sizeof pa, "%s/%s", at("a"), files[i]);
-        snprintf(pb, sizeof pb, "%s/%s", at("b"), files[i]);
+        snprintf(pa, sizeof pa, "%s/%s", tm_at("a"), files[i]);
+        snprintf(pb, sizeof pb, "%s/%s", tm_at("b"), files[i]);
         size_t na = 0, nb = 0;
         uint8_t *a = slurp(pa, &na), *b = slurp(pb, &nb);
         TS_CHECK_MSG(a && b && na == nb && !memcmp(a, b, na), "%s differs between two exports", files[i]);
         free(a), free(b);
     }
     /* an existing, non-empty directory is refused and left alone; an empty one is replaced */
-    TS_CHECK_STATUS(ts_model_export_hf(m, at("a"), NULL), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_model_export_hf(m, tm_at("a"), NULL), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "exists") != NULL);
     struct stat sb;
     char p[600];
-    snprintf(p, sizeof p, "%s/model.safetensors", at("a"));
+    snprintf(p, sizeof p, "%s/model.safetensors", tm_at("a"));
     TS_CHECK(stat(p, &sb) == 0);
-    TS_CHECK(mkdir(at("empty"), 0755) == 0);
-    TS_CHECK_STATUS(ts_model_export_hf(m, at("empty"), NULL), TS_OK);
+    TS_CHECK(mkdir(tm_at("empty"), 0755) == 0);
+    TS_CHECK_STATUS(ts_model_export_hf(m, tm_at("empty"), NULL), TS_OK);
     /* a missing parent: an I/O error, and no temporary directory left behind */
-    TS_CHECK_STATUS(ts_model_export_hf(m, at("no/such/dir"), NULL), TS_ERR_IO);
+    TS_CHECK_STATUS(ts_model_export_hf(m, tm_at("no/such/dir"), NULL), TS_ERR_IO);
     char cmd[700];
-    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s' | grep -v '^a$\\|^b$\\|^empty$')\"", g_root);
-    TS_CHECK_MSG(system(cmd) == 0, "files left in %s after a failed export", g_root);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s' | grep -v '^a$\\|^b$\\|^empty$')\"", tm_root());
+    TS_CHECK_MSG(system(cmd) == 0, "files left in %s after a failed export", tm_root());
 done:
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
 
 /* ---- editing checkpoints */
@@ -312,7 +286,7 @@ typedef void (*tensor_edit)(ed_file *f);
 
 static void ed_check(ts_test_ctx *ts_t_, const ts_model *m, const char *what, tensor_edit fn,
                      ts_status code, const char *n1, const char *n2) {
-    const char *dir = at("bad");
+    const char *dir = tm_at("bad");
     TS_CHECK(fresh(m, dir, 1));
     char p[600];
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
@@ -369,8 +343,8 @@ static void fp8_nan(ed_file *f) {
 }
 
 TS_TEST(model_hf_refuses_bad_tensors) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_hf_");
+    ts_model *m = tm_tiny();
     TS_CHECK(m != NULL);
     if (!m) goto done;
     ed_check(ts_t_, m, "missing tensor", drop_wq_a, TS_ERR_INVALID_ARGUMENT, "layers.0.attn.wq_a.weight", "missing");
@@ -383,7 +357,7 @@ TS_TEST(model_hf_refuses_bad_tensors) {
     ed_check(ts_t_, m, "tid2eid repeat", tid_repeat, TS_ERR_INVALID_ARGUMENT, "layers.0.ffn.gate.tid2eid", "twice");
     ed_check(ts_t_, m, "e4m3 NaN", fp8_nan, TS_ERR_INVALID_ARGUMENT, "layers.1.attn.wkv.weight", "NaN");
     /* a shard the index names is gone */
-    const char *dir = at("bad");
+    const char *dir = tm_at("bad");
     TS_CHECK(fresh(m, dir, 2));
     char p[600];
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
@@ -396,12 +370,12 @@ TS_TEST(model_hf_refuses_bad_tensors) {
     expect_fail(ts_t_, "no weights", dir, TS_ERR_IO, "model.safetensors", NULL);
 done:
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
 
 TS_TEST(model_hf_refuses_bad_configs) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_hf_");
+    ts_model *m = tm_tiny();
     TS_CHECK(m != NULL);
     static const struct {
         const char *what, *from, *to;
@@ -433,12 +407,12 @@ TS_TEST(model_hf_refuses_bad_configs) {
         {"not JSON", "{", "[", TS_ERR_INVALID_ARGUMENT, "config.json", NULL},
     };
     for (size_t i = 0; m && i < sizeof cases / sizeof *cases; i++) {
-        const char *dir = at("cfg");
+        const char *dir = tm_at("cfg");
         TS_CHECK(fresh(m, dir, 1));
         TS_CHECK_MSG(edit_config(dir, cases[i].from, cases[i].to), "%s: '%s' not in config.json",
                      cases[i].what, cases[i].from);
         expect_fail(ts_t_, cases[i].what, dir, cases[i].code, "config.json" , cases[i].n1, cases[i].n2, NULL);
     }
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }

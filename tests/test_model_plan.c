@@ -5,6 +5,7 @@
  * prefill; the expert split follows the EP model's E / R blocks; bad directories are refused
  * with the loader's messages. */
 #include "ts_test.h"
+#include "test_model_common.h"
 
 #include "model/model_internal.h"
 #include "tilestack/model.h"
@@ -14,33 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static char g_root[64];
-
-static void make_root(void) {
-    snprintf(g_root, sizeof g_root, "/tmp/ts_plan_XXXXXX");
-    if (!mkdtemp(g_root)) g_root[0] = 0;
-}
-
-static void remove_root(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (g_root[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_root);
-}
-
-static const char *at(const char *name) {
-    static char buf[4][512];
-    static int k;
-    char *b = buf[k++ % 4];
-    snprintf(b, 512, "%s/%s", g_root, name);
-    return b;
-}
-
-static ts_model *tiny(void) {
-    ts_model_config c;
-    ts_model *m = NULL;
-    if (ts_model_config_builtin("dsv4-tiny", &c) != TS_OK || ts_model_create(&c, 1, &m) != TS_OK) return NULL;
-    return m;
-}
 
 static void plan_vs_load(ts_test_ctx *ts_t_, const char *dir, int64_t B) {
     ts_model_plan p;
@@ -66,8 +40,8 @@ static void plan_vs_load(ts_test_ctx *ts_t_, const char *dir, int64_t B) {
 }
 
 TS_TEST(model_plan_r1_equals_what_the_loader_does) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_plan_");
+    ts_model *m = tm_tiny();
     TS_CHECK(m != NULL);
     static const struct { ts_hf_layout lay; int shards; bool deq; const char *name; } cases[] = {
         {TS_HF_LAYOUT_RELEASE, 1, false, "release"},
@@ -77,21 +51,21 @@ TS_TEST(model_plan_r1_equals_what_the_loader_does) {
     };
     for (size_t i = 0; m && i < sizeof cases / sizeof *cases; i++) {
         ts_hf_export_options o = {cases[i].lay, cases[i].shards, cases[i].deq};
-        TS_CHECK_STATUS(ts_model_export_hf(m, at(cases[i].name), &o), TS_OK);
-        plan_vs_load(ts_t_, at(cases[i].name), i == 1 ? 3 : 1);
+        TS_CHECK_STATUS(ts_model_export_hf(m, tm_at(cases[i].name), &o), TS_OK);
+        plan_vs_load(ts_t_, tm_at(cases[i].name), i == 1 ? 3 : 1);
     }
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
 
 TS_TEST(model_plan_rank_table_splits_experts_as_ep) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_plan_");
+    ts_model *m = tm_tiny();
     TS_CHECK(m != NULL);
-    TS_CHECK_STATUS(m ? ts_model_export_hf(m, at("ck"), NULL) : TS_ERR_INTERNAL, TS_OK);
+    TS_CHECK_STATUS(m ? ts_model_export_hf(m, tm_at("ck"), NULL) : TS_ERR_INTERNAL, TS_OK);
     const int64_t E = m ? m->cfg.n_routed_experts : 0;
     ts_model_plan p;
-    TS_CHECK_STATUS(ts_model_plan_dir(at("ck"), 0, 1, 0, &p), TS_OK);
+    TS_CHECK_STATUS(ts_model_plan_dir(tm_at("ck"), 0, 1, 0, &p), TS_OK);
     TS_CHECK_EQ_INT(p.n, 4);
     for (int32_t i = 0; i < p.n && E % 8 == 0; i++) {
         const int64_t R = (int64_t)1 << i;
@@ -105,15 +79,15 @@ TS_TEST(model_plan_rank_table_splits_experts_as_ep) {
     }
     /* a longer context: the caches scale, the weights do not */
     ts_model_plan q;
-    TS_CHECK_STATUS(ts_model_plan_dir(at("ck"), 1, 2, 4096, &q), TS_OK);
+    TS_CHECK_STATUS(ts_model_plan_dir(tm_at("ck"), 1, 2, 4096, &q), TS_OK);
     TS_CHECK_EQ_INT(q.context, 4096);
     TS_CHECK(q.r[0].kv_cache > p.r[0].kv_cache);
     TS_CHECK_EQ_INT((int64_t)q.r[0].shared_mapped, (int64_t)p.r[0].shared_mapped);
     /* R must divide E */
-    TS_CHECK_STATUS(ts_model_plan_dir(at("ck"), E + 1, 1, 0, &q), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_model_plan_dir(tm_at("ck"), E + 1, 1, 0, &q), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "not a multiple of ranks") != NULL);
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
 
 static void write_file(const char *path, const char *text) {
@@ -125,26 +99,26 @@ static void write_file(const char *path, const char *text) {
 }
 
 TS_TEST(model_plan_refuses_bad_directories) {
-    make_root();
-    ts_model *m = tiny();
+    tm_root_make("ts_plan_");
+    ts_model *m = tm_tiny();
     ts_hf_export_options o = {TS_HF_LAYOUT_RELEASE, 2, false};
-    TS_CHECK_STATUS(m ? ts_model_export_hf(m, at("ck"), &o) : TS_ERR_INTERNAL, TS_OK);
+    TS_CHECK_STATUS(m ? ts_model_export_hf(m, tm_at("ck"), &o) : TS_ERR_INTERNAL, TS_OK);
     ts_model_plan p;
     TS_CHECK_STATUS(ts_model_plan_dir(NULL, 1, 1, 0, &p), TS_ERR_NULL_POINTER);
-    TS_CHECK_STATUS(ts_model_plan_dir(at("ck"), 1, 0, 0, &p), TS_ERR_INVALID_ARGUMENT);
-    TS_CHECK_STATUS(ts_model_plan_dir(at("ck"), -1, 1, 0, &p), TS_ERR_INVALID_ARGUMENT);
-    TS_CHECK_STATUS(ts_model_plan_dir(at("none"), 1, 1, 0, &p), TS_ERR_IO);
+    TS_CHECK_STATUS(ts_model_plan_dir(tm_at("ck"), 1, 0, 0, &p), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_model_plan_dir(tm_at("ck"), -1, 1, 0, &p), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK_STATUS(ts_model_plan_dir(tm_at("none"), 1, 1, 0, &p), TS_ERR_IO);
     /* a hostile index: a shard outside the directory */
-    write_file(at("ck/model.safetensors.index.json"),
+    write_file(tm_at("ck/model.safetensors.index.json"),
                "{\"weight_map\": {\"embed.weight\": \"../../etc/passwd\"}}");
-    const ts_status st = ts_model_plan_dir(at("ck"), 1, 1, 0, &p);
+    const ts_status st = ts_model_plan_dir(tm_at("ck"), 1, 1, 0, &p);
     TS_CHECK(st != TS_OK);
     TS_CHECK_MSG(strstr(ts_last_error(), "index") != NULL || strstr(ts_last_error(), "passwd") != NULL,
                  "message: %s", ts_last_error());
     /* config.json missing */
-    unlink(at("ck/config.json"));
-    TS_CHECK(ts_model_plan_dir(at("ck"), 1, 1, 0, &p) != TS_OK);
+    unlink(tm_at("ck/config.json"));
+    TS_CHECK(ts_model_plan_dir(tm_at("ck"), 1, 1, 0, &p) != TS_OK);
     TS_CHECK_MSG(strstr(ts_last_error(), "config.json") != NULL, "message: %s", ts_last_error());
     ts_model_free(m);
-    remove_root();
+    tm_root_remove();
 }
