@@ -63,9 +63,14 @@ static inline void transpose16x16_u32(__m512i x[16]) {
     }
 }
 
-/* rows r0 .. r0 + 15, K k .. k + 63 (row i at src + i * ld) -> dst[q * 16 + i], q < 64 */
-static inline void pack_e4m3_16x64(const uint8_t *src, int64_t ld, float *dst) {
-    __m512i x[16];
+/* 16 rows of 64 bytes (row i at src + i * ld), transposed into 4-byte groups (transpose16x16_u8x4) */
+static inline void load16_u8x4(const uint8_t *src, int64_t ld, __m512i x[16]) {
+    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512((const void *)(src + i * ld));
+    transpose16x16_u8x4(x);
+}
+
+/* The same for e4m3 codes, returning whether any is a NaN code (|c| = 0x7F) */
+static inline __mmask64 load16_e4m3(const uint8_t *src, int64_t ld, __m512i x[16]) {
     __mmask64 nan = 0;
     const __m512i m7f = _mm512_set1_epi8(0x7F);
     for (int i = 0; i < 16; i++) {
@@ -73,6 +78,19 @@ static inline void pack_e4m3_16x64(const uint8_t *src, int64_t ld, float *dst) {
         nan |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(x[i], m7f), m7f);
     }
     transpose16x16_u8x4(x);
+    return nan;
+}
+
+/* The 16 e2m1 values by code (sign bit 3) */
+static inline __m512 e2m1_table(void) {
+    return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0.0f, -0.5f, -1.0f,
+                          -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+}
+
+/* rows r0 .. r0 + 15, K k .. k + 63 (row i at src + i * ld) -> dst[q * 16 + i], q < 64 */
+static inline void pack_e4m3_16x64(const uint8_t *src, int64_t ld, float *dst) {
+    __m512i x[16];
+    const __mmask64 nan = load16_e4m3(src, ld, x);
     const __m512 k256 = _mm512_set1_ps(256.0f); /* the f16 route's 2^-8 undone (exact) */
     for (int j = 0; j < 16; j++)
         for (int half = 0; half < 2; half++) { /* lanes 2 half, 2 half + 1: K 32 half + j, + 16 */
@@ -95,13 +113,7 @@ static inline __m512i bf16_pair(__m512 hi_k, __m512 lo_k1) {
 /* As pack_e4m3_16x64, into bf16 pairs: dst[q * 16 + i], q < 32 (K 2q, 2q + 1) */
 static inline void pack_e4m3_16x64_pairs(const uint8_t *src, int64_t ld, uint32_t *dst) {
     __m512i x[16];
-    __mmask64 nan = 0;
-    const __m512i m7f = _mm512_set1_epi8(0x7F);
-    for (int i = 0; i < 16; i++) {
-        x[i] = _mm512_loadu_si512((const void *)(src + i * ld));
-        nan |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(x[i], m7f), m7f);
-    }
-    transpose16x16_u8x4(x);
+    const __mmask64 nan = load16_e4m3(src, ld, x);
     const __m512 k256 = _mm512_set1_ps(256.0f);
     for (int j = 0; j < 16; j += 2)
         for (int half = 0; half < 2; half++) { /* K 32 half + j (+ 1), and + 16 */
@@ -134,11 +146,9 @@ static inline void pack_bf16_16x32(const uint16_t *src, int64_t ld, float *dst) 
 /* packed e2m1 rows (byte b = K 2b low nibble, 2b + 1 high), K k .. k + 127 (64 bytes from
  * src) -> dst[q * 16 + i], q < 128 */
 static inline void pack_e2m1_16x128(const uint8_t *src, int64_t ld, float *dst) {
-    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0.0f,
-                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512 tab = e2m1_table();
     __m512i x[16];
-    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512((const void *)(src + i * ld));
-    transpose16x16_u8x4(x);
+    load16_u8x4(src, ld, x);
     /* byte 16 lane + j holds K 2 (16 lane + j) (low nibble) and the next; vpermps reads
      * index bits 0..3 only, so the low nibble needs no mask */
 #define TS__E2M1_LANE(lane)                                                                    \
@@ -161,12 +171,10 @@ static inline void pack_e2m1_16x128(const uint8_t *src, int64_t ld, float *dst) 
  * nibble) itself, dst[q * 16 + i], q < 64. The table's f32 values have zero low halves, so
  * the high part is the f32 table and the low part the same table shifted down. */
 static inline void pack_e2m1_16x128_pairs(const uint8_t *src, int64_t ld, uint32_t *dst) {
-    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0.0f,
-                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512 tab = e2m1_table();
     const __m512i thi = _mm512_castps_si512(tab), tlo = _mm512_srli_epi32(thi, 16);
     __m512i x[16];
-    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512((const void *)(src + i * ld));
-    transpose16x16_u8x4(x);
+    load16_u8x4(src, ld, x);
 #define TS__E2M1_PAIRS(lane)                                                                   \
     do {                                                                                       \
         const __m512i d = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(x[j], lane));         \
