@@ -172,21 +172,6 @@ typedef struct ed_tensor {
 
 typedef struct ed_file { ed_tensor t[512]; int n; } ed_file;
 
-static const char *dname(ts_dtype t) {
-    switch (t) {
-    case TS_I8: return "I8";
-    case TS_I32: return "I32";
-    case TS_I64: return "I64";
-    case TS_U8: return "U8";
-    case TS_F16: return "F16";
-    case TS_BF16: return "BF16";
-    case TS_F32: return "F32";
-    case TS_E4M3: return "F8_E4M3";
-    case TS_UE8M0: return "F8_E8M0";
-    default: return "BOOL";
-    }
-}
-
 static bool ed_read(const char *path, ed_file *f) {
     ts__st_file *s = NULL;
     f->n = 0;
@@ -213,7 +198,7 @@ static void ed_write(const char *path, ed_file *f) {
     for (int i = 0; i < f->n; i++) {
         ed_tensor *t = &f->t[i];
         k += (size_t)snprintf(h + k, (1 << 20) - k, "%s\"%s\": {\"dtype\": \"%s\", \"shape\": [", i ? ", " : "",
-                              t->name, dname(t->dtype));
+                              t->name, ts__st_dtype_name(t->dtype));
         for (int d = 0; d < t->ndim; d++) k += (size_t)snprintf(h + k, (1 << 20) - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
         k += (size_t)snprintf(h + k, (1 << 20) - k, "], \"data_offsets\": [%llu, %llu]}",
                               (unsigned long long)off, (unsigned long long)(off + t->n));

@@ -52,25 +52,6 @@ typedef struct ts__hf_v4_loader {
     size_t mapped, converted, quantized;
 } loader;
 
-static const char *dt_name(ts_dtype t) {
-    switch (t) {
-    case TS_BOOL: return "BOOL";
-    case TS_I8: return "I8";
-    case TS_I16: return "I16";
-    case TS_I32: return "I32";
-    case TS_I64: return "I64";
-    case TS_U8: return "U8";
-    case TS_F16: return "F16";
-    case TS_BF16: return "BF16";
-    case TS_F32: return "F32";
-    case TS_F64: return "F64";
-    case TS_E4M3: return "F8_E4M3";
-    case TS_E5M2: return "F8_E5M2";
-    case TS_UE8M0: return "F8_E8M0";
-    default: return "?";
-    }
-}
-
 static const char *esc(const char *s, char b[TS__ESC_CAP]) { return ts__text_escape_str(s, b, TS__ESC_CAP); }
 
 static const char *shard_path(const loader *l, int shard) { return l->d->shards[shard]->path; }
@@ -120,9 +101,9 @@ static ts_status resolve(loader *l, const char *name, const char *ts_name, const
     if (k == ndt) {
         char want[64] = {0};
         for (int i = 0; i < ndt; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", i ? " or " : "", dt_name(dts[i]));
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", i ? " or " : "", ts__st_dtype_name(dts[i]));
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: tensor '%s': dtype %s, expected %s (%s)",
-                        shard_path(l, shard), esc(name, e1), dt_name(t->dtype), want, why);
+                        shard_path(l, shard), esc(name, e1), ts__st_dtype_name(t->dtype), want, why);
     }
     bool same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];

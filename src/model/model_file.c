@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.h"
 #include "core/text_escape.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -13,17 +14,6 @@
 #include <sys/stat.h>
 
 ts_status ts__model_create_from_records(ts_model *m);
-
-static const char *dtype_str(ts_dtype t) {
-    switch (t) {
-    case TS_F32: return "F32";
-    case TS_BF16: return "BF16";
-    case TS_E4M3: return "F8_E4M3";
-    case TS_U8: return "U8";
-    case TS_I32: return "I32";
-    default: return "?";
-    }
-}
 
 /* ---- save */
 
@@ -82,7 +72,7 @@ ts_status ts_model_save_weights(const ts_model *m, const char *path) {
     uint64_t off = 0;
     for (int64_t i = 0; i < m->nrecs; i++) {
         const ts__mtensor *t = &m->recs[i];
-        sb_printf(&h, ", \"%s\": {\"dtype\": \"%s\", \"shape\": [%lld", t->name, dtype_str(t->dtype),
+        sb_printf(&h, ", \"%s\": {\"dtype\": \"%s\", \"shape\": [%lld", t->name, ts__st_dtype_name(t->dtype),
                   (long long)t->shape[0]);
         if (t->ndim == 2) sb_printf(&h, ", %lld", (long long)t->shape[1]);
         sb_printf(&h, "], \"data_offsets\": [%llu, %llu]}", (unsigned long long)off,
@@ -163,10 +153,10 @@ static ts_status check_entry(const char *path, const ts__json *hdr, const ts__mt
                    *of = ts__json_get(t, "data_offsets");
     if (!dt || dt->kind != TS__JSON_STR)
         return bad(path, "tensor %s: dtype missing or not a string", want->name);
-    if (strcmp(dt->str, dtype_str(want->dtype)) != 0)
+    if (strcmp(dt->str, ts__st_dtype_name(want->dtype)) != 0)
         return bad(path, "tensor %s: dtype \"%s\", expected %s", want->name,
                    ts__text_escape_str(dt->str, (char[TS__ESC_CAP]){0}, TS__ESC_CAP),
-                   dtype_str(want->dtype));
+                   ts__st_dtype_name(want->dtype));
     if (!sh || sh->kind != TS__JSON_ARR)
         return bad(path, "tensor %s: shape missing or not an array", want->name);
     bool shape_ok = sh->n == want->ndim;

@@ -21,6 +21,12 @@ static const struct { const char *name; ts_dtype dtype; } k_dtypes[] = {
     {"F32", TS_F32},   {"F64", TS_F64}, {"F8_E4M3", TS_E4M3}, {"F8_E5M2", TS_E5M2},
     {"F8_E8M0", TS_UE8M0}};
 
+const char *ts__st_dtype_name(ts_dtype t) {
+    for (size_t k = 0; k < sizeof k_dtypes / sizeof *k_dtypes; k++)
+        if (k_dtypes[k].dtype == t) return k_dtypes[k].name;
+    return "?";
+}
+
 static ts_status bad(const char *path, const char *tensor, const char *msg) {
     char esc[TS__ESC_CAP];
     if (tensor)

@@ -44,6 +44,8 @@ ts_status ts__st_open(int dirfd, const char *name, const char *path, ts__st_file
 void ts__st_close(ts__st_file *f);
 /* The tensor called `name`, or NULL. */
 const ts__st_tensor *ts__st_find(const ts__st_file *f, const char *name);
+/* The safetensors name of a dtype ("F8_E4M3", ...); "?" for one the format has no name for. */
+const char *ts__st_dtype_name(ts_dtype t);
 
 /* ---- a Hugging Face checkpoint directory (hf_checkpoint.c) ----
  * config.json plus model.safetensors, or model.safetensors.index.json naming the shards. Shard
