@@ -8,8 +8,11 @@
  * tid2eid becomes I64 as in the release. `dequantize` writes FP8 / FP4 weights as the BF16 of
  * code x scale (exact, else refused) with no quantization_config: a "BF16-only" checkpoint.
  * The directory is written under a temporary name beside `dir` and renamed at the end, so a
- * failed export leaves nothing half written. */
+ * failed export leaves nothing half written. A skeleton (ts__hf_v4_write_skeleton) is the same
+ * writing with no data: every tensor a config implies, its data section a hole. */
 #include "hf_v4.h"
+
+#include "core/file_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +33,7 @@ typedef struct piece {
 } piece;
 
 typedef struct entry {
-    char name[192];
+    char name[208]; /* as ts__hf_src.scale, the longer of its names */
     const char *dtype;
     int ndim;
     int64_t shape[3];
@@ -63,6 +66,18 @@ static void free_entries(elist *l) {
 
 static const ts__mtensor *rec_of(const ts_model *m, const char *name) { return ts__model_find(m, name); }
 
+/* The stored dtype of a record of dtype d (scale: an FP8 / FP4 weight's f32 scale record) in a
+ * quantised checkpoint, and its element size. */
+static const char *release_dtype(ts_dtype d, bool scale, uint64_t *esize) {
+    *esize = 1;
+    if (scale) return "F8_E8M0";
+    if (d == TS_E4M3) return "F8_E4M3";
+    if (d == TS_U8) return "I8"; /* FP4 codes, low nibble first, as the release stores them */
+    if (d == TS_I32) return *esize = 8, "I64";
+    *esize = ts_dtype_size(d);
+    return d == TS_BF16 ? "BF16" : "F32";
+}
+
 /* One spec's values (or, `scale`, its scale) as an entry of n pieces (experts > 0: the merged
  * experts of the module layout, npieces / experts pieces per expert). */
 static ts_status fill_entry(entry *e, const char *name, const ts__wspec *sp, bool scale,
@@ -76,19 +91,8 @@ static ts_status fill_entry(entry *e, const char *name, const ts__wspec *sp, boo
     const ts__mtensor *r0 = scale ? s[0] : v[0];
     int64_t rows = r0->shape[0], cols = r0->ndim == 2 ? r0->shape[1] : 0;
     uint64_t esize;
-    if (quant && deq) {
-        e->dtype = "BF16", esize = 2, rows = sp->shape[0], cols = sp->shape[1];
-    } else if (scale) {
-        e->dtype = "F8_E8M0", esize = 1;
-    } else if (r0->dtype == TS_E4M3) {
-        e->dtype = "F8_E4M3", esize = 1;
-    } else if (r0->dtype == TS_U8) {
-        e->dtype = "I8", esize = 1; /* FP4 codes, low nibble first, as the release stores them */
-    } else if (r0->dtype == TS_I32) {
-        e->dtype = "I64", esize = 8;
-    } else {
-        e->dtype = r0->dtype == TS_BF16 ? "BF16" : "F32", esize = ts_dtype_size(r0->dtype);
-    }
+    if (quant && deq) e->dtype = "BF16", esize = 2, rows = sp->shape[0], cols = sp->shape[1];
+    else e->dtype = release_dtype(r0->dtype, scale, &esize);
     for (int64_t i = 0; i < npieces; i++) {
         piece *p = &e->pieces[i];
         p->v = scale ? s[i] : v[i];
@@ -292,9 +296,14 @@ static ts_status write_shard(const elist *l, int shard, const char *path) {
     ts_status st = put(f, len8, 8) && put(f, text, hl) && put(f, "        ", padded - hl)
                        ? TS_OK : ts__fail(TS_ERR_IO, "%s: writing %s failed: %s", FN, path, strerror(errno));
     free(text);
-    for (int64_t i = 0; i < l->n && st == TS_OK; i++)
+    bool hole = false; /* a skeleton's entries have no pieces: their data is a hole */
+    for (int64_t i = 0; i < l->n && st == TS_OK; i++) {
+        hole |= l->v[i].shard == shard && l->v[i].npieces == 0 && l->v[i].nbytes > 0;
         for (int64_t k = 0; l->v[i].shard == shard && k < l->v[i].npieces && st == TS_OK; k++)
             st = write_piece(f, &l->v[i].pieces[k], path);
+    }
+    if (st == TS_OK && hole && (fflush(f) != 0 || ftruncate(fileno(f), (off_t)(8 + padded + off)) != 0))
+        st = ts__fail(TS_ERR_IO, "%s: writing %s failed: %s", FN, path, strerror(errno));
     return close_file(f, path, st);
 }
 
@@ -352,6 +361,39 @@ static void remove_tree(const char *tmp, int n) {
     rmdir(tmp);
 }
 
+/* config.json (cfg) and the entries' n shards (+ the index when n > 1) into a temporary
+ * directory beside `dir`, renamed into place once complete. */
+static ts_status write_dir(const char *dir, const char *cfg, const elist *l, int n) {
+    char tmp[4200], path[4400];
+    const size_t dl = strlen(dir);
+    size_t end = dl;
+    while (end > 1 && dir[end - 1] == '/') end--;
+    size_t b = end;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(tmp, sizeof tmp, "%.*s.%.*s.tmp-XXXXXX", (int)b, dir, (int)(end - b), dir + b);
+    if (!mkdtemp(tmp)) return ts__fail(TS_ERR_IO, "%s: cannot create a directory beside %s: %s", FN, dir, strerror(errno));
+    ts_status st = TS_OK;
+    if (chmod(tmp, 0755) != 0) st = ts__fail(TS_ERR_IO, "%s: %s: %s", FN, tmp, strerror(errno));
+    if (st == TS_OK) {
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        st = write_text(path, cfg);
+    }
+    for (int i = 0; st == TS_OK && i < n; i++) {
+        char sn[64];
+        shard_name(i, n, sn, sizeof sn);
+        snprintf(path, sizeof path, "%s/%s", tmp, sn);
+        st = write_shard(l, i, path);
+    }
+    if (st == TS_OK && n > 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
+        st = write_index(l, n, path);
+    }
+    if (st == TS_OK) st = check_target(dir);
+    if (st == TS_OK && rename(tmp, dir) != 0) st = ts__fail(TS_ERR_IO, "%s: renaming %s to %s failed: %s", FN, tmp, dir, strerror(errno));
+    if (st != TS_OK) remove_tree(tmp, n);
+    return st;
+}
+
 ts_status ts_model_export_hf(const ts_model *m, const char *dir, const ts_hf_export_options *opts) {
     if (!m || !dir) return ts__fail(TS_ERR_NULL_POINTER, "%s: NULL argument", FN);
     ts_hf_export_options o = {TS_HF_LAYOUT_RELEASE, 1, false};
@@ -382,37 +424,64 @@ ts_status ts_model_export_hf(const ts_model *m, const char *dir, const ts_hf_exp
     }
     for (int64_t i = 0; i < l.n; i++) l.v[i].order = i;
     if (l.n) qsort(l.v, (size_t)l.n, sizeof *l.v, by_width);
-    /* a temporary directory beside the target, renamed into place once complete */
-    char tmp[4200], path[4400];
-    size_t end = dl;
-    while (end > 1 && dir[end - 1] == '/') end--;
-    size_t b = end;
-    while (b > 0 && dir[b - 1] != '/') b--;
-    snprintf(tmp, sizeof tmp, "%.*s.%.*s.tmp-XXXXXX", (int)b, dir, (int)(end - b), dir + b);
-    bool made = false;
-    if (st == TS_OK) {
-        if (!mkdtemp(tmp)) st = ts__fail(TS_ERR_IO, "%s: cannot create a directory beside %s: %s", FN, dir, strerror(errno));
-        else made = true;
-    }
-    if (st == TS_OK && chmod(tmp, 0755) != 0) st = ts__fail(TS_ERR_IO, "%s: %s: %s", FN, tmp, strerror(errno));
-    if (st == TS_OK) {
-        snprintf(path, sizeof path, "%s/config.json", tmp);
-        st = write_text(path, cfg);
-    }
-    for (int i = 0; st == TS_OK && i < n; i++) {
-        char sn[64];
-        shard_name(i, n, sn, sizeof sn);
-        snprintf(path, sizeof path, "%s/%s", tmp, sn);
-        st = write_shard(&l, i, path);
-    }
-    if (st == TS_OK && n > 1) {
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
-        st = write_index(&l, n, path);
-    }
-    if (st == TS_OK) st = check_target(dir);
-    if (st == TS_OK && rename(tmp, dir) != 0) st = ts__fail(TS_ERR_IO, "%s: renaming %s to %s failed: %s", FN, tmp, dir, strerror(errno));
-    if (st != TS_OK && made) remove_tree(tmp, n);
+    if (st == TS_OK) st = write_dir(dir, cfg, &l, n);
     free_entries(&l);
     free(cfg);
+    return st;
+}
+
+/* ---- a skeleton (docs/models.md "Memory per rank") */
+
+ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir) {
+    static const char fn[] = "hf skeleton";
+    if (!config_path || !dir) return ts__fail(TS_ERR_NULL_POINTER, "%s: NULL argument", fn);
+    const size_t dl = strlen(dir);
+    if (dl == 0 || dl > 4000) return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: bad directory name", fn);
+    char *text = NULL;
+    size_t len = 0;
+    TS__RETURN_IF_ERROR(ts__read_file_capped(AT_FDCWD, config_path, config_path, (size_t)1 << 20,
+                                             true, &text, &len));
+    ts_model_config cfg;
+    ts__hf_v4_info info;
+    ts_status st = ts__hf_v4_parse_config(text, len, config_path, "skeleton", &cfg, &info);
+    if (st == TS_OK && !info.quantized)
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s has no quantization_config (the skeleton "
+                      "holds FP8 / FP4 tensors)", fn, config_path);
+    ts__wspec *specs = NULL;
+    int64_t ns = 0;
+    if (st == TS_OK) st = ts__model_weight_specs(&cfg, &specs, &ns);
+    elist l = {0};
+    /* every tensor the loader expects, release layout, as a quantised export stores it, with
+     * no pieces: write_shard leaves the data a hole */
+    for (int64_t i = 0; st == TS_OK && i < ns; i++) {
+        ts__mtensor rec[2];
+        const int nr = ts__model_spec_records(&specs[i], rec);
+        ts__hf_src src;
+        st = ts__hf_v4_source(&specs[i], &cfg, TS_HF_LAYOUT_RELEASE, info.tied, &src);
+        if (st != TS_OK || (info.tied && !strcmp(specs[i].name, "head"))) continue;
+        for (int k = 0; st == TS_OK && k < nr; k++) {
+            entry *e = add_entry(&l);
+            if (!e) {
+                st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s", fn);
+                break;
+            }
+            uint64_t esize;
+            snprintf(e->name, sizeof e->name, "%s", k ? src.scale : src.name);
+            e->dtype = release_dtype(rec[k].dtype, k == 1, &esize);
+            e->ndim = rec[k].ndim;
+            e->shape[0] = rec[k].shape[0];
+            e->shape[1] = rec[k].shape[1];
+            e->nbytes = (uint64_t)rec[k].shape[0] * (uint64_t)(rec[k].ndim == 2 ? rec[k].shape[1] : 1) * esize;
+            e->order = l.n - 1;
+        }
+    }
+    free(specs);
+    if (st == TS_OK && l.n) qsort(l.v, (size_t)l.n, sizeof *l.v, by_width);
+    if (st == TS_OK) {
+        /* config.json as given (NUL-terminated by the reader) */
+        st = write_dir(dir, text, &l, 1);
+    }
+    free_entries(&l);
+    free(text);
     return st;
 }

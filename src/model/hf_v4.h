@@ -76,7 +76,8 @@ typedef ts_status (*ts__hf_v4_plan_fn)(void *ctx, const ts__hf_plan_item *it);
 ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_model_config *cfg);
 
 /* config.json (copied as it is) + a model.safetensors whose header lists every tensor of that
- * config (release layout, quantised) over a data section left as a hole (hf_skeleton_v4.c). */
+ * config (release layout, quantised) over a data section left as a hole (hf_export_v4.c; written as an export is, atomically into a
+ * new directory). */
 ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir);
 
 #endif
