@@ -222,10 +222,17 @@ static inline __attribute__((always_inline)) int64_t emit16_entries(uint64_t *ou
     return c + c0 + c1;
 }
 
-/* Whether this CPU takes the register-compress way above (AMD). */
+/* Whether this CPU takes the register-compress way above (AMD); decided once (a racing first
+ * call computes the same value). */
 static bool compress_in_register(void) {
-    const ts_cpu_info *ci = ts_get_cpu_info();
-    return ci && !strcmp(ci->vendor, "AuthenticAMD");
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const ts_cpu_info *ci = ts_get_cpu_info();
+        v = ci && !strcmp(ci->vendor, "AuthenticAMD");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 static inline __m512i nidx16(uint32_t idx) { /* ~(idx + j) = ~idx - j */
