@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The Python packages (python/: deep_gemm, deep_select, flash_mla, deep_ep, tile_kernels) built
+# against the first given build directory's libtilestack.a and tested with pytest (python/tests).
+# The virtual environment (torch CPU use, numpy, pytest, scikit-build-core from PyPI) lives under
+# that build directory and is made once; TS_PYTHON_VENV=DIR uses an existing one instead.
+# Without python3-venv or PyPI the check is skipped with a message, except under CI (CI=true),
+# where that fails. Ends with "N passed, N failed".
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=
+for dir in "$@"; do
+  [ -f "$dir/libtilestack.a" ] && { build=$(cd "$dir" && pwd); break; }
+done
+skip() {
+  if [ "${CI:-}" = true ]; then echo "python packages: $1 (required under CI)"; echo "0 passed, 1 failed"; exit 1; fi
+  echo "python packages: skipped: $1"
+  echo "0 passed, 0 failed"
+  exit 0
+}
+[ -n "$build" ] || skip "no libtilestack.a in $*"
+echo "=== python packages: against $build ==="
+venv=${TS_PYTHON_VENV:-$build/py-venv}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numpy, pytest, scikit_build_core" 2>/dev/null; then
+  [ -n "${TS_PYTHON_VENV:-}" ] && skip "TS_PYTHON_VENV=$venv lacks torch / numpy / pytest / scikit-build-core"
+  command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+  rm -rf "$venv"
+  python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv failed (apt-get install python3-venv)"
+  start=$(date +%s)
+  "$venv/bin/pip" install -q --disable-pip-version-check torch numpy pytest scikit-build-core \
+    >"$venv.log" 2>&1 || { tail -n 5 "$venv.log"; skip "pip could not install torch / numpy / pytest"; }
+  echo "python packages: venv made in $(( $(date +%s) - start )) s"
+fi
+# Reuse the finished build's static library: the extension alone is compiled here.
+"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
+  "$here/python" -Ccmake.define.TILESTACK_BUILD_DIR="$build" -Cbuild-dir="$build/py-build" \
+  >"$build/py-install.log" 2>&1 || { tail -n 20 "$build/py-install.log"; echo "0 passed, 1 failed"; exit 1; }
+log=$(mktemp)
+# From outside python/, so the tests import the installed packages, not the source tree.
+(cd "$build" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/python/tests") 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+p=$(grep -Eo '[0-9]+ passed' "$log" | tail -n1 | cut -d' ' -f1)
+f=$(grep -Eo '[0-9]+ (failed|error)' "$log" | awk '{s += $1} END {print s + 0}')
+rm -f "$log"
+echo "${p:-0} passed, ${f:-0} failed"
+exit "$rc"
