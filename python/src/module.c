@@ -72,6 +72,17 @@ static PyObject *tsp_last_c_seconds_get(PyObject *self, PyObject *unused) {
     return PyFloat_FromDouble(tsp_last_c_seconds);
 }
 
+extern int tsp_use_dlpack;
+
+/* _set_dlpack(flag): tests read the same tensors through both paths of the view layer. */
+static PyObject *tsp_set_dlpack(PyObject *self, PyObject *arg) {
+    (void)self;
+    int v = PyObject_IsTrue(arg);
+    if (v < 0) return NULL;
+    tsp_use_dlpack = v;
+    Py_RETURN_NONE;
+}
+
 static PyObject *tsp_version(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyUnicode_FromString(ts_version_string());
@@ -86,7 +97,7 @@ static PyMethodDef methods[] = {
     F(einsum), F(fp8_einsum), F(tf32_hc_prenorm_gemm), F(fp8_gemm_nt_skip_head_mid), F(cast),
     F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(parse_only),
     N(get_stride_requirement), O(set_num_sms), N(get_num_sms), O(set_tc_util), N(get_tc_util),
-    O(set_mk_alignment), N(get_mk_alignment), N(version), {"last_c_seconds", tsp_last_c_seconds_get, METH_NOARGS, NULL}, O(set_pdl), N(get_pdl),
+    O(set_mk_alignment), N(get_mk_alignment), N(version), {"_set_dlpack", tsp_set_dlpack, METH_O, NULL}, {"last_c_seconds", tsp_last_c_seconds_get, METH_NOARGS, NULL}, O(set_pdl), N(get_pdl),
     O(set_ignore_compile_dims), O(get_theoretical_mk_alignment), F(set_block_size_multiple_of),
     {NULL, NULL, 0, NULL},
 };

@@ -48,3 +48,27 @@ def test_errors_are_also_runtime_errors():
     # upstream's native checks raise RuntimeError: code catching that keeps working
     assert issubclass(C.ValueError, ValueError) and issubclass(C.ValueError, RuntimeError)
     assert issubclass(C.TypeError, TypeError) and issubclass(C.TypeError, RuntimeError)
+
+
+@pytest.mark.parametrize('make', [
+    lambda: torch.arange(24, dtype=torch.float32).view(2, 3, 4)[:, 1:, ::2],
+    lambda: torch.zeros(5, 7, dtype=torch.bfloat16).t(),
+    lambda: torch.zeros(3, 0, dtype=torch.int64),
+    lambda: torch.zeros((), dtype=torch.int32),
+    lambda: torch.zeros(8, dtype=torch.float8_e4m3fn)[3:],
+    lambda: torch.zeros(2, 2, dtype=torch.bool).expand(3, 2, 2),
+    lambda: torch.zeros(4, 4, requires_grad=True),
+    lambda: torch.nn.Parameter(torch.zeros(3, 3)),
+])
+def test_dlpack_path_matches_attribute_path(make):
+    # The fast path (DLPack's C exchange API, structs declared from the spec) and the
+    # attribute path must build the same view of every tensor.
+    t = make()
+    fast = C.view_info(t)
+    C._set_dlpack(False)
+    try:
+        slow = C.view_info(t)
+    finally:
+        C._set_dlpack(True)
+    assert fast == slow
+    assert fast[0] == t.data_ptr() and fast[2] == tuple(t.shape) and fast[3] == t.stride()
