@@ -123,7 +123,8 @@ def cast_back_from_fp4(packed, sf, gran_k=128, use_packed_ue8m0=False):
     fn = 'deep_gemm.utils.cast_back_from_fp4'
     m, n2 = _x2d(packed, fn)
     if use_packed_ue8m0:
-        sf = unpack_ue8m0_from_int(sf)
+        # the last int32 may carry padding bytes past the last K block: not scales
+        sf = unpack_ue8m0_from_int(sf)[:, :ceil_div(n2 * 2, gran_k)]
     out = torch.empty((m, n2 * 2), dtype=torch.float32)
     C.cast_back(1, packed, sf, 1, gran_k, out)
     return out
