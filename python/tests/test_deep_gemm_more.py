@@ -122,11 +122,12 @@ def test_gil_released_while_kernel_runs():
     t0 = time.perf_counter()
     deep_gemm.fp8_gemm_nt(a_q, b_q, d)
     call = time.perf_counter() - t0
-    ticks = []
     th = threading.Thread(target=deep_gemm.fp8_gemm_nt, args=(a_q, b_q, d))
+    ticks = [time.perf_counter()]  # a stall may start as soon as the thread does
     th.start()
     while th.is_alive():
         ticks.append(time.perf_counter())
+    ticks.append(time.perf_counter())  # a stall ends here, when this thread runs again
     th.join()
     gaps = [y - x for x, y in zip(ticks, ticks[1:])]
     # With the GIL held through the C call this thread would stall for the whole call.
