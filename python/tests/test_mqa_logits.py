@@ -1,0 +1,64 @@
+"""deep_gemm.fp8_fp4_mqa_logits / fp8_mqa_logits against a float64 torch reference on the
+dequantised inputs (upstream's "simulated" check, < 5e-6), exact -inf masks, 20 bitwise-equal
+reruns, and upstream's padded logits view."""
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff
+from deep_gemm.utils import per_token_cast_to_fp8
+
+G = torch.Generator().manual_seed(5)
+
+
+def make(s=9, s_kv=300, h=4, d=64):
+    q = torch.randn(s, h, d, generator=G).to(torch.float8_e4m3fn)
+    kv_fp8, kv_sf = per_token_cast_to_fp8(torch.randn(s_kv, d, generator=G).bfloat16(), False, gran_k=d)
+    kv_sf = kv_sf[:, 0].contiguous()
+    w = torch.randn(s, h, generator=G)
+    ks = torch.randint(0, s_kv // 2, (s,), generator=G, dtype=torch.int32)
+    ke = torch.minimum(ks + torch.randint(1, s_kv, (s,), generator=G, dtype=torch.int32),
+                       torch.tensor(s_kv, dtype=torch.int32))
+    return q, kv_fp8, kv_sf, w, ks, ke
+
+
+def reference(q, kv, kv_sf, w, ks, ke):
+    dots = torch.einsum('shd,jd->shj', q.double(), kv.double()).clamp_min(0)
+    logits = (dots * w.double()[:, :, None]).sum(1) * kv_sf.double()[None, :]
+    j = torch.arange(kv.shape[0])[None, :]
+    mask = (j >= ks[:, None]) & (j < ke[:, None])
+    return logits.masked_fill(~mask, float('-inf')), mask
+
+
+@pytest.mark.parametrize('legacy', [False, True])
+def test_mqa_logits_against_reference(legacy):
+    q, kv, kv_sf, w, ks, ke = make()
+    if legacy:
+        out = deep_gemm.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke)
+    else:
+        out = deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke)
+    ref, mask = reference(q, kv, kv_sf, w, ks, ke)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    assert out.stride(1) == 1 and out.stride(0) * 4 % 1024 == 0  # upstream's padded rows
+    assert torch.equal(torch.isneginf(out), ~mask)
+    assert calc_diff(out[mask], ref[mask]) < 5e-6
+    for _ in range(20):
+        again = deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke)
+        assert torch.equal(again.view(torch.int32), out.view(torch.int32))
+
+
+def test_mqa_logits_compressed_and_errors():
+    q, kv, kv_sf, w, ks, ke = make()
+    msk = int((ke - ks).max())
+    out = deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke, clean_logits=False,
+                                       max_seqlen_k=msk)
+    ref, _ = reference(q, kv, kv_sf, w, ks, ke)
+    for i in range(q.shape[0]):
+        n = int(ke[i] - ks[i])
+        assert calc_diff(out[i, :n], ref[i, int(ks[i]):int(ke[i])]) < 5e-6
+    with pytest.raises(TypeError, match="'kv' must be a"):
+        deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke)
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks.long(), ke)
+    with pytest.raises(ValueError):
+        deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w[:, :2], ks, ke)
