@@ -212,6 +212,10 @@ def test_errors_leave_output_untouched():
         deep_gemm.fp8_gemm_nt(a_q, (b_q[0].to('meta'), b_q[1]), d)
     with pytest.raises(ValueError, match='recipe'):
         deep_gemm.fp8_gemm_nt(a_q, b_q, d, recipe=(1, 128))
+    dt = torch.full((n, m), 3.0, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r'\bd\b.*contiguous'):
+        deep_gemm.fp8_gemm_nt(a_q, b_q, dt.t())  # d must be N-major (contiguous last dim)
+    assert torch.all(dt == 3.0)
     assert torch.all(d == 3.0)
 
 

@@ -123,6 +123,12 @@ def test_interface_validation():
         deep_select.topk(x.bfloat16(), 4, sorted=True)
     with pytest.raises(ValueError):
         deep_select.topk(x, 4, sorted=True, sorted_index=True)
+    with pytest.raises(ValueError, match='input'):
+        deep_select.topk(torch.randn(64, 2).t(), 4)  # last dim not contiguous, as upstream requires
+    out = torch.full((2, 8), 5, dtype=torch.int64)
+    with pytest.raises(ValueError, match='output_idx'):
+        deep_select.topk(x, 4, output_idx=out[:, ::2], return_value=False)
+    assert torch.all(out == 5)
     with pytest.raises(ValueError, match='end'):
         deep_select.topk(x, 4, end=torch.tensor([3, 65], dtype=torch.int32))
 
