@@ -31,6 +31,12 @@ def cases():
     bl = torch.randn(2048, 2048, generator=g).bfloat16()
     al_q, bl_q = per_token_cast_to_fp8(al, False), per_block_cast_to_fp8(bl, False)
     dl = torch.empty(256, 2048, dtype=torch.bfloat16)
+    q = torch.randn(4, 64, 128, generator=g).to(torch.float8_e4m3fn)
+    kv = torch.randn(512, 128, generator=g).to(torch.float8_e4m3fn)
+    kv_sf = torch.rand(512, generator=g) + 0.5
+    w = torch.randn(4, 64, generator=g)
+    ks = torch.zeros(4, dtype=torch.int32)
+    ke = torch.full((4,), 512, dtype=torch.int32)
     return [
         ('deep_select.topk', '1x256 f32 k=8, output_idx given', lambda: deep_select.topk(
             x_small, 8, output_idx=idx_small, return_value=False)),
@@ -39,6 +45,8 @@ def cases():
         ('deep_gemm.fp8_gemm_nt', 'm=1 n=128 k=128', lambda: deep_gemm.fp8_gemm_nt(a_q, b_q, d)),
         ('deep_gemm.fp8_gemm_nt', 'm=256 n=2048 k=2048', lambda: deep_gemm.fp8_gemm_nt(al_q, bl_q, dl)),
         ('deep_gemm.bf16_gemm_nt', 'm=1 n=128 k=128', lambda: deep_gemm.bf16_gemm_nt(a, b, d)),
+        ('deep_gemm.fp8_fp4_mqa_logits', 's=4 h=64 d=128 s_kv=512', lambda: deep_gemm.fp8_fp4_mqa_logits(
+            (q, None), (kv, kv_sf), w, ks, ke)),
     ]
 
 
@@ -65,7 +73,8 @@ def main():
     cpu = platform.processor() or platform.machine()
     print(f'machine: {cpu}, {torch.get_num_threads()} torch threads, '
           f'{deep_gemm.get_num_sms()} tilestack threads')
-    print(f"{'function':24} {'shape':40} {'python us':>10} {'C us':>10} {'overhead us':>12} {'ratio':>7}")
+    print(f"{'function':28} {'shape':40} {'python us':>10} {'C us':>10} {'overhead us':>12} "
+          f"{'p10':>6} {'ratio':>7}")
     out = []
     for i, (name, shape, _) in enumerate(rows):
         py, c = samples[i]
@@ -73,10 +82,11 @@ def main():
         med = lambda v: sorted(v)[len(v) // 2]
         row = dict(function=name, shape=shape, calls=len(py), python_us=med(py) * 1e6,
                    c_us=med(c) * 1e6, overhead_us=over[len(over) // 2] * 1e6,
+                   overhead_p10_us=over[len(over) // 10] * 1e6,
                    ratio=med(py) / med(c))
         out.append(row)
-        print(f"{name:24} {shape:40} {row['python_us']:10.2f} {row['c_us']:10.2f} "
-              f"{row['overhead_us']:12.2f} {row['ratio']:7.3f}")
+        print(f"{name:28} {shape:40} {row['python_us']:10.2f} {row['c_us']:10.2f} "
+              f"{row['overhead_us']:12.2f} {row['overhead_p10_us']:6.2f} {row['ratio']:7.3f}")
     if args.json:
         with open(args.json, 'w') as fh:
             for row in out:
