@@ -186,12 +186,9 @@ bf16_mega_gate = missing('deep_gemm.bf16_mega_gate', 'no C implementation in til
 get_bf16_mega_gate_config = missing('deep_gemm.get_bf16_mega_gate_config', 'no C implementation in tilestack')
 mega_mhc = missing('deep_gemm.mega_mhc', 'no C implementation in tilestack')
 _LATER = 'the C function {} exists; its Python binding is not written yet'
-from .attention import fp8_fp4_mqa_logits, fp8_mqa_logits  # noqa: E402
-get_paged_mqa_logits_metadata = missing('deep_gemm.get_paged_mqa_logits_metadata',
-                                        _LATER.format('ts_get_paged_mqa_logits_metadata'))
-fp8_fp4_paged_mqa_logits = missing('deep_gemm.fp8_fp4_paged_mqa_logits',
-                                   _LATER.format('ts_fp8_fp4_paged_mqa_logits'))
-fp8_paged_mqa_logits = missing('deep_gemm.fp8_paged_mqa_logits', _LATER.format('ts_fp8_paged_mqa_logits'))
+from .attention import (  # noqa: E402
+    fp8_fp4_mqa_logits, fp8_mqa_logits, get_paged_mqa_logits_metadata, fp8_fp4_paged_mqa_logits,
+    fp8_paged_mqa_logits)
 get_mqa_logits_metadata = missing('deep_gemm.get_mqa_logits_metadata', 'no C implementation in tilestack')
 get_sparse_mqa_logits_metadata = missing('deep_gemm.get_sparse_mqa_logits_metadata',
                                          'no C implementation in tilestack')

@@ -4,7 +4,8 @@ import torch
 
 from _tilestack_py import C, pair
 
-__all__ = ['fp8_fp4_mqa_logits', 'fp8_mqa_logits']
+__all__ = ['fp8_fp4_mqa_logits', 'fp8_mqa_logits', 'get_paged_mqa_logits_metadata',
+           'fp8_fp4_paged_mqa_logits', 'fp8_paged_mqa_logits']
 
 
 def _logits(fn, q, kv, weights, max_seqlen_k, logits_dtype):
@@ -45,3 +46,51 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
     C.mqa_logits(True, q, None, kv_, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                  clean_logits, max_seqlen_k, out)
     return out
+
+
+def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
+    """The [num_sms + 1, 2] int32 schedule for context_lens [B, next_n] (2-D only, as
+    upstream). num_sms is the worker count the caller passes (deep_gemm.get_num_sms())."""
+    fn = 'deep_gemm.get_paged_mqa_logits_metadata'
+    if indices is not None:
+        raise NotImplementedError(f'{fn}: the varlen (indices) mode is not available in tilestack')
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
+        raise C.ValueError(f'{fn}: num_sms must be a positive int, got {num_sms!r}')
+    out = torch.empty((num_sms + 1, 2), dtype=torch.int32)
+    C.paged_mqa_logits_metadata(context_lens, block_kv, num_sms, out)
+    return out
+
+
+def _paged(fn, legacy, q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta,
+           max_context_len, clean_logits, logits_dtype, indices):
+    if indices is not None:
+        raise NotImplementedError(f'{fn}: the varlen (indices) mode is not available in tilestack')
+    if logits_dtype not in (torch.float32, torch.bfloat16):
+        raise C.TypeError(f'{fn}: logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}')
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise C.ValueError(f"{fn}: argument 'q' must be a 4-D tensor [B, next_n, H, D]")
+    rows = q.shape[0] * q.shape[1]
+    stride = C.paged_mqa_logits_row_stride(max_context_len, logits_dtype == torch.bfloat16)
+    out = torch.empty_strided((rows, max_context_len), (stride, 1), dtype=logits_dtype)
+    C.paged_mqa_logits(legacy, q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta,
+                       max_context_len, clean_logits, out)
+    return out
+
+
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                             max_context_len, clean_logits=False, logits_dtype=torch.float32,
+                             indices=None):
+    """Decode logits [B·next_n, max_context_len] (upstream's padded view) over the fused paged
+    KV cache; q = (q, q_sf or None). Columns past a row's context are unspecified unless
+    clean_logits (then -inf; upstream forbids clean_logits with 2-D context lens)."""
+    fn = 'deep_gemm.fp8_fp4_paged_mqa_logits'
+    q_, q_sf = pair(q, fn, 'q')
+    return _paged(fn, False, q_, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta,
+                  max_context_len, clean_logits, logits_dtype, indices)
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                         max_context_len, clean_logits=False, indices=None):
+    """The legacy form: q e4m3 without scale, f32 logits."""
+    return _paged('deep_gemm.fp8_paged_mqa_logits', True, q, None, kv_cache, weights, context_lens,
+                  block_table, schedule_meta, max_context_len, clean_logits, torch.float32, indices)

@@ -27,6 +27,9 @@ FASTCALL(view_info)
 FASTCALL(flash_mla_sparse_fwd)
 FASTCALL(mqa_logits)
 FASTCALL(mqa_logits_row_stride)
+FASTCALL(paged_mqa_logits)
+FASTCALL(paged_mqa_logits_row_stride)
+FASTCALL(paged_mqa_logits_metadata)
 ONEARG(get_stride_requirement)
 ONEARG(set_num_sms)
 ONEARG(get_num_sms)
@@ -98,7 +101,8 @@ static PyMethodDef methods[] = {
     F(topk), F(fp8_gemm), F(bf16_gemm), F(m_grouped_fp8_contiguous), F(m_grouped_bf16_contiguous),
     F(m_grouped_fp8_masked), F(m_grouped_bf16_masked), F(k_grouped_fp8), F(k_grouped_bf16),
     F(einsum), F(fp8_einsum), F(tf32_hc_prenorm_gemm), F(fp8_gemm_nt_skip_head_mid), F(cast),
-    F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(flash_mla_sparse_fwd), F(mqa_logits), F(mqa_logits_row_stride), F(parse_only),
+    F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(flash_mla_sparse_fwd), F(mqa_logits), F(mqa_logits_row_stride),
+    F(paged_mqa_logits), F(paged_mqa_logits_row_stride), F(paged_mqa_logits_metadata), F(parse_only),
     N(get_stride_requirement), O(set_num_sms), N(get_num_sms), O(set_tc_util), N(get_tc_util),
     O(set_mk_alignment), N(get_mk_alignment), N(version), {"_set_dlpack", tsp_set_dlpack, METH_O, NULL}, {"last_c_seconds", tsp_last_c_seconds_get, METH_NOARGS, NULL}, O(set_pdl), N(get_pdl),
     O(set_ignore_compile_dims), O(get_theoretical_mk_alignment), F(set_block_size_multiple_of),

@@ -62,3 +62,46 @@ def test_mqa_logits_compressed_and_errors():
         deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks.long(), ke)
     with pytest.raises(ValueError):
         deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w[:, :2], ks, ke)
+
+
+def make_paged(b=3, next_n=2, h=8, d=64, block_kv=64, max_len=300):
+    q = torch.randn(b, next_n, h, d, generator=G).to(torch.float8_e4m3fn)
+    w = torch.randn(b * next_n, h, generator=G)
+    ctx = torch.randint(1, max_len + 1, (b, next_n), generator=G, dtype=torch.int32)
+    ctx[0, 0] = max_len
+    max_blocks = (max_len + block_kv - 1) // block_kv
+    num_blocks = b * max_blocks + 2
+    block_table = torch.randperm(num_blocks, generator=G)[:b * max_blocks].view(b, max_blocks).int()
+    kv = torch.randn(num_blocks, block_kv, d, generator=G).to(torch.float8_e4m3fn)
+    kv_sf = torch.rand(num_blocks, block_kv, generator=G) + 0.5
+    # the fused cache: per block, block_kv token vectors, then block_kv 4-byte scales
+    fused = torch.cat([kv.view(torch.uint8).view(num_blocks, -1),
+                       kv_sf.view(torch.uint8).view(num_blocks, -1)], dim=1)
+    kv_cache = fused.view(num_blocks, block_kv, 1, d + 4)
+    return q, w, ctx, block_table, kv, kv_sf, kv_cache, max_len
+
+
+def test_paged_mqa_logits_against_reference():
+    q, w, ctx, bt, kv, kv_sf, kv_cache, max_len = make_paged()
+    num_sms = deep_gemm.get_num_sms()
+    meta = deep_gemm.get_paged_mqa_logits_metadata(ctx, 64, num_sms)
+    assert meta.shape == (num_sms + 1, 2) and meta.dtype == torch.int32
+    out = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), kv_cache, w, ctx, bt, meta, max_len)
+    legacy = deep_gemm.fp8_paged_mqa_logits(q, kv_cache, w, ctx, bt, meta, max_len)
+    assert out.shape == (6, max_len) and out.stride(0) * 4 % 1024 == 0
+    b, next_n = ctx.shape
+    for i in range(b):
+        for t in range(next_n):
+            n = int(ctx[i, t])
+            p = torch.arange(n)
+            blocks = bt[i, p // 64].long()
+            keys = kv[blocks, p % 64].double()
+            dots = (q[i, t].double() @ keys.t()).clamp_min(0)
+            ref = (dots * w[i * next_n + t].double()[:, None]).sum(0) * kv_sf[blocks, p % 64].double()
+            row = i * next_n + t
+            assert calc_diff(out[row, :n], ref) < 5e-6
+            assert torch.equal(legacy[row, :n], out[row, :n])
+    with pytest.raises(NotImplementedError, match='varlen'):
+        deep_gemm.get_paged_mqa_logits_metadata(ctx, 64, num_sms, indices=torch.zeros(1))
+    with pytest.raises(ValueError):
+        deep_gemm.get_paged_mqa_logits_metadata(ctx[0], 64, num_sms)  # 2-D only, as upstream
