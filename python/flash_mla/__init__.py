@@ -1,16 +1,53 @@
-"""flash_mla (deepseek-ai/FlashMLA) on CPU over libtilestack (include/tilestack/flash_mla.h).
-flash_mla_sparse_fwd is bound; the decode entry points (get_mla_metadata,
-flash_mla_with_kvcache) come in a later change and raise NotImplementedError naming the C
-function behind them (docs/python.md)."""
+"""flash_mla (deepseek-ai/FlashMLA) on CPU over libtilestack (include/tilestack/flash_mla.h):
+get_mla_metadata, flash_mla_with_kvcache (dense bf16 and sparse FP8 decode) and
+flash_mla_sparse_fwd, with HEAD's signatures and natural-log lse (docs/python.md)."""
 import torch
 
-from _tilestack_py import C, missing
+from _tilestack_py import C
 
-__all__ = ['flash_mla_sparse_fwd', 'get_mla_metadata', 'flash_mla_with_kvcache']
+__all__ = ['FlashMLASchedMeta', 'get_mla_metadata', 'flash_mla_with_kvcache', 'flash_mla_sparse_fwd']
 
-_LATER = 'the C function {} exists; its Python binding is not written yet'
-get_mla_metadata = missing('flash_mla.get_mla_metadata', _LATER.format('ts_get_mla_metadata'))
-flash_mla_with_kvcache = missing('flash_mla.flash_mla_with_kvcache', _LATER.format('ts_flash_mla_with_kvcache'))
+
+class FlashMLASchedMeta:
+    """The scheduling handle: empty until the first flash_mla_with_kvcache call fills it with that
+    call's config and the values of cache_seqlens / topk_length; a later call with others raises
+    ValueError. One per decode step, shared by the layers, one call at a time (as upstream)."""
+    __slots__ = ('_handle',)
+
+    def __init__(self):
+        self._handle = C.mla_metadata_new()
+
+
+def get_mla_metadata(*args, **kwargs):
+    """HEAD's form: the arguments are ignored; returns (FlashMLASchedMeta(), None)."""
+    del args, kwargs
+    return FlashMLASchedMeta(), None
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                           num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False,
+                           indices=None, attn_sink=None, extra_k_cache=None,
+                           extra_indices_in_kvcache=None, topk_length=None, extra_topk_length=None):
+    """MLA decode. Dense: q bf16 [b, s_q, h_q, d_qk], k_cache bf16 [blocks, P, h_kv, d_qk].
+    Sparse (indices given): FP8 k_cache (V32 656 B / MODEL1 584 B per token), indices
+    [b, s_q, topk]. Returns (out bf16 [b, s_q, h_q, head_dim_v], lse f32 [b, h_q, s_q])."""
+    fn = 'flash_mla.flash_mla_with_kvcache'
+    del num_splits  # HEAD keeps it for compatibility; the handle carries the plan
+    if not isinstance(tile_scheduler_metadata, FlashMLASchedMeta):
+        raise C.TypeError(f"{fn}: argument 'tile_scheduler_metadata' must be the FlashMLASchedMeta from "
+                          f'get_mla_metadata(), got {type(tile_scheduler_metadata).__name__}')
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise C.ValueError(f"{fn}: argument 'q' must be a 4-D tensor [b, s_q, h_q, d_qk]")
+    if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int) or head_dim_v <= 0:
+        raise C.ValueError(f'{fn}: head_dim_v must be a positive int, got {head_dim_v!r}')
+    b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
+    out = torch.empty((b, s_q, h_q, head_dim_v), dtype=torch.bfloat16)
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32)
+    C.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                             tile_scheduler_metadata._handle, softmax_scale, causal, is_fp8_kvcache,
+                             indices, attn_sink, extra_k_cache, extra_indices_in_kvcache, topk_length,
+                             extra_topk_length, out, lse)
+    return out, lse
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None):

@@ -25,6 +25,8 @@ FASTCALL(transpose_packed_fp4)
 FASTCALL(calc_diff)
 FASTCALL(view_info)
 FASTCALL(flash_mla_sparse_fwd)
+FASTCALL(flash_mla_with_kvcache)
+ONEARG(mla_metadata_new)
 FASTCALL(mqa_logits)
 FASTCALL(mqa_logits_row_stride)
 FASTCALL(paged_mqa_logits)
@@ -101,7 +103,7 @@ static PyMethodDef methods[] = {
     F(topk), F(fp8_gemm), F(bf16_gemm), F(m_grouped_fp8_contiguous), F(m_grouped_bf16_contiguous),
     F(m_grouped_fp8_masked), F(m_grouped_bf16_masked), F(k_grouped_fp8), F(k_grouped_bf16),
     F(einsum), F(fp8_einsum), F(tf32_hc_prenorm_gemm), F(fp8_gemm_nt_skip_head_mid), F(cast),
-    F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(flash_mla_sparse_fwd), F(mqa_logits), F(mqa_logits_row_stride),
+    F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(flash_mla_sparse_fwd), F(flash_mla_with_kvcache), N(mla_metadata_new), F(mqa_logits), F(mqa_logits_row_stride),
     F(paged_mqa_logits), F(paged_mqa_logits_row_stride), F(paged_mqa_logits_metadata), F(parse_only),
     N(get_stride_requirement), O(set_num_sms), N(get_num_sms), O(set_tc_util), N(get_tc_util),
     O(set_mk_alignment), N(get_mk_alignment), N(version), {"_set_dlpack", tsp_set_dlpack, METH_O, NULL}, {"last_c_seconds", tsp_last_c_seconds_get, METH_NOARGS, NULL}, O(set_pdl), N(get_pdl),
