@@ -49,7 +49,6 @@ typedef ts_status (*fp8_fn)(const ts_tensor *, const ts_tensor *, const ts_tenso
                             const int64_t *, const int64_t *, const char *, bool);
 typedef ts_status (*bf16_fn)(const ts_tensor *, const ts_tensor *, ts_tensor *, const ts_tensor *,
                              const char *);
-static const char *const layout_names[4] = {"nt", "nn", "tn", "tt"};
 
 static int layout_arg(PyObject *o, int n, int *v) {
     long x = PyLong_AsLong(o);
@@ -66,13 +65,13 @@ static int layout_arg(PyObject *o, int n, int *v) {
 PyObject *tsp_fp8_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     static const fp8_fn fns[4] = {ts_fp8_fp4_gemm_nt, ts_fp8_fp4_gemm_nn, ts_fp8_fp4_gemm_tn,
                                   ts_fp8_fp4_gemm_tt};
-    static char names[4][32];
+    static const char *const names[4] = {"deep_gemm.fp8_fp4_gemm_nt", "deep_gemm.fp8_fp4_gemm_nn",
+                                         "deep_gemm.fp8_fp4_gemm_tn", "deep_gemm.fp8_fp4_gemm_tt"};
     const char *fn = "deep_gemm.fp8_fp4_gemm";
     (void)self;
     NARGS(12);
     int l;
     if (layout_arg(args[0], 4, &l)) return NULL;
-    snprintf(names[l], sizeof names[l], "deep_gemm.fp8_fp4_gemm_%s", layout_names[l]);
     fn = names[l];
     ts_tensor a, sfa, b, sfb, d, cs;
     const ts_tensor *c;
@@ -93,13 +92,13 @@ PyObject *tsp_fp8_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
 /* bf16_gemm(layout, a, b, d, c, compiled_dims) */
 PyObject *tsp_bf16_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     static const bf16_fn fns[4] = {ts_bf16_gemm_nt, ts_bf16_gemm_nn, ts_bf16_gemm_tn, ts_bf16_gemm_tt};
-    static char names[4][32];
+    static const char *const names[4] = {"deep_gemm.bf16_gemm_nt", "deep_gemm.bf16_gemm_nn",
+                                         "deep_gemm.bf16_gemm_tn", "deep_gemm.bf16_gemm_tt"};
     const char *fn = "deep_gemm.bf16_gemm";
     (void)self;
     NARGS(6);
     int l;
     if (layout_arg(args[0], 4, &l)) return NULL;
-    snprintf(names[l], sizeof names[l], "deep_gemm.bf16_gemm_%s", layout_names[l]);
     fn = names[l];
     ts_tensor a, b, d, cs;
     const ts_tensor *c;
