@@ -15,6 +15,7 @@ import torch
 import _tilestack as C
 import deep_gemm
 import deep_select
+import flash_mla
 from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
 
 
@@ -37,6 +38,9 @@ def cases():
     w = torch.randn(4, 64, generator=g)
     ks = torch.zeros(4, dtype=torch.int32)
     ke = torch.full((4,), 512, dtype=torch.int32)
+    fq = torch.randn(1, 64, 576, generator=g).bfloat16()
+    fkv = torch.randn(256, 1, 576, generator=g).bfloat16()
+    fidx = torch.arange(128, dtype=torch.int32).view(1, 1, 128)
     return [
         ('deep_select.topk', '1x256 f32 k=8, output_idx given', lambda: deep_select.topk(
             x_small, 8, output_idx=idx_small, return_value=False)),
@@ -47,6 +51,8 @@ def cases():
         ('deep_gemm.bf16_gemm_nt', 'm=1 n=128 k=128', lambda: deep_gemm.bf16_gemm_nt(a, b, d)),
         ('deep_gemm.fp8_fp4_mqa_logits', 's=4 h=64 d=128 s_kv=512', lambda: deep_gemm.fp8_fp4_mqa_logits(
             (q, None), (kv, kv_sf), w, ks, ke)),
+        ('flash_mla.flash_mla_sparse_fwd', 's_q=1 h_q=64 topk=128', lambda: flash_mla.flash_mla_sparse_fwd(
+            fq, fkv, fidx, 576 ** -0.5)),
     ]
 
 
