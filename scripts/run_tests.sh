@@ -18,10 +18,10 @@ run_counted "demo" "$(dirname "$0")/check_demo.sh" "$@"
 run_counted "peer loss" "$(dirname "$0")/check_peer_loss.sh" "$@"
 # The tokenizer against Hugging Face tokenizers (a virtual environment from PyPI).
 run_counted "tokenizer" "$(dirname "$0")/check_tokenizer.sh" "$@"
-# The Python packages (python/: deep_gemm, deep_select, ...) with pytest, in a venv from PyPI.
-run_counted "python" "$(dirname "$0")/check_python.sh" "$@"
 # generate / chat on the CLI (after the tokenizer check, which installs V4's tokenizer.json).
 run_counted "generate" "$(dirname "$0")/check_generate.sh" "$@"
+# The Python packages (python/: deep_gemm, deep_select, ...) with pytest, in a venv from PyPI.
+run_counted "python" "$(dirname "$0")/check_python.sh" "$@"
 # Multi-rank EP tests (mpirun), folded into the same totals.
 if command -v mpirun >/dev/null 2>&1; then
   log=$(mktemp)
