@@ -28,7 +28,7 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numpy, 
   rm -rf "$venv"
   python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv failed (apt-get install python3-venv)"
   start=$(date +%s)
-  "$venv/bin/pip" install -q --disable-pip-version-check torch numpy pytest scikit-build-core \
+  "$venv/bin/pip" install -q --disable-pip-version-check torch==2.15.0 numpy==2.4.6 pytest==9.2.0 scikit-build-core==1.1.2 \
     >"$venv.log" 2>&1 || { tail -n 5 "$venv.log"; skip "pip could not install torch / numpy / pytest"; }
   echo "python packages: venv made in $(( $(date +%s) - start )) s"
 fi

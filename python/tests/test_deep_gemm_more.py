@@ -1,6 +1,7 @@
 """The rest of deep_gemm's bound surface against torch references: fp4 helpers bit for bit,
 einsum, the mHC pre-norm GEMM, skip-head-mid, grouped bf16 and k-grouped GEMMs, and the GIL
 being released while a kernel runs."""
+import sys
 import threading
 import time
 
@@ -115,20 +116,28 @@ def test_k_grouped_gemms():
 
 
 def test_gil_released_while_kernel_runs():
+    # No clock involved: with the switch interval made huge, the worker thread keeps the GIL
+    # until it blocks. If the binding held the GIL through the C call, the main thread could
+    # only wake after the call returned and the worker had set `done`; with the GIL released,
+    # it wakes while the kernel runs (a GEMM of ~0.1 s here) and sees `done` still False.
     a, b = randn(512, 2048), randn(2048, 2048)
     a_q, b_q = per_token_cast_to_fp8(a, False), per_block_cast_to_fp8(b, False)
     d = torch.empty(512, 2048, dtype=torch.bfloat16)
-    deep_gemm.fp8_gemm_nt(a_q, b_q, d)  # warm-up
-    t0 = time.perf_counter()
-    deep_gemm.fp8_gemm_nt(a_q, b_q, d)
-    call = time.perf_counter() - t0
-    th = threading.Thread(target=deep_gemm.fp8_gemm_nt, args=(a_q, b_q, d))
-    ticks = [time.perf_counter()]  # a stall may start as soon as the thread does
-    th.start()
-    while th.is_alive():
-        ticks.append(time.perf_counter())
-    ticks.append(time.perf_counter())  # a stall ends here, when this thread runs again
-    th.join()
-    gaps = [y - x for x, y in zip(ticks, ticks[1:])]
-    # With the GIL held through the C call this thread would stall for the whole call.
-    assert len(ticks) > 10 and max(gaps) < 0.5 * call
+    started, state = threading.Event(), {"done": False}
+
+    def worker():
+        started.set()
+        deep_gemm.fp8_gemm_nt(a_q, b_q, d)
+        state["done"] = True
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        th = threading.Thread(target=worker)
+        th.start()
+        started.wait()
+        seen_during_call = not state["done"]
+        th.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert state["done"] and seen_during_call
