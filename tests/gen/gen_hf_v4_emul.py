@@ -14,7 +14,7 @@ greedy steps (argmax, ties to the lower id; the last step's token is not fed): N
 N_GEN - 1 forward steps.
 
 --compare LIBTILESTACK_SO prints tilestack's per-step calc_diff against the emulation (and, with
---float64-sums, against the emulation with float64 sums in place of the f32 kernels) instead of
+--float64-sums K, against the emulation with float64 sums in place of kernels K) instead of
 writing the golden.
 
 Output tests/golden/hf_v4_tiny_emul.bin, little-endian:
@@ -45,11 +45,11 @@ N_PROMPT = 8
 N_GEN = 64
 
 
-def emulated_run(ckpt, prompt, n_gen, exact=True):
+def emulated_run(ckpt, prompt, n_gen, f64_sums=()):
     import torch
     from transformers import DynamicCache
     m = gen_hf_v4.load_hf(ckpt).double()
-    ts_emulation.install(m, os.path.join(ckpt, "config.json"), exact_f32=exact)
+    ts_emulation.install(m, os.path.join(ckpt, "config.json"), f64_sums=f64_sums)
     cache = DynamicCache(config=m.config)
     tokens = list(prompt)
     logits = []
@@ -100,8 +100,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tilestack", default="build/tilestack")
     ap.add_argument("--compare", metavar="LIBTILESTACK_SO")
-    ap.add_argument("--float64-sums", action="store_true",
-                    help="with --compare: also the emulation with float64 sums for the kernels")
+    ap.add_argument("--float64-sums", action="append", default=[], metavar="KERNELS",
+                    help="with --compare: also the emulation with float64 sums for these "
+                    "comma-separated kernels (ts_emulation.KERNELS, or all); repeatable")
     ap.add_argument("--gen", type=int, default=N_GEN)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden",
                                                   "hf_v4_tiny_emul.bin"))
@@ -124,10 +125,10 @@ def main():
     if args.compare:
         tt, tl = tilestack_greedy(args.compare, ckpt, prompt, args.gen, vocab)
         report("tilestack vs emulated transformers", tokens, logits, tt, tl)
-        if args.float64_sums:
-            t64, l64 = emulated_run(ckpt, prompt, args.gen, exact=False)
-            report("tilestack vs emulation with float64 sums", t64, l64, tt, tl)
-            report("f32-kernel emulation vs float64 sums", tokens, logits, t64, l64)
+        for ks in args.float64_sums:
+            ks = ts_emulation.KERNELS if ks == "all" else tuple(ks.split(","))
+            t64, l64 = emulated_run(ckpt, prompt, args.gen, f64_sums=ks)
+            report(f"tilestack vs the emulation with float64 sums for {','.join(ks)}", t64, l64, tt, tl)
         return
     n_steps = len(logits)
     with open(args.out, "wb") as f:

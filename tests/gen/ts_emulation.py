@@ -31,9 +31,10 @@ between rounding points, computes what tilestack's kernels compute:
     shared expert's SwiGLU in double;
   * the head: hc_head collapse, norm, linbf.
 
-`exact_f32=False` replaces the kernel emulations (GEMMs, GEMVs, FlashMLA, MQA logits) by
-float64 sums: the rounding points stay, the accumulation order goes (what the float64
-reference src/model_ref/ does); the generator's --compare shows what that costs.
+`f64_sums` names kernels (KERNELS: gemm = FP8 / FP4 GEMMs, bf16 = bf16 GEMMs, gemv = f32 GEMVs,
+mla = FlashMLA, mqa = MQA logits) whose emulation is replaced by float64 sums: the rounding
+points stay, the accumulation order goes (what the float64 reference src/model_ref/ does); the
+generator's --compare shows what that costs.
 
 Only single-token decode steps are emulated (position_ids must be passed, a fresh DynamicCache
 per sequence); the emulated caches live on the cache object.
@@ -57,7 +58,9 @@ _libm = ctypes.CDLL("libm.so.6")
 _libm.expf.restype = ctypes.c_float
 _libm.expf.argtypes = [ctypes.c_float]
 
-EXACT = {"on": True}
+# the kernels whose f32 arithmetic is emulated; install(f64_sums=...) turns some into float64 sums
+KERNELS = ("gemm", "bf16", "gemv", "mla", "mqa")
+EXACT = dict.fromkeys(KERNELS, True)
 
 
 # ---- f32 kernel arithmetic ----------------------------------------------------------------
@@ -73,7 +76,7 @@ def gemm_blocks(a, Wt, g):
     Wt [K, N] dequantised weight (transposed), blocks of g along K. Products are exact in f32
     (e4m3 / e2m1 significands); scaling both operands by their powers of two commutes with
     every f32 rounding, so the dequantised values give the codes' bits times sa*sb."""
-    if not EXACT["on"]:
+    if not EXACT["gemm"]:
         return (a.astype(F64) @ Wt.astype(F64)).astype(F32)
     a32, W32 = a.astype(F32), Wt.astype(F32)
     acc = np.zeros(W32.shape[1], F32)
@@ -87,7 +90,7 @@ def gemm_blocks(a, Wt, g):
 
 def gemm_bf16(a, Wt):
     """ts_bf16_gemm_nt: acc = fmaf(a_k, b_k, acc) over k ascending (bf16 products exact)."""
-    if not EXACT["on"]:
+    if not EXACT["bf16"]:
         return (a.astype(F64) @ Wt.astype(F64)).astype(F32)
     a32, W32 = a.astype(F32), Wt.astype(F32)
     acc = np.zeros(W32.shape[1], F32)
@@ -99,7 +102,7 @@ def gemm_bf16(a, Wt):
 def gemv_f32(x, W):
     """ts__model_gemv_f32: 16 fmaf lanes (lane l takes k = 16i + l, the tail from lane 0),
     then ts__model_dot_reduce16's tree. x [K] f32, W [N, K] f32."""
-    if not EXACT["on"]:
+    if not EXACT["gemv"]:
         return (W.astype(F64) @ x.astype(F64)).astype(F32)
     x32, W32 = x.astype(F32), W.astype(F32)
     N, K = W32.shape
@@ -137,7 +140,7 @@ def flash_mla(q, rows, sink):
     of at most 48 tokens (the engine's online softmax over more tiles is not emulated)."""
     H, T = q.shape[0], rows.shape[0]
     scale = F32(1.0 / np.sqrt(512.0))
-    if not EXACT["on"]:
+    if not EXACT["mla"]:
         s = (q @ rows.T) * (1.0 / np.sqrt(512.0))
         mx = s.max(axis=1, keepdims=True)
         e = np.exp(s - mx)
@@ -168,7 +171,7 @@ def mqa_logits(qv, kv, w):
     sequential f32 q.k sum per head (exact products), relu, lane partials fmaf(r, w_h, 0) for
     head h in lane h mod 8 (h < 16 here), then the fixed tree. qv [IH, 128], kv [T, 128]
     dequantised values, w [IH] f32."""
-    if not EXACT["on"]:
+    if not EXACT["mqa"]:
         return (np.maximum(qv @ kv.T, 0.0) * w[:, None].astype(F64)).sum(axis=0)
     IH = qv.shape[0]
     assert IH <= 16
@@ -529,11 +532,13 @@ def moe_forward(self, hidden_states, input_ids=None):
     return _t(bf16(routed + so))[None, None]
 
 
-def install(model, config_json, exact_f32=True):
+def install(model, config_json, f64_sums=()):
     """Patch `model` (DeepseekV4ForCausalLM, float64) in place; config_json: the checkpoint's
-    config.json (tilestack's keys are read from it, not from transformers' derived config)."""
+    config.json (tilestack's keys are read from it, not from transformers' derived config);
+    f64_sums: names from KERNELS computed as float64 sums instead of tilestack's f32 order."""
     from transformers.models.deepseek_v4 import modeling_deepseek_v4 as mv4
-    EXACT["on"] = exact_f32
+    for k in KERNELS:
+        EXACT[k] = k not in f64_sums
     CFG["c"] = Cfg(json.load(open(config_json)))
     bind = lambda mod, fn: setattr(mod, "forward", types.MethodType(fn, mod))
     for mod in model.modules():
