@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Greedy decoding of transformers' DeepseekV4ForCausalLM with tilestack's rounding points and
 kernel arithmetic patched in (tests/gen/ts_emulation.py), for
-tests/test_model_hf_emulated.c (docs/models.md "Conformance"). Not run in CI.
+model_hf_emulated_greedy_dsv4_tiny in tests/test_model_hf_conformance.c (docs/models.md,
+"Against transformers with tilestack's arithmetic patched in"). Not run in CI.
 
 Same checkpoint as gen_hf_v4.py (`tilestack export-hf --model dsv4-tiny`, CONFIG_EDIT applied,
 hashes stored), same virtual environment:
