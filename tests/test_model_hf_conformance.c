@@ -80,9 +80,11 @@ static bool edit_file(const char *path, const char *from, const char *to) {
 
 /* The checkpoint a generator ran transformers on: built-in `model` exported again with
  * ts_model_export_hf into a fresh directory `dir` (char[64]), config.json edited (the first
- * `from` becomes `to`), both files' hashes checked against the generator's, then loaded. */
+ * `from` becomes `to`), both files' hashes checked against the generator's, then loaded for
+ * max_batch sequences. */
 static ts_model *hf_checkpoint(ts_test_ctx *ts_t_, const char *model, const char *from,
-                               const char *to, uint64_t h_config, uint64_t h_weights, char *dir) {
+                               const char *to, uint64_t h_config, uint64_t h_weights,
+                               int64_t max_batch, char *dir) {
     snprintf(dir, 64, "/tmp/ts_hfc_XXXXXX");
     TS_CHECK(mkdtemp(dir) != NULL);
     char ckpt[128], p[200];
@@ -98,7 +100,7 @@ static ts_model *hf_checkpoint(ts_test_ctx *ts_t_, const char *model, const char
     TS_CHECK_MSG(fnv_file(p) == h_config, "config.json is not the checkpoint transformers ran");
     snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
     TS_CHECK_MSG(fnv_file(p) == h_weights, "model.safetensors is not the checkpoint transformers ran");
-    if (!TS_FAILED()) TS_CHECK_STATUS(ts_model_load_dir(ckpt, 1, &r), TS_OK);
+    if (!TS_FAILED()) TS_CHECK_STATUS(ts_model_load_dir(ckpt, max_batch, &r), TS_OK);
     return r;
 }
 
@@ -137,7 +139,7 @@ TS_TEST(model_hf_matches_transformers_dsv4_tiny) {
         return;
     }
     char dir[64];
-    ts_model *r = hf_checkpoint(ts_t_, g.model, g.edit_from, g.edit_to, g.h_config, g.h_weights, dir);
+    ts_model *r = hf_checkpoint(ts_t_, g.model, g.edit_from, g.edit_to, g.h_config, g.h_weights, 1, dir);
     float *lg = malloc((size_t)g.vocab * sizeof *lg);
     double sum = 0, mx = 0;
     int64_t worst = -1, argmax_same = 0;
@@ -208,10 +210,11 @@ static int32_t argmax_f32(const float *x, uint32_t n) {
     return (int32_t)a;
 }
 
-/* tilestack decodes the prompt, then greedily on its own tokens: every greedy token must be the
- * emulated transformers' and every step's logits within calc_diff 1e-5 of its logits (the
- * emulation reproduces tilestack's f32 kernels, so the expected distance is 0: docs/models.md
- * "Conformance"). */
+/* tilestack consumes the prompt, then decodes greedily on its own tokens: every greedy token
+ * must be the emulated transformers' and every step's logits within calc_diff 1e-5 of its
+ * logits (the emulation reproduces tilestack's f32 kernels, so the expected distance is 0:
+ * docs/models.md). Sequence 0 decodes the prompt token by token, sequence 1 prefills it in one
+ * batch (ts_model_prefill_all_logits, as `tilestack generate` does). */
 TS_TEST(model_hf_emulated_greedy_dsv4_tiny) {
     size_t n = 0;
     uint8_t *buf = TS_READ_GOLDEN("hf_v4_tiny_emul.bin", &n);
@@ -222,33 +225,42 @@ TS_TEST(model_hf_emulated_greedy_dsv4_tiny) {
         return;
     }
     char dir[64];
-    ts_model *r = hf_checkpoint(ts_t_, g.model, g.edit_from, g.edit_to, g.h_config, g.h_weights, dir);
+    ts_model *r = hf_checkpoint(ts_t_, g.model, g.edit_from, g.edit_to, g.h_config, g.h_weights, 2, dir);
     const uint32_t steps = g.n_prompt + g.n_gen - 1;
-    float *lg = malloc((size_t)g.vocab * sizeof *lg);
+    float *lg = malloc((size_t)steps * g.vocab * sizeof *lg);
     int32_t *own = malloc((size_t)(steps + 1) * sizeof *own);
-    double mx = 0;
-    uint32_t worst = 0, exact = 0;
-    memcpy(own, g.tokens, (size_t)g.n_prompt * sizeof *own);
-    for (uint32_t i = 0; r && lg && own && i < steps && !TS_FAILED(); i++) {
-        const int64_t seq = 0;
-        TS_CHECK_STATUS(ts_model_decode(r, 1, &seq, &own[i], lg), TS_OK);
-        const float *want = g.logits + (size_t)i * g.vocab;
-        const double d = calc_diff(lg, want, g.vocab);
-        exact += memcmp(lg, want, (size_t)g.vocab * sizeof *lg) == 0;
-        if (d > mx) mx = d, worst = i;
-        TS_CHECK_MSG(d <= 1e-5, "step %u: calc_diff against emulated transformers %.3g > 1e-5", i, d);
-        if (i + 1 >= g.n_prompt) {
-            own[i + 1] = argmax_f32(lg, g.vocab);
-            TS_CHECK_MSG(own[i + 1] == g.tokens[i + 1],
-                         "greedy token %u: tilestack %d, emulated transformers %d",
-                         i + 1 - g.n_prompt, own[i + 1], g.tokens[i + 1]);
+    for (int64_t seq = 0; seq < 2 && r && lg && own && !TS_FAILED(); seq++) {
+        double mx = 0;
+        uint32_t worst = 0, exact = 0, i = 0;
+        memcpy(own, g.tokens, (size_t)g.n_prompt * sizeof *own);
+        if (seq == 1) {
+            TS_CHECK_STATUS(ts_model_prefill_all_logits(r, seq, g.n_prompt, own, lg), TS_OK);
+            i = g.n_prompt - 1; /* the prompt's logits are rows 0 .. n_prompt - 1 of lg */
         }
-        if (getenv("TS_HF_STEPS")) printf("step %u %.3g\n", i, d);
+        for (uint32_t t = 0; t < steps && !TS_FAILED(); t++) {
+            float *got = lg + (size_t)t * g.vocab;
+            if (t > i || (seq == 0 && t == i))
+                TS_CHECK_STATUS(ts_model_decode(r, 1, &seq, &own[t], got), TS_OK);
+            const float *want = g.logits + (size_t)t * g.vocab;
+            const double d = calc_diff(got, want, g.vocab);
+            exact += memcmp(got, want, (size_t)g.vocab * sizeof *got) == 0;
+            if (d > mx) mx = d, worst = t;
+            TS_CHECK_MSG(d <= 1e-5, "seq %lld step %u: calc_diff against emulated transformers "
+                         "%.3g > 1e-5", (long long)seq, t, d);
+            if (t + 1 >= g.n_prompt) {
+                own[t + 1] = argmax_f32(got, g.vocab);
+                TS_CHECK_MSG(own[t + 1] == g.tokens[t + 1],
+                             "seq %lld greedy token %u: tilestack %d, emulated transformers %d",
+                             (long long)seq, t + 1 - g.n_prompt, own[t + 1], g.tokens[t + 1]);
+            }
+            if (getenv("TS_HF_STEPS")) printf("seq %lld step %u %.3g\n", (long long)seq, t, d);
+        }
+        if (getenv("TS_MODEL_CHECK_VERBOSE") || TS_FAILED())
+            printf("  emulated transformers vs tilestack (%s), %s, %u + %u greedy: calc_diff max "
+                   "%.3g (step %u), logits bit-identical at %u of %u steps\n",
+                   seq ? "prompt prefilled" : "token by token", g.model, g.n_prompt, g.n_gen, mx,
+                   worst, exact, steps);
     }
-    if (getenv("TS_MODEL_CHECK_VERBOSE") || TS_FAILED())
-        printf("  emulated transformers vs tilestack, %s, %u + %u greedy: calc_diff max %.3g "
-               "(step %u), logits bit-identical at %u of %u steps\n", g.model, g.n_prompt,
-               g.n_gen, mx, worst, exact, steps);
     free(own);
     free(lg);
     ts_model_free(r);
