@@ -80,7 +80,7 @@ static bool edit_file(const char *path, const char *from, const char *to) {
 
 /* The checkpoint a generator ran transformers on: built-in `model` exported again with
  * ts_model_export_hf into a fresh directory `dir` (char[64]), config.json edited (the first
- * `from` becomes `to`), both files' hashes checked against the generator's, then loaded for
+ * `from` becomes `to`; "": no edit), both files' hashes checked against the generator's, then loaded for
  * max_batch sequences. */
 static ts_model *hf_checkpoint(ts_test_ctx *ts_t_, const char *model, const char *from,
                                const char *to, uint64_t h_config, uint64_t h_weights,
@@ -96,7 +96,7 @@ static ts_model *hf_checkpoint(ts_test_ctx *ts_t_, const char *model, const char
     if (m) TS_CHECK_STATUS(ts_model_export_hf(m, ckpt, NULL), TS_OK);
     ts_model_free(m);
     snprintf(p, sizeof p, "%s/config.json", ckpt);
-    TS_CHECK_MSG(edit_file(p, from, to), "config.json: '%s' not found", from);
+    if (*from) TS_CHECK_MSG(edit_file(p, from, to), "config.json: '%s' not found", from);
     TS_CHECK_MSG(fnv_file(p) == h_config, "config.json is not the checkpoint transformers ran");
     snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
     TS_CHECK_MSG(fnv_file(p) == h_weights, "model.safetensors is not the checkpoint transformers ran");
