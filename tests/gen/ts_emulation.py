@@ -51,7 +51,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_dsv4  # noqa: E402  (bf16, f32, fp8_act, fp4_rows, quant_model1, rope, rope_freqs)
-import gen_quant  # noqa: E402
 
 F32, F64 = np.float32, np.float64
 _libm = ctypes.CDLL("libm.so.6")
