@@ -14,7 +14,10 @@
  * indexer's FP4 q and keys): the logits agree to calc_diff ~4e-4 per step, not to the bit, with
  * single steps higher where a near-tied top-k (experts, indexer rows) picks differently. The
  * bound is DeepGEMM's calc_diff (1 - 2 sum(xy) / sum(x^2 + y^2), in double), mean over the
- * steps <= 1e-3. TS_HF_STEPS=1 prints every step. */
+ * steps <= 1e-3. TS_HF_STEPS=1 prints every step.
+ *
+ * Second test: against transformers with tilestack's rounding points patched in (greedy, exact
+ * up to f32 accumulation order; see model_hf_emulated_greedy_dsv4_tiny). */
 #include "ts_test.h"
 
 #include "tilestack/model.h"
@@ -75,6 +78,38 @@ static bool edit_file(const char *path, const char *from, const char *to) {
     return fclose(f) == 0;
 }
 
+/* The checkpoint a generator ran transformers on: built-in `model` exported again with
+ * ts_model_export_hf into a fresh directory `dir` (char[64]), config.json edited (the first
+ * `from` becomes `to`; "": no edit), both files' hashes checked against the generator's, then loaded for
+ * max_batch sequences. */
+static ts_model *hf_checkpoint(ts_test_ctx *ts_t_, const char *model, const char *from,
+                               const char *to, uint64_t h_config, uint64_t h_weights,
+                               int64_t max_batch, char *dir) {
+    snprintf(dir, 64, "/tmp/ts_hfc_XXXXXX");
+    TS_CHECK(mkdtemp(dir) != NULL);
+    char ckpt[128], p[200];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    ts_model_config cfg;
+    ts_model *m = NULL, *r = NULL;
+    TS_CHECK_STATUS(ts_model_config_builtin(model, &cfg), TS_OK);
+    TS_CHECK_STATUS(ts_model_create(&cfg, 1, &m), TS_OK);
+    if (m) TS_CHECK_STATUS(ts_model_export_hf(m, ckpt, NULL), TS_OK);
+    ts_model_free(m);
+    snprintf(p, sizeof p, "%s/config.json", ckpt);
+    if (*from) TS_CHECK_MSG(edit_file(p, from, to), "config.json: '%s' not found", from);
+    TS_CHECK_MSG(fnv_file(p) == h_config, "config.json is not the checkpoint transformers ran");
+    snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
+    TS_CHECK_MSG(fnv_file(p) == h_weights, "model.safetensors is not the checkpoint transformers ran");
+    if (!TS_FAILED()) TS_CHECK_STATUS(ts_model_load_dir(ckpt, max_batch, &r), TS_OK);
+    return r;
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
 static double calc_diff(const float *x, const float *y, int64_t n) {
     double xy = 0, xx_yy = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -104,23 +139,7 @@ TS_TEST(model_hf_matches_transformers_dsv4_tiny) {
         return;
     }
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/ts_hfc_XXXXXX");
-    TS_CHECK(mkdtemp(dir) != NULL);
-    char ckpt[128], p[200];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    ts_model_config cfg;
-    ts_model *m = NULL, *r = NULL;
-    TS_CHECK_STATUS(ts_model_config_builtin(g.model, &cfg), TS_OK);
-    TS_CHECK_STATUS(ts_model_create(&cfg, 1, &m), TS_OK);
-    if (m) TS_CHECK_STATUS(ts_model_export_hf(m, ckpt, NULL), TS_OK);
-    ts_model_free(m);
-    /* the generator's one edit of config.json (see gen_hf_v4.py CONFIG_EDIT) */
-    snprintf(p, sizeof p, "%s/config.json", ckpt);
-    TS_CHECK_MSG(edit_file(p, g.edit_from, g.edit_to), "config.json: '%s' not found", g.edit_from);
-    TS_CHECK_MSG(fnv_file(p) == g.h_config, "config.json is not the checkpoint transformers ran");
-    snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
-    TS_CHECK_MSG(fnv_file(p) == g.h_weights, "model.safetensors is not the checkpoint transformers ran");
-    TS_CHECK_STATUS(ts_model_load_dir(ckpt, 1, &r), TS_OK);
+    ts_model *r = hf_checkpoint(ts_t_, g.model, g.edit_from, g.edit_to, g.h_config, g.h_weights, 1, dir);
     float *lg = malloc((size_t)g.vocab * sizeof *lg);
     double sum = 0, mx = 0;
     int64_t worst = -1, argmax_same = 0;
@@ -148,8 +167,103 @@ TS_TEST(model_hf_matches_transformers_dsv4_tiny) {
                (long long)argmax_same);
     free(lg);
     ts_model_free(r);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    remove_dir(dir);
+    free(buf);
+}
+
+/* tests/golden/hf_v4_tiny_emul.bin (tests/gen/gen_hf_v4_emul.py): transformers' forward with
+ * tilestack's rounding points and kernel arithmetic patched in (tests/gen/ts_emulation.py),
+ * greedy from a fixed prompt. */
+typedef struct hf_emul_golden {
+    uint32_t n_prompt, n_gen, vocab;
+    uint64_t h_config, h_weights, prompt_seed;
+    char model[33], edit_from[33], edit_to[33];
+    const int32_t *tokens; /* n_prompt + n_gen */
+    const float *logits;   /* [n_prompt + n_gen - 1][vocab] */
+} hf_emul_golden;
+
+static bool parse_emul(const uint8_t *b, size_t n, hf_emul_golden *g) {
+    const size_t head = 8 + 16 + 24 + 96;
+    if (n < head || memcmp(b, "TSHFV4E1", 8)) return false;
+    uint32_t v[4];
+    memcpy(v, b + 8, 16);
+    memcpy(&g->h_config, b + 24, 8);
+    memcpy(&g->h_weights, b + 32, 8);
+    memcpy(&g->prompt_seed, b + 40, 8);
+    memcpy(g->model, b + 48, 32);
+    memcpy(g->edit_from, b + 80, 32);
+    memcpy(g->edit_to, b + 112, 32);
+    g->model[32] = g->edit_from[32] = g->edit_to[32] = 0;
+    g->n_prompt = v[1], g->n_gen = v[2], g->vocab = v[3];
+    if (v[0] != 1 || g->n_prompt < 1 || g->n_gen < 1 || g->vocab < 2) return false;
+    const size_t nt = (size_t)g->n_prompt + g->n_gen;
+    if (n != head + nt * 4 + (nt - 1) * g->vocab * 4) return false;
+    g->tokens = (const int32_t *)(b + head);
+    g->logits = (const float *)(b + head + nt * 4);
+    return true;
+}
+
+/* largest logit, ties to the lower id (the generator's np.argmax) */
+static int32_t argmax_f32(const float *x, uint32_t n) {
+    uint32_t a = 0;
+    for (uint32_t v = 1; v < n; v++) a = x[v] > x[a] ? v : a;
+    return (int32_t)a;
+}
+
+/* tilestack consumes the prompt, then decodes greedily on its own tokens: every greedy token
+ * must be the emulated transformers' and every step's logits within calc_diff 1e-5 of its
+ * logits (the emulation reproduces tilestack's f32 kernels, so the expected distance is 0:
+ * docs/models.md). Sequence 0 decodes the prompt token by token, sequence 1 prefills it in one
+ * batch (ts_model_prefill_all_logits, as `tilestack generate` does). */
+TS_TEST(model_hf_emulated_greedy_dsv4_tiny) {
+    size_t n = 0;
+    uint8_t *buf = TS_READ_GOLDEN("hf_v4_tiny_emul.bin", &n);
+    hf_emul_golden g;
+    TS_CHECK_MSG(buf && parse_emul(buf, n, &g), "hf_v4_tiny_emul.bin is malformed");
+    if (TS_FAILED()) {
+        free(buf);
+        return;
+    }
+    char dir[64];
+    ts_model *r = hf_checkpoint(ts_t_, g.model, g.edit_from, g.edit_to, g.h_config, g.h_weights, 2, dir);
+    const uint32_t steps = g.n_prompt + g.n_gen - 1;
+    float *lg = malloc((size_t)steps * g.vocab * sizeof *lg);
+    int32_t *own = malloc((size_t)(steps + 1) * sizeof *own);
+    for (int64_t seq = 0; seq < 2 && r && lg && own && !TS_FAILED(); seq++) {
+        double mx = 0;
+        uint32_t worst = 0, exact = 0, i = 0;
+        memcpy(own, g.tokens, (size_t)g.n_prompt * sizeof *own);
+        if (seq == 1) {
+            TS_CHECK_STATUS(ts_model_prefill_all_logits(r, seq, g.n_prompt, own, lg), TS_OK);
+            i = g.n_prompt - 1; /* the prompt's logits are rows 0 .. n_prompt - 1 of lg */
+        }
+        for (uint32_t t = 0; t < steps && !TS_FAILED(); t++) {
+            float *got = lg + (size_t)t * g.vocab;
+            if (t > i || (seq == 0 && t == i))
+                TS_CHECK_STATUS(ts_model_decode(r, 1, &seq, &own[t], got), TS_OK);
+            const float *want = g.logits + (size_t)t * g.vocab;
+            const double d = calc_diff(got, want, g.vocab);
+            exact += memcmp(got, want, (size_t)g.vocab * sizeof *got) == 0;
+            if (d > mx) mx = d, worst = t;
+            TS_CHECK_MSG(d <= 1e-5, "seq %lld step %u: calc_diff against emulated transformers "
+                         "%.3g > 1e-5", (long long)seq, t, d);
+            if (t + 1 >= g.n_prompt) {
+                own[t + 1] = argmax_f32(got, g.vocab);
+                TS_CHECK_MSG(own[t + 1] == g.tokens[t + 1],
+                             "seq %lld greedy token %u: tilestack %d, emulated transformers %d",
+                             (long long)seq, t + 1 - g.n_prompt, own[t + 1], g.tokens[t + 1]);
+            }
+            if (getenv("TS_HF_STEPS")) printf("seq %lld step %u %.3g\n", (long long)seq, t, d);
+        }
+        if (getenv("TS_MODEL_CHECK_VERBOSE") || TS_FAILED())
+            printf("  emulated transformers vs tilestack (%s), %s, %u + %u greedy: calc_diff max "
+                   "%.3g (step %u), logits bit-identical at %u of %u steps\n",
+                   seq ? "prompt prefilled" : "token by token", g.model, g.n_prompt, g.n_gen, mx,
+                   worst, exact, steps);
+    }
+    free(own);
+    free(lg);
+    ts_model_free(r);
+    remove_dir(dir);
     free(buf);
 }
