@@ -271,10 +271,16 @@ TS_TEST(model_hf_v3_matches_transformers) {
         const double mean = sum / (double)N;
         TS_CHECK_MSG(mean <= 1e-3, "mean calc_diff against transformers %.3g > 1e-3 (max %.3g at step %lld)",
                      mean, mx, (long long)worst);
+        /* issue 19's bound is 1e-3; bf16 rounding alone gives ~5e-6 here (2026-12-02), and
+         * the tighter bound is what sees a wrong YaRN ramp in 64 positions (YaRN off: 3.6e-4;
+         * mscale^2 off, groups ignored, no renormalisation, rotate-half, scale 1: > 1e-2) */
+        TS_CHECK_MSG(mean <= 5e-5, "mean calc_diff against transformers %.3g > 5e-5: more than bf16 "
+                     "rounding (max %.3g at step %lld)", mean, mx, (long long)worst);
         if (getenv("TS_MODEL_CHECK_VERBOSE") || TS_FAILED())
             printf("  transformers vs tilestack, DeepSeek-V3 tiny, %lld steps: calc_diff mean %.3g, max %.3g "
-                   "(step %lld), argmax equal at %lld steps\n", (long long)N, mean, mx, (long long)worst,
-                   (long long)same_argmax);
+                   "(step %lld), argmax equal at %lld steps, logits fnv1a64 %016llx (the same on every ISA)\n",
+                   (long long)N, mean, mx, (long long)worst, (long long)same_argmax,
+                   (unsigned long long)ts_fnv1a64(a, (size_t)(N * V) * sizeof *a));
         /* batch invariance: the same sequence decoded last in a batch of 3 */
         decode_all(ts_t_, m, &g, 3, b);
         TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a), "batch of 3 changed the logits bits");
