@@ -26,7 +26,7 @@
 
 typedef struct g_tensor {
     char name[97];
-    uint32_t dtype, ndim; /* 0 BF16, 1 F32 */
+    uint32_t dtype, ndim; /* 0 BF16, 1 F32, 2 F8_E4M3 codes, 3 F32 scale (gen_hf_v3.py) */
     uint64_t shape[3];
     float base;
     int32_t exp;
@@ -69,7 +69,7 @@ static bool parse(const uint8_t *b, size_t n, golden *g) {
         memcpy(&t->base, p + 128, 4);
         memcpy(&t->exp, p + 132, 4);
         memcpy(&t->seed, p + 136, 8);
-        if (t->ndim < 1 || t->ndim > 3 || t->dtype > 1) return false;
+        if (t->ndim < 1 || t->ndim > 3 || t->dtype > 3) return false;
     }
     g->tokens = (const int32_t *)(b + body);
     g->logits = (const float *)(b + body + (size_t)g->n_steps * 4);
@@ -91,12 +91,19 @@ static uint16_t bf16_rne(float f) {
 /* The table's values of tensor t, as stored (bf16 or f32 bytes); malloc'ed. */
 static void *values(const g_tensor *t, size_t *bytes) {
     const uint64_t n = numel(t);
-    *bytes = (size_t)n * (t->dtype ? 4 : 2);
+    static const size_t esize[4] = {2, 4, 1, 4};
+    *bytes = (size_t)n * esize[t->dtype];
     uint8_t *out = malloc(*bytes);
     ts_prng p = ts_prng_seed(t->seed);
     const float scale = ldexpf(1.0f, -t->exp);
     for (uint64_t i = 0; out && i < n; i++) {
-        const float v = t->base + ts_prng_uniform(&p) * scale;
+        if (t->dtype == 2) { /* e4m3: sign | exponent field 5..8 | mantissa, never NaN */
+            const uint32_t z = ts_prng_u32(&p);
+            out[i] = (uint8_t)((z & 0x87u) | ((5u + ((z >> 3) & 3u)) << 3));
+            continue;
+        }
+        const float u = ts_prng_uniform(&p);
+        const float v = t->dtype == 3 ? (1.0f + u * 0.25f) * scale : t->base + u * scale;
         if (t->dtype) memcpy(out + 4 * i, &v, 4);
         else {
             const uint16_t h = bf16_rne(v);
@@ -113,7 +120,17 @@ typedef struct damage {
     const char *nan_in;    /* this tensor's element 5 set to NaN */
     bool extra;            /* one tensor more */
     const char *cfg_from, *cfg_to; /* config.json: the first cfg_from becomes cfg_to */
+    /* an FP8 table written as the BF16 checkpoint of its dequantised weights: bf16(code x
+     * scale) (f32 product, round to nearest even), no scale tensors, no quantization_config */
+    bool dequantize;
 } damage;
+
+/* e4m3fn code -> value, written out here (not the library's decoder) */
+static float e4m3(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6);
+    return b & 0x80 ? -v : v;
+}
 
 static bool write_text(const char *path, const char *s) {
     FILE *f = fopen(path, "wb");
@@ -129,6 +146,8 @@ static bool write_ckpt(const golden *g, const char *dir, const damage *dm, uint6
     char path[300];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *cfg = strdup(g->config);
+    char *qc = dm && dm->dequantize ? strstr(cfg, ",\n  \"quantization_config\"") : NULL;
+    if (qc) strcpy(qc, "\n}\n"); /* the generator writes it last */
     if (dm && dm->cfg_from) {
         char *hit = strstr(cfg, dm->cfg_from);
         if (!hit) return false;
@@ -157,12 +176,34 @@ static bool write_ckpt(const golden *g, const char *dir, const damage *dm, uint6
         data[i] = values(t, &sz[i]);
         if (i < g->n_tensors)
             for (size_t k = 0; k < sz[i]; k++) hash = (hash ^ ((uint8_t *)data[i])[k]) * 0x100000001b3ull;
-        if (dm && dm->nan_in && !strcmp(t->name, dm->nan_in)) {
-            if (t->dtype) memcpy((uint8_t *)data[i] + 20, &(uint32_t){0x7FC00000u}, 4);
-            else memcpy((uint8_t *)data[i] + 10, &(uint16_t){0x7FC0u}, 2);
+        if (dm && dm->dequantize && t->dtype == 3) { /* folded into its weight (the one before) */
+            free(data[i]);
+            data[i] = NULL;
+            continue;
         }
+        if (dm && dm->dequantize && t->dtype == 2) {
+            size_t sb = 0;
+            float *s = values(&g->t[i + 1], &sb);
+            const uint64_t R = t->shape[0], C = t->shape[1], SK = (C + 127) / 128;
+            uint16_t *w = malloc((size_t)(R * C) * 2);
+            for (uint64_t r = 0; w && s && r < R; r++)
+                for (uint64_t c = 0; c < C; c++)
+                    w[r * C + c] = bf16_rne(e4m3(((uint8_t *)data[i])[r * C + c]) * s[(r / 128) * SK + c / 128]);
+            free(s);
+            free(data[i]);
+            data[i] = w;
+            sz[i] = (size_t)(R * C) * 2;
+            t->dtype = 0;
+        }
+        if (dm && dm->nan_in && !strcmp(t->name, dm->nan_in)) {
+            const size_t j = numel(t) > 5 ? 5 : 1; /* element 5, or 1 of a small scale tensor */
+            if (t->dtype == 2) ((uint8_t *)data[i])[j] = 0x7F;
+            else if (t->dtype) memcpy((uint8_t *)data[i] + 4 * j, &(uint32_t){0x7FC00000u}, 4);
+            else memcpy((uint8_t *)data[i] + 2 * j, &(uint16_t){0x7FC0u}, 2);
+        }
+        static const char *const dtn[4] = {"BF16", "F32", "F8_E4M3", "F32"};
         hl += (size_t)snprintf(hdr + hl, hcap - hl, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name,
-                               t->dtype ? "F32" : "BF16");
+                               dtn[t->dtype]);
         for (uint32_t d = 0; d < t->ndim; d++)
             hl += (size_t)snprintf(hdr + hl, hcap - hl, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
         hl += (size_t)snprintf(hdr + hl, hcap - hl, "],\"data_offsets\":[%zu,%zu]}", off, off + sz[i]);
@@ -195,11 +236,11 @@ static double calc_diff(const float *x, const float *y, int64_t n) {
     return 1 - 2 * xy / xx_yy;
 }
 
-static bool load_golden(ts_test_ctx *ts_t_, golden *g, uint8_t **buf) {
+static bool load_golden(ts_test_ctx *ts_t_, const char *file, golden *g, uint8_t **buf) {
     size_t n = 0;
     memset(g, 0, sizeof *g);
-    *buf = TS_READ_GOLDEN("hf_v3_tiny.bin", &n);
-    TS_CHECK_MSG(*buf && parse(*buf, n, g), "hf_v3_tiny.bin is malformed");
+    *buf = TS_READ_GOLDEN(file, &n);
+    TS_CHECK_MSG(*buf && parse(*buf, n, g), "%s is malformed", file);
     return !TS_FAILED();
 }
 
@@ -234,10 +275,18 @@ static void decode_all(ts_test_ctx *ts_t_, ts_model *m, const golden *g, int64_t
     free(lg);
 }
 
-TS_TEST(model_hf_v3_matches_transformers) {
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* mean_max / tight_max: bounds of the mean per-step calc_diff (<= 0: not checked); median_max:
+ * of the median step */
+static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, double tight_max,
+                    double median_max) {
     golden g;
     uint8_t *buf = NULL;
-    if (!load_golden(ts_t_, &g, &buf)) {
+    if (!load_golden(ts_t_, file, &g, &buf)) {
         free_golden(&g, buf);
         return;
     }
@@ -256,11 +305,12 @@ TS_TEST(model_hf_v3_matches_transformers) {
     if (m && a && b) {
         TS_CHECK(ts_model_get_config(m)->vocab_size == V);
         decode_all(ts_t_, m, &g, 1, a);
-        double sum = 0, mx = 0;
+        double sum = 0, mx = 0, steps[256];
         int64_t worst = -1, same_argmax = 0;
         for (int64_t i = 0; i < N; i++) {
             const float *x = a + i * V, *y = g.logits + i * V;
             const double d = calc_diff(x, y, V);
+            if (i < 256) steps[i] = d;
             sum += d;
             if (d > mx) mx = d, worst = i;
             int64_t ax = 0, ay = 0;
@@ -269,17 +319,17 @@ TS_TEST(model_hf_v3_matches_transformers) {
             if (getenv("TS_HF_STEPS")) printf("step %lld %.3g %s\n", (long long)i, d, ax == ay ? "" : "argmax differs");
         }
         const double mean = sum / (double)N;
-        TS_CHECK_MSG(mean <= 1e-3, "mean calc_diff against transformers %.3g > 1e-3 (max %.3g at step %lld)",
-                     mean, mx, (long long)worst);
-        /* issue 19's bound is 1e-3; bf16 rounding alone gives ~5e-6 here (2026-12-02), and
-         * the tighter bound is what sees a wrong YaRN ramp in 64 positions (YaRN off: 3.6e-4;
-         * mscale^2 off, groups ignored, no renormalisation, rotate-half, scale 1: > 1e-2) */
-        TS_CHECK_MSG(mean <= 5e-5, "mean calc_diff against transformers %.3g > 5e-5: more than bf16 "
-                     "rounding (max %.3g at step %lld)", mean, mx, (long long)worst);
+        qsort(steps, (size_t)(N < 256 ? N : 256), sizeof *steps, cmp_double);
+        const double median = steps[(N < 256 ? N : 256) / 2];
+        TS_CHECK_MSG(mean_max <= 0 || mean <= mean_max, "mean calc_diff against transformers %.3g > %g "
+                     "(max %.3g at step %lld)", mean, mean_max, mx, (long long)worst);
+        TS_CHECK_MSG(tight_max <= 0 || mean <= tight_max, "mean calc_diff against transformers %.3g > %g: "
+                     "more than bf16 rounding (max %.3g at step %lld)", mean, tight_max, mx, (long long)worst);
+        TS_CHECK_MSG(median <= median_max, "median calc_diff against transformers %.3g > %g", median, median_max);
         if (getenv("TS_MODEL_CHECK_VERBOSE") || TS_FAILED())
-            printf("  transformers vs tilestack, DeepSeek-V3 tiny, %lld steps: calc_diff mean %.3g, max %.3g "
+            printf("  transformers vs tilestack, %s, %lld steps: calc_diff mean %.3g, median %.3g, max %.3g "
                    "(step %lld), argmax equal at %lld steps, logits fnv1a64 %016llx (the same on every ISA)\n",
-                   (long long)N, mean, mx, (long long)worst, (long long)same_argmax,
+                   file, (long long)N, mean, median, mx, (long long)worst, (long long)same_argmax,
                    (unsigned long long)ts_fnv1a64(a, (size_t)(N * V) * sizeof *a));
         /* batch invariance: the same sequence decoded last in a batch of 3 */
         decode_all(ts_t_, m, &g, 3, b);
@@ -295,6 +345,22 @@ TS_TEST(model_hf_v3_matches_transformers) {
         TS_CHECK_STATUS(ts_model_prefill_all_logits(m, 2, N, g.tokens, b), TS_OK);
         TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a), "prefill logits differ from decode");
         TS_CHECK(ts_model_sequence_position(m, 2) == N);
+        if (strstr(g.config, "quantization_config")) {
+            /* the FP8 loader == the BF16 loader on the same weights dequantised here: the same
+             * logits bits (checks every scale's block indexing, the kv_b head slices included) */
+            char ck2[140];
+            snprintf(ck2, sizeof ck2, "%s/deq", dir);
+            const damage deq = {.dequantize = true};
+            TS_CHECK(write_ckpt(&g, ck2, &deq, NULL));
+            ts_model *m2 = NULL;
+            TS_CHECK_STATUS(ts_model_load_dir(ck2, 1, &m2), TS_OK);
+            if (m2) {
+                decode_all(ts_t_, m2, &g, 1, b);
+                TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a),
+                             "FP8 checkpoint != its BF16 dequantisation");
+            }
+            ts_model_free(m2);
+        }
         /* the refusals of what a V3 model does not do */
         TS_CHECK_STATUS(ts_model_prefill_random(m, 0, 8, 1), TS_ERR_UNSUPPORTED);
         TS_CHECK_STATUS(ts_model_export_hf(m, "/tmp/never", NULL), TS_ERR_UNSUPPORTED);
@@ -305,6 +371,21 @@ TS_TEST(model_hf_v3_matches_transformers) {
     rm_rf(dir);
     free_golden(&g, buf);
 }
+
+/* BF16 weights. Issue 19's bound is a mean of 1e-3; bf16 rounding alone gives ~5e-6 here
+ * (2026-12-02), and the tighter 5e-5 is what sees a wrong YaRN ramp in 64 positions (YaRN off:
+ * 3.6e-4; mscale^2 off, groups ignored, no renormalisation, rotate-half, scale 1: > 1e-2). */
+TS_TEST(model_hf_v3_matches_transformers) { matches(ts_t_, "hf_v3_tiny.bin", 1e-3, 5e-5, 2e-5); }
+
+/* DeepSeek's FP8 release form: e4m3 linear layers + f32 weight_scale_inv per 128x128 (the
+ * golden's transformers model got code x scale in f32: transformers 5.24 does not dequantise
+ * this checkpoint on a CPU, see gen_hf_v3.py). tilestack dequantises to bf16 at load, and that
+ * rounding of the weights (~3e-5 per step) flips near-tied expert choices at a few steps
+ * (transformers itself, with the same bf16-rounded weights, flips at step 61: mean 1.1e-3
+ * against its f32 run), so the mean is not bounded here; the median step is (a wrong scale or
+ * block index would show at every step), and the FP8 load must give exactly the bits of the
+ * BF16 checkpoint of the same dequantised weights. */
+TS_TEST(model_hf_v3_fp8_matches_transformers) { matches(ts_t_, "hf_v3_fp8_tiny.bin", 0, 0, 2e-4); }
 
 static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const damage *dm,
                    ts_status code, const char *msg1, const char *msg2) {
@@ -331,7 +412,7 @@ static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const 
 TS_TEST(model_hf_v3_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!load_golden(ts_t_, &g, &buf)) {
+    if (!load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) {
         free_golden(&g, buf);
         return;
     }
@@ -354,7 +435,8 @@ TS_TEST(model_hf_v3_bad_checkpoints) {
         {"\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 1, \"shiny_new_key\": 1", "shiny_new_key", "not a deepseek_v3 key", TS_ERR_UNSUPPORTED},
         {"\"type\": \"yarn\"", "\"type\": \"longrope\"", "rope_scaling.rope_type = \"longrope\"", NULL, TS_ERR_UNSUPPORTED},
         {"\"factor\": 40", "\"factor\": 0.5", "rope_scaling.factor = 0.5 is outside", NULL, TS_ERR_INVALID_ARGUMENT},
-        {"\"torch_dtype\"", "\"quantization_config\": {\"quant_method\": \"fp8\"}, \"torch_dtype\"", "quantization_config", "FP8", TS_ERR_UNSUPPORTED},
+        {"\"torch_dtype\"", "\"quantization_config\": {\"quant_method\": \"fp8\"}, \"torch_dtype\"", "q_a_proj.weight': dtype BF16, expected F8_E4M3", NULL, TS_ERR_INVALID_ARGUMENT},
+        {"\"torch_dtype\"", "\"quantization_config\": {\"quant_method\": \"awq\"}, \"torch_dtype\"", "quantization_config.quant_method = \"awq\"", NULL, TS_ERR_UNSUPPORTED},
         {"\"num_key_value_heads\": 4", "\"num_key_value_heads\": 1", "num_key_value_heads = 1", NULL, TS_ERR_UNSUPPORTED},
         {"\"DeepseekV3ForCausalLM\"", "\"DeepseekV3ForSequenceClassification\"", "architectures[0]", "not supported", TS_ERR_UNSUPPORTED},
         {"\"n_routed_experts\": 16", "\"n_routed_experts\": 4096", "fewer than the", "expert weights", TS_ERR_INVALID_ARGUMENT},
@@ -365,5 +447,26 @@ TS_TEST(model_hf_v3_bad_checkpoints) {
         snprintf(what, sizeof what, "config %s", cfgs[i].to);
         expect(ts_t_, &g, what, &dm, cfgs[i].code, cfgs[i].m1, cfgs[i].m2);
     }
+    free_golden(&g, buf);
+}
+
+TS_TEST(model_hf_v3_fp8_bad_checkpoints) {
+    golden g;
+    uint8_t *buf = NULL;
+    if (!load_golden(ts_t_, "hf_v3_fp8_tiny.bin", &g, &buf)) {
+        free_golden(&g, buf);
+        return;
+    }
+    const char *w = "model.layers.1.mlp.experts.3.up_proj.weight";
+    const char *s = "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv";
+    const damage drop = {.drop = s}, shape = {.reshape = s}, nan = {.nan_in = w}, nan_s = {.nan_in = s},
+                 block = {.cfg_from = "128\n    ]", .cfg_to = "64\n    ]"},
+                 plain = {.cfg_from = "\"quantization_config\"", .cfg_to = "\"quantization_config_off\""};
+    expect(ts_t_, &g, "missing scale", &drop, TS_ERR_INVALID_ARGUMENT, s, "is missing");
+    expect(ts_t_, &g, "scale shape", &shape, TS_ERR_INVALID_ARGUMENT, s, "shape [2, 2], expected [1, 2]");
+    expect(ts_t_, &g, "e4m3 NaN", &nan, TS_ERR_INVALID_ARGUMENT, w, "e4m3 NaN code");
+    expect(ts_t_, &g, "NaN scale", &nan_s, TS_ERR_INVALID_ARGUMENT, s, "not a positive normal number");
+    expect(ts_t_, &g, "block size", &block, TS_ERR_UNSUPPORTED, "weight_block_size = [128, 64]", NULL);
+    expect(ts_t_, &g, "FP8 tensors, no quantization_config", &plain, TS_ERR_UNSUPPORTED, "quantization_config_off", NULL);
     free_golden(&g, buf);
 }

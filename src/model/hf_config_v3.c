@@ -169,19 +169,42 @@ static ts_status parse_rope(const char *path, const char *where, const json_t *r
 }
 
 /* DeepSeek's FP8 release: e4m3 weights, f32 weight_scale_inv per 128x128, activations cast at
- * run time. Parsed so that its settings are named; the V3 loader does not take FP8 yet. */
+ * run time; every setting must be that one. */
 static ts_status parse_quant(const char *path, const json_t *q, ts__v3_config *c) {
     char b[TS__ESC_CAP];
     if (!q || json_is_null(q)) return TS_OK;
     if (!json_is_object(q))
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: quantization_config = %s: must be an object", path, show(q, b));
-    const json_t *m = json_object_get(q, "quant_method");
-    const char *s = NULL;
-    if (!m) return ts__fail(TS_ERR_UNSUPPORTED, "%s: quantization_config.quant_method is missing", path);
-    TS__RETURN_IF_ERROR(ts__hf_json_str(path, "quantization_config.quant_method", m, &s));
-    if (strcmp(s, "fp8"))
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: quantization_config.quant_method = %s is not supported "
-                        "(DeepSeek-V3 ships fp8)", path, show(m, b));
+    if (!json_object_get(q, "quant_method"))
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: quantization_config.quant_method is missing", path);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)q, k, v) {
+        char key[96];
+        snprintf(key, sizeof key, "quantization_config.%s", ts__text_escape_str(k, b, sizeof b));
+        static const char *const want[][2] = {{"quant_method", "fp8"}, {"fmt", "e4m3"},
+                                              {"activation_scheme", "dynamic"}};
+        size_t w = 0;
+        while (w < 3 && strcmp(k, want[w][0])) w++;
+        if (w < 3) {
+            const char *s = NULL;
+            TS__RETURN_IF_ERROR(ts__hf_json_str(path, key, v, &s));
+            if (strcmp(s, want[w][1]))
+                return ts__fail(TS_ERR_UNSUPPORTED, "%s: %s = %s is not supported (DeepSeek-V3's FP8: %s)",
+                                path, key, show(v, b), want[w][1]);
+        } else if (!strcmp(k, "weight_block_size")) {
+            int64_t d0 = 0, d1 = 0;
+            if (!json_is_array(v) || json_array_size(v) != 2 ||
+                ts__hf_json_int(path, key, json_array_get(v, 0), 1, 1 << 20, &d0) != TS_OK ||
+                ts__hf_json_int(path, key, json_array_get(v, 1), 1, 1 << 20, &d1) != TS_OK)
+                return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s = %s: must be [rows, cols]", path, key, show(v, b));
+            if (d0 != 128 || d1 != 128)
+                return ts__fail(TS_ERR_UNSUPPORTED, "%s: %s = [%lld, %lld] is not supported (one scale per "
+                                "128x128)", path, key, (long long)d0, (long long)d1);
+        } else if (strcmp(k, "modules_to_not_convert")) {
+            return ts__fail(TS_ERR_UNSUPPORTED, "%s: %s is not a quantisation setting tilestack knows", path, key);
+        }
+    }
     c->quantized = true;
     return TS_OK;
 }

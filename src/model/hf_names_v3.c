@@ -78,6 +78,11 @@ ts_status ts__v3_tensors(const ts__v3_config *c, ts__v3_tensor **out, int64_t *c
     return TS_OK;
 }
 
+bool ts__v3_fp8_role(ts__v3_role r) {
+    return r != V3_EMBED && r != V3_HEAD && r != V3_GATE && r != V3_GATE_BIAS && r != V3_NORM &&
+           r != V3_ATTN_NORM && r != V3_FFN_NORM && r != V3_Q_A_NORM && r != V3_KV_A_NORM;
+}
+
 bool ts__v3_ignored(const ts__v3_config *c, const char *name) {
     /* the MTP layers follow the model's: model.layers.<n_layers + k>.* */
     long long L = -1;

@@ -52,6 +52,9 @@ typedef struct ts__v3_tensor {
     int64_t shape[2];
 } ts__v3_tensor;
 
+/* The roles that an FP8 checkpoint stores as e4m3 + `<name>_scale_inv` (f32, per 128x128):
+ * every linear layer but the embedding, the head and the router. */
+bool ts__v3_fp8_role(ts__v3_role r);
 /* The tensors cfg implies (malloc'ed list). */
 ts_status ts__v3_tensors(const ts__v3_config *cfg, ts__v3_tensor **out, int64_t *count);
 /* A checkpoint tensor tilestack does not load on purpose (the MTP layer, layers >= n_layers
@@ -85,13 +88,15 @@ typedef struct ts__v3 {
     size_t mapped, converted, packed;
 } ts__v3;
 
-/* A V3 model over the loaded tensors: data[i] holds tensors[i]'s values in dtypes[i] (TS_BF16
- * or TS_F32, every value finite: the loader checked). Linear weights are packed for the bf16
- * GEMMs (an F32 one rounded to bf16 first), norms / gate / bias kept in f32; the embedding is
- * used in place when BF16. Allocates caches and the workspace. On failure *out is NULL. */
+/* A V3 model over the loaded tensors: data[i] holds tensors[i]'s values in dtypes[i] (TS_BF16,
+ * TS_F32, or TS_E4M3 with scales[i] f32 [ceil(rows/128), ceil(cols/128)]; every value valid:
+ * the loader checked). Linear weights are packed for the bf16 GEMMs (F32 rounded to bf16;
+ * e4m3 dequantised, code x scale in f32, then rounded to bf16), norms / gate / bias kept in
+ * f32; the embedding is used in place when BF16. Allocates caches and the workspace. On
+ * failure *out is NULL. */
 ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tensors, int64_t nt,
-                              const void *const *data, const ts_dtype *dtypes, int64_t max_batch,
-                              ts_model **out);
+                              const void *const *data, const ts_dtype *dtypes,
+                              const float *const *scales, int64_t max_batch, ts_model **out);
 void ts__v3_free(ts_model *m);
 ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
                         float *logits);

@@ -48,17 +48,35 @@ typedef struct builder {
     size_t f32_used;
 } builder;
 
-static ts_status pack(const ts__v3_tensor *t, const void *data, ts_dtype dt, bool kn, int64_t rows,
-                      int64_t cols, int64_t ld, size_t *packed, ts_packed_weight **pw) {
-    /* rows x cols at data with row stride ld (elements); an F32 weight is rounded to bf16 */
+/* Where a weight's values are: data in dt, row stride ld; an e4m3 one with its f32 scales
+ * [ceil(rows/128)][sk] per 128x128, the block of row r being (row0 + r) / 128. */
+typedef struct wsrc {
+    const void *data;
+    ts_dtype dt;
+    int64_t ld;
+    const float *scale;
+    int64_t sk, row0;
+} wsrc;
+
+static ts_status pack(const ts__v3_tensor *t, const wsrc *w, bool kn, int64_t rows, int64_t cols,
+                      size_t *packed, ts_packed_weight **pw) {
+    /* rows x cols; an F32 weight is rounded to bf16, an e4m3 one dequantised (code x scale in
+     * f32) and rounded */
     uint16_t *tmp = NULL;
-    const uint16_t *src = (const uint16_t *)data;
-    if (dt == TS_F32) {
+    const uint16_t *src = (const uint16_t *)w->data;
+    int64_t ld = w->ld;
+    if (w->dt != TS_BF16) {
         tmp = malloc((size_t)(rows * cols) * 2);
         if (!tmp) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", t->name);
+        float lut[256];
+        for (int i = 0; i < 256; i++) lut[i] = ts_e4m3_to_f32((uint8_t)i);
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < cols; c++)
-                tmp[r * cols + c] = ts__f32_to_bf16_inl(((const float *)data)[r * ld + c]);
+            for (int64_t c = 0; c < cols; c++) {
+                const float v = w->dt == TS_F32 ? ((const float *)w->data)[r * ld + c]
+                                                : lut[((const uint8_t *)w->data)[r * ld + c]] *
+                                                      w->scale[((w->row0 + r) / 128) * w->sk + c / 128];
+                tmp[r * cols + c] = ts__f32_to_bf16_inl(v);
+            }
         src = tmp, ld = cols;
     }
     ts_tensor b = ts_tensor_2d((void *)src, TS_BF16, rows, cols);
@@ -83,7 +101,7 @@ static bool is_f32_role(ts__v3_role r) {
 }
 
 static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void *const *data,
-                      const ts_dtype *dt) {
+                      const ts_dtype *dt, const float *const *scales) {
     const ts__v3_config *c = &v->c;
     const int64_t H = c->n_heads, E = c->n_experts, KL = c->kv_lora, NV = c->nope + c->v_head;
     size_t nf = 0;
@@ -113,6 +131,7 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
         ts__v3_layer *ly = t->layer >= 0 ? &v->layers[t->layer] : NULL;
         const int64_t r = t->shape[0], k = t->ndim == 2 ? t->shape[1] : 1, e = t->expert;
         ts_packed_weight **dst = NULL;
+        const wsrc whole = {data[i], dt[i], k, scales[i], ts__ceil_div(k, 128), 0};
         switch (t->role) {
         case V3_EMBED:
             if (dt[i] == TS_BF16) {
@@ -122,7 +141,7 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
                 for (size_t j = 0; j < embed_n; j++) o[j] = ts__f32_to_bf16_inl(((const float *)data[i])[j]);
                 v->embed = o;
             }
-            if (c->tied) TS__RETURN_IF_ERROR(pack(t, data[i], dt[i], false, r, k, k, pk, &v->head));
+            if (c->tied) TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, &v->head));
             continue;
         case V3_NORM: v->norm = as_f32(&bd, data[i], dt[i], r); continue;
         case V3_ATTN_NORM: ly->attn_norm = as_f32(&bd, data[i], dt[i], r); continue;
@@ -136,10 +155,11 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
              * q_nope -> latent; the next v_head rows W_UV [v, 512] map the latent to v */
             const size_t es = ts_dtype_size(dt[i]);
             for (int64_t h = 0; h < H; h++) {
-                const char *base = (const char *)data[i] + (size_t)(h * NV * KL) * es;
-                TS__RETURN_IF_ERROR(pack(t, base, dt[i], true, c->nope, KL, KL, pk, &ly->uk[h]));
-                TS__RETURN_IF_ERROR(pack(t, base + (size_t)(c->nope * KL) * es, dt[i], false, c->v_head,
-                                         KL, KL, pk, &ly->uv[h]));
+                wsrc uk = whole, uv = whole;
+                uk.data = (const char *)data[i] + (size_t)(h * NV * KL) * es, uk.row0 = h * NV;
+                uv.data = (const char *)uk.data + (size_t)(c->nope * KL) * es, uv.row0 = h * NV + c->nope;
+                TS__RETURN_IF_ERROR(pack(t, &uk, true, c->nope, KL, pk, &ly->uk[h]));
+                TS__RETURN_IF_ERROR(pack(t, &uv, false, c->v_head, KL, pk, &ly->uv[h]));
             }
             continue;
         }
@@ -159,7 +179,7 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
         case V3_S_W3: dst = &ly->sw3; break;
         case V3_S_W2: dst = &ly->sw2; break;
         }
-        TS__RETURN_IF_ERROR(pack(t, data[i], dt[i], false, r, k, k, pk, dst));
+        TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, dst));
     }
     return TS_OK;
 }
@@ -457,8 +477,8 @@ static void ws_free(ts__v3_ws *w) {
 }
 
 ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, int64_t nt,
-                              const void *const *data, const ts_dtype *dt, int64_t max_batch,
-                              ts_model **out) {
+                              const void *const *data, const ts_dtype *dt,
+                              const float *const *scales, int64_t max_batch, ts_model **out) {
     *out = NULL;
     ts_model *m = calloc(1, sizeof *m);
     ts__v3 *v = calloc(1, sizeof *v);
@@ -485,7 +505,7 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, i
     ts_status st = (m->pos = calloc((size_t)max_batch, sizeof *m->pos)) &&
                            (v->layers = calloc((size_t)c->n_layers, sizeof *v->layers))
                        ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: model");
-    if (st == TS_OK) st = bind(v, tl, nt, data, dt);
+    if (st == TS_OK) st = bind(v, tl, nt, data, dt, scales);
     for (int64_t L = 0; st == TS_OK && L < c->n_layers; L++) {
         const size_t bytes = (size_t)(max_batch * v->blocks * PAGE * LAT) * 2;
         if (!(v->layers[L].cache = ts__aligned_alloc(bytes)))

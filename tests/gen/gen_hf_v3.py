@@ -28,8 +28,11 @@ Output tests/golden/hf_v3_tiny.bin, little-endian:
   u32 version = 1, n_steps, vocab, n_tensors, config_len, reserved = 0
   u64 token_seed, u64 fnv1a64 over every tensor's stored bytes in table order
   char config[config_len]                  (config.json, as written)
-  n_tensors x { char name[96]; u32 dtype (0 BF16, 1 F32); u32 ndim; u64 shape[3];
-                f32 base; i32 exp; u64 seed }
+  n_tensors x { char name[96]; u32 dtype; u32 ndim; u64 shape[3]; f32 base; i32 exp; u64 seed }
+      dtype 0 BF16, 1 F32: value = base + u x 2^-exp (u: ts_prng_uniform), rounded to the dtype;
+      2 F8_E4M3: codes (u32 stream z: z & 0x87 | (5 + (z >> 3 & 3)) << 3);
+      3 F32 scale: (1 + u / 4) x 2^-exp
+With --fp8 (tests/golden/hf_v3_fp8_tiny.bin): DeepSeek's FP8 release form (fp8_table below).
   i32 tokens[n_steps]
   f32 logits[n_steps][vocab]               (step i consumes tokens[i] at position i)
 """
@@ -89,6 +92,31 @@ CONFIG = {
     "eos_token_id": 1,
     "torch_dtype": "bfloat16",
 }
+
+
+FP8_RULE = "codes: sign | exponent field 5..8 | mantissa from the tensor's u32 stream (no NaN)"
+
+
+def fp8_table(tab):
+    """The FP8 variant (DeepSeek's release: e4m3 weights + f32 weight_scale_inv per 128x128):
+    every linear weight but the embedding, head and router becomes dtype 2 (e4m3 codes drawn as
+    FP8_RULE says, |value| in [0.25, 1.875]), followed by its scale tensor (f32, positive:
+    2^-exp' x (1 + u/4), exp' = the BF16 rule's exp + 1)."""
+    out = []
+    for name, dt, shape, base, exp in tab:
+        lin = len(shape) == 2 and not any(s in name for s in ("embed_tokens", "lm_head", "mlp.gate."))
+        if not lin:
+            out.append((name, dt, shape, base, exp))
+            continue
+        out.append((name, 2, shape, 0.0, 0))
+        sshape = [(shape[0] + 127) // 128, (shape[1] + 127) // 128]
+        out.append((name + "_scale_inv", 3, sshape, 1.0, exp + 1))
+    return out
+
+
+def e4m3_codes(seed, n):
+    u = ts_prng.u32(seed, n)
+    return ((u & np.uint32(0x87)) | ((np.uint32(5) + ((u >> np.uint32(3)) & np.uint32(3))) << np.uint32(3))).astype(np.uint8)
 
 
 def lin_exp(k):
@@ -157,7 +185,11 @@ def bf16_bits(x):
 
 def values(name, dtype, shape, base, exp):
     n = int(np.prod(shape))
+    if dtype == 2:
+        return e4m3_codes(tensor_seed(name), n).reshape(shape)
     u = ts_prng.uniform(tensor_seed(name), n)
+    if dtype == 3:  # a scale: 2^-exp x (1 + u/4), stored f32
+        return ((np.float32(1) + u * np.float32(0.25)) * np.float32(2.0 ** -exp)).astype(np.float32).reshape(shape)
     v = (np.float32(base) + u * np.float32(2.0 ** -exp)).astype(np.float32)
     if dtype == 0:
         return bf16_bits(v).reshape(shape)
@@ -172,8 +204,9 @@ def write_checkpoint(out, cfg, tab):
         v = values(name, dt, shape, base, exp)
         raw_t = v.tobytes()
         raw += raw_t
-        tensors[name] = (torch.from_numpy(v.view(np.int16).copy()).view(torch.bfloat16)
-                         if dt == 0 else torch.from_numpy(v.copy()))
+        tensors[name] = (torch.from_numpy(v.view(np.int16).copy()).view(torch.bfloat16) if dt == 0
+                         else torch.from_numpy(v.copy()).view(torch.float8_e4m3fn) if dt == 2
+                         else torch.from_numpy(v.copy()))
     save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     text = json.dumps(cfg, indent=2) + "\n"
     open(os.path.join(out, "config.json"), "w").write(text)
@@ -204,21 +237,60 @@ def check_params(model, tensors, cfg):
     assert seen == len(tensors), (seen, len(tensors))
 
 
+def dequantized_model(cfg, tensors):
+    """transformers 5.24 on a CPU refuses to dequantise this FP8 checkpoint ("Weight shape (576,
+    256) not divisible by scale grid (5, 2)": kv_a_proj_with_mqa's 576 rows), so the f32 model
+    gets code x weight_scale_inv (f32 products, per 128x128 block) here, experts merged as
+    transformers merges them, and strict state-dict loading checks the names."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    plain = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(**plain)).float().eval()
+    w = {}
+    for k, v in tensors.items():
+        if k.endswith("_scale_inv"):
+            continue
+        if v.dtype == torch.float8_e4m3fn:
+            s = tensors[k + "_scale_inv"]
+            s = s.repeat_interleave(128, 0).repeat_interleave(128, 1)[: v.shape[0], : v.shape[1]]
+            w[k] = v.float() * s
+        else:
+            w[k] = v.float()
+    E = cfg["n_routed_experts"]
+    for L in range(cfg["first_k_dense_replace"], cfg["num_hidden_layers"]):
+        m = f"model.layers.{L}.mlp.experts."
+        w[m + "gate_up_proj"] = torch.stack([torch.cat([w.pop(m + f"{e}.gate_proj.weight"),
+                                                        w.pop(m + f"{e}.up_proj.weight")]) for e in range(E)])
+        w[m + "down_proj"] = torch.stack([w.pop(m + f"{e}.down_proj.weight") for e in range(E)])
+    model.load_state_dict(w, strict=True)
+    return model
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "hf_v3_tiny.bin"))
+    ap.add_argument("--fp8", action="store_true", help="the FP8 variant (tests/golden/hf_v3_fp8_tiny.bin)")
+    ap.add_argument("--out")
     ap.add_argument("--keep", help="write the checkpoint here (else a temporary directory)")
     args = ap.parse_args()
     import torch
     from transformers import DeepseekV3ForCausalLM
     torch.manual_seed(0)
-    cfg = CONFIG
+    cfg = dict(CONFIG)
     tab = table(cfg)
+    if args.fp8:
+        tab = fp8_table(tab)
+        cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                      "weight_block_size": [128, 128]}
+    out = args.out or os.path.join(os.path.dirname(__file__), "..", "golden",
+                                   "hf_v3_fp8_tiny.bin" if args.fp8 else "hf_v3_tiny.bin")
     ckpt = args.keep or tempfile.mkdtemp(prefix="ts_hf_v3_")
     os.makedirs(ckpt, exist_ok=True)
     text, h_data, tensors = write_checkpoint(ckpt, cfg, tab)
-    model = DeepseekV3ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
-    check_params(model, tensors, cfg)
+    if args.fp8:
+        model = dequantized_model(cfg, tensors)
+    else:
+        model = DeepseekV3ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+        check_params(model, tensors, cfg)
     V = cfg["vocab_size"]
     tokens = (ts_prng.next_u64(TOKEN_SEED, N_STEPS) >> np.uint64(32)) % np.uint64(V)
     tokens = tokens.astype(np.int32)
@@ -235,7 +307,7 @@ def main():
     logits = np.stack(logits).astype(np.float32)
     err = np.abs(full - logits).max()
     assert err < 1e-4 * np.abs(logits).max(), f"transformers prefill vs decode: {err}"
-    with open(args.out, "wb") as f:
+    with open(out, "wb") as f:
         tb = text.encode()
         f.write(b"TSHFV3G1")
         f.write(struct.pack("<6I", 1, N_STEPS, V, len(tab), len(tb), 0))
@@ -247,7 +319,7 @@ def main():
             f.write(struct.pack("<2I3QfiQ", dt, len(shape), *s, base, exp, tensor_seed(name)))
         f.write(tokens.astype("<i4").tobytes())
         f.write(logits.astype("<f4").tobytes())
-    print(f"{args.out}: {len(tab)} tensors, {N_STEPS} steps, vocab {V}; checkpoint {ckpt}; "
+    print(f"{out}: {len(tab)} tensors, {N_STEPS} steps, vocab {V}; checkpoint {ckpt}; "
           f"prefill vs decode max |diff| {err:.3g}")
 
 
