@@ -11,7 +11,8 @@
  * Conformance: mean calc_diff (DeepGEMM's 1 - 2 sum(xy) / sum(x^2 + y^2), in double) over the
  * 64 steps <= 1e-3 against transformers' f32, which rounds nothing; tilestack rounds every GEMM
  * input, the latent cache and the attention query / output to bf16. Also: the same bits for a
- * sequence decoded alone, in a batch of 3 and with 1 or 2 threads; prefill == decode bits;
+ * sequence decoded alone, in a batch of 3 and with 1 or 2 threads; the batched prefill (chunks
+ * of 48 rows: 64 tokens split 48 + 16) == decode bits;
  * bad checkpoints refused naming the file and the tensor or key. TS_HF_STEPS=1 prints every
  * step. */
 #include "ts_test.h"
@@ -345,6 +346,13 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
         TS_CHECK_STATUS(ts_model_prefill_all_logits(m, 2, N, g.tokens, b), TS_OK);
         TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a), "prefill logits differ from decode");
         TS_CHECK(ts_model_sequence_position(m, 2) == N);
+        /* a prompt of 37 (last logits only), then a decode step: rows 36 and 37 */
+        const int64_t s1 = 1;
+        ts_model_reset_sequence(m, s1);
+        TS_CHECK_STATUS(ts_model_prefill(m, s1, 37, g.tokens, b), TS_OK);
+        TS_CHECK_MSG(!memcmp(a + 36 * V, b, (size_t)V * sizeof *a), "prefill's last logits differ");
+        TS_CHECK_STATUS(ts_model_decode(m, 1, &s1, &g.tokens[37], b), TS_OK);
+        TS_CHECK_MSG(!memcmp(a + 37 * V, b, (size_t)V * sizeof *a), "decode after prefill differs");
         if (strstr(g.config, "quantization_config")) {
             /* the FP8 loader == the BF16 loader on the same weights dequantised here: the same
              * logits bits (checks every scale's block indexing, the kv_b head slices included) */

@@ -100,7 +100,9 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tenso
 void ts__v3_free(ts_model *m);
 ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
                         float *logits);
-/* Token-by-token prefill (bit for bit ts__v3_decode of each token; no batched V3 prefill yet). */
+/* Prefill of sequence seq (arguments checked by ts_model_prefill): the tokens as rows of one
+ * pass per chunk of ws rows, bit for bit their decode steps; all_logits: [n][vocab], else the
+ * last token's (logits may be NULL). */
 ts_status ts__v3_prefill(ts_model *m, int64_t seq, int64_t n_tokens, const int32_t *tokens,
                          float *logits, bool all_logits);
 void ts__v3_reset(ts_model *m, int64_t seq);

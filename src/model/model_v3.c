@@ -18,7 +18,8 @@
  * out); norms, RoPE, routing and SwiGLU in double, the residual in f32; the cached latent row,
  * the attention query and output bf16. Every kernel is batch-invariant and each row's
  * arithmetic is in one fixed order (experts summed in id order), so a row's logits do not
- * depend on the other rows or the thread count. */
+ * depend on the other rows or the thread count; a prompt's prefill runs its tokens as rows of one
+ * pass, bit for bit its decode steps. */
 #include "hf_v3.h"
 #include "safetensors.h"
 
@@ -36,7 +37,8 @@ typedef struct ts__v3_ws {
     uint16_t *h, *qa, *qb, *qfull, *ao, *ovb, *act, *xe;
     int32_t *sel, *erow, *eslot, *bt, *sl;
     double *rs;   /* routing scratch [2E] */
-    int64_t *pos; /* [B] the rows' positions */
+    int64_t *pos, *rseq; /* [B] the rows' positions, sequences (prefill) */
+    int64_t rows;        /* B: max(max_batch, TS__PREFILL_ROWS) */
 } ts__v3_ws;
 
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -395,18 +397,18 @@ static ts_status moe(ts_model *m, int64_t L, int64_t n) {
     return TS_OK;
 }
 
-ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens, float *logits) {
-    TS__RETURN_IF_ERROR(ts__model_check_step(m, n, seqs, tokens));
-    if (n == 0) return TS_OK;
+/* The layers for n rows (row b: token tokens[b] of sequence seqs[b] at position pos[b]); the
+ * last residual streams stay in ws->x. A decode step's rows are distinct sequences; a prefill
+ * chunk's consecutive positions of one: every row's cache row is written before FlashMLA runs,
+ * and row b attends to positions 0..pos[b] only (its cache_seqlens), as its decode step would. */
+static ts_status forward(ts_model *m, int64_t n, const int64_t *seqs, const int64_t *pos,
+                         const int32_t *tokens) {
     ts__v3 *v = m->v3;
     ts__v3_ws *w = v->ws;
     const ts__v3_config *c = &v->c;
     const int64_t D = c->dim;
-    int64_t *pos = w->pos;
-    for (int64_t b = 0; b < n; b++) {
-        pos[b] = m->pos[seqs[b]];
+    for (int64_t b = 0; b < n; b++)
         for (int64_t d = 0; d < D; d++) w->x[b * D + d] = ts__bf16_to_f32_inl(v->embed[(int64_t)tokens[b] * D + d]);
-    }
     for (int64_t L = 0; L < c->n_layers; L++) {
         const ts__v3_layer *ly = &v->layers[L];
         for (int64_t b = 0; b < n; b++) rmsnorm(w->x + b * D, D, ly->attn_norm, c->eps, w->h + b * D, NULL);
@@ -417,18 +419,41 @@ ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32
         else TS__RETURN_IF_ERROR(moe(m, L, n));
         for (int64_t i = 0; i < n * D; i++) w->x[i] += w->y[i];
     }
+    return TS_OK;
+}
+
+/* logits [n][vocab] of rows row0 .. row0 + n of ws->x */
+static ts_status head(ts_model *m, int64_t row0, int64_t n, float *logits) {
+    ts__v3 *v = m->v3;
+    ts__v3_ws *w = v->ws;
+    const int64_t D = v->c.dim;
+    for (int64_t b = 0; b < n; b++) rmsnorm(w->x + (row0 + b) * D, D, v->norm, v->c.eps, w->h + b * D, NULL);
+    return gemm(v->head, v->c.vocab, D, w->h, n, D, logits, v->c.vocab);
+}
+
+ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens, float *logits) {
+    TS__RETURN_IF_ERROR(ts__model_check_step(m, n, seqs, tokens));
+    if (n == 0) return TS_OK;
+    int64_t *pos = m->v3->ws->pos;
+    for (int64_t b = 0; b < n; b++) pos[b] = m->pos[seqs[b]];
+    TS__RETURN_IF_ERROR(forward(m, n, seqs, pos, tokens));
     for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;
-    if (!logits) return TS_OK;
-    for (int64_t b = 0; b < n; b++) rmsnorm(w->x + b * D, D, v->norm, c->eps, w->h + b * D, NULL);
-    return gemm(v->head, c->vocab, D, w->h, n, D, logits, c->vocab);
+    return logits ? head(m, 0, n, logits) : TS_OK;
 }
 
 ts_status ts__v3_prefill(ts_model *m, int64_t seq, int64_t n_tokens, const int32_t *tokens,
                          float *logits, bool all_logits) {
-    const int64_t V = m->cfg.vocab_size;
-    for (int64_t t = 0; t < n_tokens; t++) {
-        float *lg = all_logits ? logits + t * V : t == n_tokens - 1 ? logits : NULL;
-        TS__RETURN_IF_ERROR(ts__v3_decode(m, 1, &seq, &tokens[t], lg));
+    /* chunks of the workspace's rows: each weight is read once per chunk, and the bits are
+     * those of n_tokens decode steps (batch-invariant kernels, per-row arithmetic unchanged) */
+    ts__v3_ws *w = m->v3->ws;
+    const int64_t V = m->cfg.vocab_size, C = w->rows;
+    for (int64_t c0 = 0; c0 < n_tokens; c0 += C) {
+        const int64_t k = ts__min64(C, n_tokens - c0), p0 = m->pos[seq];
+        for (int64_t b = 0; b < k; b++) w->rseq[b] = seq, w->pos[b] = p0 + b;
+        TS__RETURN_IF_ERROR(forward(m, k, w->rseq, w->pos, tokens + c0));
+        m->pos[seq] += k;
+        if (all_logits) TS__RETURN_IF_ERROR(head(m, 0, k, logits + c0 * V));
+        else if (logits && c0 + k == n_tokens) TS__RETURN_IF_ERROR(head(m, k - 1, 1, logits));
     }
     return TS_OK;
 }
@@ -452,6 +477,7 @@ static ts_status ws_alloc(ts__v3 *v, int64_t B) {
     ts__v3_ws *w = calloc(1, sizeof *w);
     if (!w) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: workspace");
     v->ws = w;
+    w->rows = B;
     bool ok = true;
 #define A(f, type, count) ok = ok && (w->f = (type *)ts__aligned_alloc((size_t)(count) * sizeof(type)));
     A(x, float, B * D) A(hf, float, B * D) A(t, float, B * Kq) A(q, float, B * H * QK)
@@ -462,7 +488,7 @@ static ts_status ws_alloc(ts__v3 *v, int64_t B) {
     A(qfull, uint16_t, B * H * LAT) A(ao, uint16_t, B * H * KL) A(ovb, uint16_t, B * H * c->v_head)
     A(act, uint16_t, R * I + B * I) A(xe, uint16_t, (R + B) * D)
     A(sel, int32_t, R) A(erow, int32_t, R + B) A(eslot, int32_t, R + B) A(bt, int32_t, B * v->blocks)
-    A(sl, int32_t, B) A(rs, double, 2 * c->n_experts) A(pos, int64_t, B)
+    A(sl, int32_t, B) A(rs, double, 2 * c->n_experts) A(pos, int64_t, B) A(rseq, int64_t, B)
 #undef A
     return ok ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: workspace of %lld rows", (long long)B);
 }
@@ -471,7 +497,7 @@ static void ws_free(ts__v3_ws *w) {
     if (!w) return;
     void *p[] = {w->x, w->hf, w->t, w->q, w->kv, w->qlat, w->ov, w->y, w->g, w->u, w->eo, w->gl, w->selw,
                  w->lse, w->h, w->qa, w->qb, w->qfull, w->ao, w->ovb, w->act, w->xe, w->sel, w->erow,
-                 w->eslot, w->bt, w->sl, w->rs, w->pos};
+                 w->eslot, w->bt, w->sl, w->rs, w->pos, w->rseq};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) ts__aligned_free(p[i]);
     free(w);
 }
@@ -513,7 +539,8 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, i
         else memset(v->layers[L].cache, 0, bytes);
     }
     if (st == TS_OK) st = rope_tables(m);
-    if (st == TS_OK) st = ws_alloc(v, max_batch);
+    /* prefill chunks of up to TS__PREFILL_ROWS rows (the GEMMs' small-M bound) */
+    if (st == TS_OK) st = ws_alloc(v, ts__max64(max_batch, TS__PREFILL_ROWS));
     if (st != TS_OK) {
         ts__v3_free(m);
         return st;
