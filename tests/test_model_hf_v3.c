@@ -19,6 +19,7 @@
 #include "ts_prng.h"
 
 #include "tilestack/model.h"
+#include "model/hf_v3.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -477,4 +478,49 @@ TS_TEST(model_hf_v3_fp8_bad_checkpoints) {
     expect(ts_t_, &g, "block size", &block, TS_ERR_UNSUPPORTED, "weight_block_size = [128, 64]", NULL);
     expect(ts_t_, &g, "FP8 tensors, no quantization_config", &plain, TS_ERR_UNSUPPORTED, "quantization_config_off", NULL);
     free_golden(&g, buf);
+}
+
+/* The released configs (DeepSeek-V3 / R1 config.json, keys and values as docs: ../shared/specs/
+ * deepseek_model.md §2.1; V3.1 adds scale_fmt ue8m0) parse to the model they describe. */
+TS_TEST(model_hf_v3_config_releases) {
+    static const char v3[] =
+        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+        " \"auto_map\": {\"AutoConfig\": \"configuration_deepseek.DeepseekV3Config\"}, \"aux_loss_alpha\": 0.001,"
+        " \"bos_token_id\": 0, \"eos_token_id\": 1, \"ep_size\": 1, \"first_k_dense_replace\": 3,"
+        " \"hidden_act\": \"silu\", \"hidden_size\": 7168, \"initializer_range\": 0.02, \"intermediate_size\": 18432,"
+        " \"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, \"model_type\": \"deepseek_v3\","
+        " \"moe_intermediate_size\": 2048, \"moe_layer_freq\": 1, \"n_group\": 8, \"n_routed_experts\": 256,"
+        " \"n_shared_experts\": 1, \"norm_topk_prob\": true, \"num_attention_heads\": 128, \"num_experts_per_tok\": 8,"
+        " \"num_hidden_layers\": 61, \"num_key_value_heads\": 128, \"num_nextn_predict_layers\": 1,"
+        " \"q_lora_rank\": 1536, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+        " \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\","
+        " %s\"weight_block_size\": [128, 128]}, \"rms_norm_eps\": 1e-06,"
+        " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0,"
+        " \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+        " \"rope_theta\": 10000, \"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\", \"seq_aux\": true,"
+        " \"tie_word_embeddings\": false, \"topk_group\": 4, \"topk_method\": \"noaux_tc\","
+        " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.33.1\", \"use_cache\": true,"
+        " \"v_head_dim\": 128, \"vocab_size\": 129280}";
+    for (int v31 = 0; v31 < 2; v31++) {
+        char text[4096];
+        snprintf(text, sizeof text, v3, v31 ? "\"scale_fmt\": \"ue8m0\", " : "");
+        ts__v3_config c;
+        TS_CHECK_STATUS(ts__v3_parse_config(text, strlen(text), "config.json", &c), TS_OK);
+        TS_CHECK(c.vocab == 129280 && c.dim == 7168 && c.n_layers == 61 && c.first_dense == 3);
+        TS_CHECK(c.n_heads == 128 && c.q_lora == 1536 && c.kv_lora == 512 && c.nope == 128 && c.rope == 64);
+        TS_CHECK(c.n_experts == 256 && c.topk == 8 && c.n_group == 8 && c.topk_group == 4 && c.n_shared == 1);
+        TS_CHECK(c.quantized && c.yarn && c.factor == 40 && c.orig_max == 4096 && c.interleave);
+        TS_CHECK(c.route_scale == 2.5 && c.norm_topk && c.max_seq == 8192);
+        /* transformers: attention_factor = mscale(40, 1) / mscale(40, 1) = 1; softmax scale
+         * 192^-0.5 x (0.1 ln 40 + 1)^2 */
+        const double ms = 0.1 * log(40.0) + 1.0;
+        TS_CHECK(c.attn_factor == 1.0);
+        TS_CHECK(fabs(c.softmax_scale - ms * ms / sqrt(192.0)) < 1e-15);
+        ts__v3_tensor *tl = NULL;
+        int64_t nt = 0;
+        TS_CHECK_STATUS(ts__v3_tensors(&c, &tl, &nt), TS_OK);
+        /* 61 layers x 9 attention + norms, 3 dense x 3, 58 MoE x (gate 2 + 256 x 3 + shared 3), embed, norm, head */
+        TS_CHECK_EQ_INT(nt, 61 * 9 + 3 * 3 + 58 * (2 + 768 + 3) + 3);
+        free(tl);
+    }
 }

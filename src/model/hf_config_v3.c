@@ -182,11 +182,13 @@ static ts_status parse_quant(const char *path, const json_t *q, ts__v3_config *c
     json_object_foreach((json_t *)q, k, v) {
         char key[96];
         snprintf(key, sizeof key, "quantization_config.%s", ts__text_escape_str(k, b, sizeof b));
+        /* scale_fmt ue8m0 (V3.1): DeepSeek's activation scales are powers of two; the weights'
+         * weight_scale_inv stay f32 (powers of two then), which the dequantisation takes as is */
         static const char *const want[][2] = {{"quant_method", "fp8"}, {"fmt", "e4m3"},
-                                              {"activation_scheme", "dynamic"}};
+                                              {"activation_scheme", "dynamic"}, {"scale_fmt", "ue8m0"}};
         size_t w = 0;
-        while (w < 3 && strcmp(k, want[w][0])) w++;
-        if (w < 3) {
+        while (w < 4 && strcmp(k, want[w][0])) w++;
+        if (w < 4) {
             const char *s = NULL;
             TS__RETURN_IF_ERROR(ts__hf_json_str(path, key, v, &s));
             if (strcmp(s, want[w][1]))
