@@ -7,6 +7,7 @@
  * name. Key names and meanings: DeepSeek's V4-Flash config.json (release) and transformers'
  * DeepseekV4Config (layer_types, compress_rates, mlp_layer_types, rope_parameters). */
 #include "hf_v4.h"
+#include "hf_v3.h"
 
 #include "core/text_escape.h"
 
@@ -766,3 +767,17 @@ ts_status ts__hf_v4_config_json(const ts_model_config *c, bool quantized, char *
     *out = o.p;
     return TS_OK;
 }
+
+/* ---- the JSON helpers above, for the V3 config (hf_config_v3.c) */
+ts_status ts__hf_json_int(const char *path, const char *key, const json_t *v, int64_t lo,
+                          int64_t hi, int64_t *out) {
+    return get_int(path, key, v, lo, hi, out);
+}
+ts_status ts__hf_json_num(const char *path, const char *key, const json_t *v, double lo,
+                          double hi, bool open_lo, double *out) {
+    return get_num(path, key, v, lo, hi, open_lo, out);
+}
+ts_status ts__hf_json_str(const char *path, const char *key, const json_t *v, const char **out) {
+    return get_str(path, key, v, out);
+}
+const char *ts__hf_json_show(const json_t *v, char buf[TS__ESC_CAP]) { return show(v, buf); }

@@ -396,6 +396,7 @@ static ts_status write_dir(const char *dir, const char *cfg, const elist *l, int
 
 ts_status ts_model_export_hf(const ts_model *m, const char *dir, const ts_hf_export_options *opts) {
     if (!m || !dir) return ts__fail(TS_ERR_NULL_POINTER, "%s: NULL argument", FN);
+    if (m->v3) return ts__fail(TS_ERR_UNSUPPORTED, "%s: exports DeepSeek-V4 models only (this is V3)", FN);
     ts_hf_export_options o = {TS_HF_LAYOUT_RELEASE, 1, false};
     if (opts) o = *opts;
     if ((int)o.layout < 0 || o.layout > TS_HF_LAYOUT_HF_MODULES)

@@ -192,6 +192,8 @@ ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t context_len,
     if (seq < 0 || seq >= m->max_batch)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: seq = %lld is outside [0, max_batch = %lld)",
                         fn, (long long)seq, (long long)m->max_batch);
+    if (m->v3) /* V3 (model_v3.c): a bf16 latent cache the random filler does not know */
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: not supported on a DeepSeek-V3 model", fn);
     const ts_model_config *c = &m->cfg;
     if (context_len < 0 || context_len >= c->max_seq_len)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,

@@ -1,6 +1,7 @@
 /* Model lifetime: create from a config (generated weights), free, sequence bookkeeping. */
 #include "model_internal.h"
 #include "safetensors.h"
+#include "hf_v3.h"
 
 #include <string.h>
 
@@ -80,6 +81,10 @@ ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_mode
 
 void ts_model_free(ts_model *m) {
     if (!m) return;
+    if (m->v3) {
+        ts__v3_free(m);
+        return;
+    }
     if (m->ep_free) m->ep_free(m); /* collective: the EP buffer */
     ts__model_ws_free(m->ws);
     ts__model_cache_free(m);
@@ -104,7 +109,8 @@ static ts_status check_seq(const char *fn, const ts_model *m, int64_t seq) {
 
 ts_status ts_model_reset_sequence(ts_model *m, int64_t seq) {
     TS__RETURN_IF_ERROR(check_seq("ts_model_reset_sequence", m, seq));
-    ts__model_cache_reset(m, seq);
+    if (m->v3) ts__v3_reset(m, seq);
+    else ts__model_cache_reset(m, seq);
     return TS_OK;
 }
 

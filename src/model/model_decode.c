@@ -3,6 +3,7 @@
  * MoE), the head. All rows go through each layer together so every GEMM sees M = rows; the
  * kernels are batch-invariant, so a row's logits do not depend on the other rows. */
 #include "model_internal.h"
+#include "hf_v3.h"
 
 #include <string.h>
 
@@ -166,6 +167,7 @@ ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs, const int
                           float *logits) {
     /* an EP model's step is collective (model_ep.c agrees on the arguments first) */
     if (m && m->ep_decode) return m->ep_decode(m, n, seqs, tokens, logits);
+    if (m && m->v3) return ts__v3_decode(m, n, seqs, tokens, logits);
     return ts__model_decode_local(m, n, seqs, tokens, logits);
 }
 

@@ -60,6 +60,8 @@ ts_status ts_model_save_weights(const ts_model *m, const char *path) {
     static const char fn[] = "ts_model_save_weights";
     if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
     if (!path) return ts__fail(TS_ERR_NULL_POINTER, "%s: path is NULL", fn);
+    if (m->v3) /* its weights are not docs/model.md §2's */
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: a DeepSeek-V3 model has no tilestack weight file", fn);
     if (m->local_experts_only)
         return ts__fail(TS_ERR_UNSUPPORTED, "%s: this expert-parallel model holds only its rank's "
                         "experts; save from a single-process model (ts_model_create)", fn);

@@ -324,6 +324,9 @@ struct ts_model {
     ts_status (*ep_decode)(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
                            float *logits);
     void (*ep_free)(ts_model *m);
+    /* a DeepSeek-V3 model (hf_v3.h, model_v3.c): the public calls dispatch to it; none of the
+     * V4 fields above but cfg (its generic view), max_batch, pos and rope_* are set */
+    struct ts__v3 *v3;
 };
 
 /* model_weights.c: records -> layer structs, packing (after generate or load). */

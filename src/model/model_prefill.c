@@ -6,6 +6,7 @@
  * decode step's, the sequential cache updates (compressor states) run in token order, and each
  * row attends to exactly the rows its decode step would see. */
 #include "model_internal.h"
+#include "hf_v3.h"
 
 static int64_t chunk_rows(const ts_model *m) {
     return m->prefill_rows > 0 ? m->prefill_rows : ts__max64(m->max_batch, TS__PREFILL_ROWS);
@@ -46,6 +47,7 @@ static ts_status prefill(ts_model *m, int64_t seq, int64_t n, const int32_t *tok
                          float *logits, bool all, const char *fn) {
     TS__RETURN_IF_ERROR(check(fn, m, seq, n, tokens));
     if (all && !logits) return ts__fail(TS_ERR_NULL_POINTER, "%s: logits is NULL", fn);
+    if (m->v3) return ts__v3_prefill(m, seq, n, tokens, logits, all);
     const int64_t C = chunk_rows(m), V = m->cfg.vocab_size;
     /* once per model: the workspace grows from max_batch rows to the chunk */
     TS__RETURN_IF_ERROR(ts__model_ws_reserve(m, C));

@@ -1,0 +1,124 @@
+/* DeepSeek-V3 Hugging Face checkpoints (DeepseekV3ForCausalLM: V3, R1, V3.1; docs/models.md
+ * "V3"): the config.json mapping (hf_config_v3.c), the tensor names (hf_names_v3.c), the loader
+ * (hf_load_v3.c) and the V3 skeleton's decode step (model_v3.c). The V3 skeleton is not the V4
+ * block: a plain residual, dense SwiGLU layers first, sigmoid + bias routing limited to groups,
+ * MLA over a bf16 latent cache with YaRN RoPE. A V3 model is a ts_model whose `v3` is set; the
+ * public ts_model_* calls dispatch on it. Not installed. */
+#ifndef TILESTACK_HF_V3_H
+#define TILESTACK_HF_V3_H
+
+#include "model_internal.h"
+
+#include "core/text_escape.h"
+
+#include <jansson.h>
+
+/* What config.json says (docs/models.md "V3 config keys"). */
+typedef struct ts__v3_config {
+    int64_t vocab, dim, n_layers, n_heads;
+    int64_t q_lora;                  /* 0: q_lora_rank null (q_proj) */
+    int64_t kv_lora, nope, rope, v_head;
+    int64_t inter, moe_inter, n_experts, topk, n_shared, n_group, topk_group, first_dense;
+    double route_scale, eps, rope_theta;
+    bool norm_topk, tied, interleave;
+    bool yarn;                       /* rope_scaling yarn (else plain RoPE) */
+    double factor, mscale, mscale_all_dim;
+    int64_t orig_max, beta_fast, beta_slow;
+    double attn_factor;              /* cos / sin multiplier (transformers' attention_factor) */
+    double softmax_scale;            /* qk_head_dim^-0.5 x mscale(factor, mscale_all_dim)^2 */
+    int64_t max_pos, max_seq;        /* max_position_embeddings; caches: min(it, TS__HF_MAX_SEQ) */
+    bool quantized;                  /* quantization_config present */
+} ts__v3_config;
+
+/* config.json text -> cfg. Messages start with `path` and name the key: an unknown
+ * architecture / model type / key / RoPE type / scoring or quantisation is TS_ERR_UNSUPPORTED,
+ * a bad type or an out-of-range value TS_ERR_INVALID_ARGUMENT. */
+ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts__v3_config *cfg);
+/* True when config.json names DeepseekV3ForCausalLM / deepseek_v3 (the loader's dispatch). */
+bool ts__v3_is_v3_config(const char *text, size_t len);
+
+/* One tensor of a V3 checkpoint (hf_names_v3.c), in the checkpoint's order. */
+typedef enum ts__v3_role {
+    V3_EMBED, V3_HEAD, V3_NORM, V3_ATTN_NORM, V3_FFN_NORM, V3_Q_A, V3_Q_A_NORM, V3_Q_B, V3_Q,
+    V3_KV_A, V3_KV_A_NORM, V3_KV_B, V3_O, V3_GATE, V3_GATE_BIAS, V3_W1, V3_W3, V3_W2,
+    V3_E_W1, V3_E_W3, V3_E_W2, V3_S_W1, V3_S_W3, V3_S_W2
+} ts__v3_role;
+
+typedef struct ts__v3_tensor {
+    char name[96];
+    ts__v3_role role;
+    int64_t layer, expert; /* -1 when global / not an expert */
+    int32_t ndim;
+    int64_t shape[2];
+} ts__v3_tensor;
+
+/* The roles that an FP8 checkpoint stores as e4m3 + `<name>_scale_inv` (f32, per 128x128):
+ * every linear layer but the embedding, the head and the router. */
+bool ts__v3_fp8_role(ts__v3_role r);
+/* The tensors cfg implies (malloc'ed list). */
+ts_status ts__v3_tensors(const ts__v3_config *cfg, ts__v3_tensor **out, int64_t *count);
+/* A checkpoint tensor tilestack does not load on purpose (the MTP layer, layers >= n_layers
+ * named by num_nextn_predict_layers). */
+bool ts__v3_ignored(const ts__v3_config *cfg, const char *name);
+
+/* ---- the model (model_v3.c) */
+typedef struct ts__v3_layer {
+    const float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* f32 */
+    ts_packed_weight *q_a, *q_b, *q, *kv_a, *o;               /* bf16 [N, K] */
+    ts_packed_weight **uk; /* [H]: W_UK^T [kv_lora, nope] (q_nope -> latent) */
+    ts_packed_weight **uv; /* [H]: W_UV [v_head, kv_lora] (latent -> v) */
+    ts_packed_weight *w1, *w3, *w2;          /* dense layer */
+    const float *gate; const float *gate_bias; /* f32 [E, D], [E] */
+    ts_packed_weight **ew1, **ew3, **ew2;    /* [E] routed experts */
+    ts_packed_weight *sw1, *sw3, *sw2;       /* shared experts */
+    uint16_t *cache;                         /* bf16 [max_batch * blocks][64][kv_lora + rope] */
+} ts__v3_layer;
+
+typedef struct ts__v3 {
+    ts__v3_config c;
+    ts__v3_layer *layers;
+    const uint16_t *embed;     /* bf16 [vocab, D] */
+    const float *norm;
+    ts_packed_weight *head;
+    int64_t blocks;            /* 64-token cache blocks per sequence */
+    float *f32_bufs;           /* converted norms / gate weights (one buffer) */
+    size_t f32_bytes;
+    struct ts__v3_ws *ws;
+    struct ts__hf_dir *ckpt;   /* mapped checkpoint (bf16 weights are views) */
+    size_t mapped, converted, packed;
+} ts__v3;
+
+/* A V3 model over the loaded tensors: data[i] holds tensors[i]'s values in dtypes[i] (TS_BF16,
+ * TS_F32, or TS_E4M3 with scales[i] f32 [ceil(rows/128), ceil(cols/128)]; every value valid:
+ * the loader checked). Linear weights are packed for the bf16 GEMMs (F32 rounded to bf16;
+ * e4m3 dequantised, code x scale in f32, then rounded to bf16), norms / gate / bias kept in
+ * f32; the embedding is used in place when BF16. Allocates caches and the workspace. On
+ * failure *out is NULL. */
+ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tensors, int64_t nt,
+                              const void *const *data, const ts_dtype *dtypes,
+                              const float *const *scales, int64_t max_batch, ts_model **out);
+void ts__v3_free(ts_model *m);
+ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
+                        float *logits);
+/* Prefill of sequence seq (arguments checked by ts_model_prefill): the tokens as rows of one
+ * pass per chunk of ws rows, bit for bit their decode steps; all_logits: [n][vocab], else the
+ * last token's (logits may be NULL). */
+ts_status ts__v3_prefill(ts_model *m, int64_t seq, int64_t n_tokens, const int32_t *tokens,
+                         float *logits, bool all_logits);
+void ts__v3_reset(ts_model *m, int64_t seq);
+
+/* hf_load_v3.c: ts_model_load_dir for a V3 directory (the dispatch in hf_load_v4.c). */
+ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, ts_model **out);
+/* dir/config.json names deepseek_v3 (false when it cannot be read: the V4 loader then says
+ * why, as for any directory). */
+bool ts__v3_dir_is_v3(const char *dir);
+
+/* JSON helpers of hf_config_v4.c, shared (messages "<path>: <key> = <value>: why"). */
+ts_status ts__hf_json_int(const char *path, const char *key, const json_t *v, int64_t lo,
+                          int64_t hi, int64_t *out);
+ts_status ts__hf_json_num(const char *path, const char *key, const json_t *v, double lo,
+                          double hi, bool open_lo, double *out);
+ts_status ts__hf_json_str(const char *path, const char *key, const json_t *v, const char **out);
+const char *ts__hf_json_show(const json_t *v, char buf[TS__ESC_CAP]);
+
+#endif

@@ -1,0 +1,526 @@
+/* DeepSeek-V3 checkpoints (DeepseekV3ForCausalLM, docs/models.md "V3") against Hugging Face
+ * transformers. tests/gen/gen_hf_v3.py built a tiny random checkpoint (3 layers, the first
+ * dense; 16 experts in 4 groups, top-2 groups, 4 per token; q_lora 64; the real 512 + 64 latent;
+ * YaRN factor 40 / original 4096 / mscale 1 / mscale_all_dim 1), ran transformers' float32
+ * forward token by token and stored, in tests/golden/hf_v3_tiny.bin, the checkpoint's table
+ * (every tensor's name, dtype, shape and seeded value rule), config.json and the logits of 64
+ * teacher-forced steps. The checkpoint (~5 MB) is too big to commit: this test rebuilds it
+ * from the table (the stored hash of its tensor bytes proves it is the same checkpoint),
+ * writes it as a Hugging Face directory, loads it with ts_model_load_dir and decodes.
+ *
+ * Conformance: mean calc_diff (DeepGEMM's 1 - 2 sum(xy) / sum(x^2 + y^2), in double) over the
+ * 64 steps <= 1e-3 against transformers' f32, which rounds nothing; tilestack rounds every GEMM
+ * input, the latent cache and the attention query / output to bf16. Also: the same bits for a
+ * sequence decoded alone, in a batch of 3 and with 1 or 2 threads; the batched prefill (chunks
+ * of 48 rows: 64 tokens split 48 + 16) == decode bits;
+ * bad checkpoints refused naming the file and the tensor or key. TS_HF_STEPS=1 prints every
+ * step. */
+#include "ts_test.h"
+#include "ts_prng.h"
+
+#include "tilestack/model.h"
+#include "model/hf_v3.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct g_tensor {
+    char name[97];
+    uint32_t dtype, ndim; /* 0 BF16, 1 F32, 2 F8_E4M3 codes, 3 F32 scale (gen_hf_v3.py) */
+    uint64_t shape[3];
+    float base;
+    int32_t exp;
+    uint64_t seed;
+} g_tensor;
+
+typedef struct golden {
+    uint32_t n_steps, vocab, n_tensors, config_len;
+    uint64_t token_seed, h_data;
+    char *config;
+    g_tensor *t;
+    const int32_t *tokens;
+    const float *logits;
+} golden;
+
+#define HEAD (8 + 24 + 16)
+#define TREC (96 + 8 + 24 + 4 + 4 + 8)
+
+static bool parse(const uint8_t *b, size_t n, golden *g) {
+    if (n < HEAD || memcmp(b, "TSHFV3G1", 8)) return false;
+    uint32_t v[6];
+    memcpy(v, b + 8, 24);
+    memcpy(&g->token_seed, b + 32, 8);
+    memcpy(&g->h_data, b + 40, 8);
+    g->n_steps = v[1], g->vocab = v[2], g->n_tensors = v[3], g->config_len = v[4];
+    const size_t body = HEAD + (size_t)g->config_len + (size_t)g->n_tensors * TREC;
+    if (v[0] != 1 || n != body + (size_t)g->n_steps * 4 * (1 + (size_t)g->vocab)) return false;
+    g->config = malloc(g->config_len + 1);
+    g->t = calloc(g->n_tensors, sizeof *g->t);
+    if (!g->config || !g->t) return false;
+    memcpy(g->config, b + HEAD, g->config_len);
+    g->config[g->config_len] = 0;
+    const uint8_t *p = b + HEAD + g->config_len;
+    for (uint32_t i = 0; i < g->n_tensors; i++, p += TREC) {
+        g_tensor *t = &g->t[i];
+        memcpy(t->name, p, 96);
+        memcpy(&t->dtype, p + 96, 4);
+        memcpy(&t->ndim, p + 100, 4);
+        memcpy(t->shape, p + 104, 24);
+        memcpy(&t->base, p + 128, 4);
+        memcpy(&t->exp, p + 132, 4);
+        memcpy(&t->seed, p + 136, 8);
+        if (t->ndim < 1 || t->ndim > 3 || t->dtype > 3) return false;
+    }
+    g->tokens = (const int32_t *)(b + body);
+    g->logits = (const float *)(b + body + (size_t)g->n_steps * 4);
+    return true;
+}
+
+static uint64_t numel(const g_tensor *t) {
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+static uint16_t bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The table's values of tensor t, as stored (bf16 or f32 bytes); malloc'ed. */
+static void *values(const g_tensor *t, size_t *bytes) {
+    const uint64_t n = numel(t);
+    static const size_t esize[4] = {2, 4, 1, 4};
+    *bytes = (size_t)n * esize[t->dtype];
+    uint8_t *out = malloc(*bytes);
+    ts_prng p = ts_prng_seed(t->seed);
+    const float scale = ldexpf(1.0f, -t->exp);
+    for (uint64_t i = 0; out && i < n; i++) {
+        if (t->dtype == 2) { /* e4m3: sign | exponent field 5..8 | mantissa, never NaN */
+            const uint32_t z = ts_prng_u32(&p);
+            out[i] = (uint8_t)((z & 0x87u) | ((5u + ((z >> 3) & 3u)) << 3));
+            continue;
+        }
+        const float u = ts_prng_uniform(&p);
+        const float v = t->dtype == 3 ? (1.0f + u * 0.25f) * scale : t->base + u * scale;
+        if (t->dtype) memcpy(out + 4 * i, &v, 4);
+        else {
+            const uint16_t h = bf16_rne(v);
+            memcpy(out + 2 * i, &h, 2);
+        }
+    }
+    return out;
+}
+
+/* How a test damages the checkpoint it writes. */
+typedef struct damage {
+    const char *drop;      /* this tensor left out */
+    const char *reshape;   /* this tensor's first dim + 1 (its data grown to match) */
+    const char *nan_in;    /* this tensor's element 5 set to NaN */
+    bool extra;            /* one tensor more */
+    const char *cfg_from, *cfg_to; /* config.json: the first cfg_from becomes cfg_to */
+    /* an FP8 table written as the BF16 checkpoint of its dequantised weights: bf16(code x
+     * scale) (f32 product, round to nearest even), no scale tensors, no quantization_config */
+    bool dequantize;
+} damage;
+
+/* e4m3fn code -> value, written out here (not the library's decoder) */
+static float e4m3(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6);
+    return b & 0x80 ? -v : v;
+}
+
+static bool write_text(const char *path, const char *s) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    fputs(s, f);
+    return fclose(f) == 0;
+}
+
+/* dir/config.json + dir/model.safetensors from the table; the fnv1a64 of every tensor's bytes
+ * in table order into *h (undamaged tensors only matter: the caller compares on a clean one). */
+static bool write_ckpt(const golden *g, const char *dir, const damage *dm, uint64_t *h) {
+    mkdir(dir, 0755);
+    char path[300];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *cfg = strdup(g->config);
+    char *qc = dm && dm->dequantize ? strstr(cfg, ",\n  \"quantization_config\"") : NULL;
+    if (qc) strcpy(qc, "\n}\n"); /* the generator writes it last */
+    if (dm && dm->cfg_from) {
+        char *hit = strstr(cfg, dm->cfg_from);
+        if (!hit) return false;
+        char *nc = malloc(strlen(cfg) + strlen(dm->cfg_to) + 1);
+        sprintf(nc, "%.*s%s%s", (int)(hit - cfg), cfg, dm->cfg_to, hit + strlen(dm->cfg_from));
+        free(cfg);
+        cfg = nc;
+    }
+    const bool ok_cfg = write_text(path, cfg);
+    free(cfg);
+    if (!ok_cfg) return false;
+    const uint32_t nt = g->n_tensors + (dm && dm->extra ? 1 : 0);
+    void **data = calloc(nt, sizeof *data);
+    size_t *sz = calloc(nt, sizeof *sz);
+    g_tensor *tt = calloc(nt, sizeof *tt);
+    size_t hcap = 256 + (size_t)nt * 200, hl = 0, off = 0;
+    char *hdr = malloc(hcap);
+    uint64_t hash = 0xcbf29ce484222325ull;
+    hl += (size_t)snprintf(hdr + hl, hcap - hl, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (uint32_t i = 0; i < nt; i++) {
+        if (i < g->n_tensors) tt[i] = g->t[i];
+        else tt[i] = (g_tensor){"model.layers.0.self_attn.rotary_emb.inv_freq", 1, 1, {32, 0, 0}, 0, 0, 7};
+        g_tensor *t = &tt[i];
+        if (dm && dm->drop && !strcmp(t->name, dm->drop)) continue;
+        if (dm && dm->reshape && !strcmp(t->name, dm->reshape)) t->shape[0]++;
+        data[i] = values(t, &sz[i]);
+        if (i < g->n_tensors)
+            for (size_t k = 0; k < sz[i]; k++) hash = (hash ^ ((uint8_t *)data[i])[k]) * 0x100000001b3ull;
+        if (dm && dm->dequantize && t->dtype == 3) { /* folded into its weight (the one before) */
+            free(data[i]);
+            data[i] = NULL;
+            continue;
+        }
+        if (dm && dm->dequantize && t->dtype == 2) {
+            size_t sb = 0;
+            float *s = values(&g->t[i + 1], &sb);
+            const uint64_t R = t->shape[0], C = t->shape[1], SK = (C + 127) / 128;
+            uint16_t *w = malloc((size_t)(R * C) * 2);
+            for (uint64_t r = 0; w && s && r < R; r++)
+                for (uint64_t c = 0; c < C; c++)
+                    w[r * C + c] = bf16_rne(e4m3(((uint8_t *)data[i])[r * C + c]) * s[(r / 128) * SK + c / 128]);
+            free(s);
+            free(data[i]);
+            data[i] = w;
+            sz[i] = (size_t)(R * C) * 2;
+            t->dtype = 0;
+        }
+        if (dm && dm->nan_in && !strcmp(t->name, dm->nan_in)) {
+            const size_t j = numel(t) > 5 ? 5 : 1; /* element 5, or 1 of a small scale tensor */
+            if (t->dtype == 2) ((uint8_t *)data[i])[j] = 0x7F;
+            else if (t->dtype) memcpy((uint8_t *)data[i] + 4 * j, &(uint32_t){0x7FC00000u}, 4);
+            else memcpy((uint8_t *)data[i] + 2 * j, &(uint16_t){0x7FC0u}, 2);
+        }
+        static const char *const dtn[4] = {"BF16", "F32", "F8_E4M3", "F32"};
+        hl += (size_t)snprintf(hdr + hl, hcap - hl, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name,
+                               dtn[t->dtype]);
+        for (uint32_t d = 0; d < t->ndim; d++)
+            hl += (size_t)snprintf(hdr + hl, hcap - hl, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+        hl += (size_t)snprintf(hdr + hl, hcap - hl, "],\"data_offsets\":[%zu,%zu]}", off, off + sz[i]);
+        off += sz[i];
+    }
+    hl += (size_t)snprintf(hdr + hl, hcap - hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    bool ok = f != NULL;
+    const uint64_t hlen = hl;
+    if (f) {
+        ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(hdr, 1, hl, f) == hl;
+        for (uint32_t i = 0; ok && i < nt; i++)
+            if (data[i]) ok = fwrite(data[i], 1, sz[i], f) == sz[i];
+        ok = fclose(f) == 0 && ok;
+    }
+    for (uint32_t i = 0; i < nt; i++) free(data[i]);
+    free(data), free(sz), free(tt), free(hdr);
+    if (h) *h = hash;
+    return ok;
+}
+
+static double calc_diff(const float *x, const float *y, int64_t n) {
+    double xy = 0, xx_yy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        xy += (double)x[i] * y[i];
+        xx_yy += (double)x[i] * x[i] + (double)y[i] * y[i];
+    }
+    return 1 - 2 * xy / xx_yy;
+}
+
+static bool load_golden(ts_test_ctx *ts_t_, const char *file, golden *g, uint8_t **buf) {
+    size_t n = 0;
+    memset(g, 0, sizeof *g);
+    *buf = TS_READ_GOLDEN(file, &n);
+    TS_CHECK_MSG(*buf && parse(*buf, n, g), "%s is malformed", file);
+    return !TS_FAILED();
+}
+
+static void free_golden(golden *g, uint8_t *buf) {
+    free(g->config);
+    free(g->t);
+    free(buf);
+}
+
+static void rm_rf(const char *dir) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+/* n_steps teacher-forced steps of sequence `seq` (others in the batch get their own tokens). */
+static void decode_all(ts_test_ctx *ts_t_, ts_model *m, const golden *g, int64_t batch, float *out) {
+    const int64_t V = g->vocab;
+    float *lg = malloc((size_t)(batch * V) * sizeof *lg);
+    int64_t seqs[4] = {0, 1, 2, 3};
+    for (int64_t s = 0; s < batch; s++) ts_model_reset_sequence(m, s);
+    for (uint32_t i = 0; lg && i < g->n_steps && !TS_FAILED(); i++) {
+        int32_t tok[4];
+        for (int64_t s = 0; s < batch; s++) tok[s] = s == 0 ? g->tokens[i] : (int32_t)((g->tokens[i] * 7 + 31 * s) % V);
+        /* the sequence under test sits last in the batch */
+        int64_t sq[4];
+        int32_t tk[4];
+        for (int64_t s = 0; s < batch; s++) sq[s] = seqs[(s + 1) % batch], tk[s] = tok[(s + 1) % batch];
+        TS_CHECK_STATUS(ts_model_decode(m, batch, sq, tk, lg), TS_OK);
+        memcpy(out + (size_t)i * V, lg + (batch - 1) * V, (size_t)V * sizeof *lg);
+    }
+    free(lg);
+}
+
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* mean_max / tight_max: bounds of the mean per-step calc_diff (<= 0: not checked); median_max:
+ * of the median step */
+static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, double tight_max,
+                    double median_max) {
+    golden g;
+    uint8_t *buf = NULL;
+    if (!load_golden(ts_t_, file, &g, &buf)) {
+        free_golden(&g, buf);
+        return;
+    }
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/ts_hfv3_XXXXXX");
+    TS_CHECK(mkdtemp(dir) != NULL);
+    char ckpt[128];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    uint64_t h = 0;
+    TS_CHECK(write_ckpt(&g, ckpt, NULL, &h));
+    TS_CHECK_MSG(h == g.h_data, "the rebuilt tensors are not the checkpoint transformers ran");
+    ts_model *m = NULL;
+    TS_CHECK_STATUS(ts_model_load_dir(ckpt, 3, &m), TS_OK);
+    const int64_t V = g.vocab, N = g.n_steps;
+    float *a = malloc((size_t)(N * V) * sizeof *a), *b = malloc((size_t)(N * V) * sizeof *b);
+    if (m && a && b) {
+        TS_CHECK(ts_model_get_config(m)->vocab_size == V);
+        decode_all(ts_t_, m, &g, 1, a);
+        double sum = 0, mx = 0, steps[256];
+        int64_t worst = -1, same_argmax = 0;
+        for (int64_t i = 0; i < N; i++) {
+            const float *x = a + i * V, *y = g.logits + i * V;
+            const double d = calc_diff(x, y, V);
+            if (i < 256) steps[i] = d;
+            sum += d;
+            if (d > mx) mx = d, worst = i;
+            int64_t ax = 0, ay = 0;
+            for (int64_t v = 1; v < V; v++) ax = x[v] > x[ax] ? v : ax, ay = y[v] > y[ay] ? v : ay;
+            same_argmax += ax == ay;
+            if (getenv("TS_HF_STEPS")) printf("step %lld %.3g %s\n", (long long)i, d, ax == ay ? "" : "argmax differs");
+        }
+        const double mean = sum / (double)N;
+        qsort(steps, (size_t)(N < 256 ? N : 256), sizeof *steps, cmp_double);
+        const double median = steps[(N < 256 ? N : 256) / 2];
+        TS_CHECK_MSG(mean_max <= 0 || mean <= mean_max, "mean calc_diff against transformers %.3g > %g "
+                     "(max %.3g at step %lld)", mean, mean_max, mx, (long long)worst);
+        TS_CHECK_MSG(tight_max <= 0 || mean <= tight_max, "mean calc_diff against transformers %.3g > %g: "
+                     "more than bf16 rounding (max %.3g at step %lld)", mean, tight_max, mx, (long long)worst);
+        TS_CHECK_MSG(median <= median_max, "median calc_diff against transformers %.3g > %g", median, median_max);
+        if (getenv("TS_MODEL_CHECK_VERBOSE") || TS_FAILED())
+            printf("  transformers vs tilestack, %s, %lld steps: calc_diff mean %.3g, median %.3g, max %.3g "
+                   "(step %lld), argmax equal at %lld steps, logits fnv1a64 %016llx (the same on every ISA)\n",
+                   file, (long long)N, mean, median, mx, (long long)worst, (long long)same_argmax,
+                   (unsigned long long)ts_fnv1a64(a, (size_t)(N * V) * sizeof *a));
+        /* batch invariance: the same sequence decoded last in a batch of 3 */
+        decode_all(ts_t_, m, &g, 3, b);
+        TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a), "batch of 3 changed the logits bits");
+        /* thread count */
+        const int th = ts_get_num_threads();
+        ts_set_num_threads(th == 1 ? 2 : 1);
+        decode_all(ts_t_, m, &g, 1, b);
+        ts_set_num_threads(th);
+        TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a), "another thread count changed the logits bits");
+        /* prefill of every token == decode, bit for bit; then decode continues from there */
+        ts_model_reset_sequence(m, 2);
+        TS_CHECK_STATUS(ts_model_prefill_all_logits(m, 2, N, g.tokens, b), TS_OK);
+        TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a), "prefill logits differ from decode");
+        TS_CHECK(ts_model_sequence_position(m, 2) == N);
+        /* a prompt of 37 (last logits only), then a decode step: rows 36 and 37 */
+        const int64_t s1 = 1;
+        ts_model_reset_sequence(m, s1);
+        TS_CHECK_STATUS(ts_model_prefill(m, s1, 37, g.tokens, b), TS_OK);
+        TS_CHECK_MSG(!memcmp(a + 36 * V, b, (size_t)V * sizeof *a), "prefill's last logits differ");
+        TS_CHECK_STATUS(ts_model_decode(m, 1, &s1, &g.tokens[37], b), TS_OK);
+        TS_CHECK_MSG(!memcmp(a + 37 * V, b, (size_t)V * sizeof *a), "decode after prefill differs");
+        if (strstr(g.config, "quantization_config")) {
+            /* the FP8 loader == the BF16 loader on the same weights dequantised here: the same
+             * logits bits (checks every scale's block indexing, the kv_b head slices included) */
+            char ck2[140];
+            snprintf(ck2, sizeof ck2, "%s/deq", dir);
+            const damage deq = {.dequantize = true};
+            TS_CHECK(write_ckpt(&g, ck2, &deq, NULL));
+            ts_model *m2 = NULL;
+            TS_CHECK_STATUS(ts_model_load_dir(ck2, 1, &m2), TS_OK);
+            if (m2) {
+                decode_all(ts_t_, m2, &g, 1, b);
+                TS_CHECK_MSG(!memcmp(a, b, (size_t)(N * V) * sizeof *a),
+                             "FP8 checkpoint != its BF16 dequantisation");
+            }
+            ts_model_free(m2);
+        }
+        /* the refusals of what a V3 model does not do */
+        TS_CHECK_STATUS(ts_model_prefill_random(m, 0, 8, 1), TS_ERR_UNSUPPORTED);
+        TS_CHECK_STATUS(ts_model_export_hf(m, "/tmp/never", NULL), TS_ERR_UNSUPPORTED);
+    }
+    free(a);
+    free(b);
+    ts_model_free(m);
+    rm_rf(dir);
+    free_golden(&g, buf);
+}
+
+/* BF16 weights. Issue 19's bound is a mean of 1e-3; bf16 rounding alone gives ~5e-6 here
+ * (2026-12-02), and the tighter 5e-5 is what sees a wrong YaRN ramp in 64 positions (YaRN off:
+ * 3.6e-4; mscale^2 off, groups ignored, no renormalisation, rotate-half, scale 1: > 1e-2). */
+TS_TEST(model_hf_v3_matches_transformers) { matches(ts_t_, "hf_v3_tiny.bin", 1e-3, 5e-5, 2e-5); }
+
+/* DeepSeek's FP8 release form: e4m3 linear layers + f32 weight_scale_inv per 128x128 (the
+ * golden's transformers model got code x scale in f32: transformers 5.24 does not dequantise
+ * this checkpoint on a CPU, see gen_hf_v3.py). tilestack dequantises to bf16 at load, and that
+ * rounding of the weights (~3e-5 per step) flips near-tied expert choices at a few steps
+ * (transformers itself, with the same bf16-rounded weights, flips at step 61: mean 1.1e-3
+ * against its f32 run), so the mean is not bounded here; the median step is (a wrong scale or
+ * block index would show at every step), and the FP8 load must give exactly the bits of the
+ * BF16 checkpoint of the same dequantised weights. */
+TS_TEST(model_hf_v3_fp8_matches_transformers) { matches(ts_t_, "hf_v3_fp8_tiny.bin", 0, 0, 2e-4); }
+
+static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const damage *dm,
+                   ts_status code, const char *msg1, const char *msg2) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/ts_hfv3b_XXXXXX");
+    if (!mkdtemp(dir)) {
+        TS_CHECK(false);
+        return;
+    }
+    char ckpt[128];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    TS_CHECK_MSG(write_ckpt(g, ckpt, dm, NULL), "%s: cannot write the checkpoint", what);
+    ts_model *m = NULL;
+    const ts_status st = ts_model_load_dir(ckpt, 1, &m);
+    const char *e = ts_last_error();
+    TS_CHECK_MSG(st == code, "%s: status %d, expected %d (%s)", what, (int)st, (int)code, e);
+    TS_CHECK_MSG(m == NULL, "%s: a model came back", what);
+    TS_CHECK_MSG(strstr(e, msg1) && (!msg2 || strstr(e, msg2)), "%s: message '%s' lacks '%s' / '%s'", what,
+                 e, msg1, msg2 ? msg2 : "");
+    ts_model_free(m);
+    rm_rf(dir);
+}
+
+TS_TEST(model_hf_v3_bad_checkpoints) {
+    golden g;
+    uint8_t *buf = NULL;
+    if (!load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) {
+        free_golden(&g, buf);
+        return;
+    }
+    const char *kvb = "model.layers.1.self_attn.kv_b_proj.weight";
+    const char *bias = "model.layers.2.mlp.gate.e_score_correction_bias";
+    const damage drop = {.drop = kvb}, shape = {.reshape = kvb}, nan = {.nan_in = bias},
+                 nan16 = {.nan_in = "model.layers.0.mlp.up_proj.weight"}, extra = {.extra = true};
+    expect(ts_t_, &g, "missing tensor", &drop, TS_ERR_INVALID_ARGUMENT, kvb, "is missing");
+    expect(ts_t_, &g, "wrong shape", &shape, TS_ERR_INVALID_ARGUMENT, kvb, "shape [257, 512], expected [256, 512]");
+    expect(ts_t_, &g, "NaN f32", &nan, TS_ERR_INVALID_ARGUMENT, bias, "not finite");
+    expect(ts_t_, &g, "NaN bf16", &nan16, TS_ERR_INVALID_ARGUMENT, "mlp.up_proj.weight", "row 0, column 5");
+    expect(ts_t_, &g, "extra tensor", &extra, TS_ERR_INVALID_ARGUMENT, "rotary_emb.inv_freq", "not part of the model");
+    static const struct { const char *from, *to, *m1, *m2; ts_status code; } cfgs[] = {
+        {"\"n_group\": 4", "\"n_group\": 3", "n_routed_experts = 16 is not a multiple of n_group = 3", NULL, TS_ERR_INVALID_ARGUMENT},
+        {"\"topk_group\": 2", "\"topk_group\": 5", "topk_group = 5 > n_group = 4", NULL, TS_ERR_INVALID_ARGUMENT},
+        {"\"kv_lora_rank\": 512", "\"kv_lora_rank\": 256", "kv_lora_rank = 256", "FlashMLA", TS_ERR_UNSUPPORTED},
+        {"\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"", "scoring_func = \"softmax\"", "not supported", TS_ERR_UNSUPPORTED},
+        {"\"hidden_size\": 256", "\"hidden_size\": \"256\"", "hidden_size", "must be an integer", TS_ERR_INVALID_ARGUMENT},
+        {"\"num_hidden_layers\": 3", "\"num_hidden_layers\": -3", "num_hidden_layers = -3 is outside", NULL, TS_ERR_INVALID_ARGUMENT},
+        {"\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 1, \"shiny_new_key\": 1", "shiny_new_key", "not a deepseek_v3 key", TS_ERR_UNSUPPORTED},
+        {"\"type\": \"yarn\"", "\"type\": \"longrope\"", "rope_scaling.rope_type = \"longrope\"", NULL, TS_ERR_UNSUPPORTED},
+        {"\"factor\": 40", "\"factor\": 0.5", "rope_scaling.factor = 0.5 is outside", NULL, TS_ERR_INVALID_ARGUMENT},
+        {"\"torch_dtype\"", "\"quantization_config\": {\"quant_method\": \"fp8\"}, \"torch_dtype\"", "q_a_proj.weight': dtype BF16, expected F8_E4M3", NULL, TS_ERR_INVALID_ARGUMENT},
+        {"\"torch_dtype\"", "\"quantization_config\": {\"quant_method\": \"awq\"}, \"torch_dtype\"", "quantization_config.quant_method = \"awq\"", NULL, TS_ERR_UNSUPPORTED},
+        {"\"num_key_value_heads\": 4", "\"num_key_value_heads\": 1", "num_key_value_heads = 1", NULL, TS_ERR_UNSUPPORTED},
+        {"\"DeepseekV3ForCausalLM\"", "\"DeepseekV3ForSequenceClassification\"", "architectures[0]", "not supported", TS_ERR_UNSUPPORTED},
+        {"\"n_routed_experts\": 16", "\"n_routed_experts\": 4096", "fewer than the", "expert weights", TS_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        const damage dm = {.cfg_from = cfgs[i].from, .cfg_to = cfgs[i].to};
+        char what[96];
+        snprintf(what, sizeof what, "config %s", cfgs[i].to);
+        expect(ts_t_, &g, what, &dm, cfgs[i].code, cfgs[i].m1, cfgs[i].m2);
+    }
+    free_golden(&g, buf);
+}
+
+TS_TEST(model_hf_v3_fp8_bad_checkpoints) {
+    golden g;
+    uint8_t *buf = NULL;
+    if (!load_golden(ts_t_, "hf_v3_fp8_tiny.bin", &g, &buf)) {
+        free_golden(&g, buf);
+        return;
+    }
+    const char *w = "model.layers.1.mlp.experts.3.up_proj.weight";
+    const char *s = "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv";
+    const damage drop = {.drop = s}, shape = {.reshape = s}, nan = {.nan_in = w}, nan_s = {.nan_in = s},
+                 block = {.cfg_from = "128\n    ]", .cfg_to = "64\n    ]"},
+                 plain = {.cfg_from = "\"quantization_config\"", .cfg_to = "\"quantization_config_off\""};
+    expect(ts_t_, &g, "missing scale", &drop, TS_ERR_INVALID_ARGUMENT, s, "is missing");
+    expect(ts_t_, &g, "scale shape", &shape, TS_ERR_INVALID_ARGUMENT, s, "shape [2, 2], expected [1, 2]");
+    expect(ts_t_, &g, "e4m3 NaN", &nan, TS_ERR_INVALID_ARGUMENT, w, "e4m3 NaN code");
+    expect(ts_t_, &g, "NaN scale", &nan_s, TS_ERR_INVALID_ARGUMENT, s, "not a positive normal number");
+    expect(ts_t_, &g, "block size", &block, TS_ERR_UNSUPPORTED, "weight_block_size = [128, 64]", NULL);
+    expect(ts_t_, &g, "FP8 tensors, no quantization_config", &plain, TS_ERR_UNSUPPORTED, "quantization_config_off", NULL);
+    free_golden(&g, buf);
+}
+
+/* The released configs (DeepSeek-V3 / R1 config.json, keys and values as docs: ../shared/specs/
+ * deepseek_model.md §2.1; V3.1 adds scale_fmt ue8m0) parse to the model they describe. */
+TS_TEST(model_hf_v3_config_releases) {
+    static const char v3[] =
+        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+        " \"auto_map\": {\"AutoConfig\": \"configuration_deepseek.DeepseekV3Config\"}, \"aux_loss_alpha\": 0.001,"
+        " \"bos_token_id\": 0, \"eos_token_id\": 1, \"ep_size\": 1, \"first_k_dense_replace\": 3,"
+        " \"hidden_act\": \"silu\", \"hidden_size\": 7168, \"initializer_range\": 0.02, \"intermediate_size\": 18432,"
+        " \"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, \"model_type\": \"deepseek_v3\","
+        " \"moe_intermediate_size\": 2048, \"moe_layer_freq\": 1, \"n_group\": 8, \"n_routed_experts\": 256,"
+        " \"n_shared_experts\": 1, \"norm_topk_prob\": true, \"num_attention_heads\": 128, \"num_experts_per_tok\": 8,"
+        " \"num_hidden_layers\": 61, \"num_key_value_heads\": 128, \"num_nextn_predict_layers\": 1,"
+        " \"q_lora_rank\": 1536, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+        " \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\","
+        " %s\"weight_block_size\": [128, 128]}, \"rms_norm_eps\": 1e-06,"
+        " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0,"
+        " \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+        " \"rope_theta\": 10000, \"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\", \"seq_aux\": true,"
+        " \"tie_word_embeddings\": false, \"topk_group\": 4, \"topk_method\": \"noaux_tc\","
+        " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.33.1\", \"use_cache\": true,"
+        " \"v_head_dim\": 128, \"vocab_size\": 129280}";
+    for (int v31 = 0; v31 < 2; v31++) {
+        char text[4096];
+        snprintf(text, sizeof text, v3, v31 ? "\"scale_fmt\": \"ue8m0\", " : "");
+        ts__v3_config c;
+        TS_CHECK_STATUS(ts__v3_parse_config(text, strlen(text), "config.json", &c), TS_OK);
+        TS_CHECK(c.vocab == 129280 && c.dim == 7168 && c.n_layers == 61 && c.first_dense == 3);
+        TS_CHECK(c.n_heads == 128 && c.q_lora == 1536 && c.kv_lora == 512 && c.nope == 128 && c.rope == 64);
+        TS_CHECK(c.n_experts == 256 && c.topk == 8 && c.n_group == 8 && c.topk_group == 4 && c.n_shared == 1);
+        TS_CHECK(c.quantized && c.yarn && c.factor == 40 && c.orig_max == 4096 && c.interleave);
+        TS_CHECK(c.route_scale == 2.5 && c.norm_topk && c.max_seq == 8192);
+        /* transformers: attention_factor = mscale(40, 1) / mscale(40, 1) = 1; softmax scale
+         * 192^-0.5 x (0.1 ln 40 + 1)^2 */
+        const double ms = 0.1 * log(40.0) + 1.0;
+        TS_CHECK(c.attn_factor == 1.0);
+        TS_CHECK(fabs(c.softmax_scale - ms * ms / sqrt(192.0)) < 1e-15);
+        ts__v3_tensor *tl = NULL;
+        int64_t nt = 0;
+        TS_CHECK_STATUS(ts__v3_tensors(&c, &tl, &nt), TS_OK);
+        /* 61 layers x 9 attention + norms, 3 dense x 3, 58 MoE x (gate 2 + 256 x 3 + shared 3), embed, norm, head */
+        TS_CHECK_EQ_INT(nt, 61 * 9 + 3 * 3 + 58 * (2 + 768 + 3) + 3);
+        free(tl);
+    }
+}
