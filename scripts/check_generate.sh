@@ -4,7 +4,10 @@
 # tokenizer tests/golden/chat_tokenizer.json: streamed text == the JSON's text == `tokenize
 # --decode` of its output ids, prompt ids == `tokenize`'s, the same sampled ids for 1 and 2
 # threads, a stop string cut exactly, chat over piped stdin (history, /reset, /exit, a bad turn
-# dropped), and bad input (exit code and a message naming the cause). Then, when
+# dropped), and bad input (exit code and a message naming the cause); with mpirun and an EP
+# build, `--ranks 2` on an exported dsv4-tiny directory against `--ranks 1` (greedy and seeded
+# replies, streamed text, chat over piped stdin) and bad input at 2 and 3 ranks leaving no
+# process behind. Then, when
 # scripts/check_tokenizer.sh has installed DeepSeek V4's tokenizer.json (required under CI),
 # the same on a dsv4-tiny-shaped config with V4's vocabulary of 129280. Ends with one
 # "N passed, N failed" line; exit status non-zero on any failure.
@@ -168,6 +171,79 @@ if [ $rc -eq 1 ] && grep -q "turn dropped" "$tmp/err" && grep -q "UTF-8" "$tmp/e
   ok "chat: an invalid UTF-8 line is dropped with a message, the others answered, exit 1"
 else bad "chat with an invalid UTF-8 line: exit $rc, $(wc -l <"$tmp/chat") replies"; fi
 
+# ---- --ranks 2: expert parallel over two processes (mpirun) against one process ----
+# same_reply A B: the two --json outputs (one object per line) have the same ids and text.
+same_reply() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) and a, (len(a), len(b))
+for x, y in zip(a, b):
+    for k in ('prompt_ids', 'output_ids', 'text', 'finish_reason', 'reused_prompt_tokens'):
+        assert x[k] == y[k], (k, x[k], y[k])
+EOF
+}
+# left MARK: the live processes (launcher, mpirun, ranks) whose environment holds
+# TS_GEN_MARK=MARK, after up to 10 s for a teardown.
+left() {
+  local end=$((SECONDS + 10)) f pids
+  while :; do
+    pids=
+    for f in $(grep -lxzF "TS_GEN_MARK=$1" /proc/[0-9]*/environ 2>/dev/null); do
+      f=${f#/proc/}; f=${f%/environ}
+      [ "$(awk '{print $3}' "/proc/$f/stat" 2>/dev/null)" = Z ] || pids="$pids $f"
+    done
+    if [ -z "$pids" ] || [ "$SECONDS" -ge "$end" ]; then echo "$pids"; return; fi
+    sleep 0.2
+  done
+}
+# expect_ranks WHAT RC NEEDLE -- ARGS...: as expect, and no process of the run is left.
+expect_ranks() {
+  local mark="gen.$$.$RANDOM" l
+  TS_GEN_MARK=$mark expect "$@"
+  l=$(left "$mark")
+  if [ -z "$l" ]; then ok "$1: no process of the run left"
+  else bad "$1: left running:$l"; fi
+}
+ranks_checks() {
+  local ck=$1 r rc
+  if ! command -v mpirun >/dev/null 2>&1 || ! [ -x "$(dirname "$bin")/tilestack_ep_tests" ]; then
+    echo "skip --ranks checks: no mpirun or no expert-parallel build"
+    return
+  fi
+  $have_py || { echo "skip --ranks checks: no python3"; return; }
+  for r in 1 2; do
+    run "generate --ranks $r greedy" generate --model "$ck" "${greedy[@]}" --ranks $r && cp "$tmp/out" "$tmp/g$r"
+    run "generate --ranks $r sampled" generate --model "$ck" "${samp[@]}" --ranks $r && cp "$tmp/out" "$tmp/s$r"
+    run "generate --ranks $r streamed" generate --model "$ck" --prompt "the checkpoint" -n 16 \
+      --temperature 0 --ranks $r && cp "$tmp/out" "$tmp/t$r" && cp "$tmp/err" "$tmp/e$r"
+    printf 'hello there\nand then\n/reset\nagain\n' | timeout 120 "$bin" chat --model "$ck" -n 6 \
+      --temperature 0.8 --seed 3 --json --ranks $r >"$tmp/c$r" 2>"$tmp/err" || bad "chat --ranks $r: exit $?"
+  done
+  if same_reply "$tmp/g1" "$tmp/g2" && grep -q '"output_ids":\[[0-9]' "$tmp/g2"; then
+    ok "generate --ranks 2 (exported dsv4-tiny): the same greedy ids and text as --ranks 1"
+  else bad "generate --ranks 2 and --ranks 1 gave different greedy replies"; fi
+  if same_reply "$tmp/s1" "$tmp/s2"; then ok "generate --ranks 2: the same seeded samples as --ranks 1"
+  else bad "generate --ranks 2 and --ranks 1 sampled different ids"; fi
+  if cmp -s "$tmp/t1" "$tmp/t2" && [ -s "$tmp/t2" ] && grep -q "TPOT" "$tmp/e2" &&
+     [ "$(grep -c "finish: " "$tmp/e2")" -eq 1 ]; then
+    ok "generate --ranks 2: the same streamed text, one stats line (rank 0's)"
+  else bad "generate --ranks 2: streamed text or stats differ from --ranks 1"; fi
+  if [ "$(wc -l <"$tmp/c2")" -eq 3 ] && same_reply "$tmp/c1" "$tmp/c2"; then
+    ok "chat --ranks 2 over piped stdin: the same three turns as --ranks 1 (history, /reset)"
+  else bad "chat --ranks 2 differs from --ranks 1 ($(wc -l <"$tmp/c2") turns)"; fi
+  expect_ranks "--ranks 3 (8 experts)" 1 "not divisible by the 3 ranks" -- generate --model "$ck" --prompt x --ranks 3
+  expect_ranks "--ranks 2, invalid UTF-8 prompt" 1 "UTF-8" -- generate --model "$ck" --prompt $'ok\xff' --ranks 2
+  expect_ranks "--ranks 2, prompt longer than the context" 1 "max_seq_len" -- generate --model "$ck" --prompt "$long" --ranks 2
+  expect_ranks "--ranks 2, --top-k beyond the vocabulary" 2 "--top-k 513" -- generate --model "$ck" --prompt x --top-k 513 --ranks 2
+  printf 'ok\n\xff\nfine\n' | timeout 120 "$bin" chat --model "$ck" -n 3 --json --ranks 2 >"$tmp/chat" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "turn dropped" "$tmp/err" && [ "$(wc -l <"$tmp/chat")" -eq 2 ]; then
+    ok "chat --ranks 2: an invalid UTF-8 line dropped with a message, the others answered, exit 1"
+  else bad "chat --ranks 2 with an invalid UTF-8 line: exit $rc, $(wc -l <"$tmp/chat") replies"; fi
+}
+
+long=$(printf 'word %.0s' $(seq 1 300))
 # ---- a checkpoint directory (tilestack export-hf of dsv4-tiny, DIR/tokenizer.json) ----
 ck="$tmp/ckpt"
 greedy=(--prompt "the checkpoint" -n 16 --temperature 0 --json)
@@ -181,13 +257,13 @@ if run "export-hf dsv4-tiny" export-hf --model dsv4-tiny --out "$ck"; then
       ok "--model DIR (exported dsv4-tiny): the same greedy ids as the built-in model"
     else bad "--model DIR and the built-in dsv4-tiny gave different ids"; fi
   fi
+  ranks_checks "$ck"
   expect "--model DIR with --weights" 2 "give one of" -- generate --model "$ck" --weights "$tmp/w" --prompt x
   printf '{"eos_token_id": 999999}' >"$ck/generation_config.json"
   expect "--model DIR: eos_token_id outside the vocabulary" 1 "eos_token_id" -- generate --model "$ck" --prompt x
 fi
 
 # ---- bad input ----
-long=$(printf 'word %.0s' $(seq 1 300))
 expect "unknown option" 2 "'--frobnicate'" -- generate "${tiny[@]}" --prompt x --frobnicate
 expect "--temperature -1" 2 "--temperature" -- generate "${tiny[@]}" --prompt x --temperature -1
 expect "--top-p 0" 2 "--top-p" -- generate "${tiny[@]}" --prompt x --top-p 0

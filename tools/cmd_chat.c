@@ -1,6 +1,7 @@
 /* `tilestack chat`: turns from stdin, one per line, replies streamed; the conversation is
  * re-encoded whole each turn (ts_chat_encode) and the cache of the prefix it shares with what
- * the sequence already holds is kept (docs/models.md, "generate and chat"). */
+ * the sequence already holds is kept (docs/models.md, "generate and chat"). With --ranks R
+ * this runs on rank 0, which mpirun gives the launcher's stdin (ranks_gen.c). */
 #include "cli.h"
 #include "gen.h"
 
@@ -46,7 +47,7 @@ static const char *answer_of(const gen_result *r, bool thinking, size_t *len) {
 }
 
 /* One user line: the whole conversation encoded, the reply generated and kept. Returns 0, or
- * 1 after printing why the turn was dropped. */
+ * 1 after printing why the turn was dropped (2: and the chat cannot go on). */
 static int turn(gen_model *gm, gen_seq *gs, history *h, const gen_args *a, const gen_opts *o,
                 uint64_t *rng, const char *line, size_t len) {
     const size_t before = h->n;
@@ -65,7 +66,8 @@ static int turn(gen_model *gm, gen_seq *gs, history *h, const gen_args *a, const
     if (st != TS_OK) {
         fprintf(stderr, "tilestack chat: turn dropped: %s\n", ts_last_error());
         pop_to(h, before);
-        return 1;
+        /* a peer that timed out leaves a model that can only be freed */
+        return st == TS_ERR_TIMEOUT ? 2 : 1;
     }
     int rc = 0;
     if (a->json) {
@@ -90,21 +92,22 @@ static int turn(gen_model *gm, gen_seq *gs, history *h, const gen_args *a, const
 }
 
 int ts__cmd_chat(int argc, char **argv) {
+    const bool is_rank = gen_ranks_take_token(&argc, argv);
     gen_args a;
     int rc = gen_parse_args("chat", argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
     gen_model gm;
-    if ((rc = gen_open_model("chat", &a, &gm))) return rc;
+    gen_ranks rk;
+    if ((rc = gen_ranks_open("chat", &a, is_rank, argc, argv, &rk, &gm)) || rk.done) return rc;
     const gen_opts o = {.sp = a.sp, .max_new = a.max_new, .stops = a.stops, .n_stops = a.n_stops,
                         .logprobs = a.logprobs, .emit = a.json ? NULL : gen_stdout_emit};
     uint64_t rng = a.seed;
     gen_seq gs = {0};
     history h = {0};
-    const bool interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) && !a.json;
+    const bool interactive = gen_stdin_is_tty() && gen_stdout_is_tty() && !a.json;
     if (a.system && !push(&h, TS_CHAT_SYSTEM, a.system, strlen(a.system))) {
         fprintf(stderr, "tilestack chat: out of memory\n");
-        gen_close_model(&gm);
-        return 1;
+        return gen_ranks_close(&rk, &gm, 1);
     }
     const size_t base = h.n; /* /reset keeps the system message */
     char *line = NULL;
@@ -129,7 +132,9 @@ int ts__cmd_chat(int argc, char **argv) {
             rc = 1;
             continue;
         }
-        if (turn(&gm, &gs, &h, &a, &o, &rng, line, len)) rc = 1;
+        const int trc = turn(&gm, &gs, &h, &a, &o, &rng, line, len);
+        if (trc) rc = 1;
+        if (trc == 2) break;
     }
     if (fflush(stdout) || ferror(stdout)) {
         fprintf(stderr, "tilestack chat: writing stdout failed\n");
@@ -139,6 +144,5 @@ int ts__cmd_chat(int argc, char **argv) {
     pop_to(&h, 0);
     free(h.m);
     gen_seq_free(&gs);
-    gen_close_model(&gm);
-    return rc;
+    return gen_ranks_close(&rk, &gm, rc);
 }

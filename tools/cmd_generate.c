@@ -1,4 +1,5 @@
-/* `tilestack generate`: one prompt, one streamed reply (docs/models.md, "generate and chat"). */
+/* `tilestack generate`: one prompt, one streamed reply (docs/models.md, "generate and chat");
+ * with --ranks R, over R expert-parallel processes (ranks_gen.c; this body runs on rank 0). */
 #include "cli.h"
 #include "gen.h"
 
@@ -6,12 +7,14 @@
 #include <string.h>
 
 int ts__cmd_generate(int argc, char **argv) {
+    const bool is_rank = gen_ranks_take_token(&argc, argv);
     gen_args a;
     int rc = gen_parse_args("generate", argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
     if (a.dry_run) return gen_dry_run(&a);
     gen_model gm;
-    if ((rc = gen_open_model("generate", &a, &gm))) return rc;
+    gen_ranks rk;
+    if ((rc = gen_ranks_open("generate", &a, is_rank, argc, argv, &rk, &gm)) || rk.done) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
     ts_status st;
@@ -52,6 +55,5 @@ int ts__cmd_generate(int argc, char **argv) {
     if (st == TS_OK) gen_result_free(&r);
     gen_seq_free(&gs);
     free(ids);
-    gen_close_model(&gm);
-    return rc;
+    return gen_ranks_close(&rk, &gm, rc);
 }

@@ -64,6 +64,11 @@ bool ts__demo_find_program(const char *name, char *path, size_t cap);
  * exit code to use (mpirun's, or 1 with a message if it could not start or was killed). A
  * forwarded SIGTERM / SIGINT / SIGHUP ends this process with that signal once mpirun is gone. */
 int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv);
+/* The same for any command CMD (`demo`, `generate`, `chat`): `threads` per rank is appended as
+ * --threads; pass_stdin: this process's stdin reaches rank 0 (else /dev/null). Rank mode gets
+ * TS__RANKS_TTY_ENV = two digits: this process's stdin, stdout is a terminal (1) or not (0). */
+int ts__launch_ranks(const char *cmd, int ranks, int threads, bool pass_stdin, int argc, char **argv);
+#define TS__RANKS_TTY_ENV "TILESTACK_RANKS_TTY"
 /* True in a rank started by ts__demo_launch: the last argument is the run's token, which the
  * environment holds too; it is then removed from argv (*argc decremented). */
 bool ts__demo_take_rank_token(int *argc, char **argv);
@@ -82,9 +87,17 @@ bool ts__demo_have_ep(void); /* built with MPI and the EP model */
 ts_status ts__demo_comm_init(ts__demo_comm *c, int *argc, char ***argv, double timeout_s);
 void ts__demo_comm_finalize(ts__demo_comm *c);
 void ts__demo_barrier(const ts__demo_comm *c);
+/* The command the messages of these calls name (default "demo"); before ts__demo_comm_init. */
+void ts__demo_comm_set_name(const char *cmd);
+/* Prints "tilestack CMD: rank N: msg" and ends the job (MPI_Abort; in-process exit(1)). */
+void ts__demo_abort(const ts__demo_comm *c, const char *msg) __attribute__((noreturn));
+/* Rank 0's *v to every rank. Rank 0 waits at most timeout_s for each send; the others wait
+ * for it without a deadline (rank 0 may be waiting for its user), off the CPU once idle. */
+void ts__demo_post(const ts__demo_comm *c, int64_t *v);
 void ts__demo_max(const ts__demo_comm *c, double *v, int n); /* in place */
 void ts__demo_sum(const ts__demo_comm *c, double *v, int n);
-/* Every rank's status -> the first non-OK one (by rank); with msg from that rank on rank 0. */
+/* Every rank's status -> the first non-OK one (by rank; a TS_ERR_PEER only if no rank has a
+ * more specific one), with that rank's msg. */
 ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t cap);
 /* The model: ts_model_create / _load / _load_dir (a checkpoint directory `dir`), or the EP
  * ones over all ranks. */

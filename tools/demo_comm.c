@@ -25,8 +25,16 @@
 #endif
 #ifdef TS__DEMO_EP
 #include "ep/ep_coll.h"
+#include "ep/ep_internal.h"
 #include "tilestack/model_ep.h"
 #endif
+
+#include <time.h>
+
+/* The command the messages name ("tilestack demo: rank 1: ..."). */
+static const char *g_cmd = "demo";
+
+void ts__demo_comm_set_name(const char *cmd) { g_cmd = cmd; }
 
 bool ts__demo_have_ep(void) {
 #ifdef TS__DEMO_EP
@@ -58,8 +66,8 @@ static void arm(const ts__demo_comm *c, const char *what, double floor_s) {
     if (c->rank >= 0) snprintf(rank, sizeof rank, "%d", c->rank);
     else snprintf(rank, sizeof rank, "%s", env ? env : "?");
     g_alarm_len = (size_t)snprintf(g_alarm_msg, sizeof g_alarm_msg,
-                                   "tilestack demo: rank %s: %s did not return within %.1f s (a peer "
-                                   "stopped or died): TS_ERR_TIMEOUT\n", rank, what, limit);
+                                   "tilestack %s: rank %s: %s did not return within %.1f s (a peer "
+                                   "stopped or died): TS_ERR_TIMEOUT\n", g_cmd, rank, what, limit);
     if (g_alarm_len >= sizeof g_alarm_msg) g_alarm_len = sizeof g_alarm_msg - 1;
     signal(SIGALRM, on_alarm);
     alarm((unsigned)limit + 1);
@@ -73,7 +81,7 @@ static void disarm(void) {
 /* A wait expired (or a peer could not be reached): say so on this rank and end the job. */
 static void fail_job(const ts__demo_comm *c, const char *msg) {
     fflush(stdout);
-    fprintf(stderr, "tilestack demo: rank %d: %s\n", c->rank, msg);
+    fprintf(stderr, "tilestack %s: rank %d: %s\n", g_cmd, c->rank, msg);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1); /* MPI_Abort does not return; if it did, this rank must still stop */
@@ -164,12 +172,58 @@ void ts__demo_gather(const ts__demo_comm *c, const double *mine, int n, double *
     memcpy(all, mine, (size_t)n * sizeof(double));
 }
 
+void ts__demo_abort(const ts__demo_comm *c, const char *msg) {
+#ifdef TS__DEMO_EP
+    if (c->mpi || c->size > 1) fail_job(c, msg);
+#endif
+    fprintf(stderr, "tilestack %s: %s\n", g_cmd, msg);
+    exit(1);
+}
+
+enum { POST_TAG = 0x7e5d }; /* beside ep_coll's TS__EP_TAG_COLL on the world communicator */
+
+void ts__demo_post(const ts__demo_comm *c, int64_t *v) {
+#ifdef TS__DEMO_EP
+    if (c->size < 2) return;
+    if (c->rank == 0) {
+        /* eager-sized: each send completes at once unless a peer is gone */
+        for (int r = 1; r < c->size; r++) {
+            MPI_Request q;
+            MPI_Isend(v, 1, MPI_INT64_T, r, POST_TAG, MPI_COMM_WORLD, &q);
+            check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "posting to the ranks"));
+        }
+        return;
+    }
+    /* No deadline: rank 0 may be waiting for its user. A peer that dies takes the job down
+     * (mpirun), so this does not wait forever; past the backoff's first second a poll every
+     * 10 ms keeps an idle rank off the CPU. */
+    MPI_Request q;
+    MPI_Irecv(v, 1, MPI_INT64_T, 0, POST_TAG, MPI_COMM_WORLD, &q);
+    ts__ep_backoff w = TS__EP_BACKOFF_INIT;
+    const double t0 = ts__ep_now_s();
+    bool idle = false;
+    for (int done = 0;;) {
+        MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (idle) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        } else if (ts__ep_backoff_step(&w)) {
+            idle = ts__ep_now_s() - t0 > 1.0;
+        }
+    }
+#else
+    (void)c, (void)v;
+#endif
+}
+
 ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t cap) {
 #ifdef TS__DEMO_EP
     if (c->size > 1) {
         /* A timeout here means a peer is stopped or dead: agreeing would wait for it again. */
         if (st == TS_ERR_TIMEOUT) fail_job(c, msg && cap ? msg : ts_last_error());
-        /* one record per rank: status, then its message; the first failing rank's wins */
+        /* one record per rank: status, then its message; the first failing rank's wins, but a
+         * rank's own error before a TS_ERR_PEER that only names it */
         enum { MSG = 512 };
         struct rec {
             int code;
@@ -181,12 +235,15 @@ ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t
         if (msg && cap) snprintf(mine.msg, sizeof mine.msg, "%s", msg);
         check(c, ts__ep_coll_allgather(&mine, (int)sizeof mine, all, MPI_COMM_WORLD, c->timeout_s,
                                        "tilestack demo: agreeing on a status"));
-        ts_status out = TS_OK;
-        for (int r = 0; r < c->size && out == TS_OK; r++) {
+        int pick = -1;
+        for (int r = 0; r < c->size; r++) {
             if (all[r].code == TS_OK) continue;
-            out = (ts_status)all[r].code;
-            all[r].msg[MSG - 1] = 0;
-            if (msg && cap) snprintf(msg, cap, "%s", all[r].msg);
+            if (pick < 0 || (all[pick].code == TS_ERR_PEER && all[r].code != TS_ERR_PEER)) pick = r;
+        }
+        const ts_status out = pick < 0 ? TS_OK : (ts_status)all[pick].code;
+        if (pick >= 0 && msg && cap) {
+            all[pick].msg[MSG - 1] = 0;
+            snprintf(msg, cap, "%s", all[pick].msg);
         }
         free(all);
         return out;

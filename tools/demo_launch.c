@@ -1,7 +1,7 @@
-/* R > 1: this process starts `mpirun --oversubscribe -np R <this binary> demo <args> <token>`
- * as an argument vector (fork + exec, never a shell, so no argument is re-interpreted) and
- * waits for it. mpirun owns the ranks: when one dies it tears the job down and exits non-zero,
- * which becomes this command's exit code.
+/* R > 1: this process starts `mpirun --oversubscribe -np R <this binary> CMD <args> <token>`
+ * (CMD: demo, generate or chat) as an argument vector (fork + exec, never a shell, so no
+ * argument is re-interpreted) and waits for it. mpirun owns the ranks: when one dies it tears
+ * the job down and exits non-zero, which becomes this command's exit code.
  *
  * No orphans: mpirun is this process's child in its own process group, with PR_SET_PDEATHSIG
  * set to SIGTERM (posix_spawn cannot set it), so if this process is killed, even by SIGKILL,
@@ -12,12 +12,18 @@
  *
  * Rank mode is internal: a per-run random token goes both into the ranks' environment and as
  * their last argument. Only a process holding both is a rank; a user's --rank-mode is an
- * unknown option. */
+ * unknown option.
+ *
+ * stdin: mpirun runs in a background process group, which must not read the terminal (SIGTTIN
+ * would stop it), so its stdin is /dev/null, or, for `chat`, a pipe this process fills from
+ * its own stdin (a thread copying until end of input); mpirun forwards it to rank 0. */
 #include "demo.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,20 +108,20 @@ static const int g_forwarded[] = {SIGTERM, SIGINT, SIGHUP};
 /* Child side, between fork and exec: only async-signal-safe calls. mpirun gets the
  * dispositions this process was started with (an ignored SIGHUP under nohup stays ignored). */
 static void exec_mpirun(const char *mpirun, char **av, char **env, pid_t parent, const sigset_t *old,
-                        const struct sigaction *old_sa) {
+                        const struct sigaction *old_sa, int in_fd) {
     for (size_t i = 0; i < sizeof g_forwarded / sizeof *g_forwarded; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
     setpgid(0, 0);
 #ifdef __linux__
     prctl(PR_SET_PDEATHSIG, SIGTERM);
 #endif
     if (getppid() != parent) _exit(127); /* the launcher died before the line above */
-    /* a background process group must not read the terminal (SIGTTIN would stop mpirun);
-     * the ranks read nothing */
-    const int fd = open("/dev/null", O_RDONLY);
+    /* a background process group must not read the terminal (SIGTTIN would stop mpirun):
+     * /dev/null, or the pipe the launcher fills */
+    const int fd = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
     if (fd >= 0 && fd != STDIN_FILENO) dup2(fd, STDIN_FILENO), close(fd);
     sigprocmask(SIG_SETMASK, old, NULL);
     execve(mpirun, av, env);
-    static const char msg[] = "tilestack demo: cannot start mpirun (execve failed)\n";
+    static const char msg[] = "tilestack: cannot start mpirun (execve failed)\n";
     if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing else to do */ }
     _exit(127);
 }
@@ -140,31 +146,56 @@ static int wait_mpirun(pid_t pid, int *status) {
     }
 }
 
+/* The chat's stdin into mpirun's: copied until end of input (or until mpirun stops reading),
+ * then the pipe is closed, which mpirun passes on to rank 0 as end of input. */
+static void *copy_stdin(void *arg) {
+    const int out = (int)(intptr_t)arg;
+    char buf[4096];
+    for (;;) {
+        const ssize_t got = read(STDIN_FILENO, buf, sizeof buf);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        for (ssize_t done = 0; done < got;) {
+            const ssize_t w = write(out, buf + done, (size_t)(got - done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) goto end;
+            done += w;
+        }
+    }
+end:
+    close(out);
+    return NULL;
+}
+
 int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
+    return ts__launch_ranks("demo", o->ranks, o->threads, false, argc, argv);
+}
+
+int ts__launch_ranks(const char *cmd, int ranks, int threads, bool pass_stdin, int argc, char **argv) {
     char mpirun[4096], self[4096];
     if (!ts__demo_find_program("mpirun", mpirun, sizeof mpirun)) {
-        fprintf(stderr, "tilestack demo: --ranks %d needs mpirun, which is not on PATH (install "
-                "Open MPI, or use --ranks 1)\n", o->ranks);
+        fprintf(stderr, "tilestack %s: --ranks %d needs mpirun, which is not on PATH (install "
+                "Open MPI, or use --ranks 1)\n", cmd, ranks);
         return 1;
     }
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
-        fprintf(stderr, "tilestack demo: cannot find this program's path (/proc/self/exe: %s)\n",
-                strerror(errno));
+        fprintf(stderr, "tilestack %s: cannot find this program's path (/proc/self/exe: %s)\n",
+                cmd, strerror(errno));
         return 1;
     }
     self[n] = 0;
 
     char np[16], thr[16];
-    snprintf(np, sizeof np, "%d", o->ranks);
-    snprintf(thr, sizeof thr, "%d", o->threads);
+    snprintf(np, sizeof np, "%d", ranks);
+    snprintf(thr, sizeof thr, "%d", threads);
     const int cores = ts__demo_cores();
     /* mpirun binds each rank to one core by default at small R; a rank running more threads
      * than that would time-share its one core, so let the OS place them instead. */
-    const bool unbind = o->threads > 1 || o->ranks > cores;
+    const bool unbind = threads > 1 || ranks > cores;
     char **av = calloc((size_t)argc + 16, sizeof *av);
     if (!av) {
-        fprintf(stderr, "tilestack demo: out of memory\n");
+        fprintf(stderr, "tilestack %s: out of memory\n", cmd);
         return 1;
     }
     int k = 0;
@@ -176,7 +207,7 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     av[k++] = "-np";
     av[k++] = np;
     av[k++] = self;
-    av[k++] = "demo";
+    av[k++] = (char *)cmd;
     for (int i = 0; i < argc; i++) av[k++] = argv[i];
     av[k++] = "--threads"; /* resolved here, so every rank uses the same count */
     av[k++] = thr;
@@ -189,18 +220,25 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     /* Environment: ours, plus Open MPI's opt-in to run as root (containers, CI). */
     size_t ne = 0;
     while (environ[ne]) ne++;
-    char **env = calloc(ne + 4, sizeof *env);
+    char **env = calloc(ne + 5, sizeof *env);
     if (!env) {
         free(av);
-        fprintf(stderr, "tilestack demo: out of memory\n");
+        fprintf(stderr, "tilestack %s: out of memory\n", cmd);
         return 1;
     }
     size_t m = 0;
     for (size_t i = 0; i < ne; i++)
         if (strncmp(environ[i], "OMPI_ALLOW_RUN_AS_ROOT", 22) &&
-            strncmp(environ[i], TS__DEMO_RANK_ENV "=", sizeof TS__DEMO_RANK_ENV))
+            strncmp(environ[i], TS__DEMO_RANK_ENV "=", sizeof TS__DEMO_RANK_ENV) &&
+            strncmp(environ[i], TS__RANKS_TTY_ENV "=", sizeof TS__RANKS_TTY_ENV))
             env[m++] = environ[i];
     env[m++] = token_env;
+    /* what the ranks cannot see for themselves: whether this process's stdin / stdout are a
+     * terminal (chat's prompt, the escaping of control characters; docs/models.md) */
+    char tty_env[64];
+    snprintf(tty_env, sizeof tty_env, "%s=%d%d", TS__RANKS_TTY_ENV, isatty(STDIN_FILENO) == 1,
+             isatty(STDOUT_FILENO) == 1);
+    env[m++] = tty_env;
     if (geteuid() == 0) {
         env[m++] = "OMPI_ALLOW_RUN_AS_ROOT=1";
         env[m++] = "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
@@ -226,12 +264,31 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
         sigaction(g_forwarded[i], NULL, &old_sa[i]);
         if (old_sa[i].sa_handler != SIG_IGN) sigaction(g_forwarded[i], &sa, NULL); /* ignored stays so */
     }
+    int pipe_fd[2] = {-1, -1};
+    if (pass_stdin && pipe(pipe_fd) != 0) pipe_fd[0] = pipe_fd[1] = -1;
+    if (pipe_fd[1] >= 0) fcntl(pipe_fd[1], F_SETFD, FD_CLOEXEC); /* mpirun must not hold it open */
     const pid_t parent = getpid();
     const pid_t pid = fork();
-    if (pid == 0) exec_mpirun(mpirun, av, env, parent, &old_mask, old_sa);
+    if (pid == 0) exec_mpirun(mpirun, av, env, parent, &old_mask, old_sa, pipe_fd[0]);
     const int fork_errno = errno;
     free(av);
     free(env);
+    if (pipe_fd[0] >= 0) close(pipe_fd[0]);
+    if (pid > 0 && pipe_fd[1] >= 0) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        /* signals stay with the main thread, which forwards them */
+        sigset_t all, prev;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &prev);
+        if (pthread_create(&th, &at, copy_stdin, (void *)(intptr_t)pipe_fd[1]) != 0) close(pipe_fd[1]);
+        pthread_sigmask(SIG_SETMASK, &prev, NULL);
+        pthread_attr_destroy(&at);
+    } else if (pipe_fd[1] >= 0) {
+        close(pipe_fd[1]);
+    }
     if (pid > 0) {
         setpgid(pid, pid); /* as the child does: whichever runs first */
         g_child = pid;
@@ -239,7 +296,7 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (pid < 0) {
         for (size_t i = 0; i < 3; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
-        fprintf(stderr, "tilestack demo: cannot start %s: %s\n", mpirun, strerror(fork_errno));
+        fprintf(stderr, "tilestack %s: cannot start %s: %s\n", cmd, mpirun, strerror(fork_errno));
         return 1;
     }
     int status = 0;
@@ -247,12 +304,12 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     g_child = 0;
     for (size_t i = 0; i < 3; i++) sigaction(g_forwarded[i], &old_sa[i], NULL);
     if (wrc != 0) {
-        fprintf(stderr, "tilestack demo: waiting for mpirun: %s\n", strerror(errno));
+        fprintf(stderr, "tilestack %s: waiting for mpirun: %s\n", cmd, strerror(errno));
         return 1;
     }
     if (g_signal) {
         /* ended from outside: end as the signal would have ended this process */
-        fprintf(stderr, "tilestack demo: ended by signal %d (forwarded to mpirun)\n", (int)g_signal);
+        fprintf(stderr, "tilestack %s: ended by signal %d (forwarded to mpirun)\n", cmd, (int)g_signal);
         signal(g_signal, SIG_DFL);
         raise(g_signal);
         return 1;
@@ -260,11 +317,11 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
     if (WIFEXITED(status)) {
         const int code = WEXITSTATUS(status);
         if (code != 0 && code != 2)
-            fprintf(stderr, "tilestack demo: the %d-rank run failed (mpirun exit status %d)\n",
-                    o->ranks, code);
+            fprintf(stderr, "tilestack %s: the %d-rank run failed (mpirun exit status %d)\n",
+                    cmd, ranks, code);
         return code == 0 ? 0 : code == 2 ? 2 : 1;
     }
     if (WIFSIGNALED(status))
-        fprintf(stderr, "tilestack demo: mpirun was killed by signal %d\n", WTERMSIG(status));
+        fprintf(stderr, "tilestack %s: mpirun was killed by signal %d\n", cmd, WTERMSIG(status));
     return 1;
 }

@@ -1,16 +1,19 @@
 /* `tilestack generate` and `tilestack chat` (docs/models.md, "generate and chat"). One concern
  * per file:
  *   gen_options.c  the shared command line -> gen_args (errors name the option, exit 2)
- *   gen_model.c    gen_open_model: model (built-in, config file, weight file; a checkpoint
- *                  directory later), tokenizer, EOS id, the ids the tokenizer cannot spell
- *   gen_prefill.c  gen_prefill: a prompt into a sequence's cache (token by token for now)
+ *   gen_model.c    gen_open_model: model (built-in, config file, weight file, checkpoint
+ *                  directory), tokenizer, EOS id, the ids the tokenizer cannot spell
+ *   gen_prefill.c  gen_prefill: a prompt into a sequence's cache (batched; token by token on
+ *                  an expert-parallel model)
  *   gen_stop.c     stop strings over the streamed text: what may be printed, where to cut
  *   gen_turn.c     one reply: cache reuse, prefill, the sample / decode loop, timings
  *   gen_json.c     a reply as one JSON object
  *   gen_print.c    the streamed reply on stdout (control characters escaped on a terminal)
+ *   ranks_gen.c    --ranks R: the launch, each rank's model, the other ranks' steps (MPI,
+ *                  through tools/demo_comm.c; not named gen_*: the CLI's alone)
  *   cmd_generate.c, cmd_chat.c  the commands
- * Everything but the two commands is also linked into tilestack_tests (tests/test_generate.c),
- * so the tests drive the same code the commands run. */
+ * Everything but the two commands and ranks_gen.c is also linked into tilestack_tests
+ * (tests/test_generate.c), so the tests drive the same code the commands run. */
 #ifndef TS_TOOLS_GEN_H
 #define TS_TOOLS_GEN_H
 
@@ -46,7 +49,9 @@ typedef struct gen_args {
     int threads;           /* 0: the library's default */
     /* generate --dry-run: the memory plan of --model DIR (ts_model_plan_dir), nothing loaded */
     bool dry_run;
-    int64_t ranks, batch, context; /* 0 ranks: the R = 1, 2, 4, 8 table; 0 context: the loader's */
+    /* --ranks: expert-parallel ranks (0: 1; with --dry-run the R = 1, 2, 4, 8 table);
+     * --batch / --context: --dry-run only (0 context: the loader's) */
+    int64_t ranks, batch, context;
 } gen_args;
 
 /* ---- gen_dry_run.c ---- */
@@ -68,18 +73,39 @@ typedef struct gen_model {
     int32_t *masked;    /* model ids the tokenizer has no token for: never sampled */
     size_t n_masked;
     float *logits;      /* [vocab] */
+    /* Over R ranks, on rank 0 (ranks_gen.c): told before the model's next `steps` collective
+     * steps, so that the other ranks take part in them; NULL in-process. */
+    void (*announce)(void *ctx, int64_t steps);
+    void *announce_ctx;
 } gen_model;
+
+/* Over R ranks: this rank, and the collectives gen_open_model_on needs. */
+typedef struct gen_peers {
+    int rank;
+    /* the model over every rank: cfg (built-in / --config), else weights or dir */
+    ts_status (*create)(void *ctx, const ts_model_config *cfg, const char *weights,
+                        const char *dir, ts_model **m);
+    /* every rank's exit code and message -> the worst code and the first failing rank's
+     * message (msg rewritten; peer: this rank only reports another's failure, TS_ERR_PEER) */
+    int (*agree)(void *ctx, int rc, bool peer, char *msg, size_t cap);
+    void *ctx;
+} gen_peers;
 
 /* Opens what a->model / a->config / a->weights and a->tokenizer name, checks the tokenizer
  * against the model's vocabulary and the vocabulary-dependent options, and sets the thread
  * count. Returns 0, or the exit code (1 failure, 2 bad command line) after printing why,
  * prefixed "tilestack CMD: ". */
 int gen_open_model(const char *cmd, const gen_args *a, gen_model *gm);
+/* The same on every rank of p (NULL: in-process): rank 0 alone holds the tokenizer and the
+ * logits; every rank gets the (collective) model; each phase ends with p->agree, so every rank
+ * returns the same code, and only rank 0 prints. */
+int gen_open_model_on(const char *cmd, const gen_args *a, const gen_peers *p, gen_model *gm);
 void gen_close_model(gen_model *gm); /* zeroed or opened */
 
 /* ---- gen_prefill.c ---- */
 /* Sequence `seq` consumes tokens[0, n) from its current position; the logits after the last
- * token go to last_logits ([vocab]; NULL: none). A batched prefill replaces this later. */
+ * token go to last_logits ([vocab]; NULL: none). Batched (ts_model_prefill); an
+ * expert-parallel model takes n collective decode steps instead. */
 ts_status gen_prefill(ts_model *m, int64_t seq, const int32_t *tokens, size_t n,
                       float *last_logits);
 
@@ -161,11 +187,36 @@ void gen_print_stats(FILE *f, const gen_result *r);
 /* A gen_emit_fn writing to stdout (ctx unused), flushed; on a terminal the C0 controls but \n
  * and \t, and DEL, are written as \xNN. */
 void gen_stdout_emit(void *ctx, const char *text, size_t n);
+/* Whether stdin / stdout is a terminal: isatty, unless gen_set_tty said otherwise (a rank
+ * under mpirun sees pipes; its launcher's terminals are what the user has). */
+bool gen_stdin_is_tty(void);
+bool gen_stdout_is_tty(void);
+void gen_set_tty(bool in, bool out);
 
 /* ---- gen_json.c ---- */
 /* One line of compact JSON (malloc'ed, NUL-terminated; NULL when out of memory): prompt_ids,
  * output_ids, text, finish_reason, reused_prompt_tokens, sampler, timings, and with
  * r->top_n > 0 logprobs. */
 char *gen_result_json(const gen_result *r, const gen_opts *o, uint64_t seed);
+
+/* ---- ranks_gen.c (the CLI only) ---- */
+typedef struct gen_ranks {
+    void *comm;   /* the ranks' communicator (tools/demo_comm.c); NULL in-process */
+    bool done;    /* a rank other than 0 that has taken part in every step: exit with rc */
+} gen_ranks;
+
+/* The commands' start. Not in rank mode with a->ranks > 1: launches the R ranks (this binary
+ * under mpirun, chat's stdin passed to rank 0), waits, and returns their exit code with
+ * rk->done set. In rank mode (*is_rank, from the launcher's token): MPI, then
+ * gen_open_model_on over the ranks; ranks other than 0 then follow rank 0's steps until it
+ * ends, and return with rk->done. Otherwise (R = 1) gen_open_model. Returns 0 when the caller
+ * is to run the command (on gm), else the exit code. */
+/* True in a rank started by the launcher (its token removed from argv; demo_launch.c). */
+bool gen_ranks_take_token(int *argc, char **argv);
+int gen_ranks_open(const char *cmd, const gen_args *a, bool is_rank, int argc, char **argv,
+                   gen_ranks *rk, gen_model *gm);
+/* The commands' end (rank 0 or in-process): the other ranks released, the model freed, MPI
+ * finalised. Returns rc. */
+int gen_ranks_close(gen_ranks *rk, gen_model *gm, int rc);
 
 #endif

@@ -20,7 +20,7 @@ void gen_usage(const char *cmd, FILE *f) {
             "model:\n"
             "  --model NAME       a built-in model: dsv4-mini | dsv4-tiny | dsv32-tiny |\n"
             "                     dsv4-flash-layer (random weights: the text is gibberish)\n"
-            "  --model DIR        a Hugging Face checkpoint directory (not supported yet)\n"
+            "  --model DIR        a Hugging Face checkpoint directory (docs/models.md)\n"
             "  --config FILE      a config file (docs/model.md §1), weights from its seed\n"
             "  --weights FILE     a weight file written by `tilestack demo --save-weights`\n"
             "  --tokenizer FILE   its tokenizer.json (default DIR/tokenizer.json with --model DIR)\n"
@@ -38,7 +38,11 @@ void gen_usage(const char *cmd, FILE *f) {
             "output:\n"
             "  --json             one JSON object per reply instead of the streamed text\n"
             "  --logprobs N       with --json: the top-N log-probabilities of every step (N <= %d)\n"
-            "  --threads T        threads (default TS_NUM_THREADS or all cores)\n"
+            "  --threads T        threads (default TS_NUM_THREADS or all cores; per rank with\n"
+            "                     --ranks: cores / R)\n"
+            "parallelism:\n"
+            "  --ranks R          expert parallel over R processes (mpirun; each holds E/R\n"
+            "                     experts, rank 0 the sequence; default 1)\n"
             "%s"
             "Streams the reply to stdout; prefill and decode tokens/s to stderr at the end.\n"
             "Exit codes: 0 ok, 1 failure while running, 2 bad command line.\n",
@@ -53,7 +57,7 @@ void gen_usage(const char *cmd, FILE *f) {
                    "  --dry-run          print the bytes each rank needs (weights mapped /\n"
                    "                     converted / packed, caches, workspace); reads only\n"
                    "                     config.json and the safetensors headers\n"
-                   "  --ranks R          expert-parallel ranks (default: a table for 1, 2, 4, 8)\n"
+                   "  --ranks R          the plan of R ranks (default: a table for 1, 2, 4, 8)\n"
                    "  --batch B          sequences (default 1)\n"
                    "  --context L        tokens per sequence (default: the loader's 8192 cap)\n");
 }
@@ -125,8 +129,8 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
             "--model", "--config", "--weights", "--tokenizer", "--prompt", "--system", "--chat",
             "-n", "--temperature", "--top-k", "--top-p", "--seed", "--stop", "--logprobs",
             "--threads"};
-        static const char *const plan_opts[] = {"--ranks", "--batch", "--context"};
-        bool known = false;
+        static const char *const plan_opts[] = {"--batch", "--context"};
+        bool known = !strcmp(o, "--ranks");
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= !strcmp(o, with_value[k]);
         for (size_t k = 0; !chat && k < sizeof plan_opts / sizeof *plan_opts; k++)
@@ -191,8 +195,8 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
         return bad(cmd, "give one of --model NAME|DIR, --config FILE.json or --weights FILE");
     if (chat && a->prompt)
         return bad(cmd, "--prompt: chat reads its turns from stdin");
-    if ((a->ranks || a->batch || a->context) && !a->dry_run)
-        return bad(cmd, "--ranks, --batch and --context go with --dry-run");
+    if ((a->batch || a->context) && !a->dry_run)
+        return bad(cmd, "--batch and --context go with --dry-run");
     if (a->dry_run) {
         if (!a->model) return bad(cmd, "--dry-run plans a checkpoint directory: give --model DIR");
         if (!a->batch) a->batch = 1;
