@@ -24,6 +24,10 @@ void ts__model_dot_rows__avx2(const float *w, int64_t k, const float *x, int64_t
 #ifdef TS_HAVE_AVX512_KERNELS
 void ts__model_dot_rows__avx512(const float *w, int64_t k, const float *x, int64_t m, int64_t ldx,
                                 float *y, int64_t ldy);
+/* The same for the four weight rows w, w + k, w + 2k, w + 3k: y[r * ldy + j] = row j against x
+ * row r (the same bits as four ts__model_dot_rows__generic calls), blocked 4 x 4 for m >= 4. */
+void ts__model_dot_4w__avx512(const float *w, int64_t k, const float *x, int64_t m, int64_t ldx,
+                              float *y, int64_t ldy);
 #endif
 
 #endif
