@@ -13,6 +13,7 @@ int ts__suite_mega_moe(const ts__bench_opts *opts);
 
 int ts__suite_kernels(const ts__bench_opts *opts); /* bench/suite_kernels.c */
 int ts__suite_dg_quant(const ts__bench_opts *opts); /* bench/suite_dg_quant.c */
+int ts__suite_model(const ts__bench_opts *opts);    /* bench/suite_model.c */
 
 typedef struct suite_entry {
     const char *name;
@@ -33,6 +34,8 @@ static const suite_entry g_suites[] = {
     {"kernels", "tile-language kernels: JIT compile/load time, AOT per_token_cast vs hand-written",
      ts__suite_kernels},
     {"dgquant", "DeepGEMM quantisers: tile kernels vs the hand-written C, vs memcpy BW", ts__suite_dg_quant},
+    {"model", "dsv4-mini prompt prefill (512 tokens) vs decode steps at B = 1: tok/s and their ratio",
+     ts__suite_model},
     {"mega_moe", "fused Mega MoE (FP8xFP4) vs the unfused EP pipeline at decode sizes (mpirun)", ts__suite_mega_moe},
 };
 #define N_SUITES (sizeof g_suites / sizeof g_suites[0])

@@ -217,6 +217,95 @@ TS_TEST(model_pieces_dot_rows_generic_avx2_same_bits) {
     }
 }
 
+/* The blocked four-weight-row kernel: the bits of four generic calls, for every k % 16 and
+ * x rows past the 4-row blocks; and the model's f32 linear through it equals the generic one. */
+TS_TEST(model_pieces_dot_4w_same_bits) {
+#ifdef TS_HAVE_AVX512_KERNELS
+    const ts_isa saved = ts_get_isa();
+    if (ts_set_isa(TS_ISA_AVX512) != TS_OK) {
+        printf("skip isa avx512: not runnable here\n");
+        return;
+    }
+    ts_prng p = ts_prng_seed(22);
+    enum { K = 203, M = 11, LD = 211, LDY = 7 }; /* 11 rows: two 4-row blocks and 3 more */
+    static float w[4 * K], x[M * LD], y0[M * LDY], y1[M * LDY];
+    for (int i = 0; i < M * LD; i++) x[i] = ts_prng_uniform(&p) - 0.5f;
+    for (int64_t k = 1; k <= K; k += 13) {
+        for (int i = 0; i < 4 * k; i++) w[i] = (ts_prng_uniform(&p) - 0.5f) * 3;
+        memset(y0, 0, sizeof y0);
+        memset(y1, 0xFF, sizeof y1);
+        for (int j = 0; j < 4; j++) ts__model_dot_rows__generic(w + j * k, k, x, M, LD, y0 + j, LDY);
+        ts__model_dot_4w__avx512(w, k, x, M, LD, y1, LDY);
+        for (int r = 0; r < M; r++)
+            TS_CHECK_MSG(memcmp(y0 + r * LDY, y1 + r * LDY, 4 * sizeof(float)) == 0,
+                         "k %lld row %d: other bits", (long long)k, r);
+        /* and a value check: not the same wrong answer twice */
+        double s = 0;
+        for (int64_t i = 0; i < k; i++) s += (double)x[2 * LD + i] * w[3 * k + i];
+        TS_CHECK(fabs(y1[2 * LDY + 3] - s) <= 1e-5 * (1 + fabs(s)) + 1e-6 * (double)k);
+    }
+    /* through the driver: 4-row items plus a 2-row tail, m = 6, against the generic path */
+    enum { N = 10, KK = 64, MM = 6 };
+    static float ww[N * KK], yy0[MM * N], yy1[MM * N];
+    for (int i = 0; i < N * KK; i++) ww[i] = ts_prng_uniform(&p) - 0.5f;
+    ts__model_gemv_f32(x, MM, LD, ww, N, KK, yy1, N);
+    (void)ts_set_isa(TS_ISA_GENERIC);
+    ts__model_gemv_f32(x, MM, LD, ww, N, KK, yy0, N);
+    TS_CHECK(memcmp(yy0, yy1, sizeof yy0) == 0);
+    (void)ts_set_isa(saved);
+#else
+    printf("skip: built without avx512 kernels\n");
+#endif
+}
+
+/* mHC's per-element kernels: AVX-512 against the generic order bit for bit (D with a tail,
+ * values spanning many binades, a NaN, a sum that overflows f32), and against a direct sum. */
+TS_TEST(model_pieces_mhc_kernels_same_bits) {
+#ifdef TS_HAVE_AVX512_KERNELS
+    const ts_isa saved = ts_get_isa();
+    if (ts_set_isa(TS_ISA_AVX512) != TS_OK) {
+        printf("skip isa avx512: not runnable here\n");
+        return;
+    }
+    (void)ts_set_isa(saved);
+    ts_prng p = ts_prng_seed(23);
+    enum { HC = 4, D = 1000 }; /* 1000 = 62 x 16 + 8 */
+    static uint16_t f[D], X[HC * D], o0[HC * D], o1[HC * D], y0[D], y1[D];
+    static float xf[HC * D];
+    double post[HC], comb[HC * HC], pre[HC];
+    for (int i = 0; i < D; i++) f[i] = ts_f32_to_bf16((ts_prng_uniform(&p) - 0.5f) * ldexpf(1, i % 40 - 20));
+    for (int i = 0; i < HC * D; i++) {
+        X[i] = ts_f32_to_bf16((ts_prng_uniform(&p) - 0.5f) * ldexpf(1, i % 30 - 15));
+        xf[i] = ts_bf16_to_f32(X[i]) * 1.0001f;
+    }
+    f[7] = 0x7FC0;                   /* NaN */
+    f[9] = X[9] = 0x7F7F;            /* near FLT_MAX: the double sum rounds to inf in f32 */
+    xf[11] = 3e38f, xf[D + 11] = 3e38f;
+    for (int i = 0; i < HC; i++) {
+        post[i] = 2.0 * ts_prng_uniform(&p);
+        pre[i] = ts_prng_uniform(&p) + 0.5;
+        for (int j = 0; j < HC; j++) comb[i * HC + j] = ts_prng_uniform(&p) / 3;
+    }
+    post[0] = 1.5, pre[0] = 1.0; /* so the two sums above overflow */
+    ts__model_hc_post_row__generic(f, X, HC, D, post, comb, o0);
+    ts__model_hc_post_row__avx512(f, X, HC, D, post, comb, o1);
+    TS_CHECK(memcmp(o0, o1, sizeof o0) == 0);
+    ts__model_collapse__generic(pre, xf, HC, D, y0);
+    ts__model_collapse__avx512(pre, xf, HC, D, y1);
+    TS_CHECK(memcmp(y0, y1, sizeof y0) == 0);
+    TS_CHECK_MSG((o0[7] & 0x7FFF) == 0x7FC0 && o0[9] == 0x7F80 && y0[11] == 0x7F80,
+                 "NaN / overflow: %04x %04x %04x", o0[7], o0[9], y0[11]);
+    for (int j = 0; j < HC; j++) /* a column away from the special values, by hand */
+        for (int d = 100; d < 110; d++) {
+            double s = post[j] * ts_bf16_to_f32(f[d]);
+            for (int i = 0; i < HC; i++) s += comb[i * HC + j] * ts_bf16_to_f32(X[i * D + d]);
+            TS_CHECK(o1[j * D + d] == ts_f32_to_bf16((float)s));
+        }
+#else
+    printf("skip: built without avx512 kernels\n");
+#endif
+}
+
 TS_TEST(model_pieces_sampling) {
     float lg[2 * 10] = {0, 3, 1, 3, -1, 2, 0, 0, 0, 0, /* row 0: tie 3 at 1 and 3 */
                         5, 4, 5.5f, 0, 0, 0, 0, 0, 0, -9};

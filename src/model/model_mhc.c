@@ -3,6 +3,7 @@
  * fixed order; the mixes are an f32 GEMV (not ts_tf32_hc_prenorm_gemm, which truncates the
  * weights to TF32 where §4 keeps f32). */
 #include "model_internal.h"
+#include "model_kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -80,13 +81,24 @@ static void mixes(const ts_model *m, const uint16_t *X, int64_t n, const float *
     }
 }
 
-/* y = bf16(Σ_s pre_s · x_s) */
-static void collapse(const double *pre, const float *x, int64_t hc, int64_t D, uint16_t *y) {
-    for (int64_t d = 0; d < D; d++) {
-        double acc = pre[0] * x[d];
-        for (int64_t s = 1; s < hc; s++) acc += pre[s] * x[s * D + d];
-        y[d] = ts__f32_to_bf16_inl((float)acc);
-    }
+typedef void (*post_row_fn)(const uint16_t *f, const uint16_t *X, int64_t hc, int64_t D,
+                            const double *post, const double *comb, uint16_t *out);
+typedef void (*collapse_fn)(const double *pre, const float *x, int64_t hc, int64_t D,
+                            uint16_t *y);
+
+/* The per-element kernels of the active ISA (model_kernels.h: the same bits on every path). */
+static post_row_fn post_row_kernel(void) {
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512) return ts__model_hc_post_row__avx512;
+#endif
+    return ts__model_hc_post_row__generic;
+}
+
+static collapse_fn collapse_kernel(void) {
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512) return ts__model_collapse__avx512;
+#endif
+    return ts__model_collapse__generic;
 }
 
 typedef struct hc_ctx {
@@ -97,6 +109,8 @@ typedef struct hc_ctx {
     double *post, *comb;
     const uint16_t *f, *X;
     uint16_t *Xout;
+    post_row_fn post_row;
+    collapse_fn collapse;
 } hc_ctx;
 
 static void pre_rows(void *vctx, int64_t b0, int64_t b1, int tid) {
@@ -115,7 +129,7 @@ static void pre_rows(void *vctx, int64_t b0, int64_t b1, int tid) {
         for (int64_t k = 0; k < hc * hc; k++)
             C[k] = mx[2 * hc + k] * c->scale[2] + c->base[2 * hc + k];
         ts__model_sinkhorn(C, hc, c->m->cfg.hc_sinkhorn_iters, eps);
-        collapse(pre, c->xf + b * hc * D, hc, D, c->y + b * D);
+        c->collapse(pre, c->xf + b * hc * D, hc, D, c->y + b * D);
     }
 }
 
@@ -124,7 +138,7 @@ void ts__model_hc_pre(const ts_model *m, const uint16_t *X, int64_t n, const flo
                       uint16_t *y, double *post, double *comb) {
     const int64_t hc = m->cfg.hc_mult, nmix = (2 + hc) * hc;
     mixes(m, X, n, fn, nmix, xf, mixf, mix);
-    hc_ctx c = {m, base, scale, xf, mix, y, post, comb, NULL, NULL, NULL};
+    hc_ctx c = {m, base, scale, xf, mix, y, post, comb, NULL, NULL, NULL, NULL, collapse_kernel()};
     ts__parallel_for(n, 1, pre_rows, &c);
 }
 
@@ -132,24 +146,15 @@ static void post_rows(void *vctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
     const hc_ctx *c = (const hc_ctx *)vctx;
     const int64_t hc = c->m->cfg.hc_mult, D = c->m->cfg.dim;
-    for (int64_t b = b0; b < b1; b++) {
-        const uint16_t *Xb = c->X + b * hc * D;
-        const double *C = c->comb + b * hc * hc;
-        for (int64_t j = 0; j < hc; j++) {
-            const double pj = c->post[b * hc + j];
-            uint16_t *o = c->Xout + (b * hc + j) * D;
-            for (int64_t d = 0; d < D; d++) {
-                double s = pj * ts__bf16_to_f32_inl(c->f[b * D + d]);
-                for (int64_t i = 0; i < hc; i++) s += C[i * hc + j] * ts__bf16_to_f32_inl(Xb[i * D + d]);
-                o[d] = ts__f32_to_bf16_inl((float)s);
-            }
-        }
-    }
+    for (int64_t b = b0; b < b1; b++)
+        c->post_row(c->f + b * D, c->X + b * hc * D, hc, D, c->post + b * hc, c->comb + b * hc * hc,
+                    c->Xout + b * hc * D);
 }
 
 void ts__model_hc_post(const ts_model *m, const uint16_t *f, const uint16_t *X, int64_t n,
                        const double *post, const double *comb, uint16_t *Xout) {
-    hc_ctx c = {m, NULL, NULL, NULL, NULL, NULL, (double *)post, (double *)comb, f, X, Xout};
+    hc_ctx c = {m, NULL, NULL, NULL, NULL, NULL, (double *)post, (double *)comb, f, X, Xout,
+                post_row_kernel(), NULL};
     ts__parallel_for(n, 1, post_rows, &c);
 }
 
@@ -162,6 +167,6 @@ void ts__model_hc_head(const ts_model *m, const uint16_t *X, int64_t n, float *x
         double pre[64];
         for (int64_t i = 0; i < hc; i++)
             pre[i] = sigmoid_(mix[b * hc + i] * m->hc_head_scale[0] + m->hc_head_base[i]) + eps;
-        collapse(pre, xf + b * hc * D, hc, D, y + b * D);
+        collapse_kernel()(pre, xf + b * hc * D, hc, D, y + b * D);
     }
 }
