@@ -382,7 +382,8 @@ class Buffer:
         if out is None:
             n = topk_idx.shape[0] if isinstance(topk_idx, torch.Tensor) and topk_idx.dim() == 2 else 0
             out = torch.empty((n, handle[3]), dtype=torch.bfloat16)
-        kcap = C.ep_ll_combine(cap, x, topk_idx, topk_weights, handle._cap, use_logfmt, zero_copy,
+        # zero_copy: the rows are already in the buffer and x is ignored, as upstream
+        kcap = C.ep_ll_combine(cap, None if zero_copy else x, topk_idx, topk_weights, handle._cap, use_logfmt, zero_copy,
                                return_recv_hook, out, combine_wait_recv_cost_stats)
         hook = None
         if kcap is not None:

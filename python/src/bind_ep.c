@@ -556,7 +556,7 @@ PyObject *tsp_ep_ll_hook_run(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-/* ep_ll_combine(buf, x, topk_idx, topk_weights, ll_handle, use_logfmt, zero_copy,
+/* ep_ll_combine(buf, x (None with zero_copy), topk_idx, topk_weights, ll_handle, use_logfmt, zero_copy,
  *               return_recv_hook, out, combine_wait_recv_cost_stats) -> hook capsule or None */
 PyObject *tsp_ep_ll_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     static const char fn[] = "deep_ep.Buffer.low_latency_combine";
@@ -564,9 +564,10 @@ PyObject *tsp_ep_ll_combine(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (nargs != 10) return PyErr_Format(PyExc_TypeError, "%s: 10 arguments expected", fn);
     ts_ep_buffer *b = get_buf(args[0], fn);
     if (!b) return NULL;
-    ts_tensor x, topk, w, out, wait_s;
+    ts_tensor xs, topk, w, out, wait_s;
+    const ts_tensor *x;
     int have_wait;
-    if (tsp_view(args[1], fn, "x", 0, &x) || tsp_view(args[2], fn, "topk_idx", 0, &topk) ||
+    if (tsp_view_opt(args[1], fn, "x", &xs, &x) || tsp_view(args[2], fn, "topk_idx", 0, &topk) ||
         tsp_view(args[3], fn, "topk_weights", 0, &w) || tsp_view(args[8], fn, "out", TSP_OUTPUT, &out) ||
         (have_wait = tsp_view(args[9], fn, "combine_wait_recv_cost_stats", TSP_OPTIONAL | TSP_OUTPUT, &wait_s)) < 0)
         return NULL;
@@ -575,7 +576,7 @@ PyObject *tsp_ep_ll_combine(PyObject *self, PyObject *const *args, Py_ssize_t na
     int err = 0;
     ts_ep_ll_combine_args a;
     memset(&a, 0, sizeof a);
-    a.x = &x;
+    a.x = x;
     a.topk_idx = &topk;
     a.topk_weights = &w;
     a.handle = hr->h;
