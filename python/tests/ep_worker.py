@@ -319,17 +319,46 @@ def low_latency_mode():
     buf.destroy()
 
 
+def subgroup_mode():
+    """A torch.distributed subgroup (the ranks but rank 0) maps to an MPI communicator of the same
+    ranks in the group's order: rank-valued rows come back in group-rank order and combine sums
+    the copies."""
+    import torch.distributed as dist
+    members = list(range(1, R))
+    group = dist.new_group(members)  # collective over the world, as torch requires
+    if rank == 0:
+        return
+    me, G = group.rank(), group.size()
+    hidden, K, E = 128, 2, 4 * G
+    n = 8 + me
+    g = torch.Generator().manual_seed(900 + rank)
+    topk_idx = torch.topk(torch.rand(n, E, generator=g), K, dim=-1).indices.to(deep_ep.topk_idx_t)
+    buf = deep_ep.Buffer(group, num_nvl_bytes=deep_ep.Buffer.get_buffer_size_hint(G, 16, hidden, K))
+    assert (buf.rank, buf.group_size) == (me, G) == (dist.get_process_group_ranks(group).index(rank), R - 1)
+    ntpr, _, ntpe, itir, _ = buf.get_dispatch_layout(topk_idx, E)
+    x = torch.full((n, hidden), float(me), dtype=torch.bfloat16)
+    recv, _, _, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=ntpr, is_token_in_rank=itir,
+                                            num_tokens_per_expert=ntpe, topk_idx=topk_idx,
+                                            topk_weights=torch.ones(n, K))
+    pre = handle.rank_prefix
+    for s in range(G):
+        assert bool((recv[pre[s]:pre[s + 1]].float() == s).all()), f'subgroup block {s}'
+    cx, _, _ = buf.combine(recv, handle)
+    same(cx, (x.float() * itir.sum(1, keepdim=True).float()).to(torch.bfloat16), 'subgroup combine')
+    del buf  # not explicitly_destroy: released with the object (collective over the group)
+
+
 def main():
     global GROUP
     if '--group' in sys.argv:
         import torch.distributed as dist
-        os.environ.setdefault('MASTER_ADDR', '127.0.0.1')
         dist.init_process_group('gloo', rank=rank, world_size=R,
                                 init_method='tcp://127.0.0.1:%s' % os.environ['TS_EP_TEST_PORT'])
-        # a subgroup of all but rank 0 when there are 4 ranks checks the rank mapping
         GROUP = dist.group.WORLD
     normal_mode()
     low_latency_mode()
+    if '--group' in sys.argv and R > 2:
+        subgroup_mode()
     comm.Barrier()
     print(f'EP_OK rank {rank} of {R}', flush=True)
 
