@@ -32,6 +32,9 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numpy, 
     >"$venv.log" 2>&1 || { tail -n 5 "$venv.log"; skip "pip could not install torch / numpy / pytest"; }
   echo "python packages: venv made in $(( $(date +%s) - start )) s"
 fi
+# deep_ep's multi-rank tests need mpi4py; a venv made before it was pinned gets it here.
+[ -z "${TS_PYTHON_VENV:-}" ] && ! "$venv/bin/python" -c "import mpi4py" 2>/dev/null &&
+  "$venv/bin/pip" install -q --disable-pip-version-check mpi4py==4.1.2 >>"$venv.log" 2>&1
 # Reuse the finished build's static library: the extension alone is compiled here.
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   "$here/python" -Ccmake.define.TILESTACK_BUILD_DIR="$build" -Cbuild-dir="$build/py-build" \
