@@ -462,8 +462,8 @@ static int ll_copy_info(const ts_ep_ll_handle *h, PyObject *src_obj, PyObject *l
         PyErr_Format(tsp_ValueError, "%s: internal: handle tensors of the wrong layout", fn);
         return -1;
     }
-    if (el * s) memcpy(si.data, src, (size_t)(el * s) * sizeof *src);
-    if (el * num_ranks) memcpy(lr.data, lay, (size_t)(el * num_ranks) * sizeof *lay);
+    if (el * s > 0) memcpy(si.data, src, (size_t)(el * s) * sizeof *src);
+    if (el * num_ranks > 0) memcpy(lr.data, lay, (size_t)(el * num_ranks) * sizeof *lay);
     return 0;
 }
 

@@ -202,6 +202,22 @@ def normal_mode():
             assert isinstance(e, ValueError) and 'topk_weights' in str(e), f'bad rank got {type(e).__name__}: {e}'
         else:
             assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
+    # the same in combine: f64 weights on the last rank
+    recv_x, _, recv_w, _, handle, _ = buf.dispatch(
+        x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
+        topk_idx=topk_idx, topk_weights=topk_w)
+    try:
+        buf.combine(recv_x, handle, topk_weights=recv_w.double() if rank == R - 1 else recv_w)
+        raise AssertionError('bad combine topk_weights did not raise')
+    except AssertionError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get('TS_EP_TEST_VERBOSE'):
+            print(f'rank {rank}: {type(e).__name__}: {e}', flush=True)
+        if rank == R - 1:
+            assert isinstance(e, TypeError) and 'topk_weights' in str(e), f'bad rank got {type(e).__name__}: {e}'
+        else:
+            assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
     # ... and the buffer still works
     recv_x, *_ = buf.dispatch(x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
                               topk_idx=topk_idx, topk_weights=topk_w)
@@ -310,8 +326,10 @@ def low_latency_mode():
     except AssertionError:
         raise
     except Exception as e:  # noqa: BLE001
+        if os.environ.get('TS_EP_TEST_VERBOSE'):
+            print(f'rank {rank}: {type(e).__name__}: {e}', flush=True)
         if rank == R - 1:
-            assert isinstance(e, ValueError), f'bad rank got {type(e).__name__}: {e}'
+            assert isinstance(e, ValueError) and 'num_max_dispatch_tokens_per_rank' in str(e), f'bad rank got {type(e).__name__}: {e}'
         else:
             assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
     recv, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=False)
