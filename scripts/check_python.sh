@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python packages (python/: deep_gemm, deep_select, flash_mla, deep_ep, tile_kernels) built
 # against the first given build directory's libtilestack.a and tested with pytest (python/tests).
-# The virtual environment (torch CPU use, numpy, pytest, scikit-build-core from PyPI) lives under
+# The virtual environment (torch CPU use, numpy, pytest, scikit-build-core, mpi4py from PyPI) lives under
 # that build directory and is made once; TS_PYTHON_VENV=DIR uses an existing one instead.
 # Without python3-venv or PyPI the check is skipped with a message, except under CI (CI=true)
 # or with TS_REQUIRE_PYTHON=1 (.ci/run), where that fails. Ends with "N passed, N failed".
@@ -28,10 +28,13 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numpy, 
   rm -rf "$venv"
   python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv failed (apt-get install python3-venv)"
   start=$(date +%s)
-  "$venv/bin/pip" install -q --disable-pip-version-check torch==2.15.0 numpy==2.4.6 pytest==9.2.0 scikit-build-core==1.1.2 \
+  "$venv/bin/pip" install -q --disable-pip-version-check torch==2.15.0 numpy==2.4.6 pytest==9.2.0 scikit-build-core==1.1.2 mpi4py==4.1.2 \
     >"$venv.log" 2>&1 || { tail -n 5 "$venv.log"; skip "pip could not install torch / numpy / pytest"; }
   echo "python packages: venv made in $(( $(date +%s) - start )) s"
 fi
+# deep_ep's multi-rank tests need mpi4py; a venv made before it was pinned gets it here.
+[ -z "${TS_PYTHON_VENV:-}" ] && ! "$venv/bin/python" -c "import mpi4py" 2>/dev/null &&
+  "$venv/bin/pip" install -q --disable-pip-version-check mpi4py==4.1.2 >>"$venv.log" 2>&1
 # Reuse the finished build's static library: the extension alone is compiled here.
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   "$here/python" -Ccmake.define.TILESTACK_BUILD_DIR="$build" -Cbuild-dir="$build/py-build" \

@@ -116,8 +116,10 @@ static struct PyModuleDef moduledef = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
+int tsp_ep_init(PyObject *m); /* bind_ep.c: deep_ep's functions, when built with MPI */
+
 PyMODINIT_FUNC PyInit__tilestack(void) {
     PyObject *m = PyModule_Create(&moduledef);
-    if (m && tsp_init(m) < 0) Py_CLEAR(m);
+    if (m && (tsp_init(m) < 0 || tsp_ep_init(m) < 0)) Py_CLEAR(m);
     return m;
 }

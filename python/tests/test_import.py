@@ -23,7 +23,7 @@ def test_import_without_cuda():
 
 
 @pytest.mark.parametrize('call', [
-    lambda: __import__('deep_ep').Buffer(None, 0, 0),
+    lambda: __import__('deep_ep').Buffer(None, 0, 0, enable_shrink=True),
     lambda: __import__('deep_gemm').transform_sf_into_required_layout(None, 1, 1, (1, 128)),
     lambda: __import__('deep_gemm').get_symm_buffer_for_mega_moe(None),
     lambda: __import__('deep_gemm').cublaslt_gemm_nt(None, None, None),
