@@ -298,6 +298,61 @@ TS_TEST(gemm_prepack_grouped_bitwise) {
     }
 }
 
+/* An FP4 weight whose f32 scales are powers of two packs to the same products whether its
+ * scales are given as f32 or as the same values in ue8m0 bytes (TS_UE8M0X4): the model packs
+ * its routed experts the second way (model_weights.c pack_experts, 1.125x the codes instead of
+ * 1.25x) and must decode the same bits. Masked grouped, recipe (1, 1, 32) with f32 activation
+ * scales as the MoE calls it, M on both sides of the decode threshold, exponents 0 (2^-127)
+ * (2^-127, the decoders' subnormal case) and 200 included. */
+TS_TEST(gemm_prepack_fp4_ue8m0_scales_same_bits_as_f32) {
+    const int64_t G = 3, N = 40, K = 256, MMAX = MROWS, nkb = K / 32, words = nkb / 4;
+    prob p = prob_make(R_FP8_FP4_F32, G * MMAX, N, K, G, false, 901);
+    /* A scales per 32 (the recipe's), powers of two */
+    float *sfa = (float *)malloc((size_t)(G * MMAX * nkb) * 4);
+    fill_sf(sfa, G * MMAX * nkb, 1, 902);
+    float *fb = (float *)malloc((size_t)(G * N * nkb) * 4);
+    int32_t *ub = (int32_t *)calloc((size_t)(G * N * words), 4);
+    ts_prng r = ts_prng_seed(903);
+    for (int64_t i = 0; i < G * N * nkb; i++) {
+        const uint32_t e = i == 5 ? 0 : i == 6 ? 200 : 112 + ts_prng_u32(&r) % 30;
+        fb[i] = ts_ue8m0_to_f32((uint8_t)e);
+        ((uint8_t *)ub)[(i / nkb) * words * 4 + i % nkb] = (uint8_t)e;
+    }
+    ts_tensor sf32 = ts_tensor_3d(fb, TS_F32, G, N, nkb), su8 = ts_tensor_3d(ub, TS_UE8M0X4, G, N, words);
+    const int64_t rb[2] = {1, 32}, rec[3] = {1, 1, 32};
+    ts_packed_weight *pf = NULL, *pu = NULL;
+    TS_CHECK_STATUS(ts_gemm_prepack_b(&p.tb, &sf32, rb, false, &pf), TS_OK);
+    TS_CHECK_STATUS(ts_gemm_prepack_b(&p.tb, &su8, rb, false, &pu), TS_OK);
+    /* 32 x 32 blocks: 512 code bytes + 32 scales, padded to 64 bytes: 576 vs 640 */
+    TS_CHECK_EQ_INT((int64_t)(ts_packed_weight_nbytes(pu) * 640), (int64_t)(ts_packed_weight_nbytes(pf) * 576));
+    ts_tensor a3 = ts_tensor_3d(p.a, TS_E4M3, G, MMAX, K), sa3 = ts_tensor_3d(sfa, TS_F32, G, MMAX, nkb);
+    const size_t nd = (size_t)(G * MMAX * N);
+    float *d0 = (float *)malloc(nd * 4), *d1 = (float *)malloc(nd * 4);
+    static const int32_t ms[][3] = {{1, 0, 2}, {5, 13, 1}, {MROWS, 49, 3}};
+    for (size_t q = 0; q < sizeof ms / sizeof *ms; q++) {
+        int32_t mm[3] = {ms[q][0], ms[q][1], ms[q][2]};
+        ts_tensor tmm = ts_tensor_1d(mm, TS_I32, G);
+        ts_tensor t0 = ts_tensor_3d(d0, TS_F32, G, MMAX, N), t1 = ts_tensor_3d(d1, TS_F32, G, MMAX, N);
+        memset(d0, 0x5A, nd * 4);
+        memset(d1, 0x5A, nd * 4);
+        TS_CHECK_STATUS(ts_m_grouped_fp8_fp4_gemm_masked_packed(&a3, &sa3, pf, &t0, &tmm, MMAX, rec,
+                                                               NULL, NULL, NULL, false), TS_OK);
+        TS_CHECK_STATUS(ts_m_grouped_fp8_fp4_gemm_masked_packed(&a3, &sa3, pu, &t1, &tmm, MMAX, rec,
+                                                               NULL, NULL, NULL, false), TS_OK);
+        TS_CHECK_MSG(memcmp(d0, d1, nd * 4) == 0, "masked m = {%d, %d, %d}: f32 and ue8m0 scales differ",
+                     mm[0], mm[1], mm[2]);
+        /* and not trivially: the products are not all zero */
+        int64_t nz = 0;
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t i = 0; i < mm[g] * N; i++) nz += d0[g * MMAX * N + i] != 0.0f;
+        TS_CHECK(nz > 0);
+    }
+    free(d0), free(d1), free(sfa), free(fb), free(ub);
+    ts_packed_weight_destroy(pf);
+    ts_packed_weight_destroy(pu);
+    prob_free(&p);
+}
+
 TS_TEST(gemm_prepack_bad_input) {
     prob p = prob_make(R_FP8_UE8M0, 4, 40, 256, 1, false, 9);
     prob q = prob_make(R_BF16, 4, 40, 256, 1, false, 10);

@@ -45,14 +45,46 @@ static bool same_config(const ts_model_config *a, const ts_model_config *b) {
     return !memcmp(&x, &y, sizeof x);
 }
 
-/* The export of `m` with `o` loads to the same config and record bytes and decodes the same
- * logits bits (want: m's logits). */
-static void check_round_trip(ts_test_ctx *ts_t_, const ts_model *m, const float *want,
-                             ts_hf_export_options o, const char *dir, bool records_exact) {
-    TS_CHECK_STATUS(ts_model_export_hf(m, dir, &o), TS_OK);
+/* ts_model_load_dir's model released exactly the records a packer read (the FP8 / FP4 weights
+ * and scales, the bf16 linears) and holds the others; it decodes the same logits bits (want)
+ * and refuses to be saved or exported. */
+static void check_released(ts_test_ctx *ts_t_, const char *dir, const float *want) {
     ts_model *r = NULL;
     TS_CHECK_STATUS(ts_model_load_dir(dir, 1, &r), TS_OK);
     if (!r) return;
+    int64_t wrong = 0;
+    size_t released = 0;
+    for (int64_t i = 0; i < r->nrecs; i++) {
+        const ts__mtensor *t = &r->recs[i];
+        wrong += t->released != t->packed_src || (t->released && !t->view && t->data);
+        released += t->released ? t->nbytes : 0;
+    }
+    TS_CHECK_MSG(wrong == 0, "%s: %lld records released wrongly", dir, (long long)wrong);
+    TS_CHECK(released > 0);
+    TS_CHECK_EQ_INT((int64_t)r->load_stats.released, (int64_t)released);
+    float *got = decode(r);
+    const size_t n = (size_t)(STEPS * r->cfg.vocab_size);
+    TS_CHECK_MSG(got && !memcmp(got, want, n * sizeof *got), "%s: logits differ once released", dir);
+    free(got);
+    char out[600];
+    snprintf(out, sizeof out, "%s-again", dir);
+    TS_CHECK_STATUS(ts_model_export_hf(r, out, NULL), TS_ERR_UNSUPPORTED);
+    TS_CHECK(strstr(ts_last_error(), "ts_model_load_dir_keep") != NULL);
+    TS_CHECK_STATUS(ts_model_save_weights(r, out), TS_ERR_UNSUPPORTED);
+    ts_model_free(r);
+}
+
+/* The export of `m` with `o` loads to the same config and record bytes and decodes the same
+ * logits bits (want: m's logits), with its records kept (ts_model_load_dir_keep) and released
+ * (ts_model_load_dir). */
+static void check_round_trip(ts_test_ctx *ts_t_, const ts_model *m, const float *want,
+                             ts_hf_export_options o, const char *dir, bool records_exact) {
+    TS_CHECK_STATUS(ts_model_export_hf(m, dir, &o), TS_OK);
+    check_released(ts_t_, dir, want);
+    ts_model *r = NULL;
+    TS_CHECK_STATUS(ts_model_load_dir_keep(dir, 1, &r), TS_OK);
+    if (!r) return;
+    TS_CHECK_EQ_INT((int64_t)r->load_stats.released, 0);
     TS_CHECK_MSG(same_config(&m->cfg, &r->cfg), "%s: config differs after the round trip", dir);
     TS_CHECK_EQ_INT(r->nrecs, m->nrecs);
     int64_t views = 0, diff = 0;

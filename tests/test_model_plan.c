@@ -1,6 +1,7 @@
 /* ts_model_plan_dir (docs/models.md "Memory per rank"): for an exported dsv4-tiny checkpoint in
  * every layout, quantised and not, one file and sharded, the R = 1 plan equals what
- * ts_model_load_dir actually maps / converts / quantises / packs, the cache bytes what
+ * ts_model_load_dir actually maps / converts / quantises / packs / releases after packing (and
+ * the records it holds sum to the plan), the cache bytes what
  * model_cache.c allocates and the workspace what model_decode.c allocates after the first
  * prefill; the expert split follows the EP model's E / R blocks; bad directories are refused
  * with the loader's messages. */
@@ -30,12 +31,31 @@ static void plan_vs_load(ts_test_ctx *ts_t_, const char *dir, int64_t B) {
     TS_CHECK_EQ_INT((int64_t)(r->shared_converted + r->expert_converted), (int64_t)m->load_stats.converted);
     TS_CHECK_EQ_INT((int64_t)(r->shared_quantized + r->expert_quantized), (int64_t)m->load_stats.quantized);
     TS_CHECK_EQ_INT((int64_t)(r->shared_packed + r->expert_packed), (int64_t)m->load_stats.packed);
+    TS_CHECK_EQ_INT((int64_t)(r->shared_released + r->expert_released), (int64_t)m->load_stats.released);
+    /* and what the model holds, counted from its records (not from the loader's counters):
+     * released ones are those a packer read, each gone (a view's pages advised away, a buffer
+     * freed); the others are held */
+    uint64_t held = 0, released = 0;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < m->nrecs; i++) {
+        const ts__mtensor *t = &m->recs[i];
+        wrong += t->released != t->packed_src || (t->released && !t->view && t->data);
+        *(t->released ? &released : &held) += t->nbytes;
+    }
+    TS_CHECK_EQ_INT(wrong, 0);
+    TS_CHECK(released > 0);
+    TS_CHECK_EQ_INT((int64_t)released, (int64_t)(r->shared_released + r->expert_released));
+    TS_CHECK_EQ_INT((int64_t)held, (int64_t)(r->shared_mapped + r->expert_mapped + r->shared_converted +
+                                             r->expert_converted + r->shared_quantized +
+                                             r->expert_quantized - released));
     TS_CHECK_EQ_INT((int64_t)(r->kv_cache + r->indexer_cache + r->compressor_state),
                     (int64_t)m->cache_allocated);
     /* the workspace after the first prefill (it grows from max_batch rows to the chunk) */
     TS_CHECK_STATUS(ts__model_ws_reserve(m, B > TS__PREFILL_ROWS ? B : TS__PREFILL_ROWS), TS_OK);
     TS_CHECK_EQ_INT((int64_t)r->workspace, (int64_t)m->ws->bytes);
     TS_CHECK(r->total > r->workspace);
+    /* the total is what is held: records kept, packed copies, caches, workspace */
+    TS_CHECK_EQ_INT((int64_t)r->total, (int64_t)(held + m->load_stats.packed + m->cache_allocated + m->ws->bytes));
     ts_model_free(m);
 }
 

@@ -117,7 +117,7 @@ int ts__cmd_export_hf(int argc, char **argv) {
     if (weights) {
         st = ts_model_load(weights, 1, &m);
     } else if (is_dir) {
-        st = ts_model_load_dir(model, 1, &m);
+        st = ts_model_load_dir_keep(model, 1, &m); /* its records are what it writes */
     } else {
         if (!builtin) {
             (void)ts_model_config_builtin(model, &cfg); /* its message lists the names */

@@ -22,15 +22,17 @@ static const struct { const char *label, *key; size_t off; } k_rows[] = {
     {"shared: converted", "shared_converted", F(shared_converted)},
     {"shared: quantised at load", "shared_quantized", F(shared_quantized)},
     {"shared: packed", "shared_packed", F(shared_packed)},
+    {"shared: released (-)", "shared_released", F(shared_released)},
     {"experts: mapped", "expert_mapped", F(expert_mapped)},
     {"experts: converted", "expert_converted", F(expert_converted)},
     {"experts: quantised at load", "expert_quantized", F(expert_quantized)},
     {"experts: packed", "expert_packed", F(expert_packed)},
+    {"experts: released (-)", "expert_released", F(expert_released)},
     {"KV cache (584-byte rows)", "kv_cache", F(kv_cache)},
     {"indexer cache (FP4)", "indexer_cache", F(indexer_cache)},
     {"compressor state", "compressor_state", F(compressor_state)},
     {"workspace", "workspace", F(workspace)},
-    {"total", "total", F(total)},
+    {"total held", "total", F(total)},
 };
 
 int gen_dry_run(const gen_args *a) {

@@ -90,6 +90,14 @@ typedef enum ts_hf_layout {
  * out-of-range values, missing / extra tensors, wrong dtypes or shapes, NaN scales, bad
  * tid2eid entries: TS_ERR_INVALID_ARGUMENT naming the file and the tensor (or key). */
 TS_API ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out);
+/* Resident memory (docs/models.md "Memory per rank"): once the kernels' packed copies exist,
+ * ts_model_load_dir drops the records they were packed from (the FP8 / FP4 weights and scales,
+ * the bf16 head and indexer weights_proj): their file pages are advised away, their converted
+ * buffers freed. Such a model decodes as any other but cannot be saved or exported
+ * (TS_ERR_UNSUPPORTED). ts_model_load_dir_keep loads the same model keeping every record (the
+ * file's bytes and the packed copies both resident), for ts_model_save_weights /
+ * ts_model_export_hf. */
+TS_API ts_status ts_model_load_dir_keep(const char *dir, int64_t max_batch, ts_model **out);
 
 /* ---- memory plan of a checkpoint directory (ts_model_plan_dir, docs/models.md "Memory per
  * rank"): the bytes each of R ranks needs, from config.json and the safetensors headers alone. */
@@ -101,14 +109,17 @@ typedef struct ts_model_plan_rank {
     /* weights, split as ts_model_load_dir handles them: records viewing the mapped files,
      * records converted into their own buffers (ue8m0 scales -> f32, bf16 -> f32, unaligned
      * copies), records quantised at load (an unquantised checkpoint), the kernels' packed
-     * copies. shared_*: everything but the routed experts; expert_*: this rank's experts. */
-    uint64_t shared_mapped, shared_converted, shared_quantized, shared_packed;
-    uint64_t expert_mapped, expert_converted, expert_quantized, expert_packed;
+     * copies; released: the part of mapped + converted + quantised dropped once packed
+     * (ts_model_load_dir), not held. shared_*: everything but the routed experts; expert_*:
+     * this rank's experts. */
+    uint64_t shared_mapped, shared_converted, shared_quantized, shared_packed, shared_released;
+    uint64_t expert_mapped, expert_converted, expert_quantized, expert_packed, expert_released;
     /* caches for batch sequences of context tokens (docs/model.md §5): MODEL1 584-byte rows
      * (window ring + compressed rows), the indexer's FP4 rows, compressor states, positions */
     uint64_t kv_cache, indexer_cache, compressor_state;
     uint64_t workspace; /* the step workspace after the first prefill: max(batch, 48) rows */
-    uint64_t total;     /* every field above summed (mapped pages counted as resident) */
+    uint64_t total;     /* the bytes held: every field above summed, less the released ones
+                         * (mapped pages that stay counted as resident) */
 } ts_model_plan_rank;
 
 typedef struct ts_model_plan {

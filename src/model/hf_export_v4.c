@@ -406,6 +406,7 @@ ts_status ts_model_export_hf(const ts_model *m, const char *dir, const ts_hf_exp
     if (m->local_experts_only)
         return ts__fail(TS_ERR_UNSUPPORTED, "%s: this expert-parallel model holds only its rank's "
                         "experts; export from a single-process model", FN);
+    TS__RETURN_IF_ERROR(ts__model_check_records_held(m, FN));
     const size_t dl = strlen(dir);
     if (dl == 0 || dl > 4000) return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: bad directory name", FN);
     char *cfg = NULL;

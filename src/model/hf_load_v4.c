@@ -7,13 +7,17 @@
  * model. The second fills the records: a value whose bytes tilestack keeps as they are (FP8 /
  * FP4 codes, bf16 embed / head / weights_proj, aligned f32) is a view into the mapping (the
  * model keeps the files mapped); what needs another form is converted into its own buffer
- * (ue8m0 scale bytes -> f32 powers of two, bf16 -> f32, int64 tid2eid -> int32), and a weight
- * of an unquantised checkpoint is quantised with tilestack's own quantisers. Every value then
- * passes the same checks as a tilestack weight file (ts__model_check_values). */
+ * (ue8m0 scale bytes -> f32 powers of two, bf16 -> f32, int64 tid2eid -> int32; the source's
+ * pages then go back), and a weight of an unquantised checkpoint is quantised with tilestack's
+ * own quantisers. Every value then passes the same checks as a tilestack weight file
+ * (ts__model_check_values). ts_model_load_dir then drops the records binding packed
+ * (ts__model_release_packed; docs/models.md "Memory per rank"); ts_model_load_dir_keep keeps
+ * them. */
 #include "hf_v4.h"
 #include "hf_v3.h"
 #include "safetensors.h"
 
+#include "core/resident.h"
 #include "core/text_escape.h"
 
 #include <math.h>
@@ -250,6 +254,8 @@ static bool is_view(const src_ref *r, const ts__mtensor *rec) {
     return r->how == C_VIEW && ((uintptr_t)p % ts_dtype_size(rec->dtype)) == 0;
 }
 
+static ts_status convert(const loader *l, const src_ref *r, ts__mtensor *rec, const char *p, int64_t n);
+
 static ts_status fill_rec(loader *l, const src_ref *r, ts__mtensor *rec) {
     const char *p = (const char *)r->t->data + r->offset;
     const size_t esize = ts_dtype_size(rec->dtype);
@@ -262,6 +268,13 @@ static ts_status fill_rec(loader *l, const src_ref *r, ts__mtensor *rec) {
     }
     TS__RETURN_IF_ERROR(alloc_rec(rec));
     l->converted += rec->nbytes;
+    /* the record has its own bytes now: the source's pages, read once, go back */
+    ts_status st = convert(l, r, rec, p, n);
+    ts__model_drop_pages(p, (size_t)n * ts_dtype_size(r->t->dtype));
+    return st;
+}
+
+static ts_status convert(const loader *l, const src_ref *r, ts__mtensor *rec, const char *p, int64_t n) {
     switch (r->how) {
     case C_VIEW:
     case C_COPY:
@@ -310,6 +323,9 @@ static ts_status fill_spec(loader *l, const ts__wspec *sp, const plan *p, ts__mt
         float *w = malloc((size_t)n * sizeof *w);
         if (!w) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s (%lld values)", sp->name, (long long)n);
         ts_status st = to_f32(l, &p->rec[0], n, w);
+        /* quantised from here on: the source's pages go back */
+        ts__model_drop_pages((const char *)p->rec[0].t->data + p->rec[0].offset,
+                             (size_t)n * ts_dtype_size(p->rec[0].t->dtype));
         if (st == TS_OK) st = alloc_rec(&rec[0]);
         if (st == TS_OK) st = alloc_rec(&rec[1]);
         if (st == TS_OK) st = ts__model_quantize_weight(sp, w, rec);
@@ -510,15 +526,30 @@ ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int
     return TS_OK;
 }
 
-void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, size_t packed) {
+void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, const ts_model *m, size_t packed) {
     static const char *const lay[] = {"release", "transformers save_pretrained", "transformers modules"};
+    const size_t released = m->load_stats.released;
+    const size_t held = l->mapped + l->converted + l->quantized - released + packed +
+                        m->cache_allocated + (m->ws ? m->ws->bytes : 0);
+    /* the ratio leaves out shared memory: the EP buffers, which the held bytes do not count */
+    ts__resident r;
+    char res[160] = "";
+    if (ts__resident_read(&r) && r.shmem)
+        snprintf(res, sizeof res, "; resident %.1f MB (VmRSS), %.1f MB of it shared memory (EP "
+                 "buffers); the rest %.3fx the bytes held", r.rss / 1e6, r.shmem / 1e6,
+                 (double)(r.rss - r.shmem) / (double)held);
+    else if (r.rss)
+        snprintf(res, sizeof res, "; resident %.1f MB (VmRSS): %.3fx the bytes held", r.rss / 1e6,
+                 (double)r.rss / (double)held);
     fprintf(stderr, "tilestack: %s%s (%s layout, %s): %.1f MB mapped from the safetensors, %.1f MB "
-            "converted, %.1f MB quantised at load, %.1f MB packed for the kernels\n", who, l->dir,
-            lay[l->layout], l->info.quantized ? "FP8 + FP4" : "unquantised", l->mapped / 1e6,
-            l->converted / 1e6, l->quantized / 1e6, packed / 1e6);
+            "converted, %.1f MB quantised at load, %.1f MB packed for the kernels, %.1f MB of "
+            "records released after packing; %.1f MB held with the caches and workspace%s\n",
+            who, l->dir, lay[l->layout], l->info.quantized ? "FP8 + FP4" : "unquantised",
+            l->mapped / 1e6, l->converted / 1e6, l->quantized / 1e6, packed / 1e6, released / 1e6,
+            held / 1e6, res);
 }
 
-ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) {
+static ts_status load_dir(const char *dir, int64_t max_batch, bool keep, ts_model **out) {
     if (!dir) return ts__fail(TS_ERR_NULL_POINTER, "ts_model_load_dir: dir is NULL");
     if (!out) return ts__fail(TS_ERR_NULL_POINTER, "ts_model_load_dir: out is NULL");
     *out = NULL;
@@ -533,12 +564,21 @@ ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) 
     if (st == TS_OK) st = ts__model_create_from_records(m);
     if (st == TS_OK) {
         m->load_stats.packed = ts__model_packed_bytes(m);
-        ts__hf_v4_report(l, "", m->load_stats.packed);
+        if (!keep) ts__model_release_packed(m);
+        ts__hf_v4_report(l, "", m, m->load_stats.packed);
     }
     else ts_model_free(m);
     ts__hf_v4_close(l);
     if (st == TS_OK) *out = m;
     return st;
+}
+
+ts_status ts_model_load_dir(const char *dir, int64_t max_batch, ts_model **out) {
+    return load_dir(dir, max_batch, false, out);
+}
+
+ts_status ts_model_load_dir_keep(const char *dir, int64_t max_batch, ts_model **out) {
+    return load_dir(dir, max_batch, true, out);
 }
 
 ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_model_config *cfg) {
@@ -574,6 +614,7 @@ ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_mo
             if (plans[i].rec[0].how == C_QUANT) it.quantized += rec->nbytes;
             else if (is_view(sr, rec)) it.mapped += rec->nbytes;
             else it.converted += rec->nbytes;
+            if (rec->packed_src) it.released += rec->nbytes; /* ts__model_release_packed */
         }
         it.packed = ts__model_spec_packed_bytes(&l->cfg, sp);
         r += nr;

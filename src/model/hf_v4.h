@@ -52,22 +52,25 @@ bool ts__hf_v4_ignored(const char *name);
  * the routed experts outside [lo, hi) filled (views into the mappings, or converted) and their
  * values checked; the model (ts__model_alloc'ed, not yet ts__model_create_from_records) takes
  * the mappings, so bind succeeds at most once per open. report: the stderr line of the bytes
- * mapped, converted, quantised and `packed`, after `who`. close: after bind, or instead. */
+ * mapped, converted, quantised, `packed` and released after packing (m's load_stats), the
+ * bytes m holds (weights, caches, workspace) and the process's resident memory, after `who`.
+ * close: after bind, or instead. */
 typedef struct ts__hf_v4_loader ts__hf_v4_loader;
 ts_status ts__hf_v4_open(const char *dir, ts__hf_v4_loader **out);
 const ts_model_config *ts__hf_v4_config(const ts__hf_v4_loader *l);
 ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int64_t hi,
                          ts_model **out);
-void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, size_t packed);
+void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, const ts_model *m, size_t packed);
 void ts__hf_v4_close(ts__hf_v4_loader *l);
 
 /* ts_model_load_dir's bytes for one tensor of the §2 list, from the headers alone: its records
- * kept as views into the mapping, copied / converted into buffers, quantised at load, and the
- * kernels' packed copy binding makes. */
+ * kept as views into the mapping, copied / converted into buffers, quantised at load, the
+ * kernels' packed copy binding makes, and the records' bytes ts__model_release_packed drops
+ * after packing (released: part of mapped + converted + quantized, not held). */
 typedef struct ts__hf_plan_item {
     const ts__wspec *spec;
     const ts_model_config *cfg; /* the loader's */
-    size_t mapped, converted, quantized, packed;
+    size_t mapped, converted, quantized, packed, released;
 } ts__hf_plan_item;
 typedef ts_status (*ts__hf_v4_plan_fn)(void *ctx, const ts__hf_plan_item *it);
 /* Opens dir as ts_model_load_dir does (config.json, index, safetensors headers, the same

@@ -454,7 +454,8 @@ ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch
         char who[96];
         snprintf(who, sizeof who, "rank %d of %d, experts %lld..%lld: ", rank, R, (long long)lo,
                  (long long)(lo + El - 1));
-        ts__hf_v4_report(l, who, ep_packed_bytes(m));
+        ts__model_release_packed(m); /* its experts are in the Mega MoE layout now */
+        ts__hf_v4_report(l, who, m, ep_packed_bytes(m));
         *out = m;
     }
     ts__hf_v4_close(l);

@@ -65,6 +65,7 @@ ts_status ts_model_save_weights(const ts_model *m, const char *path) {
     if (m->local_experts_only)
         return ts__fail(TS_ERR_UNSUPPORTED, "%s: this expert-parallel model holds only its rank's "
                         "experts; save from a single-process model (ts_model_create)", fn);
+    TS__RETURN_IF_ERROR(ts__model_check_records_held(m, fn));
     char cfg[4096];
     TS__RETURN_IF_ERROR(ts_model_config_to_json(&m->cfg, cfg, sizeof cfg));
     sbuf h = {0};

@@ -65,6 +65,12 @@ typedef struct ts__mtensor {
     /* data points into a mapped checkpoint file (ts_model.ckpt keeps it mapped): never freed or
      * written (ts__mtensor_free) */
     bool view;
+    /* only a packer reads it (FP8 / FP4 weights and scales, bf16 linears): once the kernels'
+     * copy exists, ts__model_release_packed may drop it */
+    bool packed_src;
+    /* dropped after packing: a view's pages advised away (data still valid: a touch re-reads
+     * the file), a buffer freed (data NULL) */
+    bool released;
 } ts__mtensor;
 
 void ts__mtensor_free(ts__mtensor *t); /* frees data unless it is a view; data = NULL */
@@ -303,7 +309,9 @@ struct ts_model {
     int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
     /* ts_model_load_dir's bytes (hf_load_v4.c; zero otherwise): records viewing the mapping,
      * converted into buffers, quantised at load; packed = ts__model_packed_bytes after binding */
-    struct { size_t mapped, converted, quantized, packed; } load_stats;
+    /* released: of those, the bytes ts__model_release_packed dropped after packing (views'
+     * pages advised away, buffers freed); held = mapped + converted + quantized - released */
+    struct { size_t mapped, converted, quantized, released, packed; } load_stats;
     size_t cache_allocated; /* bytes ts__model_cache_alloc allocated for the cache data */
     ts__ws *ws;
     /* rows per prefill chunk (model_prefill.c); 0: max(max_batch, TS__PREFILL_ROWS). The
@@ -341,6 +349,14 @@ ts_status ts__model_w_pack_bf16(const ts_model *m, const char *name, ts_packed_w
 void ts__model_free_weights(ts_model *m);
 /* Bytes of the kernels' packed copies of the bound weights (ts_gemm_prepack_b). */
 size_t ts__model_packed_bytes(const ts_model *m);
+/* The pages over [p, p + n) of a read-only file mapping given back (MADV_DONTNEED, rounded
+ * outward: the bytes stay readable, re-read from the file on a touch); only advice. */
+void ts__model_drop_pages(const void *p, size_t n);
+/* After binding (ts_model_load_dir): drops every packed_src record (docs/models.md "Memory per
+ * rank") and returns their bytes; the model can then no longer be saved or exported. */
+size_t ts__model_release_packed(ts_model *m);
+/* TS_ERR_UNSUPPORTED from `fn` if m's records were released (save / export need them). */
+ts_status ts__model_check_records_held(const ts_model *m, const char *fn);
 /* src/gemm/gemm_prepack.c: ts_gemm_prepack_b's allocation for those dimensions, computed */
 size_t ts__gemm_packed_nbytes(ts_dtype dtype, bool sf_u8, int64_t gran_k, int64_t groups,
                               int64_t n, int64_t k);

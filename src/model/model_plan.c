@@ -1,5 +1,6 @@
 /* ts_model_plan_dir: the bytes each rank needs for a checkpoint directory, from the loader's own
- * plan (hf_load_v4.c: what every tensor would be mapped / converted / quantised / packed as),
+ * plan (hf_load_v4.c: what every tensor would be mapped / converted / quantised / packed as,
+ * and which records are released once packed),
  * the cache sizes model_cache.c allocates and the workspace model_decode.c allocates. */
 #include "hf_v4.h"
 
@@ -42,11 +43,13 @@ static ts_status add_item(void *ctx, const ts__hf_plan_item *it) {
             r->shared_converted += it->converted;
             r->shared_quantized += it->quantized;
             r->shared_packed += it->packed;
+            r->shared_released += it->released;
         } else if (e < a->El[i]) { /* rank 0's block (model_ep.c: rank k holds [k El, (k+1) El)) */
             r->expert_mapped += it->mapped;
             r->expert_converted += it->converted;
             r->expert_quantized += it->quantized;
             r->expert_packed += it->packed;
+            r->expert_released += it->released;
         }
     }
     return TS_OK;
@@ -109,7 +112,8 @@ ts_status ts_model_plan_dir(const char *dir, int64_t ranks, int64_t batch, int64
         r->workspace = ts__model_ws_bytes(&cfg, rows, r->ranks > 1);
         r->total = r->shared_mapped + r->shared_converted + r->shared_quantized + r->shared_packed +
                    r->expert_mapped + r->expert_converted + r->expert_quantized + r->expert_packed +
-                   r->kv_cache + r->indexer_cache + r->compressor_state + r->workspace;
+                   r->kv_cache + r->indexer_cache + r->compressor_state + r->workspace -
+                   r->shared_released - r->expert_released;
     }
     return TS_OK;
 }

@@ -7,6 +7,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <unistd.h>
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
 
@@ -179,6 +184,9 @@ int ts__model_spec_records(const ts__wspec *s, ts__mtensor rec[2]) {
     }
     int64_t numel = rec[0].shape[0] * (rec[0].ndim == 2 ? rec[0].shape[1] : 1);
     rec[0].nbytes = (size_t)numel * ts_dtype_size(rec[0].dtype);
+    /* binding packs these (pack8, pack_experts, pack_bf16) and reads them nowhere else */
+    rec[0].packed_src = rec[1].packed_src =
+        s->kind == TS__W_FP8 || s->kind == TS__W_FP4 || s->kind == TS__W_BF16LIN;
     if (s->kind != TS__W_FP8 && s->kind != TS__W_FP4) return 1;
     snprintf(rec[1].name, sizeof rec[1].name, "%s.scale", s->name);
     rec[1].dtype = TS_F32;
@@ -333,13 +341,17 @@ int64_t ts__model_expert_of(const char *name) {
     return -1;
 }
 
-/* The experts' FP4 weights of layer L, one grouped [E, N, K] packed weight per matrix. */
+/* The experts' FP4 weights of layer L, one grouped [E, N, K] packed weight per matrix. The
+ * scales are packed as ue8m0 bytes (four per int32 word, TS_UE8M0X4), not f32: the records'
+ * f32 scales are powers of two (ts__model_check_values), so each byte is its scale exactly and
+ * the kernels decode it to the same f32; the packed experts are then 1.125x their codes
+ * instead of 1.25x (docs/models.md "Memory per rank"). */
 static ts_status pack_experts(const ts_model *m, int64_t L, const char *which, int64_t N,
                               int64_t K, ts_packed_weight **pw) {
-    const int64_t E = m->cfg.n_routed_experts;
-    const size_t vb = (size_t)(N * K / 2), sb = (size_t)(N * (K / 32)) * 4;
+    const int64_t E = m->cfg.n_routed_experts, nkb = K / 32, words = ts__ceil_div(nkb, 4);
+    const size_t vb = (size_t)(N * K / 2), sb = (size_t)(N * words) * 4;
     uint8_t *v = (uint8_t *)malloc(vb * (size_t)E);
-    float *s = (float *)malloc(sb * (size_t)E);
+    uint8_t *s = (uint8_t *)malloc(sb * (size_t)E);
     ts_status st = (v && s) ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "model: out of memory");
     for (int64_t e = 0; st == TS_OK && e < E; e++) {
         char name[96], sname[128];
@@ -350,11 +362,25 @@ static ts_status pack_experts(const ts_model *m, int64_t L, const char *which, i
         if (st == TS_OK) st = need(m, sname, &sc);
         if (st != TS_OK) break;
         memcpy(v + vb * (size_t)e, q->data, vb);
-        memcpy((uint8_t *)s + sb * (size_t)e, sc->data, sb);
+        /* byte j of word w: K block 4w + j (core.h); the padding past nkb is never read */
+        uint8_t *se = s + sb * (size_t)e;
+        const float *f = (const float *)sc->data;
+        memset(se, 127, sb);
+        for (int64_t r = 0; st == TS_OK && r < N; r++)
+            for (int64_t b = 0; b < nkb; b++) {
+                const uint8_t u = ts_f32_to_ue8m0(f[r * nkb + b]);
+                if (u == 255) {
+                    st = ts__fail(TS_ERR_INVALID_ARGUMENT, "model: %s[%lld, %lld] = %g is not a "
+                                  "power of two (FP4 scales are ue8m0)", sname, (long long)r,
+                                  (long long)b, (double)f[r * nkb + b]);
+                    break;
+                }
+                se[r * words * 4 + b] = u;
+            }
     }
     if (st == TS_OK) {
         ts_tensor b = ts_tensor_3d(v, TS_E2M1X2, E, N, K / 2);
-        ts_tensor sfb = ts_tensor_3d(s, TS_F32, E, N, K / 32);
+        ts_tensor sfb = ts_tensor_3d(s, TS_UE8M0X4, E, N, words);
         const int64_t rb[2] = {1, 32};
         st = ts_gemm_prepack_b(&b, &sfb, rb, false, pw);
     }
@@ -479,6 +505,49 @@ void ts__mtensor_free(ts__mtensor *t) {
     t->data = NULL;
 }
 
+/* Each packed source is held twice otherwise: the file's bytes (or their f32 / quantised
+ * conversion) and the kernels' copy. A view's pages go back with MADV_DONTNEED on the
+ * read-only file mapping: its data stays valid (a touch re-reads the file; nothing touches it)
+ * and the page cache, not this process, keeps them; rounded outward, so a kept view sharing a
+ * boundary page re-reads that page on first use. madvise is advice: if it fails, the pages
+ * stay resident and nothing else changes. */
+void ts__model_drop_pages(const void *p, size_t n) {
+    if (!n) return;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+    (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+size_t ts__model_release_packed(ts_model *m) {
+    size_t n = 0;
+    for (int64_t i = 0; i < m->nrecs; i++) {
+        ts__mtensor *t = &m->recs[i];
+        if (!t->packed_src || t->released || !t->data) continue;
+        if (t->view) {
+            ts__model_drop_pages(t->data, t->nbytes);
+        } else {
+            ts__aligned_free(t->data);
+            t->data = NULL;
+        }
+        t->released = true;
+        n += t->nbytes;
+    }
+    m->load_stats.released += n;
+#if defined(__GLIBC__)
+    /* the freed buffers are many small blocks inside the heap, which free() alone keeps */
+    if (n) malloc_trim(0);
+#endif
+    return n;
+}
+
+ts_status ts__model_check_records_held(const ts_model *m, const char *fn) {
+    if (!m->load_stats.released) return TS_OK;
+    return ts__fail(TS_ERR_UNSUPPORTED, "%s: this model keeps only the kernels' packed copies of "
+                    "its FP8 / FP4 / bf16 linear weights (ts_model_load_dir released the records "
+                    "after packing); load the directory with ts_model_load_dir_keep to save or "
+                    "export it", fn);
+}
+
 size_t ts__model_packed_bytes(const ts_model *m) {
     size_t n = ts_packed_weight_nbytes(m->head);
     for (int64_t L = 0; L < m->cfg.n_layers; L++) {
@@ -532,8 +601,8 @@ size_t ts__model_spec_packed_bytes(const ts_model_config *cfg, const ts__wspec *
             return (size_t)cfg->o_groups *
                    ts__gemm_packed_nbytes(TS_E4M3, false, 128, 1, cfg->o_lora_rank, k);
         return ts__gemm_packed_nbytes(TS_E4M3, false, 128, 1, n, k);
-    case TS__W_FP4: /* pack_experts: recipe (1, 32), f32 scales; [E, N, K] = E groups */
-        return ts__gemm_packed_nbytes(TS_E2M1X2, false, 32, 1, n, k);
+    case TS__W_FP4: /* pack_experts: recipe (1, 32), ue8m0 byte scales; [E, N, K] = E groups */
+        return ts__gemm_packed_nbytes(TS_E2M1X2, true, 32, 1, n, k);
     case TS__W_BF16LIN: return ts__gemm_packed_nbytes(TS_BF16, false, 0, 1, n, k);
     default: return 0;
     }
