@@ -1,9 +1,239 @@
-"""tile_kernels.quant: not bound yet (see tile_kernels/__init__.py)."""
-from _tilestack_py import missing
+"""tile_kernels.quant on CPU: upstream's names, arguments, defaults and return conventions
+(QuantTensor = (data, sf); FP8 torch.float8_e4m3fn, packed FP4 torch.int8 two codes a byte,
+E5M6 torch.uint8 streams; scales f32 row-major, f32 TMA-aligned column-major, or packed UE8M0
+int32 column-major, allocated with upstream's strides). The kernels are libtilestack's
+TileKernels ports (docs/kernels.md), exact to upstream's formulas."""
+from typing import Optional
+
+import torch
+
+from _tilestack_py import C, missing, pair
+from ._common import alloc_sf, call, ceil_div, choice, integer, tensor
+
+_PLAIN = (torch.bfloat16, torch.float32)
+_QUANT = (torch.float8_e4m3fn, torch.int8)
+_SRC = {torch.bfloat16: 'bf16', torch.float32: 'f32', torch.float8_e4m3fn: 'e4m3', torch.int8: 'fp4'}
+_DST = {'e4m3': 'e4m3', 'e2m1': 'fp4'}
+
+
+def _block(v, fn, arg):
+    if not isinstance(v, (tuple, list)) or len(v) != 2 or not all(
+            isinstance(e, int) and not isinstance(e, bool) for e in v):
+        raise C.TypeError(f"{fn}: argument '{arg}' must be a (tokens, channels) pair of ints, got {v!r}")
+    if v[0] < 1 or v[1] < 1:
+        raise C.ValueError(f"{fn}: argument '{arg}' must be positive, got {tuple(v)}")
+    return int(v[0]), int(v[1])
+
+
+def _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0):
+    if use_packed_ue8m0 and not (use_tma_aligned_col_major_sf and round_sf):
+        raise C.ValueError(f'{fn}: use_packed_ue8m0 needs use_tma_aligned_col_major_sf=True and '
+                           'round_sf=True (upstream stores packed UE8M0 column-major, power-of-two scales)')
+
+
+def _input(x, x_block_size, fn):
+    """x or (x, x_sf) -> (x, x_sf or None, block or None, hidden)."""
+    if isinstance(x, (tuple, list)):
+        x, x_sf = pair(x, fn, 'x')
+        tensor(x, fn, 'x', _QUANT, 2)
+        tensor(x_sf, fn, 'x_sf', (torch.float32, torch.int32), 2)
+        if x_block_size is None:
+            raise C.ValueError(f"{fn}: argument 'x_block_size' is required for a quantised (x, x_sf) input")
+        blk = _block(x_block_size, fn, 'x_block_size')
+        hidden = x.shape[1] * (2 if x.dtype == torch.int8 else 1)
+        return x, x_sf, blk, hidden
+    tensor(x, fn, 'x', _PLAIN, 2)
+    if x_block_size is not None:
+        raise C.ValueError(f"{fn}: argument 'x_block_size' must be None for a bf16 / f32 input")
+    return x, None, None, x.shape[1]
+
+
+def _out_data(fmt, tokens, hidden, device, fn):
+    if fmt == 'e2m1':
+        if hidden % 2:
+            raise C.ValueError(f"{fn}: FP4 output needs an even hidden size, got {hidden}")
+        return torch.empty((tokens, hidden // 2), dtype=torch.int8, device=device)
+    return torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=device)
+
+
+def _per_token_e5m6(x, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, fn):
+    tensor(x, fn, 'x', _PLAIN, 2)
+    tokens, hidden = x.shape
+    if num_per_channels != hidden:
+        raise C.ValueError(f"{fn}: fmt='e5m6' needs num_per_channels == hidden ({hidden}), got {num_per_channels}")
+    if hidden % 8:
+        raise C.ValueError(f"{fn}: fmt='e5m6' needs hidden % 8 == 0, got {hidden}")
+    out = torch.empty((tokens, hidden * 3 // 2), dtype=torch.uint8, device=x.device)
+    sf = alloc_sf(tokens, 1, use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
+    if tokens:
+        k = f'per_token_cast_{_SRC[x.dtype]}_to_e5m6'
+        if use_packed_ue8m0:
+            call(k + '_ue8m0', fn, ('x', 'out', 'sf'), x, out, sf)
+        else:
+            call(k, fn, ('x', 'out', 'sf'), x, out, sf, round_sf)
+    return out, sf
+
+
+def _per_token_impl(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
+                    use_packed_ue8m0, fn, sf_only=False, sf=None):
+    choice(fmt, fn, 'fmt', ('e5m6', 'e4m3', 'e2m1'))
+    integer(num_per_channels, fn, 'num_per_channels', 1)
+    _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+    if fmt == 'e5m6':
+        if x_block_size is not None or sf_only or sf is not None:
+            raise C.ValueError(f"{fn}: fmt='e5m6' takes a bf16 / f32 input only (upstream asserts the same)")
+        return _per_token_e5m6(x, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, fn)
+    x, x_sf, blk, hidden = _input(x, x_block_size, fn)
+    tokens = x.shape[0]
+    gs = num_per_channels
+    dst = _DST[fmt]
+    src = _SRC[x.dtype]
+    if x_sf is not None and (sf_only or sf is not None):
+        raise C.ValueError(f'{fn}: a quantised (x, x_sf) input is not accepted with scales only or '
+                           'precomputed scales (upstream asserts the same)')
+    if sf is not None:
+        tensor(sf, fn, 'sf', (torch.float32, torch.int32), 2)
+        out = _out_data(fmt, tokens, hidden, x.device, fn)
+        k = f'per_token_cast_{src}_to_{dst}_precomputed_sf' + ('_ue8m0' if sf.dtype == torch.int32 else '')
+        if tokens:
+            call(k, fn, ('x', 'sf', 'out'), x, sf, out, gs)
+        return out
+    out_sf = alloc_sf(tokens, ceil_div(hidden, gs), use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
+    if sf_only:
+        if tokens:
+            k = f'per_token_cast_{src}_to_{dst}_sf_only'
+            if use_packed_ue8m0:
+                call(k + '_ue8m0', fn, ('x', 'sf'), x, out_sf, gs)
+            else:
+                call(k, fn, ('x', 'sf'), x, out_sf, gs, round_sf)
+        return out_sf
+    out = _out_data(fmt, tokens, hidden, x.device, fn)
+    if tokens:
+        k = f'per_token_cast_{src}_to_{dst}'
+        if x_sf is None:
+            if use_packed_ue8m0:
+                call(k + '_ue8m0', fn, ('x', 'out', 'sf'), x, out, out_sf, gs)
+            else:
+                call(k, fn, ('x', 'out', 'sf'), x, out, out_sf, gs, round_sf)
+        else:
+            in_packed = x_sf.dtype == torch.int32
+            if in_packed != bool(use_packed_ue8m0):
+                raise NotImplementedError(
+                    f'{fn}: input scales and output scales in different formats (one packed UE8M0, '
+                    'one f32) are not available in tilestack: its re-quantising casts take both packed or both f32')
+            if in_packed:
+                call(k + '_ue8m0', fn, ('x', 'x_sf', 'out', 'sf'), x, x_sf, out, out_sf, gs, blk[0], blk[1])
+            else:
+                call(k, fn, ('x', 'x_sf', 'out', 'sf'), x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
+    return out, out_sf
+
+
+def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size: Optional[tuple] = None,
+                   use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
+                   use_packed_ue8m0: bool = False):
+    """Per-token (row-wise) cast to 'e4m3' / 'e2m1' / 'e5m6' -> (out, out_sf). x is bf16 / f32,
+    or an (x, x_sf) pair of FP8 / packed-FP4 data with x_block_size its scale blocks."""
+    return _per_token_impl(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
+                           use_packed_ue8m0, 'tile_kernels.quant.per_token_cast')
+
+
+def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, x_block_size: Optional[tuple] = None,
+                                use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
+                                use_packed_ue8m0: bool = False):
+    """The scales per_token_cast would return, without the quantised data."""
+    return _per_token_impl(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
+                           use_packed_ue8m0, 'tile_kernels.quant.per_token_cast_with_sf_only', sf_only=True)
+
+
+def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, x_block_size: Optional[tuple] = None,
+                                       use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
+                                       use_packed_ue8m0: bool = False):
+    """Quantise x with the given scales (f32, or packed UE8M0 int32) -> out."""
+    fn = 'tile_kernels.quant.per_token_cast_with_precomputed_sf'
+    if sf is None:
+        raise C.TypeError(f"{fn}: argument 'sf' must be a torch.Tensor, got NoneType")
+    return _per_token_impl(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
+                           use_packed_ue8m0, fn, sf=sf)
+
+
+def cast_back(x, fmt: str, x_block_size: tuple, x_special_fmt: Optional[str] = None):
+    """Dequantise (data, sf) to 'bf16' / 'fp32' with x_block_size = (tokens, channels) per scale."""
+    fn = 'tile_kernels.quant.cast_back'
+    choice(fmt, fn, 'fmt', ('bf16', 'fp32'))
+    choice(x_special_fmt, fn, 'x_special_fmt', (None, 'e5m6'))
+    data, sf = pair(x, fn, 'x')
+    bh, bw = _block(x_block_size, fn, 'x_block_size')
+    out_dtype = torch.bfloat16 if fmt == 'bf16' else torch.float32
+    suffix = '' if fmt == 'bf16' else '_f32'
+    if x_special_fmt == 'e5m6':
+        tensor(data, fn, 'x', (torch.uint8,), 2)
+        tensor(sf, fn, 'x_sf', (torch.float32, torch.int32), 2)
+        if data.shape[1] % 12:
+            raise C.ValueError(f'{fn}: an E5M6 row holds whole groups of 8 values (12 bytes), got {data.shape[1]} bytes')
+        kernel, hidden = 'cast_back_e5m6' + suffix, data.shape[1] * 2 // 3
+    else:
+        tensor(data, fn, 'x', _QUANT, 2)
+        tensor(sf, fn, 'x_sf', (torch.float32, torch.int32), 2)
+        if data.dtype == torch.int8:
+            kernel, hidden = 'cast_back_fp4' + suffix, data.shape[1] * 2
+        else:
+            if sf.dtype == torch.int32:
+                raise NotImplementedError(f'{fn}: FP8 data with packed UE8M0 scales is not available in '
+                                          'tilestack (ts_cast_back takes f32 scales)')
+            kernel, hidden = 'cast_back' + suffix, data.shape[1]
+    if sf.dtype == torch.int32:
+        kernel += '_ue8m0'
+    out = torch.empty((data.shape[0], hidden), dtype=out_dtype, device=data.device)
+    if data.shape[0]:
+        call(kernel, fn, ('x', 'x_sf', 'out'), data, sf, out, bh, bw)
+    return out
+
+
+def per_token_cast_back(x, fmt: str, num_per_channels: int, x_special_fmt: Optional[str] = None):
+    """cast_back with (1, num_per_channels) scale blocks."""
+    integer(num_per_channels, 'tile_kernels.quant.per_token_cast_back', 'num_per_channels', 1)
+    return cast_back(x, fmt, (1, num_per_channels), x_special_fmt=x_special_fmt)
+
+
+def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
+    """Packed FP4 (int8 / uint8, element 2i in the low nibble) -> values [..., 2K] (a torch
+    debugging helper upstream too)."""
+    fn = 'tile_kernels.quant.unpack_from_e2m1fn_x2'
+    tensor(x, fn, 'x', (torch.int8, torch.uint8))
+    if x.dim() == 0:
+        raise C.ValueError(f"{fn}: argument 'x' needs at least 1 dimension")
+    table = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                          -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float32, device=x.device)
+    b = x.view(torch.uint8).to(torch.int64)
+    y = torch.stack([table[b & 15], table[b >> 4]], dim=-1)
+    return y.reshape(*x.shape[:-1], x.shape[-1] * 2).to(out_dtype)
+
+
+_C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
+per_block_cast = missing('tile_kernels.quant.per_block_cast', _C_EXISTS + ' (ts_per_block_cast, ts_per_block_cast_32)')
+per_block_cast_with_sf_only = missing('tile_kernels.quant.per_block_cast_with_sf_only',
+                                      'no block-scale sf-only kernel in tilestack')
+per_block_cast_with_precomputed_sf = missing('tile_kernels.quant.per_block_cast_with_precomputed_sf',
+                                             'no block-scale precomputed-scale kernel in tilestack')
+per_channel_cast = missing('tile_kernels.quant.per_channel_cast', _C_EXISTS + ' (ts_per_channel_cast)')
+per_channel_cast_fused = missing('tile_kernels.quant.per_channel_cast_fused',
+                                 _C_EXISTS + ' (ts_per_channel_cast_fused_*)')
+per_channel_cast_and_transpose = missing('tile_kernels.quant.per_channel_cast_and_transpose',
+                                         _C_EXISTS + ' (ts_per_channel_cast_and_transpose)')
+per_block_cast_lossless = missing('tile_kernels.quant.per_block_cast_lossless',
+                                  _C_EXISTS + ' (ts_per_block_cast_lossless*)')
+rmsnorm_forward_and_per_token_cast = missing('tile_kernels.quant.rmsnorm_forward_and_per_token_cast',
+                                             _C_EXISTS + ' (ts_rmsnorm_forward_and_per_token_cast*)')
+swiglu_forward_and_per_token_cast = missing('tile_kernels.quant.swiglu_forward_and_per_token_cast',
+                                            _C_EXISTS + ' (ts_swiglu_forward_and_per_token_cast*)')
+swiglu_backward_and_per_token_cast = missing('tile_kernels.quant.swiglu_backward_and_per_token_cast',
+                                             'no SwiGLU backward in tilestack')
+swiglu_forward_and_per_channel_cast_and_transpose = missing(
+    'tile_kernels.quant.swiglu_forward_and_per_channel_cast_and_transpose',
+    'no per-channel SwiGLU variant in tilestack')
 
 
 def __getattr__(name):
     if name.startswith('__'):
         raise AttributeError(name)
-    return missing(f'tile_kernels.quant.{name}',
-                   'the tile-language kernel exists in libtilestack; its Python binding is not written yet')
+    return missing(f'tile_kernels.quant.{name}', 'not in tilestack')

@@ -1,0 +1,305 @@
+"""tile_kernels against torch references written here: the per-token casts (e4m3 / e2m1 from
+bf16 and f32, every scale layout, round_sf on and off, re-quantised FP8 input), scales only,
+precomputed scales, cast back (FP8, FP4, E5M6), transpose and the MoE routing helpers, bit for
+bit (tilestack's kernels follow upstream's formulas exactly), upstream's output shapes, dtypes
+and strides, and argument errors (class and the argument named, before anything is written)."""
+import pytest
+import torch
+
+import tile_kernels
+from tile_kernels import moe, quant, transpose
+
+G = torch.Generator().manual_seed(7)
+GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+QMAX = {'e4m3': 448.0, 'e2m1': 6.0}
+CMIN = {'e4m3': 1e-4, 'e2m1': 6.0 * 2.0 ** -126}
+
+
+def randn(*shape, dtype=torch.bfloat16, scale=1.0):
+    return (torch.randn(*shape, generator=G) * scale).to(dtype)
+
+
+def align(a, b):
+    return (a + b - 1) // b * b
+
+
+def f32_bits(i):
+    return torch.as_tensor(i, dtype=torch.int64).to(torch.int32).view(torch.float32)
+
+
+# ---- references (upstream's get_sf_and_inv and stores, one f32 operation at a time) ----
+
+def ref_scales(amax, fmt, round_sf):
+    """amax f32 [...] -> (sf f32, inv f32, ue8m0 exponent int64 or None)."""
+    qmax = torch.tensor(QMAX[fmt], dtype=torch.float32)
+    amax = torch.maximum(amax, torch.tensor(CMIN[fmt], dtype=torch.float32))
+    sf = amax / qmax
+    if not round_sf:
+        return sf, qmax / amax, None
+    bits = sf.view(torch.int32).to(torch.int64)
+    e = ((bits - 1) >> 23) + 1
+    return f32_bits(e << 23), f32_bits((254 - e) << 23), e
+
+
+def ref_e2m1_codes(p):
+    """Saturating round-to-nearest-even onto the e2m1 grid; sign bit from p."""
+    a = p.abs().to(torch.float64).clamp(max=6.0)
+    d = (a[..., None] - GRID).abs() + (torch.arange(8) % 2) * 2.0 ** -40  # ties to the even code (f32 inputs: real gaps > 2^-30)
+    code = d.argmin(-1)
+    return code | (torch.signbit(p).to(torch.int64) << 3)
+
+
+def pack_fp4(codes):
+    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).view(torch.int8)
+
+
+def pack_ue8m0(e):
+    """[T, G] exponents -> int32 [T, ceil(G / 4)] (byte k of word s = group 4s + k, unused 0)."""
+    t, g = e.shape
+    w = torch.zeros(t, align(g, 4), dtype=torch.int64)
+    w[:, :g] = e & 255
+    w = w.view(t, -1, 4)
+    word = w[..., 0] | (w[..., 1] << 8) | (w[..., 2] << 16) | (w[..., 3] << 24)
+    return word.to(torch.int32)  # wraps like the uint32 bytes
+
+
+def ref_per_token_cast(x, fmt, gs, round_sf, packed, x_sf=None, x_block=None):
+    """-> (data, sf f32 [T, G] or packed int32); x_sf: the FP8 input's f32 scales."""
+    xf = x.float()
+    t, h = xf.shape
+    y = xf
+    if x_sf is not None:
+        s_in = x_sf.repeat_interleave(x_block[0], 0)[:t].repeat_interleave(x_block[1], 1)[:, :h]
+        y = xf * s_in
+    groups = (h + gs - 1) // gs
+    pad = torch.zeros(t, groups * gs)
+    pad[:, :h] = y.abs()
+    amax = pad.view(t, groups, gs).amax(-1)
+    sf, inv, e = ref_scales(amax, fmt, round_sf)
+    inv_full = inv.repeat_interleave(gs, 1)[:, :h]
+    p = xf * (s_in * inv_full) if x_sf is not None else xf * inv_full
+    if fmt == 'e4m3':
+        data = p.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    else:
+        data = pack_fp4(ref_e2m1_codes(p))
+    return data, (pack_ue8m0(e) if packed else sf)
+
+
+def same_bits(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    if a.dtype.itemsize == 1:
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    return torch.equal(a.contiguous().view(torch.int8 if a.dtype.itemsize == 1 else
+                                           {2: torch.int16, 4: torch.int32}[a.dtype.itemsize]),
+                       b.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32}[b.dtype.itemsize]))
+
+
+LAYOUTS = [(False, False, False), (False, True, False), (True, False, False), (True, True, False),
+           (True, True, True)]  # (col_major, round_sf, packed)
+
+
+@pytest.mark.parametrize('fmt', ['e4m3', 'e2m1'])
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('layout', LAYOUTS)
+@pytest.mark.parametrize('shape_gs', [((7, 256), 128), ((33, 576), 64), ((5, 320), 32), ((9, 512), 512),
+                                      ((1, 48), 16), ((130, 2048), 128)])
+def test_per_token_cast_bit_exact(fmt, dtype, layout, shape_gs):
+    (t, h), gs = shape_gs
+    col, round_sf, packed = layout
+    x = randn(t, h, dtype=dtype, scale=3.0)
+    x[0, :4] = 0  # a group with small amax
+    out, sf = quant.per_token_cast(x, fmt, gs, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                   use_packed_ue8m0=packed)
+    rd, rsf = ref_per_token_cast(x, fmt, gs, round_sf, packed)
+    assert same_bits(out, rd)
+    assert same_bits(sf, rsf)
+    groups = (h + gs - 1) // gs
+    assert out.dtype == (torch.float8_e4m3fn if fmt == 'e4m3' else torch.int8)
+    assert out.shape == (t, h if fmt == 'e4m3' else h // 2) and out.is_contiguous()
+    if packed:
+        assert sf.dtype == torch.int32 and sf.shape == (t, (groups + 3) // 4)
+        assert sf.stride() == (1, align(t, 4))
+    elif col:
+        assert sf.dtype == torch.float32 and sf.shape == (t, groups) and sf.stride() == (1, align(t, 4))
+    else:
+        assert sf.shape == (t, groups) and sf.stride() == (groups, 1)
+
+
+@pytest.mark.parametrize('fmt', ['e4m3', 'e2m1'])
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_sf_only_and_precomputed_sf(fmt, layout):
+    col, round_sf, packed = layout
+    x = randn(17, 384, scale=2.0)
+    kw = dict(use_tma_aligned_col_major_sf=col, round_sf=round_sf, use_packed_ue8m0=packed)
+    out, sf = quant.per_token_cast(x, fmt, 64, **kw)
+    sf2 = quant.per_token_cast_with_sf_only(x, fmt, 64, **kw)
+    assert same_bits(sf2, sf) and sf2.stride() == sf.stride()
+    if round_sf:  # power-of-two scales: 1 / sf is the full cast's inverse, so the codes match
+        out2 = quant.per_token_cast_with_precomputed_sf(x, fmt, 64, sf, **kw)
+        assert same_bits(out2, out)
+
+
+def test_per_token_cast_requantise_fp8_input():
+    x = randn(200, 384, scale=4.0)
+    xq, xsf = quant.per_token_cast(x, 'e4m3', 128)  # (1, 128) input blocks
+    for fmt in ('e4m3', 'e2m1'):
+        out, sf = quant.per_token_cast((xq, xsf), fmt, 32, x_block_size=(1, 128))
+        rd, rsf = ref_per_token_cast(xq, fmt, 32, False, False, x_sf=xsf, x_block=(1, 128))
+        assert same_bits(out, rd) and same_bits(sf, rsf)
+
+
+def test_per_token_cast_zero_tokens():
+    out, sf = quant.per_token_cast(torch.empty(0, 256, dtype=torch.bfloat16), 'e4m3', 128)
+    assert out.shape == (0, 256) and sf.shape == (0, 2)
+
+
+@pytest.mark.parametrize('block', [(1, 128), (128, 128), (32, 32)])
+@pytest.mark.parametrize('fmt', ['bf16', 'fp32'])
+def test_cast_back_fp8_bit_exact(block, fmt):
+    t, h = 150, 256
+    q = randn(t, h, scale=50).float().clamp(-448, 448).to(torch.float8_e4m3fn)
+    sf = torch.rand((t + block[0] - 1) // block[0], (h + block[1] - 1) // block[1], generator=G) + 0.01
+    out = quant.cast_back((q, sf), fmt, block)
+    full = sf.repeat_interleave(block[0], 0)[:t].repeat_interleave(block[1], 1)[:, :h]
+    ref = (q.float() * full).to(torch.bfloat16 if fmt == 'bf16' else torch.float32)
+    assert same_bits(out, ref) and out.is_contiguous()
+
+
+@pytest.mark.parametrize('packed', [False, True])
+def test_cast_back_fp4_round_trip_bit_exact(packed):
+    x = randn(9, 256, scale=2.0)
+    q, sf = quant.per_token_cast(x, 'e2m1', 32, use_tma_aligned_col_major_sf=packed, round_sf=packed,
+                                 use_packed_ue8m0=packed)
+    out = quant.per_token_cast_back((q, sf), 'fp32', 32)
+    codes = torch.empty(9, 256, dtype=torch.int64)
+    b = q.view(torch.uint8).to(torch.int64)
+    codes[:, 0::2], codes[:, 1::2] = b & 15, b >> 4
+    vals = GRID.float()[codes & 7] * torch.where((codes & 8) != 0, -1.0, 1.0)
+    if packed:
+        by = torch.stack([(sf.to(torch.int64) >> (8 * k)) & 255 for k in range(4)], -1).reshape(9, -1)[:, :8]
+        s = f32_bits(by << 23)
+    else:
+        s = sf
+    assert same_bits(out, vals * s.repeat_interleave(32, 1))
+    assert torch.equal(quant.unpack_from_e2m1fn_x2(q), vals)
+
+
+def test_e5m6_round_trip():
+    x = randn(5, 512, dtype=torch.float32)
+    q, sf = quant.per_token_cast(x, 'e5m6', 512)
+    assert q.dtype == torch.uint8 and q.shape == (5, 768) and sf.shape == (5, 1)
+    y = quant.cast_back((q, sf), 'fp32', (1, 512), x_special_fmt='e5m6')
+    assert y.shape == (5, 512)
+    assert ((y - x).abs() <= x.abs() * 2.0 ** -6 + sf * 2.0 ** -14).all()
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+def test_transpose_bit_exact(dtype):
+    x = torch.randint(0, 120, (3, 65, 130), dtype=torch.int8, generator=G).view(torch.uint8)
+    x = x.view(torch.int8).to(torch.float32).to(dtype) if dtype != torch.float8_e4m3fn else x.view(dtype)
+    out = transpose.batched_transpose(x)
+    assert out.shape == (3, 130, 65) and out.is_contiguous() and same_bits(out, x.transpose(1, 2).contiguous())
+    out2 = transpose.transpose(x[1])
+    assert same_bits(out2, x[1].t().contiguous())
+
+
+# ---- MoE ----
+
+def test_topk_gate_matches_stable_sort():
+    s = torch.randint(0, 20, (300, 72), generator=G).float()  # many ties
+    for k in (1, 6, 8):
+        idx = moe.topk_gate(s, k)
+        ref = torch.sort(s, dim=1, descending=True, stable=True).indices[:, :k]
+        assert idx.dtype == torch.int64 and idx.is_contiguous() and torch.equal(idx, ref)
+
+
+def test_aux_fi_group_count():
+    idx = torch.randint(-1, 64, (401, 6), generator=G)
+    fi = moe.aux_fi(idx, 64, 6)
+    cnt = torch.bincount(idx[idx >= 0], minlength=64)
+    ref = (cnt * 64).float() / torch.tensor(401 * 6, dtype=torch.float32)
+    assert torch.equal(fi, ref)
+    gc = moe.group_count(idx, 64)
+    assert gc.dtype == torch.int32 and torch.equal(gc, cnt.to(torch.int32))
+
+
+def test_mask_indices_by_tp():
+    idx = torch.randint(-1, 256, (100, 8), generator=G)
+    n, ep, tp = 256, 8, 2
+    for rank in range(tp):
+        out = moe.mask_indices_by_tp(idx, n, ep, rank, tp)
+        per_gpu, per_dp = n // ep, tp * (n // ep)
+        v = idx - rank * per_gpu
+        v = v - torch.div(v, per_dp, rounding_mode='trunc') * (per_dp - per_gpu)
+        bad = (idx < 0) | (torch.div(idx, per_gpu, rounding_mode='trunc') % tp != rank) | (v < 0)
+        assert torch.equal(out, torch.where(bad, -1, v))
+
+
+def test_normalize_weight_bit_exact():
+    w = torch.rand(77, 9, generator=G)
+    den, out = moe.normalize_weight(w)
+    ref = torch.full((77,), 1e-20)
+    for k in range(9):
+        ref = ref + w[:, k]
+    assert torch.equal(den, ref) and torch.equal(out, w / ref[:, None])
+
+
+def test_inplace_unique_group_indices():
+    g = torch.randint(-1, 8, (50, 6), generator=G)
+    ref = g.clone()
+    for r in range(50):
+        seen = set()
+        for k in range(6):
+            v = int(ref[r, k])
+            if v in seen:
+                ref[r, k] = -1
+            elif v >= 0:
+                seen.add(v)
+    assert moe.inplace_unique_group_indices(g, 8) is None
+    assert torch.equal(g, ref)
+
+
+# ---- argument errors ----
+
+@pytest.mark.parametrize('call, cls, arg', [
+    (lambda: quant.per_token_cast(None, 'e4m3', 128), TypeError, "'x'"),
+    (lambda: quant.per_token_cast(torch.zeros(4, 128, dtype=torch.int32), 'e4m3', 128), TypeError, "'x'"),
+    (lambda: quant.per_token_cast(torch.zeros(4, 128), 'e3m2', 128), ValueError, "'fmt'"),
+    (lambda: quant.per_token_cast(torch.zeros(128), 'e4m3', 128), ValueError, "'x'"),
+    (lambda: quant.per_token_cast(torch.zeros(4, 128), 'e4m3', 128, use_packed_ue8m0=True), ValueError,
+     'use_packed_ue8m0'),
+    (lambda: quant.per_token_cast(torch.zeros(4, 128), 'e4m3', 24), ValueError, 'gs'),
+    (lambda: quant.per_token_cast(torch.zeros(4, 127), 'e2m1', 127), ValueError, 'even'),
+    (lambda: quant.per_token_cast_with_precomputed_sf(torch.zeros(4, 128), 'e4m3', 128, None), TypeError, "'sf'"),
+    (lambda: quant.per_token_cast_with_precomputed_sf(torch.zeros(4, 128), 'e4m3', 128, torch.ones(3, 1)),
+     ValueError, 'sf'),
+    (lambda: quant.cast_back((torch.zeros(4, 128).to(torch.float8_e4m3fn), None), 'bf16', (1, 128)), TypeError,
+     "'x_sf'"),
+    (lambda: quant.cast_back((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.ones(4, 2)), 'bf16', (1, 128)),
+     ValueError, 'sf'),
+    (lambda: quant.cast_back(torch.zeros(4, 128), 'bf16', (1, 128)), TypeError, "'x'"),
+    (lambda: transpose.transpose(torch.zeros(4, 4, dtype=torch.int64)), TypeError, "'x'"),
+    (lambda: moe.topk_gate(torch.zeros(4, 8, dtype=torch.float64), 2), TypeError, "'scores'"),
+    (lambda: moe.topk_gate(torch.zeros(4, 8), 9), ValueError, "'num_topk'"),
+    (lambda: moe.aux_fi(torch.zeros(4, 2, dtype=torch.int32), 8, 2), TypeError, "'topk_idx'"),
+    (lambda: moe.group_count(torch.full((4, 2), 9), 8), ValueError, ''),
+])
+def test_argument_errors(call, cls, arg):
+    with pytest.raises(cls, match=arg) as e:
+        call()
+    assert isinstance(e.value, RuntimeError) or cls is NotImplementedError
+
+
+def test_inplace_error_leaves_tensor_untouched():
+    g = torch.randint(0, 8, (5, 4), generator=G)
+    before = g.clone()
+    with pytest.raises(ValueError):
+        moe.inplace_unique_group_indices(g, 200)  # more groups than the kernel's 128
+    assert torch.equal(g, before)
+
+
+def test_not_bound_names_raise():
+    for f in (quant.per_block_cast, quant.swiglu_forward_and_per_token_cast, moe.top2_sum_gate,
+              tile_kernels.mhc.mhc_post, tile_kernels.transform.apply_rotary):
+        with pytest.raises(NotImplementedError, match='not available in tilestack'):
+            f(None)
