@@ -282,7 +282,7 @@ def test_inplace_unique_group_indices():
     (lambda: moe.topk_gate(torch.zeros(4, 8, dtype=torch.float64), 2), TypeError, "'scores'"),
     (lambda: moe.topk_gate(torch.zeros(4, 8), 9), ValueError, "'num_topk'"),
     (lambda: moe.aux_fi(torch.zeros(4, 2, dtype=torch.int32), 8, 2), TypeError, "'topk_idx'"),
-    (lambda: moe.group_count(torch.full((4, 2), 9), 8), ValueError, ''),
+    (lambda: moe.group_count(torch.full((4, 2), 9), 8), ValueError, 'group_count'),
 ])
 def test_argument_errors(call, cls, arg):
     with pytest.raises(cls, match=arg) as e:
@@ -299,7 +299,79 @@ def test_inplace_error_leaves_tensor_untouched():
 
 
 def test_not_bound_names_raise():
-    for f in (quant.per_block_cast, quant.swiglu_forward_and_per_token_cast, moe.top2_sum_gate,
+    for f in (quant.per_block_cast_with_sf_only, quant.swiglu_forward_and_per_token_cast, moe.top2_sum_gate,
               tile_kernels.mhc.mhc_post, tile_kernels.transform.apply_rotary):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
+
+
+# ---- block / channel casts ----
+
+@pytest.mark.parametrize('block', [(128, 128), (32, 32)])
+@pytest.mark.parametrize('col_round', [(False, False), (False, True), (True, False)])
+def test_per_block_cast_bit_exact(block, col_round):
+    col, round_sf = col_round
+    t, h = 200, 320
+    x = randn(t, h, scale=3.0)
+    out, sf = quant.per_block_cast(x, 'e4m3', block, use_tma_aligned_col_major_sf=col, round_sf=round_sf)
+    bm, bk = block
+    nm, nk = (t + bm - 1) // bm, (h + bk - 1) // bk
+    pad = torch.zeros(nm * bm, nk * bk)
+    pad[:t, :h] = x.float().abs()
+    amax = pad.view(nm, bm, nk, bk).amax((1, 3))
+    rsf, inv, _ = ref_scales(amax, 'e4m3', round_sf)
+    p = x.float() * inv.repeat_interleave(bm, 0)[:t].repeat_interleave(bk, 1)[:, :h]
+    assert same_bits(out, p.clamp(-448, 448).to(torch.float8_e4m3fn)) and same_bits(sf, rsf)
+    assert sf.stride() == ((1, align(nm, 4)) if col else (nk, 1))
+
+
+def ref_channel(y, round_sf, group=128):
+    t, h = y.shape
+    ng = (t + group - 1) // group
+    pad = torch.zeros(ng * group, h)
+    pad[:t] = y.abs()
+    amax = pad.view(ng, group, h).amax(1)
+    sf, inv, _ = ref_scales(amax, 'e4m3', round_sf)
+    return sf, inv.repeat_interleave(group, 0)[:t]
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('round_sf', [False, True])
+def test_per_channel_cast_fused_bit_exact(dtype, round_sf):
+    x = randn(256, 192, dtype=dtype, scale=2.0)
+    out, sf = quant.per_channel_cast(x, 'e4m3', 128, round_sf)
+    rsf, inv = ref_channel(x.float(), round_sf)
+    assert same_bits(out, (x.float() * inv).clamp(-448, 448).to(torch.float8_e4m3fn)) and same_bits(sf, rsf)
+    pos = torch.randint(-1, 256, (144,), generator=G, dtype=torch.int32)
+    out2, sf2 = quant.per_channel_cast_fused(x, 'e4m3', 128, round_sf, pos_to_token=pos)
+    g = torch.where((pos >= 0)[:, None], x.float()[pos.clamp(min=0).long()], torch.zeros(()))
+    rsf2, inv2 = ref_channel(g, round_sf)
+    assert same_bits(out2, (g * inv2).clamp(-448, 448).to(torch.float8_e4m3fn)) and same_bits(sf2, rsf2)
+    assert sf2.shape == (2, 192)
+
+
+def test_per_channel_cast_fused_fp8_input():
+    x = randn(128, 256, scale=3.0)
+    xq, xsf = quant.per_token_cast(x, 'e4m3', 128)
+    out, sf = quant.per_channel_cast_fused((xq, xsf), 'e4m3', 128, num_per_channels=128)
+    y = xq.float() * xsf.repeat_interleave(128, 1)
+    rsf, inv = ref_channel(y, False)
+    assert same_bits(out, (y * inv).clamp(-448, 448).to(torch.float8_e4m3fn)) and same_bits(sf, rsf)
+
+
+@pytest.mark.parametrize('np_', [32, 128])
+def test_per_channel_cast_and_transpose_bit_exact(np_):
+    x = randn(256, 128, scale=2.0)
+    out, sf = quant.per_channel_cast_and_transpose(x, 'e4m3', np_)
+    rsf, inv = ref_channel(x.float(), False, np_)
+    ref = (x.float() * inv).clamp(-448, 448).to(torch.float8_e4m3fn).t().contiguous()
+    assert out.shape == (128, 256) and same_bits(out, ref) and same_bits(sf, rsf)
+
+
+def test_topk_sum_and_topk_group_idx():
+    s = torch.randint(0, 10, (100, 8, 16), generator=G).float()
+    for ts in (1, 2):
+        idx = moe.topk_sum_and_topk_group_idx(s, ts, 4)
+        gscore = s.topk(ts, dim=-1).values.sum(-1)
+        ref = torch.sort(gscore, dim=1, descending=True, stable=True).indices[:, :4]
+        assert idx.dtype == torch.int64 and torch.equal(idx, ref)

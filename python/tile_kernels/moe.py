@@ -77,10 +77,27 @@ def inplace_unique_group_indices(group_indices, num_groups: int):
         call('inplace_unique_group_indices', fn, ('group_indices',), group_indices, num_groups)
 
 
+def topk_sum_and_topk_group_idx(scores, num_topk_sum: int, num_topk_groups: int):
+    """Per token, the num_topk_groups groups with the largest sum of their num_topk_sum (1 or 2)
+    best scores, best first, ties to the smaller group -> int64 [T, num_topk_groups]."""
+    fn = 'tile_kernels.moe.topk_sum_and_topk_group_idx'
+    tensor(scores, fn, 'scores', (torch.float32,), 3)
+    integer(num_topk_sum, fn, 'num_topk_sum', 1)
+    integer(num_topk_groups, fn, 'num_topk_groups', 1)
+    if num_topk_sum not in (1, 2) or num_topk_sum > scores.shape[2]:
+        raise C.ValueError(f"{fn}: argument 'num_topk_sum' must be 1 or 2 and at most the experts per group, "
+                           f'got {num_topk_sum}')
+    if num_topk_groups > scores.shape[1]:
+        raise C.ValueError(f"{fn}: argument 'num_topk_groups' ({num_topk_groups}) exceeds num_groups "
+                           f'({scores.shape[1]})')
+    out = torch.empty((scores.shape[0], num_topk_groups), dtype=torch.int64, device=scores.device)
+    if scores.shape[0]:
+        call('topk_sum_and_topk_group_idx', fn, ('scores', 'group_idx'), scores, out, num_topk_sum)
+    return out
+
+
 _C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
 top2_sum_gate = missing('tile_kernels.moe.top2_sum_gate', _C_EXISTS + ' (ts_top2_sum_gate)')
-topk_sum_and_topk_group_idx = missing('tile_kernels.moe.topk_sum_and_topk_group_idx',
-                                      _C_EXISTS + ' (ts_topk_sum_and_topk_group_idx)')
 get_fused_mapping = missing('tile_kernels.moe.get_fused_mapping', _C_EXISTS + ' (ts_get_fused_mapping)')
 expand_to_fused = missing('tile_kernels.moe.expand_to_fused', _C_EXISTS + ' (ts_expand_to_fused)')
 expand_to_fused_with_sf = missing('tile_kernels.moe.expand_to_fused_with_sf',

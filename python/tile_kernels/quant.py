@@ -210,16 +210,99 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
 
 
 _C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
-per_block_cast = missing('tile_kernels.quant.per_block_cast', _C_EXISTS + ' (ts_per_block_cast, ts_per_block_cast_32)')
+def per_block_cast(x, fmt: str, block_size: tuple, use_tma_aligned_col_major_sf: bool = False,
+                   round_sf: bool = False, use_packed_ue8m0: bool = False):
+    """2-D block cast of bf16 x to 'e4m3' with one f32 scale per (128, 128) or (32, 32) block ->
+    (out, out_sf [ceil(T / bm), ceil(H / bk)])."""
+    fn = 'tile_kernels.quant.per_block_cast'
+    choice(fmt, fn, 'fmt', ('e4m3', 'e2m1'))
+    blk = _block(block_size, fn, 'block_size')
+    _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+    tensor(x, fn, 'x', _PLAIN, 2)
+    if fmt != 'e4m3' or x.dtype != torch.bfloat16 or use_packed_ue8m0 or blk not in ((128, 128), (32, 32)):
+        raise NotImplementedError(
+            f'{fn}: only bf16 -> e4m3 with f32 scales and (128, 128) or (32, 32) blocks is available in '
+            f'tilestack (ts_per_block_cast, ts_per_block_cast_32); got {x.dtype} -> {fmt}, block {blk}, '
+            f'use_packed_ue8m0={use_packed_ue8m0}')
+    tokens, hidden = x.shape
+    out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
+    sf = alloc_sf(ceil_div(tokens, blk[0]), ceil_div(hidden, blk[1]), use_tma_aligned_col_major_sf, False, x.device)
+    # ts_per_block_cast writes row-major scales: the column-major layout is filled from a copy
+    dst = torch.empty(sf.shape, dtype=torch.float32, device=x.device) if use_tma_aligned_col_major_sf else sf
+    if tokens:
+        call('per_block_cast' if blk[0] == 128 else 'per_block_cast_32', fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
+        if dst is not sf:
+            sf.copy_(dst)
+    return out, sf
+
+
 per_block_cast_with_sf_only = missing('tile_kernels.quant.per_block_cast_with_sf_only',
                                       'no block-scale sf-only kernel in tilestack')
 per_block_cast_with_precomputed_sf = missing('tile_kernels.quant.per_block_cast_with_precomputed_sf',
                                              'no block-scale precomputed-scale kernel in tilestack')
-per_channel_cast = missing('tile_kernels.quant.per_channel_cast', _C_EXISTS + ' (ts_per_channel_cast)')
-per_channel_cast_fused = missing('tile_kernels.quant.per_channel_cast_fused',
-                                 _C_EXISTS + ' (ts_per_channel_cast_fused_*)')
-per_channel_cast_and_transpose = missing('tile_kernels.quant.per_channel_cast_and_transpose',
-                                         _C_EXISTS + ' (ts_per_channel_cast_and_transpose)')
+
+
+def per_channel_cast_fused(x, fmt: str, num_per_tokens: int, round_sf: bool = False,
+                           num_per_channels: Optional[int] = None, pos_to_token=None):
+    """Per-channel cast (one f32 scale per channel and 128 output rows) of bf16 / f32 x, or of
+    an (x e4m3, x_sf f32 [T, H / 128]) pair (num_per_channels=128), optionally gathering rows
+    through pos_to_token (int32, -1 = zero row) -> (out e4m3 [P, H], out_sf [ceil(P / 128), H])."""
+    fn = 'tile_kernels.quant.per_channel_cast_fused'
+    choice(fmt, fn, 'fmt', ('e4m3',))
+    integer(num_per_tokens, fn, 'num_per_tokens', 1)
+    if num_per_tokens != 128:
+        raise C.ValueError(f"{fn}: argument 'num_per_tokens' must be 128 (as upstream), got {num_per_tokens}")
+    names = ['x']
+    if isinstance(x, (tuple, list)):
+        x, x_sf = pair(x, fn, 'x')
+        tensor(x, fn, 'x', (torch.float8_e4m3fn,), 2)
+        tensor(x_sf, fn, 'x_sf', (torch.float32,), 2)
+        if num_per_channels != 128:
+            raise C.ValueError(f"{fn}: argument 'num_per_channels' must be 128 for an FP8 input, got {num_per_channels}")
+        args, kernel = [x, x_sf], 'per_channel_cast_fused_e4m3'
+        names.append('x_sf')
+    else:
+        tensor(x, fn, 'x', _PLAIN, 2)
+        if num_per_channels is not None:
+            raise C.ValueError(f"{fn}: argument 'num_per_channels' must be None for a bf16 / f32 input")
+        args, kernel = [x], 'per_channel_cast_fused_' + _SRC[x.dtype]
+    rows = x.shape[0]
+    if pos_to_token is not None:
+        tensor(pos_to_token, fn, 'pos_to_token', (torch.int32,), 1)
+        rows = pos_to_token.shape[0]
+        args.append(pos_to_token)
+        names.append('pos_to_token')
+        kernel += '_gather'
+    hidden = x.shape[1]
+    out = torch.empty((rows, hidden), dtype=torch.float8_e4m3fn, device=x.device)
+    sf = torch.empty((ceil_div(rows, 128), hidden), dtype=torch.float32, device=x.device)
+    if rows:
+        call(kernel, fn, tuple(names) + ('out', 'sf'), *args, out, sf, round_sf)
+    return out, sf
+
+
+def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf: bool = False):
+    """Per-channel cast with 128-token scale blocks -> (out e4m3 [T, H], out_sf f32 [ceil(T / 128), H])."""
+    fn = 'tile_kernels.quant.per_channel_cast'
+    tensor(x, fn, 'x', _PLAIN, 2)
+    return per_channel_cast_fused(x, fmt, num_per_tokens, round_sf)
+
+
+def per_channel_cast_and_transpose(x, fmt: str, num_per_tokens: int, round_sf: bool = False):
+    """Per-channel cast of bf16 x [T, H] with num_per_tokens (32, 64, 128) scale blocks, output
+    transposed -> (out e4m3 [H, T], out_sf f32 [T / num_per_tokens, H])."""
+    fn = 'tile_kernels.quant.per_channel_cast_and_transpose'
+    tensor(x, fn, 'x', (torch.bfloat16,), 2)
+    choice(fmt, fn, 'fmt', ('e4m3',))
+    integer(num_per_tokens, fn, 'num_per_tokens', 1)
+    tokens, hidden = x.shape
+    out = torch.empty((hidden, tokens), dtype=torch.float8_e4m3fn, device=x.device)
+    sf = torch.empty((ceil_div(tokens, num_per_tokens), hidden), dtype=torch.float32, device=x.device)
+    if tokens:
+        call('per_channel_cast_and_transpose', fn, ('x', 'out', 'sf'), x, out, sf, num_per_tokens, round_sf)
+    return out, sf
+
+
 per_block_cast_lossless = missing('tile_kernels.quant.per_block_cast_lossless',
                                   _C_EXISTS + ' (ts_per_block_cast_lossless*)')
 rmsnorm_forward_and_per_token_cast = missing('tile_kernels.quant.rmsnorm_forward_and_per_token_cast',
