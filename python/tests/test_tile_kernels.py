@@ -300,7 +300,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 def test_not_bound_names_raise():
     for f in (quant.per_block_cast_with_sf_only, quant.swiglu_forward_and_per_token_cast, moe.top2_sum_gate,
-              tile_kernels.mhc.mhc_post, tile_kernels.transform.apply_rotary):
+              tile_kernels.mhc.mhc_pre_big_fuse, tile_kernels.transform.apply_rotary):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
 
@@ -375,3 +375,63 @@ def test_topk_sum_and_topk_group_idx():
         gscore = s.topk(ts, dim=-1).values.sum(-1)
         ref = torch.sort(gscore, dim=1, descending=True, stable=True).indices[:, :4]
         assert idx.dtype == torch.int64 and torch.equal(idx, ref)
+
+
+# ---- mHC (hc = 4) ----
+
+from tile_kernels.modeling.mhc import ops as mhc_ops  # noqa: E402
+
+
+def test_expand_pre_apply_mix_post_bit_exact():
+    s, t, h = 2, 3, 264
+    x = randn(s, t, h)
+    r = mhc_ops.expand_to_mhc(x, 4)
+    assert r.shape == (s, t, 4, h) and torch.equal(r, x[:, :, None, :].expand(s, t, 4, h))
+    res = randn(s, t, 4, h)
+    mix = torch.rand(s, t, 4, 1, generator=G)
+    li = mhc_ops.mhc_pre_apply_mix(res, mix)
+    rf, p = res.float(), mix[..., 0]
+    ref = (((p[..., 0:1] * rf[..., 0, :] + p[..., 1:2] * rf[..., 1, :]) + p[..., 2:3] * rf[..., 2, :])
+           + p[..., 3:4] * rf[..., 3, :]).to(torch.bfloat16)
+    assert li.shape == (s, t, h) and torch.equal(li, ref)
+    post = torch.rand(s, t, 4, 1, generator=G)
+    comb = torch.rand(s, t, 4, 4, generator=G)
+    out = mhc_ops.mhc_post(x, res, post, comb)
+    ref = torch.empty_like(res)
+    for j in range(4):
+        acc = (((comb[..., 0, j:j + 1] * rf[..., 0, :] + comb[..., 1, j:j + 1] * rf[..., 1, :])
+                + comb[..., 2, j:j + 1] * rf[..., 2, :]) + comb[..., 3, j:j + 1] * rf[..., 3, :])
+        ref[..., j, :] = (x.float() * post[..., j, :] + acc).to(torch.bfloat16)
+    assert torch.equal(out, ref)
+    given = torch.empty_like(res)
+    assert mhc_ops.mhc_post(x, res, post, comb, out=given) is given and torch.equal(given, ref)
+
+
+def test_sinkhorn_split_head_close_to_torch():
+    x = torch.randn(2, 5, 4, 4, generator=G)
+    y = mhc_ops.sinkhorn_normalize(x, 20, 1e-6)
+    r = x.softmax(-1) + 1e-6
+    r = r / (r.sum(-2, keepdim=True) + 1e-6)
+    for _ in range(19):
+        r = r / (r.sum(-1, keepdim=True) + 1e-6)
+        r = r / (r.sum(-2, keepdim=True) + 1e-6)
+    assert torch.allclose(y, r, rtol=1e-5, atol=1e-6)
+    mixes = torch.randn(2, 5, 24, generator=G)
+    scale, base = torch.rand(3, generator=G), torch.randn(24, generator=G)
+    pre, post, comb = mhc_ops.mhc_pre_split_mixes(mixes, scale, base, 4, 2.0, 1e-6)
+    assert pre.shape == post.shape == (2, 5, 4, 1) and comb.shape == (2, 5, 4, 4)
+    v = torch.cat([mixes[..., :4] * scale[0], mixes[..., 4:8] * scale[1], mixes[..., 8:] * scale[2]], -1) + base
+    assert torch.allclose(pre[..., 0], torch.sigmoid(v[..., :4]) + 1e-6, rtol=1e-6, atol=1e-7)
+    assert torch.allclose(post[..., 0], torch.sigmoid(v[..., 4:8]) * 2.0, rtol=1e-6, atol=1e-7)
+    assert torch.equal(comb.flatten(-2), v[..., 8:])
+    hm = mhc_ops.mhc_head_compute_mix(mixes[..., :4].contiguous(), scale[:1].clone(), base[:4].clone(), 1e-6)
+    assert torch.allclose(hm, torch.sigmoid(mixes[..., :4] * scale[0] + base[:4]) + 1e-6, rtol=1e-6, atol=1e-7)
+
+
+def test_mhc_errors():
+    with pytest.raises(NotImplementedError, match='hc = 4'):
+        mhc_ops.expand_to_mhc(randn(2, 8), 2)
+    with pytest.raises(TypeError, match="'hidden'"):
+        mhc_ops.expand_to_mhc(None, 4)
+    with pytest.raises(ValueError, match="'comb_res_mix'"):
+        mhc_ops.mhc_post(randn(3, 8), randn(3, 4, 8), torch.rand(3, 4, 1), torch.rand(3, 4, 3))
