@@ -300,7 +300,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 def test_not_bound_names_raise():
     for f in (quant.per_block_cast_with_sf_only, quant.swiglu_forward_and_per_token_cast, moe.top2_sum_gate,
-              tile_kernels.mhc.mhc_pre_big_fuse, tile_kernels.transform.apply_rotary):
+              tile_kernels.mhc.mhc_pre_big_fuse, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
 
@@ -435,3 +435,66 @@ def test_mhc_errors():
         mhc_ops.expand_to_mhc(None, 4)
     with pytest.raises(ValueError, match="'comb_res_mix'"):
         mhc_ops.mhc_post(randn(3, 8), randn(3, 4, 8), torch.rand(3, 4, 1), torch.rand(3, 4, 3))
+
+
+# ---- RoPE ----
+
+def ref_rotary(x, cs, rows, interleaved, conjugate):
+    """fma forms through float64 (exact products; one rounding like fma for these magnitudes
+    is not guaranteed, so the check is against float64 with one final rounding)."""
+    d = x.shape[-1]
+    c = cs[rows][:, None, : d // 2].double()
+    s = cs[rows][:, None, d // 2:].double()
+    xf = x.double()
+    if interleaved:
+        f, g = xf[..., 0::2], xf[..., 1::2]
+    else:
+        f, g = xf[..., : d // 2], xf[..., d // 2:]
+    if conjugate:
+        s = -s
+    nf = f * c - g * s
+    ng = f * s + g * c
+    out = torch.empty_like(xf)
+    if interleaved:
+        out[..., 0::2], out[..., 1::2] = nf, ng
+    else:
+        out[..., : d // 2], out[..., d // 2:] = nf, ng
+    return out
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('interleaved', [False, True])
+@pytest.mark.parametrize('conjugate', [False, True])
+def test_apply_rotary(dtype, interleaved, conjugate):
+    t, h, d = 9, 3, 64
+    cs = torch.randn(40, d, generator=G)
+    q = randn(t, h, d, dtype=dtype)
+    k = randn(t, 1, d, dtype=dtype)
+    pos = torch.randint(0, 30, (t,), generator=G)
+    q0, k0 = q.clone(), k.clone()
+    assert tile_kernels.transform.apply_rotary(q, cs, k, pos, interleaved, conjugate, seqlen_offset=5) is None
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    for x, x0 in ((q, q0), (k, k0)):
+        ref = ref_rotary(x0.float(), cs, pos + 5, interleaved, conjugate)
+        assert torch.allclose(x.double(), ref, **tol)
+    # 4-D, no positions: row = offset + token within each sequence; a strided view (partial RoPE)
+    q4 = randn(2, 5, 2, 128, dtype=dtype)
+    q40 = q4.clone()
+    tile_kernels.transform.apply_rotary(q4[..., :d], cs, seqlen_offset=3, interleaved=interleaved)
+    for b in range(2):
+        ref = ref_rotary(q40[b, ..., :d].float(), cs, torch.arange(5) + 3, interleaved, False)
+        assert torch.allclose(q4[b, ..., :d].double(), ref, **tol)
+    assert torch.equal(q4[..., d:], q40[..., d:])
+
+
+def test_apply_rotary_errors_leave_query_untouched():
+    q = randn(4, 2, 64, dtype=torch.float32)
+    q0 = q.clone()
+    cs = torch.randn(8, 64, generator=G)
+    with pytest.raises(ValueError, match="'positions'"):
+        tile_kernels.transform.apply_rotary(q, cs, positions=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(TypeError, match="'cos_sin_cache'"):
+        tile_kernels.transform.apply_rotary(q, cs.double())
+    with pytest.raises(ValueError):  # a position outside the cache
+        tile_kernels.transform.apply_rotary(q, cs, positions=torch.full((4,), 100, dtype=torch.int32))
+    assert torch.equal(q, q0)
