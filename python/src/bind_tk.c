@@ -5,7 +5,7 @@
  * is read: T input tensor, O output tensor (written), i int64, b bool, f float. torch.int8
  * tensors are packed FP4 (upstream's convention) and are read as TS_E2M1X2; torch.uint8 tensors
  * of the E5M6 kernels are TS_E5M6X8 streams (upstream stores E5M6 as uint8); torch.int32 tensors
- * of the _ue8m0 kernels are packed UE8M0 scales (TS_UE8M0X4). */
+ * scale arguments (names containing "sf") of the _ue8m0 kernels are packed UE8M0 (TS_UE8M0X4). */
 #include <string.h>
 
 #include "tsview.h"
@@ -179,7 +179,7 @@ PyObject *tsp_tk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             if (tsp_view(o, fn, an, c == 'O' ? TSP_OUTPUT : 0, &tv[nt])) return NULL;
             if (tv[nt].dtype == TS_I8) tv[nt].dtype = TS_E2M1X2;
             if (tv[nt].dtype == TS_U8 && strstr(name, "e5m6")) tv[nt].dtype = TS_E5M6X8;
-            if (tv[nt].dtype == TS_I32 && strstr(name, "ue8m0")) tv[nt].dtype = TS_UE8M0X4;
+            if (tv[nt].dtype == TS_I32 && strstr(name, "ue8m0") && strstr(an, "sf")) tv[nt].dtype = TS_UE8M0X4;
             tp[nt] = &tv[nt];
             nt++;
         } else if (c == 'i') {

@@ -299,7 +299,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 
 def test_not_bound_names_raise():
-    for f in (quant.per_block_cast_with_sf_only, quant.swiglu_forward_and_per_token_cast, moe.top2_sum_gate,
+    for f in (quant.per_block_cast_with_sf_only, quant.per_block_cast_lossless, moe.top2_sum_gate,
               tile_kernels.mhc.mhc_pre_big_fuse, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
@@ -498,3 +498,36 @@ def test_apply_rotary_errors_leave_query_untouched():
     with pytest.raises(ValueError):  # a position outside the cache
         tile_kernels.transform.apply_rotary(q, cs, positions=torch.full((4,), 100, dtype=torch.int32))
     assert torch.equal(q, q0)
+
+
+# ---- SwiGLU + cast ----
+
+@pytest.mark.parametrize('layout', [(False, False, False), (True, True, True)])
+@pytest.mark.parametrize('gs', [128, 0])
+def test_swiglu_forward_and_per_token_cast(layout, gs):
+    col, round_sf, packed = layout
+    p, h, t, k = 40, 256, 10, 4
+    x = randn(p, 2 * h, scale=2.0)
+    pos_tk = torch.randint(-1, t * k, (p,), generator=G, dtype=torch.int32)
+    pos_e = torch.randint(-1, 8, (p,), generator=G, dtype=torch.int32)
+    w = torch.rand(t, k, generator=G)
+    cnt = torch.zeros(3, dtype=torch.int64)
+    c = 1.5
+    out, sf = quant.swiglu_forward_and_per_token_cast(
+        x, 'e4m3', gs, pos_tk, w, pos_e, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+        use_packed_ue8m0=packed, swiglu_clamp_value=c, clamped_count=cnt)
+    a, b = x.float()[:, :h], x.float()[:, h:]
+    assert cnt.tolist() == [int((a > c).sum()), int((b > c).sum()), int((b < -c).sum())]
+    a2, b2 = a.clamp(max=c), b.clamp(-c, c)
+    y = (a2 * torch.sigmoid(a2)) * b2 * w.reshape(-1)[pos_tk.clamp(min=0).long()][:, None]
+    keep = (pos_tk >= 0) & (pos_e >= 0)
+    g = h if gs == 0 else gs
+    deq = quant.cast_back((out, sf), 'fp32', (1, g)) if not packed else None
+    if packed:  # decode the packed exponents by hand
+        by = torch.stack([(sf.to(torch.int64) >> (8 * i)) & 255 for i in range(4)], -1).reshape(p, -1)
+        s = f32_bits(by[:, : h // g] << 23)
+        deq = out.float() * s.repeat_interleave(g, 1)
+    sfull = deq[keep].abs().amax(1, keepdim=True) / 448
+    err = (deq[keep] - y[keep]).abs()
+    assert (err <= y[keep].abs() * 2.0 ** -4 * 1.001 + sfull * 2.0 ** -6 + 1e-6).all()
+    assert (out[~keep].float() == 0).all()

@@ -307,8 +307,63 @@ per_block_cast_lossless = missing('tile_kernels.quant.per_block_cast_lossless',
                                   _C_EXISTS + ' (ts_per_block_cast_lossless*)')
 rmsnorm_forward_and_per_token_cast = missing('tile_kernels.quant.rmsnorm_forward_and_per_token_cast',
                                              _C_EXISTS + ' (ts_rmsnorm_forward_and_per_token_cast*)')
-swiglu_forward_and_per_token_cast = missing('tile_kernels.quant.swiglu_forward_and_per_token_cast',
-                                            _C_EXISTS + ' (ts_swiglu_forward_and_per_token_cast*)')
+def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to_token_topk=None, topk_weights=None,
+                                      pos_to_expert=None, use_tma_aligned_col_major_sf: bool = False,
+                                      round_sf: bool = False, use_packed_ue8m0: bool = False,
+                                      swiglu_clamp_value: Optional[float] = None, clamped_count=None,
+                                      sf_clamp_min: Optional[float] = None):
+    """y = silu(min(a, c)) * clamp(b, -c, c) (a, b the halves of each row of x [P, 2H]), times
+    topk_weights[pos_to_token_topk[p]] when given; rows with pos_to_expert < 0 are zero; then the
+    per-token e4m3 cast (num_per_channels 128, or 0 / H for one scale a row) -> (out, out_sf).
+    clamped_count (int64 [3]) accumulates (#a > c, #b > c, #b < -c)."""
+    fn = 'tile_kernels.quant.swiglu_forward_and_per_token_cast'
+    tensor(x, fn, 'x', (torch.bfloat16,), 2)
+    choice(fmt, fn, 'fmt', ('e4m3',))
+    integer(num_per_channels, fn, 'num_per_channels', 0)
+    _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+    if sf_clamp_min is not None:
+        raise NotImplementedError(f'{fn}: sf_clamp_min is not available in tilestack (its cast clamps amax at 1e-4)')
+    rows, h2 = x.shape
+    if h2 % 2:
+        raise C.ValueError(f"{fn}: argument 'x' must have an even width, got {h2}")
+    hidden = h2 // 2
+    gs = hidden if num_per_channels == 0 else num_per_channels
+    dev = x.device
+    dummy_i32 = torch.zeros(1, dtype=torch.int32, device=dev)
+    use_weights = pos_to_token_topk is not None
+    if use_weights:
+        tensor(pos_to_token_topk, fn, 'pos_to_token_topk', (torch.int32,), 1)
+        tensor(topk_weights, fn, 'topk_weights', (torch.float32,), 2)
+        w = topk_weights.reshape(-1)
+    else:
+        pos_to_token_topk, w = dummy_i32, torch.zeros(1, dtype=torch.float32, device=dev)
+    use_mask = pos_to_expert is not None
+    if use_mask:
+        tensor(pos_to_expert, fn, 'pos_to_expert', (torch.int32,), 1)
+    else:
+        pos_to_expert = dummy_i32
+    use_clamp = swiglu_clamp_value is not None
+    if clamped_count is not None:
+        if not use_clamp:
+            raise C.ValueError(f"{fn}: argument 'clamped_count' needs swiglu_clamp_value")
+        tensor(clamped_count, fn, 'clamped_count', (torch.int64,), 1)
+        count = clamped_count
+    else:
+        count = torch.zeros(3, dtype=torch.int64, device=dev)
+    out = torch.empty((rows, hidden), dtype=torch.float8_e4m3fn, device=dev)
+    sf = alloc_sf(rows, ceil_div(hidden, gs), use_tma_aligned_col_major_sf, use_packed_ue8m0, dev)
+    if rows:
+        names = ('x', 'pos_to_expert', 'pos_to_token_topk', 'topk_weights', 'out', 'sf', 'clamped_count')
+        args = (x, pos_to_expert, pos_to_token_topk, w, out, sf, count, gs,
+                float(swiglu_clamp_value) if use_clamp else 0.0, use_clamp, clamped_count is not None, use_mask,
+                use_weights)
+        if use_packed_ue8m0:
+            call('swiglu_forward_and_per_token_cast_ue8m0', fn, names, *args)
+        else:
+            call('swiglu_forward_and_per_token_cast', fn, names, *args, round_sf)
+    return out, sf
+
+
 swiglu_backward_and_per_token_cast = missing('tile_kernels.quant.swiglu_backward_and_per_token_cast',
                                              'no SwiGLU backward in tilestack')
 swiglu_forward_and_per_channel_cast_and_transpose = missing(
