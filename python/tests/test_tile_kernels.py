@@ -531,3 +531,39 @@ def test_swiglu_forward_and_per_token_cast(layout, gs):
     err = (deq[keep] - y[keep]).abs()
     assert (err <= y[keep].abs() * 2.0 ** -4 * 1.001 + sfull * 2.0 ** -6 + 1e-6).all()
     assert (out[~keep].float() == 0).all()
+
+
+# ---- fused MoE layout ----
+
+@pytest.mark.parametrize('alignment', [1, 16])
+def test_get_fused_mapping_expand_reduce(alignment):
+    t, k, e, h = 37, 3, 8, 256
+    idx = torch.randint(-1, e, (t, k), generator=G)
+    (p2e, p2t, p2tk, ttp, start, end, cnt, lst) = moe.get_fused_mapping(idx, e, 0, alignment)
+    counts = torch.bincount(idx[idx >= 0], minlength=e)
+    aligned = (counts + alignment - 1) // alignment * alignment
+    assert lst == aligned.tolist() and torch.equal(cnt, aligned.to(torch.int32))
+    assert p2e.shape[0] == int(aligned.sum()) and ttp.shape == (t, k) and ttp.dtype == torch.int32
+    assert torch.equal(start, (torch.cumsum(aligned, 0) - aligned).to(torch.int32))
+    assert torch.equal(end - start, counts.to(torch.int32))
+    for tt in range(t):
+        for kk in range(k):
+            pos = int(ttp[tt, kk])
+            if idx[tt, kk] < 0:
+                assert pos == -1
+            else:
+                assert p2e[pos] == idx[tt, kk] and p2t[pos] == tt and p2tk[pos] == tt * k + kk
+    assert int((p2t >= 0).sum()) == int((idx >= 0).sum())
+    x = randn(t, h)
+    xe = moe.expand_to_fused(x, ttp, p2e)
+    ref = torch.where((p2t >= 0)[:, None], x[p2t.clamp(min=0).long()], torch.zeros((), dtype=x.dtype))
+    assert torch.equal(xe, ref)
+    w = torch.rand(t, k, generator=G)
+    y = moe.reduce_fused(xe, w, ttp)
+    acc = torch.zeros(t, h, dtype=torch.float64)
+    for kk in range(k):
+        m = (ttp[:, kk] >= 0)[:, None]
+        acc = acc + torch.where(m, xe[ttp[:, kk].clamp(min=0).long()].double() * w[:, kk:kk + 1].double(), 0.0)
+    assert torch.allclose(y.double(), acc.to(torch.bfloat16).double(), rtol=2 ** -7, atol=1e-6)
+    with pytest.raises(NotImplementedError, match='reduce_fused'):
+        moe.reduce_fused(xe, w, ttp, fp8_format='e4m3')

@@ -98,11 +98,89 @@ def topk_sum_and_topk_group_idx(scores, num_topk_sum: int, num_topk_groups: int)
 
 _C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
 top2_sum_gate = missing('tile_kernels.moe.top2_sum_gate', _C_EXISTS + ' (ts_top2_sum_gate)')
-get_fused_mapping = missing('tile_kernels.moe.get_fused_mapping', _C_EXISTS + ' (ts_get_fused_mapping)')
-expand_to_fused = missing('tile_kernels.moe.expand_to_fused', _C_EXISTS + ' (ts_expand_to_fused)')
+def get_fused_mapping(topk_idx, num_experts: int, num_expanded_tokens: int, alignment: int, force_no_sync: bool = False):
+    """Expert-major fused layout of the routed (token, k) pairs, each expert's segment padded to
+    alignment -> (pos_to_expert, pos_to_token, pos_to_token_topk, token_topk_to_pos, expert_start,
+    expert_end, num_tokens_per_expert, num_tokens_per_expert_list). num_expanded_tokens = 0 (and
+    not force_no_sync): upstream's estimate, then trimmed to the aligned total, with the list."""
+    fn = 'tile_kernels.moe.get_fused_mapping'
+    tensor(topk_idx, fn, 'topk_idx', _IDX, 2)
+    integer(num_experts, fn, 'num_experts', 1)
+    integer(num_expanded_tokens, fn, 'num_expanded_tokens', 0)
+    integer(alignment, fn, 'alignment', 1)
+    t, k = topk_idx.shape
+    sync = num_expanded_tokens == 0 and not force_no_sync
+    if sync:
+        num_expanded_tokens = (t * k + (alignment - 1) * num_experts) // alignment * alignment
+    dev = topk_idx.device
+    i32 = dict(dtype=torch.int32, device=dev)
+    outs = [torch.empty(num_expanded_tokens, **i32) for _ in range(3)]
+    outs.append(torch.empty((t, k), **i32))
+    outs += [torch.empty(num_experts, **i32) for _ in range(3)]
+    names = ('topk_idx', 'pos_to_expert', 'pos_to_token', 'pos_to_token_topk', 'token_topk_to_pos',
+             'expert_start', 'expert_end', 'num_tokens_per_expert')
+    if num_expanded_tokens > 0 or t * k > 0:
+        call('get_fused_mapping', fn, names, topk_idx, *outs, alignment)
+    counts = []
+    if sync:
+        counts = outs[6].tolist()
+        total = sum(counts)
+        outs[0], outs[1], outs[2] = outs[0][:total], outs[1][:total], outs[2][:total]
+    return (*outs, counts)
+
+
+def _inverse(token_topk_to_pos, rows, fn):
+    """pos_to_token from token_topk_to_pos (-1 where no (token, k) lands)."""
+    tensor(token_topk_to_pos, fn, 'token_topk_to_pos', (torch.int32,), 2)
+    ttp = token_topk_to_pos.to(torch.int64)
+    valid = ttp >= 0
+    if bool((ttp >= rows).any()):
+        raise C.ValueError(f"{fn}: argument 'token_topk_to_pos' has positions >= {rows} (pos_to_expert's length)")
+    p2t = torch.full((rows,), -1, dtype=torch.int32, device=ttp.device)
+    tok = torch.arange(ttp.shape[0], dtype=torch.int32, device=ttp.device)[:, None].expand_as(ttp)
+    p2t[ttp[valid]] = tok[valid]
+    return p2t
+
+
+def expand_to_fused(x, token_topk_to_pos, pos_to_expert):
+    """out[token_topk_to_pos[t, k]] = x[t]; positions nothing lands on are zero rows."""
+    fn = 'tile_kernels.moe.expand_to_fused'
+    tensor(x, fn, 'x', (torch.bfloat16,), 2)
+    tensor(pos_to_expert, fn, 'pos_to_expert', (torch.int32,), 1)
+    p2t = _inverse(token_topk_to_pos, pos_to_expert.shape[0], fn)
+    if token_topk_to_pos.shape[0] != x.shape[0]:
+        raise C.ValueError(f"{fn}: argument 'token_topk_to_pos' has {token_topk_to_pos.shape[0]} rows, x {x.shape[0]}")
+    out = torch.empty((pos_to_expert.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
+    if out.numel():
+        call('expand_to_fused', fn, ('x', 'pos_to_token', 'out'), x, p2t, out)
+    return out
+
+
+def reduce_fused(x, topk_weights, token_topk_to_pos, fp8_format: str = '', sf=None, out=None):
+    """out[t] = bf16(sum over k of x[token_topk_to_pos[t, k]] * topk_weights[t, k]), an f32 fma chain
+    in k order (positions < 0 skipped; without weights, 1)."""
+    fn = 'tile_kernels.moe.reduce_fused'
+    if isinstance(x, (tuple, list)) or fp8_format != '' or sf is not None:
+        raise NotImplementedError(f'{fn}: per-row scales (a QuantTensor x), an FP8 output and a global sf are '
+                                  'not available in tilestack (ts_reduce_fused is bf16 in, bf16 out)')
+    tensor(x, fn, 'x', (torch.bfloat16,), 2)
+    tensor(token_topk_to_pos, fn, 'token_topk_to_pos', (torch.int32,), 2)
+    t, k = token_topk_to_pos.shape
+    if topk_weights is None:
+        topk_weights = torch.ones((t, k), dtype=torch.float32, device=x.device)
+    tensor(topk_weights, fn, 'topk_weights', (torch.float32,), 2)
+    if out is None:
+        out = torch.empty((t, x.shape[1]), dtype=x.dtype, device=x.device)
+    else:
+        tensor(out, fn, 'out', (x.dtype,), 2)
+    if t:
+        call('reduce_fused', fn, ('x', 'topk_weights', 'token_topk_to_pos', 'out'), x, topk_weights,
+             token_topk_to_pos, out)
+    return out
+
+
 expand_to_fused_with_sf = missing('tile_kernels.moe.expand_to_fused_with_sf',
                                   _C_EXISTS + ' (ts_expand_to_fused_with_sf)')
-reduce_fused = missing('tile_kernels.moe.reduce_fused', _C_EXISTS + ' (ts_reduce_fused)')
 
 
 def __getattr__(name):
