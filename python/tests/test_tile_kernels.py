@@ -299,7 +299,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 
 def test_not_bound_names_raise():
-    for f in (quant.per_block_cast_with_sf_only, quant.per_block_cast_lossless, moe.top2_sum_gate,
+    for f in (quant.per_block_cast_with_sf_only, quant.per_block_cast_lossless, moe.expand_to_fused_with_sf,
               tile_kernels.mhc.mhc_pre_big_fuse, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
@@ -567,3 +567,38 @@ def test_get_fused_mapping_expand_reduce(alignment):
     assert torch.allclose(y.double(), acc.to(torch.bfloat16).double(), rtol=2 ** -7, atol=1e-6)
     with pytest.raises(NotImplementedError, match='reduce_fused'):
         moe.reduce_fused(xe, w, ttp, fp8_format='e4m3')
+
+
+# ---- router ----
+
+@pytest.mark.parametrize('scoring', ['sigmoid', 'sqrtsoftplus', 'softmax'])
+@pytest.mark.parametrize('groups', [(0, 0), (8, 4)])
+def test_top2_sum_gate(scoring, groups):
+    t, e, k = 50, 64, 6
+    ng, nkg = groups
+    logits = torch.randn(t, e, generator=G)
+    bias = torch.randn(e, generator=G) * 0.1
+    mask = torch.rand(t, generator=G) > 0.2
+    idx, w = moe.top2_sum_gate(logits, bias, k, nkg, ng, False, 0, 2.5, 0, 1, 0, 1, scoring, mask=mask)
+    assert idx.shape == w.shape == (t, k) and idx.dtype == torch.int64 and w.dtype == torch.float32
+    if scoring == 'sigmoid':
+        sc = torch.sigmoid(logits)
+    elif scoring == 'sqrtsoftplus':
+        sc = torch.nn.functional.softplus(logits).sqrt()
+    else:
+        sc = logits.softmax(-1)
+    rank = (logits if scoring == 'softmax' else sc) + bias
+    if ng:
+        gs = rank.view(t, ng, -1).topk(2, -1).values.sum(-1)
+        keep = torch.zeros(t, ng, dtype=torch.bool).scatter_(1, gs.topk(nkg, -1).indices, True)
+        rank = rank.masked_fill(~keep.repeat_interleave(e // ng, 1), float('-inf'))
+    ref = rank.topk(k, -1).indices
+    sel = sc.gather(1, ref)
+    rw = sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5
+    m = mask
+    assert torch.equal(idx[m].sort(-1).values, ref[m].sort(-1).values)
+    order = idx[m].argsort(-1)
+    assert torch.allclose(w[m].gather(1, order), rw[m].gather(1, ref[m].argsort(-1)), rtol=1e-5, atol=1e-6)
+    assert (idx[~m] == -1).all() and (w[~m] == 0).all()
+    with pytest.raises(ValueError, match="'scoring_func'"):
+        moe.top2_sum_gate(logits, bias, k, 0, 0, False, 0, 1.0, 0, 1, 0, 1, 'identity')

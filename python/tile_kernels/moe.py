@@ -97,7 +97,73 @@ def topk_sum_and_topk_group_idx(scores, num_topk_sum: int, num_topk_groups: int)
 
 
 _C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
-top2_sum_gate = missing('tile_kernels.moe.top2_sum_gate', _C_EXISTS + ' (ts_top2_sum_gate)')
+_SCORING = {'sigmoid': 0, 'sqrtsoftplus': 1, 'softmax': 2}
+
+
+def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups: int, use_shared_as_routed: bool,
+                  num_shared_experts: int, routed_scaling_factor: float, ep_rank: int, num_ep_ranks: int,
+                  tp_rank: int, num_tp_ranks: int, scoring_func: str, mask=None, fix_routing_mask=None,
+                  to_physical_map=None, logical_count=None, unmapped_topk_idx=None):
+    """The MoE router (scoring, biased ranking, optional group limit by top-2 sums, top-k,
+    normalised weights x routed_scaling_factor, shared experts as extra slots, masks, logical ->
+    physical map, EP / TP masking) -> (topk_idx int64 [T, K + S], topk_weights f32 [T, K + S])."""
+    fn = 'tile_kernels.moe.top2_sum_gate'
+    tensor(logits, fn, 'logits', (torch.float32,), 2)
+    tensor(bias, fn, 'bias', (torch.float32,), 1)
+    for v, a in ((num_topk, 'num_topk'), (num_ep_ranks, 'num_ep_ranks'), (num_tp_ranks, 'num_tp_ranks')):
+        integer(v, fn, a, 1)
+    for v, a in ((num_topk_groups, 'num_topk_groups'), (num_groups, 'num_groups'), (ep_rank, 'ep_rank'),
+                 (tp_rank, 'tp_rank'), (num_shared_experts, 'num_shared_experts')):
+        integer(v, fn, a, 0)
+    if scoring_func not in _SCORING:
+        raise C.ValueError(f"{fn}: argument 'scoring_func' must be one of {tuple(_SCORING)}, got {scoring_func!r}")
+    t, e = logits.shape
+    if bias.shape[0] != e:
+        raise C.ValueError(f"{fn}: argument 'bias' has {bias.shape[0]} entries, logits {e} experts")
+    if (num_groups == 0) != (num_topk_groups == 0):
+        raise C.ValueError(f'{fn}: num_groups and num_topk_groups must be both zero or both non-zero')
+    if (to_physical_map is None) != (logical_count is None):
+        raise C.ValueError(f"{fn}: arguments 'to_physical_map' and 'logical_count' go together")
+    if fix_routing_mask is not None and unmapped_topk_idx is None:
+        raise C.ValueError(f"{fn}: argument 'fix_routing_mask' needs unmapped_topk_idx")
+    shared = num_shared_experts if use_shared_as_routed else 0
+    dev = logits.device
+    kp = num_topk + shared
+    topk_idx = torch.empty((t, kp), dtype=torch.int64, device=dev)
+    topk_weights = torch.empty((t, kp), dtype=torch.float32, device=dev)
+    if t == 0:
+        return topk_idx, topk_weights
+    extra = 0
+    if to_physical_map is not None:
+        tensor(to_physical_map, fn, 'to_physical_map', (torch.int32,), 2)
+        tensor(logical_count, fn, 'logical_count', (torch.int32,), 1)
+        extra = to_physical_map.shape[1] - 1
+    if shared > extra:
+        raise C.ValueError(f'{fn}: num_shared_experts ({shared}) exceeds the extra physical experts ({extra}) '
+                           'of to_physical_map (upstream asserts the same)')
+    b1 = torch.zeros(1, dtype=torch.bool, device=dev)
+    if mask is not None:
+        tensor(mask, fn, 'mask', (torch.bool,))
+        mask = mask.reshape(-1)
+    if fix_routing_mask is not None:
+        tensor(fix_routing_mask, fn, 'fix_routing_mask', (torch.bool,), 1)
+    if unmapped_topk_idx is not None:
+        tensor(unmapped_topk_idx, fn, 'unmapped_topk_idx', (torch.int64,), 2)
+    g, kg = (num_groups, num_topk_groups) if num_groups else (1, 1)
+    names = ('logits', 'bias', 'mask', 'topk_idx', 'topk_weights', 'unmapped_topk_idx', 'fix_routing_mask',
+             'to_physical_map', 'logical_count')
+    call('top2_sum_gate', fn, names, logits, bias, b1 if mask is None else mask, topk_idx, topk_weights,
+         num_topk, g, kg, _SCORING[scoring_func], float(routed_scaling_factor), mask is not None, extra, ep_rank,
+         num_ep_ranks, tp_rank, num_tp_ranks,
+         torch.zeros((1, 1), dtype=torch.int64, device=dev) if unmapped_topk_idx is None else unmapped_topk_idx,
+         unmapped_topk_idx is not None, b1 if fix_routing_mask is None else fix_routing_mask,
+         fix_routing_mask is not None,
+         torch.zeros((1, 1), dtype=torch.int32, device=dev) if to_physical_map is None else to_physical_map,
+         torch.ones(1, dtype=torch.int32, device=dev) if logical_count is None else logical_count,
+         to_physical_map is not None)
+    return topk_idx, topk_weights
+
+
 def get_fused_mapping(topk_idx, num_experts: int, num_expanded_tokens: int, alignment: int, force_no_sync: bool = False):
     """Expert-major fused layout of the routed (token, k) pairs, each expert's segment padded to
     alignment -> (pos_to_expert, pos_to_token, pos_to_token_topk, token_topk_to_pos, expert_start,
