@@ -300,7 +300,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 def test_not_bound_names_raise():
     for f in (quant.per_block_cast_with_sf_only, quant.per_block_cast_lossless, moe.expand_to_fused_with_sf,
-              tile_kernels.mhc.mhc_pre_big_fuse, tile_kernels.transform.not_a_kernel):
+              tile_kernels.mhc.mhc_multilayer_recompute, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
 
@@ -602,3 +602,23 @@ def test_top2_sum_gate(scoring, groups):
     assert (idx[~m] == -1).all() and (w[~m] == 0).all()
     with pytest.raises(ValueError, match="'scoring_func'"):
         moe.top2_sum_gate(logits, bias, k, 0, 0, False, 0, 1.0, 0, 1, 0, 1, 'identity')
+
+
+def test_mhc_pre_norm_fn_and_big_fuse():
+    s, t, h = 2, 3, 64
+    res = randn(s, t, 4, h)
+    fn = (torch.randn(24, 4 * h, generator=G) * 0.05).view(torch.int32) & ~0x1FFF  # TF32-representable
+    fn = fn.view(torch.float32)
+    mixes = mhc_ops.mhc_pre_norm_fn(res, fn, None, 1e-6)
+    assert mixes.shape == (s, t, 24) and mixes.dtype == torch.float32
+    r = res.double().reshape(s, t, -1)
+    ref = (r @ fn.double().T) / torch.sqrt((r * r).mean(-1, keepdim=True) + 1e-6)
+    assert torch.allclose(mixes.double(), ref, rtol=1e-5, atol=1e-5)
+    scale, base = torch.rand(3, generator=G), torch.randn(24, generator=G) * 0.1
+    post, comb, layer = mhc_ops.mhc_pre_big_fuse(res, fn, scale, base, 1e-6, 1e-6, 1e-6, 2.0, 20)
+    pre, post2, comb2 = mhc_ops.mhc_pre_split_mixes(mixes, scale, base, 4, 2.0, 1e-6)
+    comb2 = mhc_ops.sinkhorn_normalize(comb2, 20, 1e-6)
+    layer2 = mhc_ops.mhc_pre_apply_mix(res, pre)
+    assert torch.equal(post, post2) and torch.equal(comb, comb2) and torch.equal(layer, layer2)
+    with pytest.raises(NotImplementedError, match='mhc_norm_weight'):
+        mhc_ops.mhc_pre_norm_fn(res, fn, torch.ones(4 * h), 1e-6)

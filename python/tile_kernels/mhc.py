@@ -134,8 +134,56 @@ def mhc_pre_split_mixes(input_mixes, mhc_scale, mhc_base, mhc_mult: int, mhc_pos
 
 
 _C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
-mhc_pre_norm_fn = missing('tile_kernels.modeling.mhc.ops.mhc_pre_norm_fn', _C_EXISTS + ' (ts_mhc_pre_norm_fn)')
-mhc_pre_big_fuse = missing('tile_kernels.modeling.mhc.ops.mhc_pre_big_fuse', _C_EXISTS + ' (ts_mhc_pre)')
+def _residual(residual, fn, fn_arg, name):
+    tensor(residual, name, 'residual', _BF16)
+    tensor(fn, name, fn_arg, _F32, 2)
+    if residual.dim() < 2:
+        raise C.ValueError(f"{name}: argument 'residual' must be [..., mhc, hidden], got {tuple(residual.shape)}")
+    m, h = residual.shape[-2:]
+    _mhc(m, name, 'mhc')
+    if tuple(fn.shape) != (m * (m + 2), m * h):
+        raise C.ValueError(f"{name}: argument '{fn_arg}' must be {(m * (m + 2), m * h)}, got {tuple(fn.shape)}")
+    return m, h
+
+
+def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse_grad_acc: bool = True,
+                    n_splits: int = 16):
+    """mixes[..., :] = (R_flat . tf32(mhc_fn)^T) / sqrt(mean(R_flat^2) + eps), R_flat the [..., 4H]
+    flattened residual -> f32 [..., 24]. fuse_grad_acc and n_splits (backward / split-K knobs)
+    are accepted and ignored."""
+    fn = 'tile_kernels.modeling.mhc.ops.mhc_pre_norm_fn'
+    m, h = _residual(residual, mhc_fn, 'mhc_fn', fn)
+    if mhc_norm_weight is not None:
+        raise NotImplementedError(f'{fn}: mhc_norm_weight is not available in tilestack (pre-multiply mhc_fn by it)')
+    m3 = m * (m + 2)
+    out = torch.empty((*residual.shape[:-2], m3), dtype=torch.float32, device=residual.device)
+    if out.numel():
+        call('mhc_pre_norm_fn', fn, ('residual', 'mhc_fn', 'out'), residual.reshape(-1, m, h), mhc_fn,
+             out.view(-1, m3), mhc_norm_eps)
+    return out
+
+
+def mhc_pre_big_fuse(residual, fn, mhc_scale, mhc_base, rms_eps: float, mhc_pre_eps: float, mhc_sinkhorn_eps: float,
+                     mhc_post_mult_value: float, sinkhorn_repeat: int, n_splits: int = 16):
+    """norm_fn -> split_mixes -> sinkhorn -> pre_apply_mix in one call -> (post_mix [..., 4, 1],
+    comb_mix [..., 4, 4], layer_input bf16 [..., H]); bit-identical to the composition."""
+    name = 'tile_kernels.modeling.mhc.ops.mhc_pre_big_fuse'
+    m, h = _residual(residual, fn, 'fn', name)
+    tensor(mhc_scale, name, 'mhc_scale', _F32)
+    tensor(mhc_base, name, 'mhc_base', _F32)
+    lead = tuple(residual.shape[:-2])
+    dev = residual.device
+    post = torch.empty(lead + (m, 1), dtype=torch.float32, device=dev)
+    comb = torch.empty(lead + (m, m), dtype=torch.float32, device=dev)
+    layer = torch.empty(lead + (h,), dtype=torch.bfloat16, device=dev)
+    if layer.numel():
+        call('mhc_pre', name, ('residual', 'fn', 'mhc_scale', 'mhc_base', 'layer_input', 'post_mix', 'comb_mix'),
+             residual.reshape(-1, m, h), fn, mhc_scale.reshape(-1), mhc_base.reshape(-1), layer.view(-1, h),
+             post.view(-1, m), comb.view(-1, m * m), rms_eps, mhc_pre_eps, mhc_post_mult_value, sinkhorn_repeat,
+             mhc_sinkhorn_eps)
+    return post, comb, layer
+
+
 mhc_multilayer_recompute = missing('tile_kernels.modeling.mhc.ops.mhc_multilayer_recompute',
                                    'no multilayer recompute kernel in tilestack')
 mhc_post_fwd = mhc_post
