@@ -146,9 +146,15 @@ def _residual(residual, fn, fn_arg, name):
     return m, h
 
 
+def _round_to_tf32(fn):
+    """Upstream's rounding of fn before its TF32 GEMM (add half a TF32 ulp to the bits); the
+    kernel then drops the low 13 bits, as the tensor cores do."""
+    return (fn.contiguous().view(torch.int32) + 0x1000).view(torch.float32)
+
+
 def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse_grad_acc: bool = True,
                     n_splits: int = 16):
-    """mixes[..., :] = (R_flat . tf32(mhc_fn)^T) / sqrt(mean(R_flat^2) + eps), R_flat the [..., 4H]
+    """mixes[..., :] = (R_flat . tf32(mhc_fn)^T) (mhc_fn rounded to TF32 as upstream) / sqrt(mean(R_flat^2) + eps), R_flat the [..., 4H]
     flattened residual -> f32 [..., 24]. fuse_grad_acc and n_splits (backward / split-K knobs)
     are accepted and ignored."""
     fn = 'tile_kernels.modeling.mhc.ops.mhc_pre_norm_fn'
@@ -158,7 +164,7 @@ def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse
     m3 = m * (m + 2)
     out = torch.empty((*residual.shape[:-2], m3), dtype=torch.float32, device=residual.device)
     if out.numel():
-        call('mhc_pre_norm_fn', fn, ('residual', 'mhc_fn', 'out'), residual.reshape(-1, m, h), mhc_fn,
+        call('mhc_pre_norm_fn', fn, ('residual', 'mhc_fn', 'out'), residual.reshape(-1, m, h), _round_to_tf32(mhc_fn),
              out.view(-1, m3), mhc_norm_eps)
     return out
 
@@ -178,7 +184,7 @@ def mhc_pre_big_fuse(residual, fn, mhc_scale, mhc_base, rms_eps: float, mhc_pre_
     layer = torch.empty(lead + (h,), dtype=torch.bfloat16, device=dev)
     if layer.numel():
         call('mhc_pre', name, ('residual', 'fn', 'mhc_scale', 'mhc_base', 'layer_input', 'post_mix', 'comb_mix'),
-             residual.reshape(-1, m, h), fn, mhc_scale.reshape(-1), mhc_base.reshape(-1), layer.view(-1, h),
+             residual.reshape(-1, m, h), _round_to_tf32(fn), mhc_scale.reshape(-1), mhc_base.reshape(-1), layer.view(-1, h),
              post.view(-1, m), comb.view(-1, m * m), rms_eps, mhc_pre_eps, mhc_post_mult_value, sinkhorn_repeat,
              mhc_sinkhorn_eps)
     return post, comb, layer
