@@ -299,7 +299,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 
 def test_not_bound_names_raise():
-    for f in (quant.per_block_cast_with_sf_only, quant.per_block_cast_lossless, moe.expand_to_fused_with_sf,
+    for f in (quant.per_block_cast_with_sf_only, quant.rmsnorm_forward_and_per_token_cast, moe.expand_to_fused_with_sf,
               tile_kernels.mhc.mhc_multilayer_recompute, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
@@ -622,3 +622,30 @@ def test_mhc_pre_norm_fn_and_big_fuse():
     assert torch.equal(post, post2) and torch.equal(comb, comb2) and torch.equal(layer, layer2)
     with pytest.raises(NotImplementedError, match='mhc_norm_weight'):
         mhc_ops.mhc_pre_norm_fn(res, fn, torch.ones(4 * h), 1e-6)
+
+
+@pytest.mark.parametrize('packed_in', [False, True])
+@pytest.mark.parametrize('packed_out', [False, True])
+@pytest.mark.parametrize('out_block', [(1, 128), (32, 32), (128, 128)])
+def test_per_block_cast_lossless_exact(packed_in, packed_out, out_block):
+    t, h = 130, 256
+    x = randn(t, h, scale=3.0)
+    q, qsf = quant.per_token_cast(x, 'e2m1', 32, use_tma_aligned_col_major_sf=packed_in, round_sf=True,
+                                  use_packed_ue8m0=packed_in)
+    out, sf = quant.per_block_cast_lossless((q, qsf), 'e4m3', (1, 32), out_block,
+                                            use_tma_aligned_col_major_sf=packed_out, round_sf=True,
+                                            use_packed_ue8m0=packed_out)
+    assert out.shape == (t, h) and out.dtype == torch.float8_e4m3fn
+    nm, nk = (t + out_block[0] - 1) // out_block[0], (h + out_block[1] - 1) // out_block[1]
+    if packed_out:
+        assert sf.dtype == torch.int32 and sf.shape == (nm, (nk + 3) // 4) and sf.stride() == (1, align(nm, 4))
+    else:
+        assert sf.shape == (nm, nk)
+    before = quant.cast_back((q, qsf), 'fp32', (1, 32))
+    if packed_out:
+        by = torch.stack([(sf.to(torch.int64) >> (8 * i)) & 255 for i in range(4)], -1).reshape(nm, -1)[:, :nk]
+        s_out = f32_bits(by << 23)
+    else:
+        s_out = sf
+    after = out.float() * s_out.repeat_interleave(out_block[0], 0)[:t].repeat_interleave(out_block[1], 1)[:, :h]
+    assert torch.equal(after, before)

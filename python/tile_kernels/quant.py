@@ -303,8 +303,34 @@ def per_channel_cast_and_transpose(x, fmt: str, num_per_tokens: int, round_sf: b
     return out, sf
 
 
-per_block_cast_lossless = missing('tile_kernels.quant.per_block_cast_lossless',
-                                  _C_EXISTS + ' (ts_per_block_cast_lossless*)')
+def per_block_cast_lossless(x, fmt: str, x_block_size: tuple, out_block_size: tuple,
+                            use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
+                            use_packed_ue8m0: bool = False):
+    """Lossless re-quantisation of packed FP4 (x, x_sf) to e4m3 with out_block_size scales ->
+    (out, out_sf); the output scales are powers of two whatever round_sf says (the cast is exact
+    when the input scales of an output block span at most 2^11)."""
+    fn = 'tile_kernels.quant.per_block_cast_lossless'
+    choice(fmt, fn, 'fmt', ('e4m3',))
+    data, x_sf = pair(x, fn, 'x')
+    tensor(data, fn, 'x', (torch.int8,), 2)
+    tensor(x_sf, fn, 'x_sf', (torch.float32, torch.int32), 2)
+    ib = _block(x_block_size, fn, 'x_block_size')
+    ob = _block(out_block_size, fn, 'out_block_size')
+    if use_packed_ue8m0 and not use_tma_aligned_col_major_sf:
+        raise C.ValueError(f'{fn}: use_packed_ue8m0 needs use_tma_aligned_col_major_sf=True (upstream stores '
+                           'packed UE8M0 column-major)')
+    tokens, hidden = data.shape[0], data.shape[1] * 2
+    out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=data.device)
+    sf = alloc_sf(ceil_div(tokens, ob[0]), ceil_div(hidden, ob[1]), use_tma_aligned_col_major_sf, use_packed_ue8m0,
+                  data.device)
+    kernel = 'per_block_cast_lossless' + {(False, False): '', (True, True): '_ue8m0', (False, True): '_f32_to_ue8m0',
+                                          (True, False): '_ue8m0_to_f32'}[(x_sf.dtype == torch.int32,
+                                                                           bool(use_packed_ue8m0))]
+    if tokens:
+        call(kernel, fn, ('x', 'x_sf', 'out', 'sf'), data, x_sf, out, sf, ib[0], ib[1], ob[0], ob[1])
+    return out, sf
+
+
 rmsnorm_forward_and_per_token_cast = missing('tile_kernels.quant.rmsnorm_forward_and_per_token_cast',
                                              _C_EXISTS + ' (ts_rmsnorm_forward_and_per_token_cast*)')
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to_token_topk=None, topk_weights=None,
