@@ -331,8 +331,32 @@ def per_block_cast_lossless(x, fmt: str, x_block_size: tuple, out_block_size: tu
     return out, sf
 
 
-rmsnorm_forward_and_per_token_cast = missing('tile_kernels.quant.rmsnorm_forward_and_per_token_cast',
-                                             _C_EXISTS + ' (ts_rmsnorm_forward_and_per_token_cast*)')
+def rmsnorm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_channels: int,
+                                       use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
+                                       use_packed_ue8m0: bool = False):
+    """y = (x * rstd) * weight (rstd = 1 / sqrt(mean(x^2) + eps)), then the per-token e4m3 cast
+    (num_per_channels 128 or hidden) -> (out, out_sf)."""
+    fn = 'tile_kernels.quant.rmsnorm_forward_and_per_token_cast'
+    tensor(x, fn, 'x', (torch.bfloat16, torch.float32), 2)
+    tensor(weight, fn, 'weight', (x.dtype,), 1)
+    choice(fmt, fn, 'fmt', ('e4m3',))
+    integer(num_per_channels, fn, 'num_per_channels', 1)
+    _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+    if x.dtype != torch.bfloat16:
+        raise NotImplementedError(f'{fn}: an f32 input is not available in tilestack '
+                                  '(ts_rmsnorm_forward_and_per_token_cast takes bf16)')
+    tokens, hidden = x.shape
+    out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
+    sf = alloc_sf(tokens, ceil_div(hidden, num_per_channels), use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
+    if tokens:
+        names = ('x', 'weight', 'out', 'sf')
+        if use_packed_ue8m0:
+            call('rmsnorm_forward_and_per_token_cast_ue8m0', fn, names, x, weight, out, sf, eps, num_per_channels)
+        else:
+            call('rmsnorm_forward_and_per_token_cast', fn, names, x, weight, out, sf, eps, num_per_channels, round_sf)
+    return out, sf
+
+
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to_token_topk=None, topk_weights=None,
                                       pos_to_expert=None, use_tma_aligned_col_major_sf: bool = False,
                                       round_sf: bool = False, use_packed_ue8m0: bool = False,
