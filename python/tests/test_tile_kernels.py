@@ -669,3 +669,23 @@ def test_rmsnorm_forward_and_per_token_cast(gs, layout):
     assert sf.shape == rsf.shape and sf.dtype == rsf.dtype
     if packed:
         assert sf.stride() == (1, align(17, 4))
+
+
+def test_tk_binding_keeps_no_references():
+    import sys
+    x = randn(8, 256)
+    bad = torch.ones(3, 1)
+    r0, r1 = sys.getrefcount(x), sys.getrefcount(bad)
+    for _ in range(200):
+        quant.per_token_cast(x, 'e4m3', 128)
+        with pytest.raises(ValueError):
+            quant.per_token_cast_with_precomputed_sf(x, 'e4m3', 128, bad)
+    assert sys.getrefcount(x) == r0 and sys.getrefcount(bad) == r1
+
+
+def test_tk_rejects_unknown_kernel_and_arity():
+    from _tilestack_py import C
+    with pytest.raises(ValueError, match='no kernel'):
+        C.tk('nope', 'f', ())
+    with pytest.raises(TypeError, match='takes 2 arguments'):
+        C.tk('topk_gate', 'f', ('scores',), torch.zeros(1, 1))
