@@ -7,6 +7,7 @@
 #define FASTCALL(name) PyObject *tsp_##name(PyObject *, PyObject *const *, Py_ssize_t);
 #define ONEARG(name) PyObject *tsp_##name(PyObject *, PyObject *);
 FASTCALL(topk)
+FASTCALL(tk)
 FASTCALL(fp8_gemm)
 FASTCALL(bf16_gemm)
 FASTCALL(m_grouped_fp8_contiguous)
@@ -100,7 +101,7 @@ static PyObject *tsp_version(PyObject *self, PyObject *unused) {
 #define O(name) {#name, (PyCFunction)tsp_##name, METH_O, NULL}
 #define N(name) {#name, (PyCFunction)tsp_##name, METH_NOARGS, NULL}
 static PyMethodDef methods[] = {
-    F(topk), F(fp8_gemm), F(bf16_gemm), F(m_grouped_fp8_contiguous), F(m_grouped_bf16_contiguous),
+    F(topk), F(tk), F(fp8_gemm), F(bf16_gemm), F(m_grouped_fp8_contiguous), F(m_grouped_bf16_contiguous),
     F(m_grouped_fp8_masked), F(m_grouped_bf16_masked), F(k_grouped_fp8), F(k_grouped_bf16),
     F(einsum), F(fp8_einsum), F(tf32_hc_prenorm_gemm), F(fp8_gemm_nt_skip_head_mid), F(cast),
     F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(flash_mla_sparse_fwd), F(flash_mla_with_kvcache), N(mla_metadata_new), F(mqa_logits), F(mqa_logits_row_stride),

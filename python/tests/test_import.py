@@ -27,7 +27,7 @@ def test_import_without_cuda():
     lambda: __import__('deep_gemm').transform_sf_into_required_layout(None, 1, 1, (1, 128)),
     lambda: __import__('deep_gemm').get_symm_buffer_for_mega_moe(None),
     lambda: __import__('deep_gemm').cublaslt_gemm_nt(None, None, None),
-    lambda: __import__('tile_kernels').quant.per_token_cast(None, 'e4m3'),
+    lambda: __import__('tile_kernels').quant.swiglu_backward_and_per_token_cast(None),
 ])
 def test_missing_functions_raise_not_implemented(call):
     with pytest.raises(NotImplementedError, match='not available in tilestack'):
