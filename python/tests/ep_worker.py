@@ -17,6 +17,22 @@ comm = MPI.COMM_WORLD
 rank, R = comm.Get_rank(), comm.Get_size()
 
 
+
+def expect_bad_on_last_rank(call, what, exc, word):
+    """`call` fails on every rank: the last (bad) rank with `exc` naming `word`, the others with
+    RuntimeError naming that rank (tilestack's TS_ERR_PEER)."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get('TS_EP_TEST_VERBOSE'):
+            print(f'rank {rank}: {type(e).__name__}: {e}', flush=True)
+        if rank == R - 1:
+            assert isinstance(e, exc) and word in str(e), f'bad rank got {type(e).__name__}: {e}'
+        else:
+            assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
+        return
+    raise AssertionError(f'{what} did not raise')
+
 def bits(t):
     """Integer view for bit-for-bit comparison."""
     return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
@@ -191,33 +207,17 @@ def normal_mode():
 
     # bad input on the last rank only: it names the argument, the others RuntimeError (peer)
     bad_w = topk_w[:, :K - 1] if rank == R - 1 else topk_w
-    try:
-        buf.dispatch(x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
-                     topk_idx=topk_idx, topk_weights=bad_w)
-        raise AssertionError('bad topk_weights did not raise')
-    except AssertionError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        if rank == R - 1:
-            assert isinstance(e, ValueError) and 'topk_weights' in str(e), f'bad rank got {type(e).__name__}: {e}'
-        else:
-            assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
+    expect_bad_on_last_rank(
+        lambda: buf.dispatch(x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
+                             topk_idx=topk_idx, topk_weights=bad_w),
+        'bad topk_weights', ValueError, 'topk_weights')
     # the same in combine: f64 weights on the last rank
     recv_x, _, recv_w, _, handle, _ = buf.dispatch(
         x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
         topk_idx=topk_idx, topk_weights=topk_w)
-    try:
-        buf.combine(recv_x, handle, topk_weights=recv_w.double() if rank == R - 1 else recv_w)
-        raise AssertionError('bad combine topk_weights did not raise')
-    except AssertionError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        if os.environ.get('TS_EP_TEST_VERBOSE'):
-            print(f'rank {rank}: {type(e).__name__}: {e}', flush=True)
-        if rank == R - 1:
-            assert isinstance(e, TypeError) and 'topk_weights' in str(e), f'bad rank got {type(e).__name__}: {e}'
-        else:
-            assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
+    expect_bad_on_last_rank(
+        lambda: buf.combine(recv_x, handle, topk_weights=recv_w.double() if rank == R - 1 else recv_w),
+        'bad combine topk_weights', TypeError, 'topk_weights')
     # ... and the buffer still works
     recv_x, *_ = buf.dispatch(x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
                               topk_idx=topk_idx, topk_weights=topk_w)
@@ -320,18 +320,8 @@ def low_latency_mode():
     # bad input on the last rank: more tokens than T
     bad_x = torch.zeros(T + 1, hidden, dtype=torch.bfloat16) if rank == R - 1 else x
     bad_idx = torch.full((T + 1, K), -1, dtype=torch.int64) if rank == R - 1 else topk_idx
-    try:
-        buf.low_latency_dispatch(bad_x, bad_idx, T, E, use_fp8=False)
-        raise AssertionError('too many tokens did not raise')
-    except AssertionError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        if os.environ.get('TS_EP_TEST_VERBOSE'):
-            print(f'rank {rank}: {type(e).__name__}: {e}', flush=True)
-        if rank == R - 1:
-            assert isinstance(e, ValueError) and 'num_max_dispatch_tokens_per_rank' in str(e), f'bad rank got {type(e).__name__}: {e}'
-        else:
-            assert type(e) is RuntimeError and str(R - 1) in str(e), f'peer got {type(e).__name__}: {e}'
+    expect_bad_on_last_rank(lambda: buf.low_latency_dispatch(bad_x, bad_idx, T, E, use_fp8=False),
+                            'too many tokens', ValueError, 'num_max_dispatch_tokens_per_rank')
     recv, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=False)
     assert [int(c) for c in count] == [len(exp[e][0]) for e in range(el)]
     buf.destroy()

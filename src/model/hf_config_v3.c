@@ -242,13 +242,9 @@ static ts_status check_ranges(const char *path, ts__v3_config *c) {
 static double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * log(factor) + 1.0; }
 
 ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts__v3_config *cfg) {
-    json_error_t err;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: not a JSON object (%.80s, line %d)", path,
-                        root ? "another value" : err.text, err.line);
-    }
+    json_t *root;
+    ts_status st = ts__hf_json_object(text, len, path, &root);
+    if (st != TS_OK) return st;
     ts__v3_config c;
     memset(&c, 0, sizeof c);
     c.beta_fast = 32, c.beta_slow = 1, c.factor = 1;
@@ -259,7 +255,7 @@ ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts
         if (r->rule == R_BOOL && !r->str) *(bool *)((char *)&c + r->off) = r->def != 0;
     }
     char b[TS__ESC_CAP];
-    ts_status st = check_architecture(path, root);
+    st = check_architecture(path, root);
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v) {

@@ -526,17 +526,13 @@ static ts_status translate_validate(const char *path, ts_status st) {
 
 ts_status ts__hf_v4_parse_config(const char *text, size_t len, const char *path,
                                  const char *name, ts_model_config *cfg, ts__hf_v4_info *info) {
-    json_error_t err;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: not a JSON object (%.80s, line %d)", path,
-                        root ? "another value" : err.text, err.line);
-    }
+    json_t *root;
+    ts_status st = ts__hf_json_object(text, len, path, &root);
+    if (st != TS_OK) return st;
     ts_model_config c;
     memset(&c, 0, sizeof c);
     ts__hf_v4_info in = {0};
-    ts_status st = check_architecture(path, root);
+    st = check_architecture(path, root);
     /* every key known, and the table's defaults for the optional ones */
     const char *k;
     json_t *v;
@@ -781,3 +777,16 @@ ts_status ts__hf_json_str(const char *path, const char *key, const json_t *v, co
     return get_str(path, key, v, out);
 }
 const char *ts__hf_json_show(const json_t *v, char buf[TS__ESC_CAP]) { return show(v, buf); }
+
+ts_status ts__hf_json_object(const char *text, size_t len, const char *path, json_t **out) {
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    *out = NULL;
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: not a JSON object (%.80s, line %d)", path,
+                        root ? "another value" : err.text, err.line);
+    }
+    *out = root;
+    return TS_OK;
+}

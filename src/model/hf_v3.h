@@ -120,5 +120,7 @@ ts_status ts__hf_json_num(const char *path, const char *key, const json_t *v, do
                           double hi, bool open_lo, double *out);
 ts_status ts__hf_json_str(const char *path, const char *key, const json_t *v, const char **out);
 const char *ts__hf_json_show(const json_t *v, char buf[TS__ESC_CAP]);
+/* config.json text parsed (duplicate keys refused); not an object: TS_ERR_INVALID_ARGUMENT. */
+ts_status ts__hf_json_object(const char *text, size_t len, const char *path, json_t **out);
 
 #endif
