@@ -95,8 +95,8 @@ CONFIG = {
 
 
 # V3.2 (--v32): V3's keys and values plus the indexer's (DeepSeek-V3.2-Exp's config.json
-# shape); index_topk 16 < the 64 steps, so the selection matters from position 16
-V32_EXTRA = {"index_n_heads": 8, "index_head_dim": 128, "index_topk": 16}
+# shape); index_topk 24 < the 64 steps, so the selection matters from position 24
+V32_EXTRA = {"index_n_heads": 8, "index_head_dim": 128, "index_topk": 24}
 
 
 FP8_RULE = "codes: sign | exponent field 5..8 | mantissa from the tensor's u32 stream (no NaN)"
