@@ -568,3 +568,49 @@ TS_TEST(model_hf_v32_bad_checkpoints) {
     }
     free_golden(&g, buf);
 }
+
+/* DeepSeek-V3.2-Exp's config.json (V3's keys and values plus the indexer's: ../shared/specs/
+ * deepseek_model.md §1.4) parses to the model it describes. */
+TS_TEST(model_hf_v32_config_release) {
+    static const char v32[] =
+        "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+        " \"bos_token_id\": 0, \"eos_token_id\": 1, \"ep_size\": 1, \"first_k_dense_replace\": 3,"
+        " \"hidden_act\": \"silu\", \"hidden_size\": 7168, \"index_head_dim\": 128, \"index_n_heads\": 64,"
+        " \"index_topk\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 18432,"
+        " \"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, \"model_type\": \"deepseek_v32\","
+        " \"moe_intermediate_size\": 2048, \"moe_layer_freq\": 1, \"n_group\": 8, \"n_routed_experts\": 256,"
+        " \"n_shared_experts\": 1, \"norm_topk_prob\": true, \"num_attention_heads\": 128, \"num_experts_per_tok\": 8,"
+        " \"num_hidden_layers\": 61, \"num_key_value_heads\": 128, \"num_nextn_predict_layers\": 1,"
+        " \"q_lora_rank\": 1536, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+        " \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\","
+        " \"scale_fmt\": \"ue8m0\", \"weight_block_size\": [128, 128]}, \"rms_norm_eps\": 1e-06,"
+        " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0,"
+        " \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+        " \"rope_theta\": 10000, \"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\","
+        " \"tie_word_embeddings\": false, \"topk_group\": 4, \"topk_method\": \"noaux_tc\","
+        " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.44.2\", \"use_cache\": true,"
+        " \"v_head_dim\": 128, \"vocab_size\": 129280}";
+    ts__v3_config c;
+    TS_CHECK_STATUS(ts__v3_parse_config(v32, strlen(v32), "config.json", &c), TS_OK);
+    TS_CHECK(c.v32 && c.index_heads == 64 && c.index_dim == 128 && c.index_topk == 2048);
+    TS_CHECK(c.n_layers == 61 && c.first_dense == 3 && c.quantized && c.yarn && c.interleave);
+    ts__v3_tensor *tl = NULL;
+    int64_t nt = 0;
+    TS_CHECK_STATUS(ts__v3_tensors(&c, &tl, &nt), TS_OK);
+    /* V3's count plus 5 indexer tensors per layer */
+    TS_CHECK_EQ_INT(nt, 61 * 9 + 3 * 3 + 58 * (2 + 768 + 3) + 3 + 61 * 5);
+    int64_t fp8 = 0;
+    for (int64_t i = 0; tl && i < nt; i++)
+        fp8 += (tl[i].role == V3_IX_WQ_B || tl[i].role == V3_IX_WK) && ts__v3_fp8_role(tl[i].role);
+    TS_CHECK_EQ_INT(fp8, 61 * 2);
+    free(tl);
+    /* the same text as a V3 config: the index keys are unknown there */
+    char v3[4096];
+    snprintf(v3, sizeof v3, "%s", v32);
+    char *p = strstr(v3, "DeepseekV32ForCausalLM");
+    memmove(p + 10, p + 11, strlen(p + 11) + 1); /* DeepseekV3ForCausalLM */
+    p = strstr(v3, "\"deepseek_v32\"");
+    memmove(p + 12, p + 13, strlen(p + 13) + 1);
+    TS_CHECK_STATUS(ts__v3_parse_config(v3, strlen(v3), "config.json", &c), TS_ERR_UNSUPPORTED);
+    TS_CHECK(strstr(ts_last_error(), "index_head_dim") && strstr(ts_last_error(), "not a deepseek_v3 key"));
+}
