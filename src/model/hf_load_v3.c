@@ -1,4 +1,5 @@
-/* ts_model_load_dir for a DeepseekV3ForCausalLM directory (docs/models.md "V3").
+/* ts_model_load_dir for a DeepseekV3ForCausalLM or DeepseekV32ForCausalLM directory
+ * (docs/models.md "V3", "V3.2").
  *
  * As the V4 loader (hf_load_v4.c), in two passes over the safetensors headers and then the
  * data: every tensor config.json implies is found by name (hf_names_v3.c) and its dtype and

@@ -19,7 +19,11 @@
  * the attention query and output bf16. Every kernel is batch-invariant and each row's
  * arithmetic is in one fixed order (experts summed in id order), so a row's logits do not
  * depend on the other rows or the thread count; a prompt's prefill runs its tokens as rows of one
- * pass, bit for bit its decode steps. */
+ * pass, bit for bit its decode steps.
+ *
+ * V3.2 (c.v32): the lightning indexer (indexer(), transformers' f32 DeepseekV32Indexer) picks
+ * min(index_topk, pos + 1) cached rows per row and layer, and the MLA attends to those only
+ * through FlashMLA's sparse kernel over the same bf16 latent cache (docs/model.md §9). */
 #include "hf_v3.h"
 #include "safetensors.h"
 
