@@ -75,30 +75,48 @@ static const key_rule k_rules[] = {
 };
 #define N_RULES (sizeof k_rules / sizeof *k_rules)
 
-static const key_rule *rule_of(const char *key) {
+/* DeepseekV32ForCausalLM's keys on top of V3's (DeepSeek-V3.2-Exp's config.json and
+ * transformers' DeepseekV32Config) */
+static const key_rule k_rules_v32[] = {
+    INT_KEY("index_n_heads", index_heads, true, 1, 4096, 64),
+    INT_KEY("index_head_dim", index_dim, true, 1, 1 << 16, 128),
+    INT_KEY("index_topk", index_topk, true, 1, INT64_C(1) << 40, 2048),
+    /* transformers writes these from the other keys; checked against them */
+    SPECIAL("mlp_layer_types"), SPECIAL("layer_types"), SPECIAL("head_dim"),
+};
+#define N_RULES_V32 (sizeof k_rules_v32 / sizeof *k_rules_v32)
+
+static const key_rule *rule_of(const char *key, bool v32) {
     for (size_t i = 0; i < N_RULES; i++)
         if (!strcmp(k_rules[i].key, key)) return &k_rules[i];
+    for (size_t i = 0; v32 && i < N_RULES_V32; i++)
+        if (!strcmp(k_rules_v32[i].key, key)) return &k_rules_v32[i];
     return NULL;
 }
 
 static const char *show(const json_t *v, char b[TS__ESC_CAP]) { return ts__hf_json_show(v, b); }
 
-static bool names_v3(const json_t *root) {
+/* 1: deepseek_v3, 2: deepseek_v32, 0: neither (by model_type, else the one architecture) */
+static int names_v3(const json_t *root) {
     const json_t *t = json_object_get(root, "model_type"), *a = json_object_get(root, "architectures");
-    if (json_is_string(t)) return !strcmp(json_string_value(t), "deepseek_v3");
-    return json_is_array(a) && json_array_size(a) == 1 && json_is_string(json_array_get(a, 0)) &&
-           !strcmp(json_string_value(json_array_get(a, 0)), "DeepseekV3ForCausalLM");
+    if (json_is_string(t))
+        return !strcmp(json_string_value(t), "deepseek_v3") ? 1 : !strcmp(json_string_value(t), "deepseek_v32") ? 2 : 0;
+    if (!json_is_array(a) || json_array_size(a) != 1 || !json_is_string(json_array_get(a, 0))) return 0;
+    const char *n = json_string_value(json_array_get(a, 0));
+    return !strcmp(n, "DeepseekV3ForCausalLM") ? 1 : !strcmp(n, "DeepseekV32ForCausalLM") ? 2 : 0;
 }
 
 bool ts__v3_is_v3_config(const char *text, size_t len) {
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
-    const bool yes = json_is_object(root) && names_v3(root);
+    const bool yes = json_is_object(root) && names_v3(root) != 0;
     json_decref(root);
     return yes;
 }
 
-static ts_status check_architecture(const char *path, const json_t *root) {
+static ts_status check_architecture(const char *path, const json_t *root, bool v32) {
     char b[TS__ESC_CAP];
+    const char *arch = v32 ? "DeepseekV32ForCausalLM" : "DeepseekV3ForCausalLM";
+    const char *type = v32 ? "deepseek_v32" : "deepseek_v3";
     const json_t *a = json_object_get(root, "architectures"), *t = json_object_get(root, "model_type");
     if (a) {
         if (!json_is_array(a) || json_array_size(a) == 0)
@@ -106,14 +124,14 @@ static ts_status check_architecture(const char *path, const json_t *root) {
                             "names", path, show(a, b));
         for (size_t i = 0; i < json_array_size(a); i++) {
             const json_t *e = json_array_get(a, i);
-            if (!json_is_string(e) || strcmp(json_string_value(e), "DeepseekV3ForCausalLM"))
+            if (!json_is_string(e) || strcmp(json_string_value(e), arch))
                 return ts__fail(TS_ERR_UNSUPPORTED, "%s: architectures[%zu] = %s is not supported here "
-                                "(model_type deepseek_v3 is DeepseekV3ForCausalLM)", path, i, show(e, b));
+                                "(model_type %s is %s)", path, i, show(e, b), type, arch);
         }
     }
     if (!t) return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: model_type is missing", path);
-    if (!json_is_string(t) || strcmp(json_string_value(t), "deepseek_v3"))
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: model_type = %s is not deepseek_v3", path, show(t, b));
+    if (!json_is_string(t) || strcmp(json_string_value(t), type))
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: model_type = %s is not %s", path, show(t, b), type);
     return TS_OK;
 }
 
@@ -238,6 +256,47 @@ static ts_status check_ranges(const char *path, ts__v3_config *c) {
     return TS_OK;
 }
 
+/* V3.2: the indexer's shapes, and transformers' derived lists agreeing with the keys they
+ * come from (a list that says otherwise describes a model tilestack does not build) */
+static ts_status check_v32(const char *path, const json_t *root, const ts__v3_config *c) {
+    char b[TS__ESC_CAP];
+    if (c->index_dim < c->rope || c->index_dim % 2)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: index_head_dim = %lld: must be even and at least "
+                        "qk_rope_head_dim = %lld (the indexer rotates its first %lld values)", path,
+                        (long long)c->index_dim, (long long)c->rope, (long long)c->rope);
+    if (!c->interleave)
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: rope_interleave = false: V3.2's MLA rotates DeepSeek's "
+                        "interleaved pairs", path);
+    if (!c->q_lora)
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: q_lora_rank = null: V3.2's indexer reads the q_a_layernorm "
+                        "output", path);
+    const json_t *hd = json_object_get(root, "head_dim");
+    if (hd && !json_is_null(hd)) {
+        int64_t x = 0;
+        TS__RETURN_IF_ERROR(ts__hf_json_int(path, "head_dim", hd, 1, 1 << 16, &x));
+        if (x != c->rope)
+            return ts__fail(TS_ERR_UNSUPPORTED, "%s: head_dim = %lld: transformers sets it to "
+                            "qk_rope_head_dim = %lld", path, (long long)x, (long long)c->rope);
+    }
+    static const char *const lists[] = {"mlp_layer_types", "layer_types"};
+    for (int li = 0; li < 2; li++) {
+        const json_t *l = json_object_get(root, lists[li]);
+        if (!l || json_is_null(l)) continue;
+        if (!json_is_array(l) || (int64_t)json_array_size(l) != c->n_layers)
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s = %s: must list num_hidden_layers = %lld "
+                            "entries", path, lists[li], show(l, b), (long long)c->n_layers);
+        for (int64_t L = 0; L < c->n_layers; L++) {
+            const json_t *e = json_array_get(l, (size_t)L);
+            const char *want = li ? "indexed_attention" : L < c->first_dense ? "dense" : "sparse";
+            if (!json_is_string(e) || strcmp(json_string_value(e), want))
+                return ts__fail(TS_ERR_UNSUPPORTED, "%s: %s[%lld] = %s: tilestack implements \"%s\" there "
+                                "(first_k_dense_replace = %lld)", path, lists[li], (long long)L, show(e, b),
+                                want, (long long)c->first_dense);
+        }
+    }
+    return TS_OK;
+}
+
 /* transformers' yarn_get_mscale */
 static double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * log(factor) + 1.0; }
 
@@ -248,23 +307,24 @@ ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts
     ts__v3_config c;
     memset(&c, 0, sizeof c);
     c.beta_fast = 32, c.beta_slow = 1, c.factor = 1;
-    for (size_t i = 0; i < N_RULES; i++) {
-        const key_rule *r = &k_rules[i];
+    c.v32 = names_v3(root) == 2;
+    for (size_t i = 0; i < N_RULES + N_RULES_V32; i++) {
+        const key_rule *r = i < N_RULES ? &k_rules[i] : &k_rules_v32[i - N_RULES];
         if (r->rule == R_INT) *(int64_t *)((char *)&c + r->off) = (int64_t)r->def;
         if (r->rule == R_NUM) *(double *)((char *)&c + r->off) = r->def;
         if (r->rule == R_BOOL && !r->str) *(bool *)((char *)&c + r->off) = r->def != 0;
     }
     char b[TS__ESC_CAP];
-    st = check_architecture(path, root);
+    st = check_architecture(path, root, c.v32);
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v) {
         if (st != TS_OK) break;
-        const key_rule *r = rule_of(k);
+        const key_rule *r = rule_of(k, c.v32);
         if (!r) {
-            st = ts__fail(TS_ERR_UNSUPPORTED, "%s: %s is not a deepseek_v3 key tilestack knows (a "
+            st = ts__fail(TS_ERR_UNSUPPORTED, "%s: %s is not a %s key tilestack knows (a "
                           "checkpoint that needs it would decode wrongly here)", path,
-                          ts__text_escape_str(k, b, sizeof b));
+                          ts__text_escape_str(k, b, sizeof b), c.v32 ? "deepseek_v32" : "deepseek_v3");
         } else if (r->rule == R_INT) {
             st = ts__hf_json_int(path, k, v, (int64_t)r->lo, (int64_t)r->hi, (int64_t *)((char *)&c + r->off));
         } else if (r->rule == R_NUM) {
@@ -291,9 +351,11 @@ ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts
         }
     }
     /* the required keys, then the special ones */
-    for (size_t i = 0; st == TS_OK && i < N_RULES; i++)
-        if (k_rules[i].required && !json_object_get(root, k_rules[i].key))
-            st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s is missing", path, k_rules[i].key);
+    for (size_t i = 0; st == TS_OK && i < N_RULES + (c.v32 ? N_RULES_V32 : 0); i++) {
+        const key_rule *r = i < N_RULES ? &k_rules[i] : &k_rules_v32[i - N_RULES];
+        if (r->required && !json_object_get(root, r->key))
+            st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: %s is missing", path, r->key);
+    }
     const json_t *ql = json_object_get(root, "q_lora_rank"), *kvh = json_object_get(root, "num_key_value_heads");
     if (st == TS_OK && ql && !json_is_null(ql))
         st = ts__hf_json_int(path, "q_lora_rank", ql, 1, 1 << 20, &c.q_lora);
@@ -310,6 +372,7 @@ ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts
         st = parse_rope(path, "rope_parameters", json_object_get(root, "rope_parameters"), &c);
     if (st == TS_OK) st = parse_quant(path, json_object_get(root, "quantization_config"), &c);
     if (st == TS_OK) st = check_ranges(path, &c);
+    if (st == TS_OK && c.v32) st = check_v32(path, root, &c);
     json_decref(root);
     if (st != TS_OK) return st;
     /* transformers' YaRN: cos / sin times attention_factor (mscale / mscale_all_dim ratio when

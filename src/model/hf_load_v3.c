@@ -1,4 +1,5 @@
-/* ts_model_load_dir for a DeepseekV3ForCausalLM directory (docs/models.md "V3").
+/* ts_model_load_dir for a DeepseekV3ForCausalLM or DeepseekV32ForCausalLM directory
+ * (docs/models.md "V3", "V3.2").
  *
  * As the V4 loader (hf_load_v4.c), in two passes over the safetensors headers and then the
  * data: every tensor config.json implies is found by name (hf_names_v3.c) and its dtype and
@@ -219,9 +220,9 @@ ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, ts_model **out) {
     size_t mapped = 0;
     for (size_t s = 0; s < d->n_shards; s++) mapped += d->shards[s]->map_len;
     m->v3->mapped = mapped;
-    fprintf(stderr, "tilestack: %s (DeepseekV3ForCausalLM, %s): %.1f MB mapped from the safetensors, "
+    fprintf(stderr, "tilestack: %s (%s, %s): %.1f MB mapped from the safetensors, "
             "%.1f MB converted to f32, %.1f MB packed for the kernels\n", dir,
-            m->v3->c.quantized ? "FP8 dequantised to bf16 at load" : "BF16", mapped / 1e6,
+            m->v3->c.v32 ? "DeepseekV32ForCausalLM" : "DeepseekV3ForCausalLM", m->v3->c.quantized ? "FP8 dequantised to bf16 at load" : "BF16", mapped / 1e6,
             m->v3->converted / 1e6, m->v3->packed / 1e6);
     *out = m;
     return TS_OK;

@@ -30,7 +30,7 @@ static void add(list *l, ts__v3_role role, int64_t layer, int64_t expert, int64_
 ts_status ts__v3_tensors(const ts__v3_config *c, ts__v3_tensor **out, int64_t *count) {
     const int64_t D = c->dim, H = c->n_heads, QK = c->nope + c->rope;
     const int64_t moe_layers = c->n_layers - c->first_dense;
-    const int64_t cap = 3 + c->n_layers * 12 + moe_layers * (5 + 3 * c->n_experts);
+    const int64_t cap = 3 + c->n_layers * (12 + (c->v32 ? 5 : 0)) + moe_layers * (5 + 3 * c->n_experts);
     list l = {calloc((size_t)cap, sizeof(ts__v3_tensor)), 0, cap};
     if (!l.t) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %lld tensors", (long long)cap);
     add(&l, V3_EMBED, -1, -1, c->vocab, D, "model.embed_tokens.weight");
@@ -51,6 +51,15 @@ ts_status ts__v3_tensors(const ts__v3_config *c, ts__v3_tensor **out, int64_t *c
         add(&l, V3_KV_B, L, -1, H * (c->nope + c->v_head), c->kv_lora,
             "model.layers.%lld.self_attn.kv_b_proj.weight", i);
         add(&l, V3_O, L, -1, D, H * c->v_head, "model.layers.%lld.self_attn.o_proj.weight", i);
+        if (c->v32) {
+            /* V3.2's lightning indexer (DeepSeek-V3.2's release names = transformers') */
+            const int64_t IH = c->index_heads, ID = c->index_dim;
+            add(&l, V3_IX_WQ_B, L, -1, IH * ID, c->q_lora, "model.layers.%lld.self_attn.indexer.wq_b.weight", i);
+            add(&l, V3_IX_WK, L, -1, ID, D, "model.layers.%lld.self_attn.indexer.wk.weight", i);
+            add(&l, V3_IX_K_NORM, L, -1, ID, 0, "model.layers.%lld.self_attn.indexer.k_norm.weight", i);
+            add(&l, V3_IX_K_BIAS, L, -1, ID, 0, "model.layers.%lld.self_attn.indexer.k_norm.bias", i);
+            add(&l, V3_IX_W, L, -1, IH, D, "model.layers.%lld.self_attn.indexer.weights_proj.weight", i);
+        }
         if (L < c->first_dense) {
             add(&l, V3_W1, L, -1, c->inter, D, "model.layers.%lld.mlp.gate_proj.weight", i);
             add(&l, V3_W3, L, -1, c->inter, D, "model.layers.%lld.mlp.up_proj.weight", i);
@@ -80,7 +89,8 @@ ts_status ts__v3_tensors(const ts__v3_config *c, ts__v3_tensor **out, int64_t *c
 
 bool ts__v3_fp8_role(ts__v3_role r) {
     return r != V3_EMBED && r != V3_HEAD && r != V3_GATE && r != V3_GATE_BIAS && r != V3_NORM &&
-           r != V3_ATTN_NORM && r != V3_FFN_NORM && r != V3_Q_A_NORM && r != V3_KV_A_NORM;
+           r != V3_ATTN_NORM && r != V3_FFN_NORM && r != V3_Q_A_NORM && r != V3_KV_A_NORM &&
+           r != V3_IX_K_NORM && r != V3_IX_K_BIAS && r != V3_IX_W; /* V3.2: weights_proj FP32 / BF16 */
 }
 
 bool ts__v3_ignored(const ts__v3_config *c, const char *name) {

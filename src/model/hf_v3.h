@@ -28,20 +28,27 @@ typedef struct ts__v3_config {
     double softmax_scale;            /* qk_head_dim^-0.5 x mscale(factor, mscale_all_dim)^2 */
     int64_t max_pos, max_seq;        /* max_position_embeddings; caches: min(it, TS__HF_MAX_SEQ) */
     bool quantized;                  /* quantization_config present */
+    /* DeepseekV32ForCausalLM (deepseek_v32): V3 + the lightning indexer */
+    bool v32;
+    int64_t index_heads, index_dim, index_topk;
 } ts__v3_config;
 
 /* config.json text -> cfg. Messages start with `path` and name the key: an unknown
  * architecture / model type / key / RoPE type / scoring or quantisation is TS_ERR_UNSUPPORTED,
  * a bad type or an out-of-range value TS_ERR_INVALID_ARGUMENT. */
 ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts__v3_config *cfg);
-/* True when config.json names DeepseekV3ForCausalLM / deepseek_v3 (the loader's dispatch). */
+/* True when config.json names DeepseekV3ForCausalLM / deepseek_v3 or DeepseekV32ForCausalLM /
+ * deepseek_v32 (the loader's dispatch). */
 bool ts__v3_is_v3_config(const char *text, size_t len);
 
 /* One tensor of a V3 checkpoint (hf_names_v3.c), in the checkpoint's order. */
 typedef enum ts__v3_role {
     V3_EMBED, V3_HEAD, V3_NORM, V3_ATTN_NORM, V3_FFN_NORM, V3_Q_A, V3_Q_A_NORM, V3_Q_B, V3_Q,
     V3_KV_A, V3_KV_A_NORM, V3_KV_B, V3_O, V3_GATE, V3_GATE_BIAS, V3_W1, V3_W3, V3_W2,
-    V3_E_W1, V3_E_W3, V3_E_W2, V3_S_W1, V3_S_W3, V3_S_W2
+    V3_E_W1, V3_E_W3, V3_E_W2, V3_S_W1, V3_S_W3, V3_S_W2,
+    /* V3.2's indexer: wq_b [IH * ID, q_lora], wk [ID, D], k_norm weight / bias [ID] (a
+     * LayerNorm), weights_proj [IH, D] */
+    V3_IX_WQ_B, V3_IX_WK, V3_IX_K_NORM, V3_IX_K_BIAS, V3_IX_W
 } ts__v3_role;
 
 typedef struct ts__v3_tensor {
@@ -72,6 +79,9 @@ typedef struct ts__v3_layer {
     ts_packed_weight **ew1, **ew3, **ew2;    /* [E] routed experts */
     ts_packed_weight *sw1, *sw3, *sw2;       /* shared experts */
     uint16_t *cache;                         /* bf16 [max_batch * blocks][64][kv_lora + rope] */
+    /* V3.2's indexer (f32, as transformers' f32 forward computes it; docs/model.md §9) */
+    const float *ix_wq_b, *ix_wk, *ix_k_norm, *ix_k_bias, *ix_w;
+    float *ix_cache;                         /* f32 [max_batch][max_seq][index_dim] keys */
 } ts__v3_layer;
 
 typedef struct ts__v3 {

@@ -19,7 +19,11 @@
  * the attention query and output bf16. Every kernel is batch-invariant and each row's
  * arithmetic is in one fixed order (experts summed in id order), so a row's logits do not
  * depend on the other rows or the thread count; a prompt's prefill runs its tokens as rows of one
- * pass, bit for bit its decode steps. */
+ * pass, bit for bit its decode steps.
+ *
+ * V3.2 (c.v32): the lightning indexer (indexer(), transformers' f32 DeepseekV32Indexer) picks
+ * min(index_topk, pos + 1) cached rows per row and layer, and the MLA attends to those only
+ * through FlashMLA's sparse kernel over the same bf16 latent cache (docs/model.md §9). */
 #include "hf_v3.h"
 #include "safetensors.h"
 
@@ -39,7 +43,18 @@ typedef struct ts__v3_ws {
     double *rs;   /* routing scratch [2E] */
     int64_t *pos, *rseq; /* [B] the rows' positions, sequences (prefill) */
     int64_t rows;        /* B: max(max_batch, TS__PREFILL_ROWS) */
+    /* V3.2's indexer: q [B][IH][ID], k [B][ID], head weights [B][IH] (f32); the scores of one
+     * row [max_seq]; the chosen positions [B][KC] (-1 past the count) and their count [B] */
+    float *iq, *ik, *iw, *mlg;
+    struct ix_score *isc;
+    int32_t *isel, *ilen;
+    int64_t kc;          /* KC = min(index_topk, max_seq) */
 } ts__v3_ws;
+
+typedef struct ix_score {
+    double s;
+    int32_t t;
+} ix_score;
 
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
@@ -89,17 +104,26 @@ static ts_status pack(const ts__v3_tensor *t, const wsrc *w, bool kn, int64_t ro
     return st;
 }
 
-static const float *as_f32(builder *bd, const void *data, ts_dtype dt, int64_t n) {
+/* n values widened to f32; an e4m3 weight (cols wide, f32 scales per 128x128, sk per row of
+ * blocks) dequantised: code x scale */
+static const float *as_f32(builder *bd, const void *data, ts_dtype dt, int64_t n, const float *scale,
+                           int64_t cols) {
     float *o = bd->v->f32_bufs + bd->f32_used;
     bd->f32_used += (size_t)n;
     for (int64_t i = 0; i < n; i++)
-        o[i] = dt == TS_F32 ? ((const float *)data)[i] : ts__bf16_to_f32_inl(((const uint16_t *)data)[i]);
+        o[i] = dt == TS_F32 ? ((const float *)data)[i]
+               : dt == TS_BF16 ? ts__bf16_to_f32_inl(((const uint16_t *)data)[i])
+                               : ts_e4m3_to_f32(((const uint8_t *)data)[i]) *
+                                     scale[(i / cols / 128) * ts__ceil_div(cols, 128) + (i % cols) / 128];
     return o;
 }
 
 static bool is_f32_role(ts__v3_role r) {
+    /* V3.2's indexer runs in f32 (transformers' f32 forward: its top-k choice is what the
+     * conformance depends on most) */
     return r == V3_NORM || r == V3_ATTN_NORM || r == V3_FFN_NORM || r == V3_Q_A_NORM ||
-           r == V3_KV_A_NORM || r == V3_GATE || r == V3_GATE_BIAS;
+           r == V3_KV_A_NORM || r == V3_GATE || r == V3_GATE_BIAS || r == V3_IX_WQ_B || r == V3_IX_WK ||
+           r == V3_IX_K_NORM || r == V3_IX_K_BIAS || r == V3_IX_W;
 }
 
 static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void *const *data,
@@ -145,13 +169,18 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
             }
             if (c->tied) TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, &v->head));
             continue;
-        case V3_NORM: v->norm = as_f32(&bd, data[i], dt[i], r); continue;
-        case V3_ATTN_NORM: ly->attn_norm = as_f32(&bd, data[i], dt[i], r); continue;
-        case V3_FFN_NORM: ly->ffn_norm = as_f32(&bd, data[i], dt[i], r); continue;
-        case V3_Q_A_NORM: ly->q_a_norm = as_f32(&bd, data[i], dt[i], r); continue;
-        case V3_KV_A_NORM: ly->kv_a_norm = as_f32(&bd, data[i], dt[i], r); continue;
-        case V3_GATE: ly->gate = as_f32(&bd, data[i], dt[i], r * k); continue;
-        case V3_GATE_BIAS: ly->gate_bias = as_f32(&bd, data[i], dt[i], r); continue;
+        case V3_NORM: v->norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_ATTN_NORM: ly->attn_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_FFN_NORM: ly->ffn_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_Q_A_NORM: ly->q_a_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_KV_A_NORM: ly->kv_a_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_GATE: ly->gate = as_f32(&bd, data[i], dt[i], r * k, NULL, k); continue;
+        case V3_GATE_BIAS: ly->gate_bias = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_IX_WQ_B: ly->ix_wq_b = as_f32(&bd, data[i], dt[i], r * k, scales[i], k); continue;
+        case V3_IX_WK: ly->ix_wk = as_f32(&bd, data[i], dt[i], r * k, scales[i], k); continue;
+        case V3_IX_K_NORM: ly->ix_k_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_IX_K_BIAS: ly->ix_k_bias = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
+        case V3_IX_W: ly->ix_w = as_f32(&bd, data[i], dt[i], r * k, NULL, k); continue;
         case V3_KV_B: {
             /* per head: rows [h NV, h NV + nope) are W_UK [nope, 512], packed as the [K, N] of
              * q_nope -> latent; the next v_head rows W_UV [v, 512] map the latent to v */
@@ -253,6 +282,78 @@ static void to_bf16(const float *x, int64_t n, uint16_t *o) {
 
 static double silu(double g) { return g / (1.0 + exp(-g)); }
 
+/* V3.2's rotate-half RoPE on x[0..63] (pairs (i, i + 32)), in place, f32 -> f32 */
+static void rope_half(const ts_model *m, int64_t p, float *x) {
+    const float *cs = m->rope_cos[0] + p * 32, *sn = m->rope_sin[0] + p * 32;
+    for (int i = 0; i < 32; i++) {
+        const double a = x[i], b = x[i + 32];
+        x[i] = (float)(a * cs[i] - b * sn[i]);
+        x[i + 32] = (float)(b * cs[i] + a * sn[i]);
+    }
+}
+
+static int by_score(const void *x, const void *y) {
+    const ix_score *a = x, *b = y;
+    return a->s > b->s ? -1 : a->s < b->s ? 1 : (a->t > b->t) - (a->t < b->t);
+}
+
+static int by_pos(const void *x, const void *y) {
+    const int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* V3.2's lightning indexer as transformers computes it (DeepseekV32Indexer, f32): q =
+ * wq_b(q_resid), k = LayerNorm(wk(h)) (eps 1e-6), both rotated half on their first 64 values
+ * with the MLA's cos / sin; I_t = sum_h w_h IH^-1/2 relu(q_h . k_t ID^-1/2), w = weights_proj(h);
+ * the min(index_topk, p + 1) best t <= p (ties to the lower t). No Hadamard, no FP8: an
+ * orthogonal rotation and a precision choice of DeepSeek's kernels that transformers skips.
+ * Every row's key is cached before any row is scored (a prefill chunk's rows see their
+ * predecessors, as their decode steps would). */
+static ts_status indexer(ts_model *m, int64_t L, int64_t n, const int64_t *seqs, const int64_t *pos) {
+    ts__v3 *v = m->v3;
+    ts__v3_ws *w = v->ws;
+    const ts__v3_config *c = &v->c;
+    const ts__v3_layer *ly = &v->layers[L];
+    const int64_t D = c->dim, IH = c->index_heads, ID = c->index_dim, P = c->max_seq;
+    ts__model_gemv_f32(w->t, n, c->q_lora, ly->ix_wq_b, IH * ID, c->q_lora, w->iq, IH * ID);
+    ts__model_gemv_f32(w->hf, n, D, ly->ix_wk, ID, D, w->ik, ID);
+    ts__model_gemv_f32(w->hf, n, D, ly->ix_w, IH, D, w->iw, IH);
+    for (int64_t b = 0; b < n; b++) {
+        float *k = w->ik + b * ID;
+        double mean = 0, var = 0;
+        for (int64_t d = 0; d < ID; d++) mean += k[d];
+        mean /= (double)ID;
+        for (int64_t d = 0; d < ID; d++) var += ((double)k[d] - mean) * ((double)k[d] - mean);
+        const double r = 1.0 / sqrt(var / (double)ID + 1e-6);
+        for (int64_t d = 0; d < ID; d++) k[d] = (float)(((double)k[d] - mean) * r * ly->ix_k_norm[d] + ly->ix_k_bias[d]);
+        rope_half(m, pos[b], k);
+        for (int64_t h = 0; h < IH; h++) rope_half(m, pos[b], w->iq + (b * IH + h) * ID);
+        memcpy(ly->ix_cache + (seqs[b] * P + pos[b]) * ID, k, (size_t)ID * sizeof(float));
+    }
+    const double qs = 1.0 / sqrt((double)ID), hs = 1.0 / sqrt((double)IH);
+    for (int64_t b = 0; b < n; b++) {
+        const int64_t T = pos[b] + 1, K = ts__min64(w->kc, T);
+        const float *kc = ly->ix_cache + seqs[b] * P * ID, *q = w->iq + b * IH * ID;
+        for (int64_t t = 0; t < T; t++) {
+            double sum = 0;
+            for (int64_t h = 0; h < IH; h++) {
+                double dot = 0;
+                for (int64_t d = 0; d < ID; d++) dot += (double)q[h * ID + d] * kc[t * ID + d];
+                dot *= qs;
+                if (dot > 0) sum += (double)w->iw[b * IH + h] * hs * dot;
+            }
+            w->isc[t].s = sum, w->isc[t].t = (int32_t)t;
+        }
+        int32_t *sel = w->isel + b * w->kc;
+        if (K < T) qsort(w->isc, (size_t)T, sizeof *w->isc, by_score);
+        for (int64_t j = 0; j < K; j++) sel[j] = w->isc[j].t;
+        qsort(sel, (size_t)K, sizeof *sel, by_pos);
+        for (int64_t j = K; j < w->kc; j++) sel[j] = -1;
+        w->ilen[b] = (int32_t)K;
+    }
+    return TS_OK;
+}
+
 static ts_status attention(ts_model *m, int64_t L, int64_t n, const int64_t *seqs, const int64_t *pos) {
     ts__v3 *v = m->v3;
     ts__v3_ws *w = v->ws;
@@ -262,7 +363,8 @@ static ts_status attention(ts_model *m, int64_t L, int64_t n, const int64_t *seq
     if (c->q_lora) {
         TS__RETURN_IF_ERROR(gemm(ly->q_a, c->q_lora, D, w->h, n, D, w->t, c->q_lora));
         for (int64_t b = 0; b < n; b++)
-            rmsnorm(w->t + b * c->q_lora, c->q_lora, ly->q_a_norm, c->eps, w->qa + b * c->q_lora, NULL);
+            rmsnorm(w->t + b * c->q_lora, c->q_lora, ly->q_a_norm, c->eps, w->qa + b * c->q_lora,
+                    w->t + b * c->q_lora); /* in place: V3.2's indexer reads it in f32 */
         TS__RETURN_IF_ERROR(gemm(ly->q_b, H * QK, c->q_lora, w->qa, n, c->q_lora, w->q, H * QK));
     } else {
         TS__RETURN_IF_ERROR(gemm(ly->q, H * QK, D, w->h, n, D, w->q, H * QK));
@@ -279,11 +381,30 @@ static ts_status attention(ts_model *m, int64_t L, int64_t n, const int64_t *seq
         w->sl[b] = (int32_t)(pos[b] + 1);
         for (int64_t j = 0; j < v->blocks; j++) w->bt[b * v->blocks + j] = (int32_t)(seqs[b] * v->blocks + j);
     }
+    if (c->v32) TS__RETURN_IF_ERROR(indexer(m, L, n, seqs, pos));
     /* absorbed: q_lat[b, h] = q_nope[b, h] W_UK[h] (rows strided by heads) */
     for (int64_t h = 0; h < H; h++)
         TS__RETURN_IF_ERROR(gemm(ly->uk[h], KL, c->nope, w->qb + h * QK, n, H * QK, w->qlat + h * KL, H * KL));
     for (int64_t b = 0; b < n; b++)
         for (int64_t h = 0; h < H; h++) to_bf16(w->qlat + (b * H + h) * KL, KL, w->qfull + (b * H + h) * LAT);
+    if (c->v32) {
+        /* the chosen rows of the row's own sequence (ascending positions), FlashMLA's sparse
+         * kernel over the bf16 latent cache: one query row per call, so a row's bits do not
+         * depend on the batch */
+        for (int64_t b = 0; b < n; b++) {
+            const ts_tensor q1 = ts_tensor_3d(w->qfull + b * H * LAT, TS_BF16, 1, H, LAT);
+            const ts_tensor kv = ts_tensor_3d(ly->cache + (seqs[b] * v->blocks) * PAGE * LAT, TS_BF16,
+                                              v->blocks * PAGE, 1, LAT);
+            const ts_tensor ix = ts_tensor_3d(w->isel + b * w->kc, TS_I32, 1, 1, w->kc);
+            const ts_tensor tl = ts_tensor_1d(w->ilen + b, TS_I32, 1);
+            ts_tensor o1 = ts_tensor_3d(w->ao + b * H * KL, TS_BF16, 1, H, KL);
+            ts_tensor ml = ts_tensor_2d(w->mlg + b * H, TS_F32, 1, H);
+            ts_tensor ls = ts_tensor_2d(w->lse + b * H, TS_F32, 1, H);
+            TS__RETURN_IF_ERROR(ts_flash_mla_sparse_fwd(&q1, &kv, &ix, (float)c->softmax_scale, KL, NULL, &tl,
+                                                        &o1, &ml, &ls));
+        }
+        goto unabsorb;
+    }
     const ts_tensor q = ts_tensor_make(w->qfull, TS_BF16, 4, (int64_t[]){n, 1, H, LAT});
     const ts_tensor kc = ts_tensor_make(ly->cache, TS_BF16, 4, (int64_t[]){m->max_batch * v->blocks, PAGE, 1, LAT});
     const ts_tensor bt = ts_tensor_2d(w->bt, TS_I32, n, v->blocks);
@@ -297,6 +418,7 @@ static ts_status attention(ts_model *m, int64_t L, int64_t n, const int64_t *seq
     a.softmax_scale = (float)c->softmax_scale;
     a.causal = true;
     TS__RETURN_IF_ERROR(ts__model_flash_mla(&a, &out, &lse));
+unabsorb:
     /* latent out -> v per head, then o_proj */
     for (int64_t h = 0; h < H; h++)
         TS__RETURN_IF_ERROR(gemm(ly->uv[h], c->v_head, KL, w->ao + h * KL, n, H * KL, w->ov + h * c->v_head,
@@ -411,7 +533,7 @@ static ts_status forward(ts_model *m, int64_t n, const int64_t *seqs, const int6
         for (int64_t d = 0; d < D; d++) w->x[b * D + d] = ts__bf16_to_f32_inl(v->embed[(int64_t)tokens[b] * D + d]);
     for (int64_t L = 0; L < c->n_layers; L++) {
         const ts__v3_layer *ly = &v->layers[L];
-        for (int64_t b = 0; b < n; b++) rmsnorm(w->x + b * D, D, ly->attn_norm, c->eps, w->h + b * D, NULL);
+        for (int64_t b = 0; b < n; b++) rmsnorm(w->x + b * D, D, ly->attn_norm, c->eps, w->h + b * D, w->hf + b * D);
         TS__RETURN_IF_ERROR(attention(m, L, n, seqs, pos));
         for (int64_t i = 0; i < n * D; i++) w->x[i] += w->y[i];
         for (int64_t b = 0; b < n; b++) rmsnorm(w->x + b * D, D, ly->ffn_norm, c->eps, w->h + b * D, w->hf + b * D);
@@ -463,7 +585,12 @@ void ts__v3_reset(ts_model *m, int64_t seq) {
      * sequence holds nothing of the old one */
     ts__v3 *v = m->v3;
     const size_t row = (size_t)(v->blocks * PAGE * LAT);
-    for (int64_t L = 0; L < v->c.n_layers; L++) memset(v->layers[L].cache + (size_t)seq * row, 0, row * 2);
+    for (int64_t L = 0; L < v->c.n_layers; L++) {
+        memset(v->layers[L].cache + (size_t)seq * row, 0, row * 2);
+        if (v->layers[L].ix_cache)
+            memset(v->layers[L].ix_cache + (size_t)(seq * v->c.max_seq * v->c.index_dim), 0,
+                   (size_t)(v->c.max_seq * v->c.index_dim) * sizeof(float));
+    }
     m->pos[seq] = 0;
 }
 
@@ -489,6 +616,12 @@ static ts_status ws_alloc(ts__v3 *v, int64_t B) {
     A(act, uint16_t, R * I + B * I) A(xe, uint16_t, (R + B) * D)
     A(sel, int32_t, R) A(erow, int32_t, R + B) A(eslot, int32_t, R + B) A(bt, int32_t, B * v->blocks)
     A(sl, int32_t, B) A(rs, double, 2 * c->n_experts) A(pos, int64_t, B) A(rseq, int64_t, B)
+    if (c->v32) {
+        w->kc = ts__min64(c->index_topk, c->max_seq);
+        A(iq, float, B * c->index_heads * c->index_dim) A(ik, float, B * c->index_dim)
+        A(iw, float, B * c->index_heads) A(mlg, float, B * H) A(isc, ix_score, c->max_seq)
+        A(isel, int32_t, B * w->kc) A(ilen, int32_t, B)
+    }
 #undef A
     return ok ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: workspace of %lld rows", (long long)B);
 }
@@ -497,7 +630,8 @@ static void ws_free(ts__v3_ws *w) {
     if (!w) return;
     void *p[] = {w->x, w->hf, w->t, w->q, w->kv, w->qlat, w->ov, w->y, w->g, w->u, w->eo, w->gl, w->selw,
                  w->lse, w->h, w->qa, w->qb, w->qfull, w->ao, w->ovb, w->act, w->xe, w->sel, w->erow,
-                 w->eslot, w->bt, w->sl, w->rs, w->pos, w->rseq};
+                 w->eslot, w->bt, w->sl, w->rs, w->pos, w->rseq, w->iq, w->ik, w->iw, w->mlg, w->isc,
+                 w->isel, w->ilen};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) ts__aligned_free(p[i]);
     free(w);
 }
@@ -518,7 +652,7 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, i
     m->max_batch = max_batch;
     /* the generic view of the config (ts_model_get_config): what callers size buffers by */
     ts_model_config *g = &m->cfg;
-    snprintf(g->name, sizeof g->name, "deepseek_v3");
+    snprintf(g->name, sizeof g->name, c->v32 ? "deepseek_v32" : "deepseek_v3");
     g->vocab_size = c->vocab, g->dim = c->dim, g->n_layers = c->n_layers, g->n_heads = c->n_heads;
     g->q_lora_rank = c->q_lora, g->rope_head_dim = c->rope, g->head_dim = c->kv_lora + c->rope;
     g->n_routed_experts = c->n_experts, g->n_activated_experts = c->topk, g->moe_inter_dim = c->moe_inter;
@@ -527,6 +661,7 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, i
     g->original_seq_len = c->orig_max, g->beta_fast = c->beta_fast, g->beta_slow = c->beta_slow;
     g->max_seq_len = c->max_seq;
     g->hc_mult = 1;
+    if (c->v32) g->index_n_heads = c->index_heads, g->index_head_dim = c->index_dim, g->index_topk = c->index_topk;
     v->blocks = ts__ceil_div(c->max_seq, PAGE);
     ts_status st = (m->pos = calloc((size_t)max_batch, sizeof *m->pos)) &&
                            (v->layers = calloc((size_t)c->n_layers, sizeof *v->layers))
@@ -537,6 +672,10 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, i
         if (!(v->layers[L].cache = ts__aligned_alloc(bytes)))
             st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: KV cache (%zu bytes per layer)", bytes);
         else memset(v->layers[L].cache, 0, bytes);
+        const size_t ib = (size_t)(max_batch * c->max_seq * c->index_dim) * sizeof(float);
+        if (st == TS_OK && c->v32 && !(v->layers[L].ix_cache = ts__aligned_alloc(ib)))
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: index cache (%zu bytes per layer)", ib);
+        else if (st == TS_OK && c->v32) memset(v->layers[L].ix_cache, 0, ib);
     }
     if (st == TS_OK) st = rope_tables(m);
     /* prefill chunks of up to TS__PREFILL_ROWS rows (the GEMMs' small-M bound) */
@@ -567,6 +706,7 @@ void ts__v3_free(ts_model *m) {
         }
         free(ly->uk), free(ly->uv), free(ly->ew1), free(ly->ew3), free(ly->ew2);
         ts__aligned_free(ly->cache);
+        ts__aligned_free(ly->ix_cache);
     }
     free(v->layers);
     ts_packed_weight_destroy(v->head);

@@ -94,6 +94,11 @@ CONFIG = {
 }
 
 
+# V3.2 (--v32): V3's keys and values plus the indexer's (DeepSeek-V3.2-Exp's config.json
+# shape); index_topk 24 < the 64 steps, so the selection matters from position 24
+V32_EXTRA = {"index_n_heads": 8, "index_head_dim": 128, "index_topk": 24}
+
+
 FP8_RULE = "codes: sign | exponent field 5..8 | mantissa from the tensor's u32 stream (no NaN)"
 
 
@@ -151,6 +156,15 @@ def table(c):
         norm(a + "kv_a_layernorm", KL)
         lin(a + "kv_b_proj", H * (NOPE + VH), KL)
         lin(a + "o_proj", D, H * VH)
+        if "index_topk" in c:
+            # V3.2's lightning indexer (transformers' DeepseekV32Indexer names)
+            IH, ID = c["index_n_heads"], c["index_head_dim"]
+            x = a + "indexer."
+            lin(x + "wq_b", IH * ID, QL)
+            lin(x + "wk", ID, D)
+            norm(x + "k_norm", ID)
+            t.append((x + "k_norm.bias", 0, [ID], 0.0, 3))
+            lin(x + "weights_proj", IH, D)
         m = p + "mlp."
         if L < c["first_k_dense_replace"]:
             lin(m + "gate_proj", I, D)
@@ -269,6 +283,7 @@ def dequantized_model(cfg, tensors):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fp8", action="store_true", help="the FP8 variant (tests/golden/hf_v3_fp8_tiny.bin)")
+    ap.add_argument("--v32", action="store_true", help="DeepseekV32ForCausalLM (tests/golden/hf_v32_tiny.bin)")
     ap.add_argument("--out")
     ap.add_argument("--keep", help="write the checkpoint here (else a temporary directory)")
     args = ap.parse_args()
@@ -276,20 +291,28 @@ def main():
     from transformers import DeepseekV3ForCausalLM
     torch.manual_seed(0)
     cfg = dict(CONFIG)
+    if args.v32:
+        cfg["architectures"] = ["DeepseekV32ForCausalLM"]
+        cfg["model_type"] = "deepseek_v32"
+        cfg.update(V32_EXTRA)
+        from transformers import DeepseekV32ForCausalLM as Model
+    else:
+        Model = DeepseekV3ForCausalLM
     tab = table(cfg)
     if args.fp8:
         tab = fp8_table(tab)
         cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
                                       "weight_block_size": [128, 128]}
     out = args.out or os.path.join(os.path.dirname(__file__), "..", "golden",
-                                   "hf_v3_fp8_tiny.bin" if args.fp8 else "hf_v3_tiny.bin")
+                                   "hf_v3_fp8_tiny.bin" if args.fp8 else
+                                   "hf_v32_tiny.bin" if args.v32 else "hf_v3_tiny.bin")
     ckpt = args.keep or tempfile.mkdtemp(prefix="ts_hf_v3_")
     os.makedirs(ckpt, exist_ok=True)
     text, h_data, tensors = write_checkpoint(ckpt, cfg, tab)
     if args.fp8:
         model = dequantized_model(cfg, tensors)
     else:
-        model = DeepseekV3ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+        model = Model.from_pretrained(ckpt, dtype=torch.float32).eval()
         check_params(model, tensors, cfg)
     V = cfg["vocab_size"]
     tokens = (ts_prng.next_u64(TOKEN_SEED, N_STEPS) >> np.uint64(32)) % np.uint64(V)
