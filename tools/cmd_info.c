@@ -69,6 +69,9 @@ int ts__cmd_info(int argc, char **argv) {
         printf("fp8 gemm    vdpbf16ps kernels (avx512bf16) for FP8 / FP4 GEMMs of more than %d "
                "rows (TS_GEMM_DPBF16=0: the f32 FMA kernels)\n",
                TS__GEMM_SMALL_M);
+    else if (ts_get_isa() == TS_ISA_AVX512 && ci->has_avx512bf16)
+        printf("fp8 gemm    f32 FMA kernels (the vdpbf16ps ones are slower on the Intel CPUs "
+               "measured; TS_GEMM_DPBF16=1 selects them)\n");
     printf("threads     %d in the pool, %d logical CPUs (TS_NUM_THREADS=N sets the pool)\n",
            ts_get_num_threads(), ci->logical_cpus);
     printf("caches     ");

@@ -203,8 +203,9 @@ void ts__gemm_dpbf16_probe(const uint16_t a[32], const uint16_t b[32], float acc
  * allows it; NULL otherwise (the f32 kernels of ts__gemm_select_kernels run). */
 const ts__gemm_dp_kernels *ts__gemm_select_dp_kernels(void);
 /* The switch: 1 use the vdpbf16ps kernels where they can run, 0 never, -1 (the default) the
- * environment's TS_GEMM_DPBF16 ("0" = never; unset or anything else = where they can run).
- * For tests and A/B measurements; the bits are the same either way. */
+ * environment's TS_GEMM_DPBF16: "0" never, "1" where they can run, unset or anything else
+ * where they can run on an AMD / Hygon CPU (faster than the f32 kernels there, slower on the
+ * Intel measured). */
 void ts__gemm_set_dpbf16(int mode);
 
 /* Bf16-pair micro-panel (layout above) of values (r0 + i, k0 + k), i < rows (zeros up to w),
