@@ -216,11 +216,24 @@ void tm_root_make(const char *prefix) {
     if (!mkdtemp(g_root)) g_root[0] = 0;
 }
 
+void tm_remove_dir(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
 void tm_root_remove(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (g_root[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_root);
+    if (g_root[0]) tm_remove_dir(g_root);
     g_root[0] = 0;
+}
+
+double tm_calc_diff(const float *x, const float *y, int64_t n) {
+    double xy = 0, xx_yy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        xy += (double)x[i] * y[i];
+        xx_yy += (double)x[i] * x[i] + (double)y[i] * y[i];
+    }
+    return 1 - 2 * xy / xx_yy;
 }
 
 const char *tm_root(void) { return g_root; }

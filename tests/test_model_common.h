@@ -69,6 +69,10 @@ int tm_write_edited(const char *path, const tm_blob *b, const char *from, const 
  * deletes it with everything in it. One root per test file at a time. */
 void tm_root_make(const char *prefix);
 void tm_root_remove(void);
+/* rm -rf DIR (a message on failure; tests' own temporary directories only) */
+void tm_remove_dir(const char *dir);
+/* DeepGEMM's calc_diff, 1 - 2 sum(x y) / sum(x^2 + y^2), in double */
+double tm_calc_diff(const float *x, const float *y, int64_t n);
 const char *tm_root(void);
 const char *tm_at(const char *name);
 /* A seeded dsv4-tiny for one sequence; NULL on failure. */

@@ -19,6 +19,7 @@
  * Second test: against transformers with tilestack's rounding points patched in (greedy, exact
  * up to f32 accumulation order; see model_hf_emulated_greedy_dsv4_tiny). */
 #include "ts_test.h"
+#include "test_model_common.h"
 
 #include "tilestack/model.h"
 
@@ -104,21 +105,6 @@ static ts_model *hf_checkpoint(ts_test_ctx *ts_t_, const char *model, const char
     return r;
 }
 
-static void remove_dir(const char *dir) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
-}
-
-static double calc_diff(const float *x, const float *y, int64_t n) {
-    double xy = 0, xx_yy = 0;
-    for (int64_t i = 0; i < n; i++) {
-        xy += (double)x[i] * y[i];
-        xx_yy += (double)x[i] * x[i] + (double)y[i] * y[i];
-    }
-    return 1 - 2 * xy / xx_yy;
-}
-
 TS_TEST(model_hf_matches_transformers_dsv4_tiny) {
     size_t n = 0;
     /* TS_HF_V4_GOLDEN: another file of this format (diagnosis: gen_hf_v4.py --emulate) */
@@ -147,7 +133,7 @@ TS_TEST(model_hf_matches_transformers_dsv4_tiny) {
         const int64_t seq = 0;
         TS_CHECK_STATUS(ts_model_decode(r, 1, &seq, &g.tokens[i], lg), TS_OK);
         const float *want = g.logits + (size_t)i * g.vocab;
-        const double d = calc_diff(lg, want, g.vocab);
+        const double d = tm_calc_diff(lg, want, g.vocab);
         sum += d;
         if (d > mx) mx = d, worst = i;
         int64_t a = 0, b = 0;
@@ -167,7 +153,7 @@ TS_TEST(model_hf_matches_transformers_dsv4_tiny) {
                (long long)argmax_same);
     free(lg);
     ts_model_free(r);
-    remove_dir(dir);
+    tm_remove_dir(dir);
     free(buf);
 }
 
@@ -242,7 +228,7 @@ TS_TEST(model_hf_emulated_greedy_dsv4_tiny) {
             if (t > i || (seq == 0 && t == i))
                 TS_CHECK_STATUS(ts_model_decode(r, 1, &seq, &own[t], got), TS_OK);
             const float *want = g.logits + (size_t)t * g.vocab;
-            const double d = calc_diff(got, want, g.vocab);
+            const double d = tm_calc_diff(got, want, g.vocab);
             exact += memcmp(got, want, (size_t)g.vocab * sizeof *got) == 0;
             if (d > mx) mx = d, worst = t;
             TS_CHECK_MSG(d <= 1e-5, "seq %lld step %u: calc_diff against emulated transformers "
@@ -264,6 +250,6 @@ TS_TEST(model_hf_emulated_greedy_dsv4_tiny) {
     free(own);
     free(lg);
     ts_model_free(r);
-    remove_dir(dir);
+    tm_remove_dir(dir);
     free(buf);
 }

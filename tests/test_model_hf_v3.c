@@ -16,6 +16,7 @@
  * bad checkpoints refused naming the file and the tensor or key. TS_HF_STEPS=1 prints every
  * step. */
 #include "ts_test.h"
+#include "test_model_common.h"
 #include "ts_prng.h"
 
 #include "tilestack/model.h"
@@ -233,15 +234,6 @@ static bool write_ckpt(const golden *g, const char *dir, const damage *dm, uint6
     return ok;
 }
 
-static double calc_diff(const float *x, const float *y, int64_t n) {
-    double xy = 0, xx_yy = 0;
-    for (int64_t i = 0; i < n; i++) {
-        xy += (double)x[i] * y[i];
-        xx_yy += (double)x[i] * x[i] + (double)y[i] * y[i];
-    }
-    return 1 - 2 * xy / xx_yy;
-}
-
 static bool load_golden(ts_test_ctx *ts_t_, const char *file, golden *g, uint8_t **buf) {
     size_t n = 0;
     memset(g, 0, sizeof *g);
@@ -255,12 +247,6 @@ static void free_golden(golden *g, uint8_t *buf) {
     free(g->t);
     free(g->tail);
     free(buf);
-}
-
-static void rm_rf(const char *dir) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
 }
 
 /* n_steps teacher-forced steps of sequence `seq` (others in the batch get their own tokens). */
@@ -316,7 +302,7 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
         int64_t worst = -1, same_argmax = 0;
         for (int64_t i = 0; i < N; i++) {
             const float *x = a + i * V, *y = g.logits + i * V;
-            const double d = calc_diff(x, y, V);
+            const double d = tm_calc_diff(x, y, V);
             if (i < 256) steps[i] = d;
             sum += d;
             if (d > mx) mx = d, worst = i;
@@ -382,7 +368,7 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
     free(a);
     free(b);
     ts_model_free(m);
-    rm_rf(dir);
+    tm_remove_dir(dir);
     free_golden(&g, buf);
 }
 
@@ -420,7 +406,7 @@ static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const 
     TS_CHECK_MSG(strstr(e, msg1) && (!msg2 || strstr(e, msg2)), "%s: message '%s' lacks '%s' / '%s'", what,
                  e, msg1, msg2 ? msg2 : "");
     ts_model_free(m);
-    rm_rf(dir);
+    tm_remove_dir(dir);
 }
 
 TS_TEST(model_hf_v3_bad_checkpoints) {
