@@ -1,6 +1,8 @@
 /* Runner of the multi-rank EP tests (run under mpirun). Every rank runs every test; a test
  * fails if it failed on any rank. Rank 0 prints the usual "N passed, N failed" line.
- * `tilestack_ep_tests [substring]` filters tests; `--kill-test` is the fault drill of
+ * `tilestack_ep_tests [substring...] [-substring...]` runs the tests whose names contain any
+ * substring given (all when none is), less those containing a substring given after '-'
+ * (scripts/netns_hosts.sh leaves out the tests that need every rank on one machine); `--kill-test` is the fault drill of
  * scripts/run_ep_tests.sh (a rank is SIGKILLed after creating a buffer); `--stop-test` that of
  * scripts/check_peer_loss.sh (the last rank stops itself, SIGSTOP, between tests: the others
  * must end the job with TS_ERR_TIMEOUT naming it, within TS_EP_TEST_WAIT_S). Every wait of the
@@ -111,6 +113,20 @@ static int stop_test(void) {
     return 1;
 }
 
+/* Whether the arguments select the test NAME (see the top of this file). */
+static int selected(const char *name, int argc, char **argv) {
+    int any_include = 0, included = 0;
+    for (int a = 1; a < argc; a++) {
+        if (argv[a][0] == '-') {
+            if (argv[a][1] && strstr(name, argv[a] + 1)) return 0;
+        } else {
+            any_include = 1;
+            if (strstr(name, argv[a])) included = 1;
+        }
+    }
+    return !any_include || included;
+}
+
 int main(int argc, char **argv) {
     /* SERIALIZED: the async calls run MPI on the buffer's worker thread (internode) */
     int provided = 0;
@@ -122,11 +138,10 @@ int main(int argc, char **argv) {
         _exit(argc > 2 && !strcmp(argv[2], "ll") ? kill_test_ll() : kill_test());
     }
     if (argc > 1 && !strcmp(argv[1], "--stop-test")) _exit(stop_test());
-    const char *filter = argc > 1 ? argv[1] : NULL;
     qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);
     int passed = 0, failed = 0;
     for (int i = 0; i < g_ntests; i++) {
-        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        if (!selected(g_tests[i].name, argc, argv)) continue;
         ts_test_ctx ctx = {g_tests[i].name, 0};
         struct timespec t0, t1;
         ep_test_barrier();
