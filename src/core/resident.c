@@ -20,6 +20,8 @@ bool ts__resident_read(ts__resident *out) {
             rss = true;
         } else if (strncmp(line, "RssShmem:", 9) == 0 && sscanf(line + 9, "%llu", &kb) == 1) {
             out->shmem = (size_t)kb * 1024;
+        } else if (strncmp(line, "VmHWM:", 6) == 0 && sscanf(line + 6, "%llu", &kb) == 1) {
+            out->hwm = (size_t)kb * 1024;
         }
     }
     fclose(f);

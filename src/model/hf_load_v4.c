@@ -473,8 +473,33 @@ static ts_status pass1(loader *l, const ts__wspec *specs, int64_t ns, int64_t lo
     return check_extra(l);
 }
 
+/* The layer a spec belongs to ("12.attn.wq_a" -> 12), -1 for the model's own (embed, head). */
+static int64_t layer_of(const char *name) {
+    if (*name < '0' || *name > '9') return -1;
+    char *end = NULL;
+    const long long L = strtoll(name, &end, 10);
+    return *end == '.' ? (int64_t)L : -1;
+}
+
+/* Pass 2 for spec i: its records' data and the same value checks as a tilestack weight file. */
+static ts_status fill_checked(loader *l, const ts__wspec *sp, const plan *p, ts__mtensor *rec) {
+    TS__RETURN_IF_ERROR(fill_spec(l, sp, p, rec));
+    char where[700], e[TS__ESC_CAP];
+    snprintf(where, sizeof where, "%s (tensor '%s')", shard_path(l, p->rec[0].shard),
+             esc(p->rec[0].t->name, e));
+    ts_status st = ts__model_check_values(where, &l->cfg, sp, rec);
+    if (st != TS_OK) {
+        /* its message names the file through `where`; drop ts_model_load's prefix */
+        char msg[900];
+        snprintf(msg, sizeof msg, "%s", ts_last_error());
+        const char *body = strncmp(msg, "ts_model_load: ", 15) ? msg : msg + 15;
+        st = ts__fail(st, "%s", body);
+    }
+    return st;
+}
+
 ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int64_t hi,
-                         ts_model **out) {
+                         ts__hf_layer_fn layer_fn, void *ctx, ts_model **out) {
     *out = NULL;
     if (!l->d) return ts__fail(TS_ERR_INTERNAL, "ts_model_load_dir: %s bound twice", l->dir);
     ts__wspec *specs = NULL;
@@ -490,25 +515,23 @@ ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int
     /* pass 1: names, dtypes, shapes of every tensor (headers only: another rank's experts are
      * checked too, so every rank refuses the same checkpoint); then nothing may be left over */
     if (st == TS_OK) st = pass1(l, specs, ns, lo, hi, m->recs, &m->nrecs, plans, keep);
-    /* pass 2: the kept records' data (the only bytes of the files read), and the same value
-     * checks as a tilestack weight file */
+    /* pass 2: the kept records' data (the only bytes of the files read), checked; each layer
+     * handed to layer_fn once its records are all filled (specs come layer by layer) */
+    double total = 0, done = 0;
+    for (int64_t r = 0; st == TS_OK && ts__progress_on() && r < m->nrecs; r++) total += (double)m->recs[r].nbytes;
+    ts__progress_state prog = {0};
     for (int64_t i = 0, r = 0; st == TS_OK && i < ns; i++) {
         if (!keep[i]) continue;
         ts__mtensor *rec = &m->recs[r];
-        r += specs[i].kind == TS__W_FP8 || specs[i].kind == TS__W_FP4 ? 2 : 1;
-        st = fill_spec(l, &specs[i], &plans[i], rec);
-        if (st != TS_OK) break;
-        char where[700], e[TS__ESC_CAP];
-        snprintf(where, sizeof where, "%s (tensor '%s')", shard_path(l, plans[i].rec[0].shard),
-                 esc(plans[i].rec[0].t->name, e));
-        st = ts__model_check_values(where, &l->cfg, &specs[i], rec);
-        if (st != TS_OK) {
-            /* its message names the file through `where`; drop ts_model_load's prefix */
-            char msg[900];
-            snprintf(msg, sizeof msg, "%s", ts_last_error());
-            const char *body = strncmp(msg, "ts_model_load: ", 15) ? msg : msg + 15;
-            st = ts__fail(st, "%s", body);
-        }
+        const int nr = specs[i].kind == TS__W_FP8 || specs[i].kind == TS__W_FP4 ? 2 : 1;
+        r += nr;
+        st = fill_checked(l, &specs[i], &plans[i], rec);
+        for (int k = 0; k < nr; k++) done += (double)rec[k].nbytes;
+        ts__progress(&prog, "loading checkpoint", done, total, "B");
+        const int64_t L = layer_of(specs[i].name);
+        if (st != TS_OK || !layer_fn || L < 0) continue;
+        if (i + 1 < ns && layer_of(specs[i + 1].name) == L) continue;
+        st = layer_fn(ctx, m, L);
     }
     free(keep);
     free(plans);
@@ -533,7 +556,7 @@ void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, const ts_model
                         m->cache_allocated + (m->ws ? m->ws->bytes : 0);
     /* the ratio leaves out shared memory: the EP buffers, which the held bytes do not count */
     ts__resident r;
-    char res[160] = "";
+    char res[224] = "";
     if (ts__resident_read(&r) && r.shmem)
         snprintf(res, sizeof res, "; resident %.1f MB (VmRSS), %.1f MB of it shared memory (EP "
                  "buffers); the rest %.3fx the bytes held", r.rss / 1e6, r.shmem / 1e6,
@@ -541,12 +564,23 @@ void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, const ts_model
     else if (r.rss)
         snprintf(res, sizeof res, "; resident %.1f MB (VmRSS): %.3fx the bytes held", r.rss / 1e6,
                  (double)r.rss / (double)held);
+    /* the process's peak so far: the load's, when the load is the first big thing it does */
+    if (r.hwm)
+        snprintf(res + strlen(res), sizeof res - strlen(res), "; peak %.1f MB (VmHWM)", r.hwm / 1e6);
     fprintf(stderr, "tilestack: %s%s (%s layout, %s): %.1f MB mapped from the safetensors, %.1f MB "
             "converted, %.1f MB quantised at load, %.1f MB packed for the kernels, %.1f MB of "
             "records released after packing; %.1f MB held with the caches and workspace%s\n",
             who, l->dir, lay[l->layout], l->info.quantized ? "FP8 + FP4" : "unquantised",
             l->mapped / 1e6, l->converted / 1e6, l->quantized / 1e6, packed / 1e6, released / 1e6,
             held / 1e6, res);
+}
+
+/* ts_model_load_dir's layer_fn: the layer packed, then (unless *keep) its packed records'
+ * sources released. */
+static ts_status bind_loaded_layer(void *keep, ts_model *m, int64_t L) {
+    TS__RETURN_IF_ERROR(ts__model_bind_layer(m, L));
+    if (!*(const bool *)keep) ts__model_release_packed(m);
+    return TS_OK;
 }
 
 static ts_status load_dir(const char *dir, int64_t max_batch, bool keep, ts_model **out) {
@@ -560,7 +594,8 @@ static ts_status load_dir(const char *dir, int64_t max_batch, bool keep, ts_mode
     loader *l = NULL;
     TS__RETURN_IF_ERROR(ts__hf_v4_open(dir, &l));
     ts_model *m = NULL;
-    ts_status st = ts__hf_v4_bind(l, max_batch, 0, l->cfg.n_routed_experts, &m);
+    ts_status st = ts__hf_v4_bind(l, max_batch, 0, l->cfg.n_routed_experts, bind_loaded_layer,
+                                  &keep, &m);
     if (st == TS_OK) st = ts__model_create_from_records(m);
     if (st == TS_OK) {
         m->load_stats.packed = ts__model_packed_bytes(m);

@@ -58,8 +58,13 @@ bool ts__hf_v4_ignored(const char *name);
 typedef struct ts__hf_v4_loader ts__hf_v4_loader;
 ts_status ts__hf_v4_open(const char *dir, ts__hf_v4_loader **out);
 const ts_model_config *ts__hf_v4_config(const ts__hf_v4_loader *l);
+/* layer_fn (NULL: none) runs once layer L's records are all filled and checked, layer by
+ * layer, before the next layer's are: the caller binds (packs) the layer there and may release
+ * its records, so that the load's peak holds one layer's converted copies (the f32 expert
+ * scales) rather than every layer's. */
+typedef ts_status (*ts__hf_layer_fn)(void *ctx, ts_model *m, int64_t L);
 ts_status ts__hf_v4_bind(ts__hf_v4_loader *l, int64_t max_batch, int64_t lo, int64_t hi,
-                         ts_model **out);
+                         ts__hf_layer_fn layer_fn, void *ctx, ts_model **out);
 void ts__hf_v4_report(const ts__hf_v4_loader *l, const char *who, const ts_model *m, size_t packed);
 void ts__hf_v4_close(ts__hf_v4_loader *l);
 

@@ -192,6 +192,57 @@ static ts_status make_weights(ts_model *m, int64_t L) {
     return st;
 }
 
+/* The EP state of m (rank's share of the experts, the combine's output, the counters). */
+static ts_status ep_init(ts_model *m, int R, int rank, const ts_model_ep_options *opts,
+                         double timeout, const char *fn) {
+    struct ts__model_ep *ep = (struct ts__model_ep *)calloc(1, sizeof *ep);
+    if (!ep) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    ep->comm = MPI_COMM_NULL;
+    m->ep = ep;
+    m->ep_free = ep_free;
+    const ts_model_config *c = &m->cfg;
+    ep->rank = rank;
+    ep->R = R;
+    ep->E = c->n_routed_experts;
+    ep->El = ep->E / R;
+    ep->lo = rank * ep->El;
+    ep->K = c->n_activated_experts;
+    ep->H = c->dim;
+    ep->I = c->moe_inter_dim;
+    ep->nlayers = c->n_layers;
+    ep->unfused = opts && opts->unfused;
+    ep->timeout_s = timeout;
+    ep->routed = (uint16_t *)ts__aligned_alloc((size_t)(m->max_batch * ep->H) * 2);
+    ep->recv = (int32_t *)calloc((size_t)ep->El, 4);
+    ep->cnt = (int64_t *)calloc((size_t)(ep->nlayers * ep->El), 8);
+    ep->gathered = (int64_t *)calloc((size_t)(R * ep->nlayers * ep->El), 8);
+    ep->layer_tot = (int64_t *)calloc((size_t)(ep->nlayers * ep->E), 8);
+    ep->tot = (int64_t *)calloc((size_t)ep->E, 8);
+    if (!ep->routed || !ep->recv || !ep->cnt || !ep->gathered || !ep->layer_tot || !ep->tot)
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    return TS_OK;
+}
+
+/* ts_model_load_dir_ep's layer_fn: layer L bound (its experts left to Mega MoE, even at
+ * R = 1), its local experts made Mega MoE weights, then its packed records released, so the
+ * load holds one layer's converted expert scales at a time. */
+typedef struct ep_stream {
+    int R, rank;
+    const ts_model_ep_options *opts;
+    double timeout;
+    const char *fn;
+} ep_stream;
+
+static ts_status ep_layer_loaded(void *ctx, ts_model *m, int64_t L) {
+    const ep_stream *es = (const ep_stream *)ctx;
+    m->local_experts_only = true;
+    TS__RETURN_IF_ERROR(ts__model_bind_layer(m, L));
+    if (!m->ep) TS__RETURN_IF_ERROR(ep_init(m, es->R, es->rank, es->opts, es->timeout, es->fn));
+    TS__RETURN_IF_ERROR(make_weights(m, L));
+    ts__model_release_packed(m);
+    return TS_OK;
+}
+
 /* Everything after the model holds its records (local experts only) on every rank: the EP
  * state and weights, a second agreement, the collective buffer, the hooks. *pm is freed on
  * failure. */
@@ -203,39 +254,11 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const hel
     MPI_Comm_rank(comm, &rank);
     int64_t T = 0;
     if (st == TS_OK) st = ts__model_create_from_records(m);
-    struct ts__model_ep *ep = NULL;
-    if (st == TS_OK) {
-        ep = (struct ts__model_ep *)calloc(1, sizeof *ep);
-        if (!ep) st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        else {
-            ep->comm = MPI_COMM_NULL;
-            m->ep = ep;
-            m->ep_free = ep_free;
-        }
-    }
-    if (st == TS_OK) {
-        const ts_model_config *c = &m->cfg;
-        ep->rank = rank;
-        ep->R = R;
-        ep->E = c->n_routed_experts;
-        ep->El = ep->E / R;
-        ep->lo = rank * ep->El;
-        ep->K = c->n_activated_experts;
-        ep->H = c->dim;
-        ep->I = c->moe_inter_dim;
-        ep->nlayers = c->n_layers;
-        ep->unfused = opts && opts->unfused;
-        ep->timeout_s = timeout;
-        ep->routed = (uint16_t *)ts__aligned_alloc((size_t)(m->max_batch * ep->H) * 2);
-        ep->recv = (int32_t *)calloc((size_t)ep->El, 4);
-        ep->cnt = (int64_t *)calloc((size_t)(ep->nlayers * ep->El), 8);
-        ep->gathered = (int64_t *)calloc((size_t)(R * ep->nlayers * ep->El), 8);
-        ep->layer_tot = (int64_t *)calloc((size_t)(ep->nlayers * ep->E), 8);
-        ep->tot = (int64_t *)calloc((size_t)ep->E, 8);
-        if (!ep->routed || !ep->recv || !ep->cnt || !ep->gathered || !ep->layer_tot || !ep->tot)
-            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++) st = make_weights(m, L);
+    if (st == TS_OK && !m->ep) st = ep_init(m, R, rank, opts, timeout, fn);
+    struct ts__model_ep *ep = m ? m->ep : NULL;
+    /* a checkpoint load made some (or all) layers' weights as it read them (ep_layer_loaded) */
+    for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++)
+        if (!ep->w[L]) st = make_weights(m, L);
     hello h = *h0;
     set_verdict(&h, st);
     ts_status ag = agree(comm, &h, &T, TAG_READY, create_timeout(timeout), fn, false);
@@ -447,7 +470,8 @@ ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch
     /* the same expert -> rank assignment as ts_model_create_ep (finish_ep's lo) */
     const int64_t El = ts__hf_v4_config(l)->n_routed_experts / R, lo = rank * El;
     ts_model *m = NULL;
-    st = ts__hf_v4_bind(l, max_batch, lo, lo + El, &m);
+    ep_stream es = {R, rank, opts, timeout, fn};
+    st = ts__hf_v4_bind(l, max_batch, lo, lo + El, ep_layer_loaded, &es, &m);
     if (st == TS_OK) m->local_experts_only = true; /* packed for Mega MoE (finish_ep), even at R = 1 */
     st = finish_ep(&m, comm, st, &h, opts, timeout, fn);
     if (st == TS_OK) {

@@ -325,6 +325,7 @@ struct ts_model {
      * leaves w1 / w3 / w2 unpacked (the records hold only this rank's experts). */
     struct ts__model_ep *ep;
     bool local_experts_only;
+    int64_t layers_bound; /* layers 0 .. layers_bound - 1 are bound (ts__model_bind_layer) */
     /* a checkpoint directory (ts_model_load_dir): its files stay mapped while records view them */
     struct ts__hf_dir *ckpt;
     ts_status (*ep_routed)(ts_model *m, int64_t L, int64_t n, const uint16_t *a,
@@ -339,6 +340,10 @@ struct ts_model {
 
 /* model_weights.c: records -> layer structs, packing (after generate or load). */
 ts_status ts__model_bind_weights(ts_model *m);
+/* One layer's weights (what ts__model_bind_weights does for each layer not bound yet), in layer
+ * order: a checkpoint load binds each layer as soon as its records are filled, so that their
+ * converted copies can go before the next layer's are made (hf_load_v4.c). */
+ts_status ts__model_bind_layer(ts_model *m, int64_t L);
 const ts__mtensor *ts__model_find(const ts_model *m, const char *name);
 /* A stored tensor by name (TS_ERR_INTERNAL if missing), an f32 one's data, an FP8 one packed
  * for lin8, a bf16 one packed for linbf. */

@@ -403,44 +403,39 @@ ts_status ts__model_w_pack_bf16(const ts_model *m, const char *name, ts_packed_w
     return pack_bf16(m, name, pw);
 }
 
-ts_status ts__model_bind_weights(ts_model *m) {
+ts_status ts__model_bind_layer(ts_model *m, int64_t L) {
     const ts_model_config *c = &m->cfg;
     const ts__mtensor *t = NULL;
     char nm[96];
-    TS__RETURN_IF_ERROR(need(m, "embed", &t));
-    m->embed = (const uint16_t *)t->data;
-    TS__RETURN_IF_ERROR(f32_of(m, "norm", &m->norm));
-    TS__RETURN_IF_ERROR(f32_of(m, "hc_head_fn", &m->hc_head_fn));
-    TS__RETURN_IF_ERROR(f32_of(m, "hc_head_base", &m->hc_head_base));
-    TS__RETURN_IF_ERROR(f32_of(m, "hc_head_scale", &m->hc_head_scale));
-    TS__RETURN_IF_ERROR(pack_bf16(m, "head", &m->head));
-    for (int64_t L = 0; L < c->n_layers; L++) {
-        ts__layer *ly = &m->layers[L];
-        const long long l = (long long)L;
-        ly->ratio = c->compress_ratios[L];
-        ly->hash = L < c->n_hash_layers;
-#define F32(field, ...)                                  \
-    do {                                                 \
-        NAMEF(nm, __VA_ARGS__);                          \
-        TS__RETURN_IF_ERROR(f32_of(m, nm, &ly->field));  \
+    if (L != m->layers_bound)
+        return ts__fail(TS_ERR_INTERNAL, "model: layer %lld bound out of order (%lld bound)",
+                        (long long)L, (long long)m->layers_bound);
+    ts__layer *ly = &m->layers[L];
+    const long long l = (long long)L;
+    ly->ratio = c->compress_ratios[L];
+    ly->hash = L < c->n_hash_layers;
+#define F32(field, ...)                                 \
+    do {                                                \
+        NAMEF(nm, __VA_ARGS__);                         \
+        TS__RETURN_IF_ERROR(f32_of(m, nm, &ly->field)); \
     } while (0)
-#define P8(field, ...)                                      \
-    do {                                                    \
-        NAMEF(nm, __VA_ARGS__);                             \
+#define P8(field, ...)                                        \
+    do {                                                      \
+        NAMEF(nm, __VA_ARGS__);                               \
         TS__RETURN_IF_ERROR(pack8(m, nm, 0, -1, &ly->field)); \
     } while (0)
-        F32(hc_attn_fn, "%lld.hc_attn_fn", l);
-        F32(hc_attn_base, "%lld.hc_attn_base", l);
-        F32(hc_attn_scale, "%lld.hc_attn_scale", l);
-        F32(hc_ffn_fn, "%lld.hc_ffn_fn", l);
-        F32(hc_ffn_base, "%lld.hc_ffn_base", l);
-        F32(hc_ffn_scale, "%lld.hc_ffn_scale", l);
-        F32(attn_norm, "%lld.attn_norm", l);
-        F32(ffn_norm, "%lld.ffn_norm", l);
-        if (c->attention == TS_MODEL_ATTN_V32) {
-            ly->ratio = 0; /* §8: every layer is MLA + indexer; compress_ratios are not used */
-            TS__RETURN_IF_ERROR(ts__model_v32_bind(m, L));
-        } else {
+    F32(hc_attn_fn, "%lld.hc_attn_fn", l);
+    F32(hc_attn_base, "%lld.hc_attn_base", l);
+    F32(hc_attn_scale, "%lld.hc_attn_scale", l);
+    F32(hc_ffn_fn, "%lld.hc_ffn_fn", l);
+    F32(hc_ffn_base, "%lld.hc_ffn_base", l);
+    F32(hc_ffn_scale, "%lld.hc_ffn_scale", l);
+    F32(attn_norm, "%lld.attn_norm", l);
+    F32(ffn_norm, "%lld.ffn_norm", l);
+    if (c->attention == TS_MODEL_ATTN_V32) {
+        ly->ratio = 0; /* §8: every layer is MLA + indexer; compress_ratios are not used */
+        TS__RETURN_IF_ERROR(ts__model_v32_bind(m, L));
+    } else {
         F32(q_norm, "%lld.attn.q_norm", l);
         F32(kv_norm, "%lld.attn.kv_norm", l);
         F32(attn_sink, "%lld.attn.attn_sink", l);
@@ -476,27 +471,40 @@ ts_status ts__model_bind_weights(ts_model *m) {
             NAMEF(nm, "%lld.attn.indexer.weights_proj", l);
             TS__RETURN_IF_ERROR(pack_bf16(m, nm, &ly->weights_proj));
         }
-        }
-        F32(gate_w, "%lld.ffn.gate.weight", l);
-        if (ly->hash) {
-            NAMEF(nm, "%lld.ffn.gate.tid2eid", l);
-            TS__RETURN_IF_ERROR(need(m, nm, &t));
-            ly->tid2eid = (const int32_t *)t->data;
-        } else {
-            F32(gate_bias, "%lld.ffn.gate.bias", l);
-        }
-        const int64_t D = c->dim, I = c->moe_inter_dim;
-        if (!m->local_experts_only) { /* an EP model packs its own experts (model_ep.c) */
-            TS__RETURN_IF_ERROR(pack_experts(m, L, "w1", I, D, &ly->w1));
-            TS__RETURN_IF_ERROR(pack_experts(m, L, "w3", I, D, &ly->w3));
-            TS__RETURN_IF_ERROR(pack_experts(m, L, "w2", D, I, &ly->w2));
-        }
-        P8(sw1, "%lld.ffn.shared.w1", l);
-        P8(sw3, "%lld.ffn.shared.w3", l);
-        P8(sw2, "%lld.ffn.shared.w2", l);
+    }
+    F32(gate_w, "%lld.ffn.gate.weight", l);
+    if (ly->hash) {
+        NAMEF(nm, "%lld.ffn.gate.tid2eid", l);
+        TS__RETURN_IF_ERROR(need(m, nm, &t));
+        ly->tid2eid = (const int32_t *)t->data;
+    } else {
+        F32(gate_bias, "%lld.ffn.gate.bias", l);
+    }
+    const int64_t D = c->dim, I = c->moe_inter_dim;
+    if (!m->local_experts_only) { /* an EP model packs its own experts (model_ep.c) */
+        TS__RETURN_IF_ERROR(pack_experts(m, L, "w1", I, D, &ly->w1));
+        TS__RETURN_IF_ERROR(pack_experts(m, L, "w3", I, D, &ly->w3));
+        TS__RETURN_IF_ERROR(pack_experts(m, L, "w2", D, I, &ly->w2));
+    }
+    P8(sw1, "%lld.ffn.shared.w1", l);
+    P8(sw3, "%lld.ffn.shared.w3", l);
+    P8(sw2, "%lld.ffn.shared.w2", l);
 #undef F32
 #undef P8
-    }
+    m->layers_bound = L + 1;
+    return TS_OK;
+}
+
+ts_status ts__model_bind_weights(ts_model *m) {
+    const ts__mtensor *t = NULL;
+    TS__RETURN_IF_ERROR(need(m, "embed", &t));
+    m->embed = (const uint16_t *)t->data;
+    TS__RETURN_IF_ERROR(f32_of(m, "norm", &m->norm));
+    TS__RETURN_IF_ERROR(f32_of(m, "hc_head_fn", &m->hc_head_fn));
+    TS__RETURN_IF_ERROR(f32_of(m, "hc_head_base", &m->hc_head_base));
+    TS__RETURN_IF_ERROR(f32_of(m, "hc_head_scale", &m->hc_head_scale));
+    TS__RETURN_IF_ERROR(pack_bf16(m, "head", &m->head));
+    while (m->layers_bound < m->cfg.n_layers) TS__RETURN_IF_ERROR(ts__model_bind_layer(m, m->layers_bound));
     return TS_OK;
 }
 
@@ -583,6 +591,7 @@ void ts__model_free_weights(ts_model *m) {
         ts__model_v32_free_layer(ly);
         memset(ly, 0, sizeof *ly);
     }
+    m->layers_bound = 0;
     ts_packed_weight_destroy(m->head);
     m->head = NULL;
     for (int64_t i = 0; i < m->nrecs; i++) ts__mtensor_free(&m->recs[i]);
