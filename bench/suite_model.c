@@ -196,11 +196,15 @@ int ts__suite_model(const ts__bench_opts *opts) {
     const int saved = ts_get_num_threads();
     int fails = 0;
     for (int t = 0; t < nthreads; t++) fails += run_threads(opts, e, threads[t], sweep);
-    /* the per-token kernel split at the last thread count, default chunk */
+    /* the per-token kernel split at the last thread count, default chunk (or
+     * TS_BENCH_PROFILE_CHUNK's, to see where a chunk size's time goes) */
     double f;
-    printf("\nprefill, per token (%d threads):\n", ts_get_num_threads());
+    const char *pc = getenv("TS_BENCH_PROFILE_CHUNK");
     e->nvar = 1;
-    e->chunk[0] = 0;
+    e->chunk[0] = pc ? strtoll(pc, NULL, 10) : 0;
+    if (e->chunk[0] < 0 || e->chunk[0] > PROMPT) e->chunk[0] = 0;
+    printf("\nprefill, per token (%d threads, chunk %lld):\n", ts_get_num_threads(),
+           (long long)(e->chunk[0] ? e->chunk[0] : ts__max64(e->m->max_batch, TS__PREFILL_ROWS)));
     fails += profiled(e, true, stdout, &f) != TS_OK;
     printf("\ndecode step at context %d:\n", PROMPT);
     fails += profiled(e, false, stdout, &f) != TS_OK;

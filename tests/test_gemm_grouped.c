@@ -301,13 +301,19 @@ TS_TEST(gemm_m_grouped_psum) {
 /* ------------------------------------------------------------------ masked */
 
 TS_TEST(gemm_m_grouped_masked) {
-    const int64_t G = 4, MM = 20, N = 40, K = 160;
-    const int32_t masked[4] = {0, 7, 20, 13};
+    const int64_t G = 4, N = 40, K = 160;
+    /* round 1: every group streamed (<= TS__GEMM_SMALL_M rows); round 2 mixes streamed groups
+     * with blocked ones (60 and 49 rows), which the driver runs on separate paths */
+    static const int32_t masks[2][4] = {{0, 7, 20, 13}, {7, 60, 0, 49}};
+    static const int64_t mms[2] = {20, 64};
+    for (int round = 0; round < 2; round++)
     for (int kind = 0; kind < 3; kind++) {
+        const int64_t MM = mms[round];
+        const int32_t *masked = masks[round];
         const bool bf16 = kind == 1, fp4 = kind == 2;
         const int64_t Kk = fp4 ? 192 : K;
         /* A as G stacked [MM, K] problems: one contiguous [G*MM, K] mproblem reused. */
-        mproblem p = mp_make(G, G * MM, N, Kk, bf16, fp4, 3000 + kind);
+        mproblem p = mp_make(G, G * MM, N, Kk, bf16, fp4, 3000 + 10 * round + kind);
         ts_tensor a3 = p.ta, sa3 = p.tsa;
         a3.ndim = 3, a3.shape[0] = G, a3.shape[1] = MM, a3.shape[2] = Kk;
         a3.strides[0] = MM * Kk, a3.strides[1] = Kk, a3.strides[2] = 1;
@@ -354,9 +360,12 @@ TS_TEST(gemm_m_grouped_masked) {
                     }
                 }
         }
-        TS_CHECK_MSG(bad == 0, "kind %d: %lld values differ from the dense GEMM", kind, (long long)bad);
-        TS_CHECK_MSG(badc == 0, "kind %d: %lld masked values written", kind, (long long)badc);
-        TS_CHECK_MSG(diff_get(&df) <= 1e-6, "kind %d: calc_diff %g", kind, diff_get(&df));
+        TS_CHECK_MSG(bad == 0, "round %d kind %d: %lld values differ from the dense GEMM", round,
+                     kind, (long long)bad);
+        TS_CHECK_MSG(badc == 0, "round %d kind %d: %lld masked values written", round, kind,
+                     (long long)badc);
+        TS_CHECK_MSG(diff_get(&df) <= 1e-6, "round %d kind %d: calc_diff %g", round, kind,
+                     diff_get(&df));
         free(d), free(d2), free(dense);
         mp_free(&p);
     }
