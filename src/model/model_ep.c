@@ -14,7 +14,6 @@
 
 #define TAG_HELLO 0x7E51
 #define TAG_READY 0x7E52
-#define TAG_STATS 0x7E53
 
 static double now_s(void) {
     struct timespec t;
@@ -212,7 +211,8 @@ static ts_status ep_init(ts_model *m, int R, int rank, const ts_model_ep_options
     ep->nlayers = c->n_layers;
     ep->unfused = opts && opts->unfused;
     ep->timeout_s = timeout;
-    ep->routed = (uint16_t *)ts__aligned_alloc((size_t)(m->max_batch * ep->H) * 2);
+    ep->rows_cap = ts__max64(m->max_batch, TS__PREFILL_ROWS);
+    ep->routed = (uint16_t *)ts__aligned_alloc((size_t)(ep->rows_cap * ep->H) * 2);
     ep->recv = (int32_t *)calloc((size_t)ep->El, 4);
     ep->cnt = (int64_t *)calloc((size_t)(ep->nlayers * ep->El), 8);
     ep->gathered = (int64_t *)calloc((size_t)(R * ep->nlayers * ep->El), 8);
@@ -274,6 +274,9 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const hel
     }
     if (st == TS_OK) {
         ts_mega_moe_buffer_options bo = {timeout};
+        /* T rows per rank: the largest max_batch, and at least a prefill chunk (every rank's
+         * rows_cap) */
+        T = ts__max64(T, TS__PREFILL_ROWS);
         st = ts_get_symm_buffer_for_mega_moe(ep->comm, ep->E, T, (int32_t)ep->K, ep->H, ep->I,
                                              "fp8xfp4", "swiglu", &bo, &ep->buf);
     }
@@ -290,6 +293,7 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const hel
     ep->T = ep->views.num_max_tokens_per_rank;
     m->ep_routed = ts__model_ep_routed;
     m->ep_decode = ts__model_ep_decode;
+    m->ep_prefill = ts__model_ep_prefill;
     return TS_OK;
 }
 
@@ -506,7 +510,7 @@ ts_status ts_model_ep_get_stats(ts_model *m, ts_model_ep_stats *out) {
                              "(ts_model_create_ep / ts_model_load_ep)", fn);
     const int64_t NL = ep->nlayers, El = ep->El, E = ep->E;
     TS__RETURN_IF_ERROR(ts__model_ep_allgather(ep->comm, ep->cnt, ep->gathered,
-                                               (int)(NL * El * 8), TAG_STATS, ep->timeout_s, fn));
+                                               (int)(NL * El * 8), TS__EP_TAG_STATS, ep->timeout_s, fn));
     memset(ep->tot, 0, (size_t)E * 8);
     for (int r = 0; r < ep->R; r++)
         for (int64_t L = 0; L < NL; L++)

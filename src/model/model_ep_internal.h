@@ -17,7 +17,8 @@ struct ts__model_ep {
     ts_mega_moe_buffer *buf;
     ts_mega_moe_views views;
     ts_mega_moe_weights *w[TS_MODEL_MAX_LAYERS];
-    uint16_t *routed;     /* [max_batch][H] the combine's output */
+    int64_t rows_cap;     /* rows of one call: max(max_batch, TS__PREFILL_ROWS), a prefill chunk */
+    uint16_t *routed;     /* [rows_cap][H] the combine's output */
     int32_t *recv;        /* [El] one call's receive counts */
     int64_t *cnt;         /* [nlayers][El] this rank's experts, since the last reset */
     int64_t *gathered;    /* [R][nlayers][El] */
@@ -32,6 +33,12 @@ ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t 
                               const uint16_t **routed);
 ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
                               const int32_t *tokens, float *logits);
+ts_status ts__model_ep_prefill(ts_model *m, int64_t seq, int64_t n, const int32_t *tokens,
+                               float *logits, bool all, const char *fn);
+
+/* Tags of the model's own agreements on ep->comm (creation's are on the caller's comm). */
+#define TS__EP_TAG_STATS 0x7E53
+#define TS__EP_TAG_PREFILL 0x7E54
 
 /* model_ep.c: every rank sends `bytes` from mine and receives every rank's into all[R][bytes],
  * point to point with a deadline (a rank that does not come is named: TS_ERR_TIMEOUT). */

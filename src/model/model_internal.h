@@ -321,8 +321,9 @@ struct ts_model {
     /* Expert parallelism (model_ep*.c, built with MPI only; NULL / false for a model of
      * model.h). The hooks keep this path MPI-free: the routed experts of layer L for the n rows
      * `a` (routing in ws->sel / ws->selw) into *routed (bf16 [n][dim], owned by ep), the
-     * collective step, and the collective teardown. local_experts_only: ts__model_bind_weights
-     * leaves w1 / w3 / w2 unpacked (the records hold only this rank's experts). */
+     * collective step, the collective prefill, and the collective teardown.
+     * local_experts_only: ts__model_bind_weights leaves w1 / w3 / w2 unpacked (the records
+     * hold only this rank's experts). */
     struct ts__model_ep *ep;
     bool local_experts_only;
     int64_t layers_bound; /* layers 0 .. layers_bound - 1 are bound (ts__model_bind_layer) */
@@ -332,6 +333,8 @@ struct ts_model {
                            const uint16_t **routed);
     ts_status (*ep_decode)(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
                            float *logits);
+    ts_status (*ep_prefill)(ts_model *m, int64_t seq, int64_t n, const int32_t *tokens,
+                            float *logits, bool all, const char *fn);
     void (*ep_free)(ts_model *m);
     /* a DeepSeek-V3 model (hf_v3.h, model_v3.c): the public calls dispatch to it; none of the
      * V4 fields above but cfg (its generic view), max_batch, pos and rope_* are set */
@@ -484,6 +487,17 @@ ts_status ts__model_check_step(const ts_model *m, int64_t n, const int64_t *seqs
 ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
                                  const int32_t *tokens, float *logits);
 void ts__model_ws_free(ts__ws *ws);
+
+/* model_prefill.c, for the EP model's collective prefill (model_ep_moe.c): rows per chunk;
+ * ts_model_prefill's argument checks (nothing changes before they pass); chunk [c0, c0 + k)
+ * of the n tokens through the layers, the position advanced, the logits (all: every row's
+ * into logits + c0 * vocab; else the last token's, when this chunk holds it and logits is not
+ * NULL). */
+int64_t ts__model_prefill_chunk_rows(const ts_model *m);
+ts_status ts__model_prefill_check(const char *fn, const ts_model *m, int64_t seq, int64_t n,
+                                  const int32_t *tokens, const float *logits, bool all);
+ts_status ts__model_prefill_chunk(ts_model *m, int64_t seq, int64_t c0, int64_t k, int64_t n,
+                                  const int32_t *tokens, float *logits, bool all);
 
 /* Per-kernel breakdown of decode steps (model_profile.c): enable = true clears the table and
  * starts accumulating (name, seconds, bytes, flops per kernel); false stops and prints it to out

@@ -8,19 +8,12 @@
 #include "model_internal.h"
 #include "hf_v3.h"
 
-static int64_t chunk_rows(const ts_model *m) {
+int64_t ts__model_prefill_chunk_rows(const ts_model *m) {
     return m->prefill_rows > 0 ? m->prefill_rows : ts__max64(m->max_batch, TS__PREFILL_ROWS);
 }
 
-/* Every argument before anything changes. */
-static ts_status check(const char *fn, const ts_model *m, int64_t seq, int64_t n,
-                       const int32_t *tokens) {
-    if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
-    /* an EP model's passes are collective steps (model_ep_moe.c): not built for prefill */
-    if (m->ep_decode)
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: not supported on an expert-parallel model "
-                        "(ts_model_create_ep / ts_model_load_ep); decode the prompt with "
-                        "ts_model_decode, whose steps are collective", fn);
+ts_status ts__model_prefill_check(const char *fn, const ts_model *m, int64_t seq, int64_t n,
+                                  const int32_t *tokens, const float *logits, bool all) {
     if (seq < 0 || seq >= m->max_batch)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: seq = %lld is outside [0, max_batch = %lld)",
                         fn, (long long)seq, (long long)m->max_batch);
@@ -28,6 +21,7 @@ static ts_status check(const char *fn, const ts_model *m, int64_t seq, int64_t n
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: n_tokens = %lld must be >= 1", fn,
                         (long long)n);
     if (!tokens) return ts__fail(TS_ERR_NULL_POINTER, "%s: tokens is NULL", fn);
+    if (all && !logits) return ts__fail(TS_ERR_NULL_POINTER, "%s: logits is NULL", fn);
     const int64_t p = m->pos[seq], cap = m->cfg.max_seq_len;
     if (n > cap - p)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
@@ -42,28 +36,36 @@ static ts_status check(const char *fn, const ts_model *m, int64_t seq, int64_t n
     return TS_OK;
 }
 
+ts_status ts__model_prefill_chunk(ts_model *m, int64_t seq, int64_t c0, int64_t k, int64_t n,
+                                  const int32_t *tokens, float *logits, bool all) {
+    ts__ws *ws = m->ws;
+    const int64_t p0 = m->pos[seq], V = m->cfg.vocab_size;
+    for (int64_t b = 0; b < k; b++) {
+        ws->rseq[b] = seq;
+        ws->rpos[b] = p0 + b;
+    }
+    const ts__rows r = {k, ws->rseq, ws->rpos, tokens + c0, true};
+    TS__RETURN_IF_ERROR(ts__model_forward(m, &r));
+    m->pos[seq] += k;
+    if (all) return ts__model_head(m, 0, k, logits + c0 * V);
+    if (logits && c0 + k == n) return ts__model_head(m, k - 1, 1, logits);
+    return TS_OK;
+}
+
 /* all: logits [n][vocab] of every token; else the last token's [vocab] (or none). */
 static ts_status prefill(ts_model *m, int64_t seq, int64_t n, const int32_t *tokens,
                          float *logits, bool all, const char *fn) {
-    TS__RETURN_IF_ERROR(check(fn, m, seq, n, tokens));
-    if (all && !logits) return ts__fail(TS_ERR_NULL_POINTER, "%s: logits is NULL", fn);
+    if (!m) return ts__fail(TS_ERR_NULL_POINTER, "%s: m is NULL", fn);
+    /* an EP model's passes are collective (model_ep_moe.c) */
+    if (m->ep_prefill) return m->ep_prefill(m, seq, n, tokens, logits, all, fn);
+    TS__RETURN_IF_ERROR(ts__model_prefill_check(fn, m, seq, n, tokens, logits, all));
     if (m->v3) return ts__v3_prefill(m, seq, n, tokens, logits, all);
-    const int64_t C = chunk_rows(m), V = m->cfg.vocab_size;
+    const int64_t C = ts__model_prefill_chunk_rows(m);
     /* once per model: the workspace grows from max_batch rows to the chunk */
     TS__RETURN_IF_ERROR(ts__model_ws_reserve(m, C));
-    ts__ws *ws = m->ws;
-    for (int64_t c0 = 0; c0 < n; c0 += C) {
-        const int64_t k = ts__min64(C, n - c0), p0 = m->pos[seq];
-        for (int64_t b = 0; b < k; b++) {
-            ws->rseq[b] = seq;
-            ws->rpos[b] = p0 + b;
-        }
-        const ts__rows r = {k, ws->rseq, ws->rpos, tokens + c0, true};
-        TS__RETURN_IF_ERROR(ts__model_forward(m, &r));
-        m->pos[seq] += k;
-        if (all) TS__RETURN_IF_ERROR(ts__model_head(m, 0, k, logits + c0 * V));
-        else if (logits && c0 + k == n) TS__RETURN_IF_ERROR(ts__model_head(m, k - 1, 1, logits));
-    }
+    for (int64_t c0 = 0; c0 < n; c0 += C)
+        TS__RETURN_IF_ERROR(ts__model_prefill_chunk(m, seq, c0, ts__min64(C, n - c0), n, tokens,
+                                                    logits, all));
     return TS_OK;
 }
 

@@ -314,9 +314,9 @@ TS_TEST(model_ep_step_errors_and_missing_rank) {
     ts_status s = ts_model_decode(ep, 2, seqs, tok, NULL);
     ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, bad);
     TS_CHECK(ts_model_sequence_position(ep, 0) == 0);
-    /* prefill is refused on an EP model (local: no rank enters a collective), naming it */
-    TS_CHECK_STATUS(ts_model_prefill(ep, 0, 2, tok, NULL), TS_ERR_UNSUPPORTED);
-    TS_CHECK(strstr(ts_last_error(), "expert-parallel") != NULL);
+    /* the collective prefill agrees likewise before anything advances */
+    s = ts_model_prefill(ep, 0, 2, tok, NULL);
+    ep_expect_status(ts_t_, s, TS_ERR_INVALID_ARGUMENT, bad);
     TS_CHECK(ts_model_sequence_position(ep, 0) == 0);
     /* then a good step: same bits as the local model */
     tok[1] = 5;
@@ -357,6 +357,67 @@ TS_TEST(model_ep_v32_logits_match_single_process) {
     const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
     TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
     if (ref && ep) decode_and_compare(ts_t_, &c, ep, ref, "v32 fused");
+    ts_model_free(ep);
+    ts_model_free(ref);
+}
+
+/* Prompt length of rank q in the prefill test: 0 on some ranks (they take part without one),
+ * 1 .. 13 on the others, so the ranks need different chunk counts at 5 rows a chunk. */
+static int64_t prompt_of(int q) { return (int64_t)((q * 7 + 13) % 17) * (q % 3 != 1); }
+
+/* ts_model_prefill on an EP model is collective: each rank's logits (all rows, then the last
+ * row's, then a decode step after it) are the single-process model's bits; the chunk counts
+ * differ across ranks; a bad n_tokens on one rank gives its code there and TS_ERR_PEER
+ * elsewhere, with nothing advanced, and the model goes on. */
+TS_TEST(model_ep_prefill_matches_single_process) {
+    ts_model_config c;
+    if (!tiny(ts_t_, &c)) return;
+    const int q = g_ep_rank;
+    const int64_t n = prompt_of(q), V = c.vocab_size;
+    ts_model *ref = NULL, *ep = NULL;
+    TS_CHECK_STATUS(ts_model_create(&c, 1, &ref), TS_OK);
+    ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, 1, &o, &ep), TS_OK);
+    if (!ref || !ep) {
+        ts_model_free(ref);
+        ts_model_free(ep);
+        return;
+    }
+    ep->prefill_rows = 5;
+    int32_t tok[17];
+    for (int64_t i = 0; i < 17; i++) tok[i] = token_of(&c, q, 99, i);
+    float *la = malloc((size_t)(17 * V) * 4), *lb = malloc((size_t)(17 * V) * 4);
+    /* all rows' logits */
+    TS_CHECK_STATUS(ts_model_prefill_all_logits(ep, 0, n, n ? tok : NULL, la), TS_OK);
+    if (n) {
+        TS_CHECK_STATUS(ts_model_prefill_all_logits(ref, 0, n, tok, lb), TS_OK);
+        TS_CHECK_MSG(memcmp(la, lb, (size_t)(n * V) * 4) == 0,
+                     "rank %d of %d: prefill logits differ from the single-process model", q,
+                     g_ep_size);
+    }
+    TS_CHECK(ts_model_sequence_position(ep, 0) == n);
+    /* a bad call on rank 1: nothing advances anywhere */
+    if (g_ep_size > 1) {
+        const ts_status s = ts_model_prefill(ep, 0, q == 1 ? -1 : n, n ? tok : NULL, la);
+        TS_CHECK_STATUS(s, q == 1 ? TS_ERR_INVALID_ARGUMENT : TS_ERR_PEER);
+        if (q != 1) TS_CHECK(strstr(ts_last_error(), "rank 1") != NULL);
+        TS_CHECK(ts_model_sequence_position(ep, 0) == n);
+    }
+    /* the last row's logits of a second prompt on the same sequence, then a decode step */
+    const int64_t n2 = (q % 2) ? 0 : 3;
+    TS_CHECK_STATUS(ts_model_prefill(ep, 0, n2, n2 ? tok + 10 : NULL, la), TS_OK);
+    if (n2) {
+        TS_CHECK_STATUS(ts_model_prefill(ref, 0, n2, tok + 10, lb), TS_OK);
+        TS_CHECK(memcmp(la, lb, (size_t)V * 4) == 0);
+    }
+    const int64_t seq = 0, nd = n + n2 > 0;
+    TS_CHECK_STATUS(ts_model_decode(ep, nd, &seq, tok + 16, la), TS_OK);
+    if (nd) {
+        TS_CHECK_STATUS(ts_model_decode(ref, 1, &seq, tok + 16, lb), TS_OK);
+        TS_CHECK(memcmp(la, lb, (size_t)V * 4) == 0);
+    }
+    free(la);
+    free(lb);
     ts_model_free(ep);
     ts_model_free(ref);
 }
