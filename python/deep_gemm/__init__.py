@@ -197,8 +197,7 @@ get_paged_sparse_mqa_logits_metadata = missing('deep_gemm.get_paged_sparse_mqa_l
 fp8_fp4_sparse_mqa_logits = missing('deep_gemm.fp8_fp4_sparse_mqa_logits', 'no C implementation in tilestack')
 fp8_fp4_paged_sparse_mqa_logits = missing('deep_gemm.fp8_fp4_paged_sparse_mqa_logits',
                                           'no C implementation in tilestack')
-transform_sf_into_required_layout = missing('deep_gemm.transform_sf_into_required_layout',
-                                            _LATER.format('ts_transform_sf_into_required_layout'))
+from .sf_layout import transform_sf_into_required_layout  # noqa: E402,F401
 get_block_m_for_mega_moe = missing('deep_gemm.get_block_m_for_mega_moe',
                                    'no C implementation in tilestack')
 
