@@ -167,6 +167,19 @@ def run_case(group, bf16, out_dir):
     want = torch.bincount(idx_all[idx_all >= 0].flatten(), minlength=E)[rank * El:(rank + 1) * El]
     assert torch.equal(stats, want.to(torch.int32)), (stats, want)
     torch.save(y, os.path.join(out_dir, f'{mma}_{R}_{rank}.pt'))
+    if not bf16:
+        # upstream's weight flow: scales through transform_sf_into_required_layout (packed
+        # ue8m0 int32) give the same weights, so the same bits
+        def packed(w):
+            q, sf = w
+            return q, deep_gemm.transform_sf_into_required_layout(sf, sf.shape[1], sf.shape[2] * 32, (1, 32), El)
+        q1 = torch.stack([m[2] for m in mine]), torch.stack([m[3] for m in mine])
+        q2 = torch.stack([m[4] for m in mine]), torch.stack([m[5] for m in mine])
+        p1, p2 = deep_gemm.transform_weights_for_mega_moe(packed(q1), packed(q2))
+        assert p1.which == 'l1'
+        y2 = torch.empty_like(y)
+        call(y2, p1, p2, buf, activation_clamp=CLAMP)
+        assert torch.equal(y2.view(torch.int16), y.view(torch.int16)), 'packed-scale weights differ'
 
     check_errors(buf, tl1, tl2, n, bf16)
     # destroy is refused while a view made from the buffer is alive, then succeeds
