@@ -185,7 +185,6 @@ k_grouped_fp4_gemm_nt_contiguous = missing('deep_gemm.k_grouped_fp4_gemm_nt_cont
 bf16_mega_gate = missing('deep_gemm.bf16_mega_gate', 'no C implementation in tilestack')
 get_bf16_mega_gate_config = missing('deep_gemm.get_bf16_mega_gate_config', 'no C implementation in tilestack')
 mega_mhc = missing('deep_gemm.mega_mhc', 'no C implementation in tilestack')
-_LATER = 'the C function {} exists; its Python binding is not written yet'
 from .attention import (  # noqa: E402
     fp8_fp4_mqa_logits, fp8_mqa_logits, get_paged_mqa_logits_metadata, fp8_fp4_paged_mqa_logits,
     fp8_paged_mqa_logits)
