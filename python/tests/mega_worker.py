@@ -224,6 +224,14 @@ def main():
     group = make_group()
     for bf16 in (False, True):
         run_case(group, bf16, out_dir)
+    # A view keeps the buffer alive after the SymmBuffer object is gone; the last one's death
+    # destroys it (collectively: every rank drops it at the same point here).
+    buf = deep_gemm.get_symm_buffer_for_mega_moe(group, E, 8, K, H, I)
+    view, ptr = buf.topk_idx, buf.topk_idx.data_ptr()
+    del buf
+    view.fill_(-1)
+    assert view.data_ptr() == ptr and bool((view == -1).all())
+    del view
     comm.Barrier()
     print(f'MEGA_OK rank {rank}', flush=True)
 
