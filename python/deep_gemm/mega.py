@@ -45,8 +45,14 @@ class SymmBuffer:
         comm, self._owned_comm, handle, group = resolve_comm(fn, group, comm)
         self.group, self.comm = group, comm
         timeout = float(os.environ.get('TS_EP_TIMEOUT_S', '0') or 0)
-        self._cap = C.mega_buffer_new(handle, num_experts, num_max_tokens_per_rank, num_topk, hidden,
-                                      intermediate_hidden, mma_type, activation, timeout)
+        try:
+            self._cap = C.mega_buffer_new(handle, num_experts, num_max_tokens_per_rank, num_topk, hidden,
+                                          intermediate_hidden, mma_type, activation, timeout)
+        except BaseException:
+            if self._owned_comm is not None:  # the subgroup communicator made for this buffer
+                self._owned_comm.Free()
+                self._owned_comm = None
+            raise
         x, x_sf, idx, w, info = C.mega_buffer_views(self._cap)
         self.x, self.x_sf, self.topk_idx, self.topk_weights = _view(x), _view(x_sf), _view(idx), _view(w)
         (self.num_max_tokens_per_rank, self.num_experts, self.num_local_experts, self.hidden,

@@ -224,6 +224,16 @@ def main():
     group = make_group()
     for bf16 in (False, True):
         run_case(group, bf16, out_dir)
+    # Bad buffer arguments, the same on every rank: each rank gets the specific error.
+    for args, exc, word in (((E, 8, K, 100, I), ValueError, 'hidden'), ((E, 8, 0, H, I), ValueError, 'num_topk'),
+                            ((E, 8.0, K, H, I), TypeError, 'num_max_tokens_per_rank')):
+        try:
+            deep_gemm.get_symm_buffer_for_mega_moe(group, *args)
+        except exc as e:
+            assert word in str(e), f'{type(e).__name__}: {e} (wanted {word})'
+        else:
+            raise AssertionError(f'buffer {args}: no {exc.__name__}')
+        comm.Barrier()
     # A view keeps the buffer alive after the SymmBuffer object is gone; the last one's death
     # destroys it (collectively: every rank drops it at the same point here).
     buf = deep_gemm.get_symm_buffer_for_mega_moe(group, E, 8, K, H, I)
