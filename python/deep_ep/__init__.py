@@ -10,6 +10,7 @@ import os
 import torch
 
 from _tilestack_py import C, missing
+from _tilestack_py.comm import resolve_comm
 
 __all__ = ['Buffer', 'Config', 'EventOverlap', 'topk_idx_t']
 
@@ -100,27 +101,6 @@ def _check_bool(fn, name, v):
         raise C.TypeError(f"{fn}: argument '{name}' must be a bool, got {type(v).__name__}")
 
 
-def _mpi_comm_of_group(group):
-    """The MPI communicator of a torch.distributed group under mpirun (same ranks, same order)."""
-    import torch.distributed as dist
-    try:
-        from mpi4py import MPI
-    except ImportError as e:
-        raise NotImplementedError('deep_ep.Buffer with a torch.distributed group needs mpi4py in tilestack '
-                                  '(the group is mapped to an MPI communicator of the same ranks)') from e
-    world = MPI.COMM_WORLD
-    if dist.get_world_size() != world.Get_size() or dist.get_rank() != world.Get_rank():
-        raise C.ValueError(
-            f'deep_ep.Buffer: torch.distributed world (rank {dist.get_rank()} of {dist.get_world_size()}) is not '
-            f'the MPI world (rank {world.Get_rank()} of {world.Get_size()}): start the processes with mpirun and '
-            'init_process_group with rank = MPI rank')
-    ranks = dist.get_process_group_ranks(group)
-    if list(ranks) == list(range(world.Get_size())):
-        return world, None
-    sub = world.Create_group(world.Get_group().Incl(list(ranks)))
-    return sub, sub
-
-
 class Buffer:
     """Expert-parallel dispatch / combine buffers over MPI (shared memory inside a node, MPI
     messages between nodes). num_nvl_bytes: the per-rank shared segment (normal mode; size it
@@ -143,19 +123,7 @@ class Buffer:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise C.TypeError(f"{fn}: argument '{name}' must be an int, got {type(v).__name__}")
         self._owned_comm = None
-        if group is not None and comm is None and hasattr(group, 'Get_rank') and hasattr(group, 'Dup'):
-            comm, group = group, None  # an mpi4py communicator passed positionally
-        if group is not None:
-            comm, self._owned_comm = _mpi_comm_of_group(group)
-        elif comm is None:
-            raise C.ValueError(f"{fn}: either 'group' or 'comm' must be provided")
-        try:
-            from mpi4py import MPI
-            handle = MPI._handleof(comm)
-        except ImportError as e:
-            raise NotImplementedError(f'{fn}: comm= needs mpi4py') from e
-        except Exception as e:
-            raise C.TypeError(f"{fn}: argument 'comm' must be an mpi4py.MPI.Comm, got {type(comm).__name__}") from e
+        comm, self._owned_comm, handle, group = resolve_comm(fn, group, comm)
         self.group = group
         self.comm = comm
         self.num_nvl_bytes = num_nvl_bytes

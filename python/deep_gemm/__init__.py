@@ -185,7 +185,6 @@ k_grouped_fp4_gemm_nt_contiguous = missing('deep_gemm.k_grouped_fp4_gemm_nt_cont
 bf16_mega_gate = missing('deep_gemm.bf16_mega_gate', 'no C implementation in tilestack')
 get_bf16_mega_gate_config = missing('deep_gemm.get_bf16_mega_gate_config', 'no C implementation in tilestack')
 mega_mhc = missing('deep_gemm.mega_mhc', 'no C implementation in tilestack')
-_LATER = 'the C function {} exists; its Python binding is not written yet'
 from .attention import (  # noqa: E402
     fp8_fp4_mqa_logits, fp8_mqa_logits, get_paged_mqa_logits_metadata, fp8_fp4_paged_mqa_logits,
     fp8_paged_mqa_logits)
@@ -197,8 +196,7 @@ get_paged_sparse_mqa_logits_metadata = missing('deep_gemm.get_paged_sparse_mqa_l
 fp8_fp4_sparse_mqa_logits = missing('deep_gemm.fp8_fp4_sparse_mqa_logits', 'no C implementation in tilestack')
 fp8_fp4_paged_sparse_mqa_logits = missing('deep_gemm.fp8_fp4_paged_sparse_mqa_logits',
                                           'no C implementation in tilestack')
-transform_sf_into_required_layout = missing('deep_gemm.transform_sf_into_required_layout',
-                                            _LATER.format('ts_transform_sf_into_required_layout'))
+from .sf_layout import transform_sf_into_required_layout  # noqa: E402,F401
 get_block_m_for_mega_moe = missing('deep_gemm.get_block_m_for_mega_moe',
                                    'no C implementation in tilestack')
 

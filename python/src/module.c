@@ -24,6 +24,7 @@ FASTCALL(cast)
 FASTCALL(cast_back)
 FASTCALL(transpose_packed_fp4)
 FASTCALL(calc_diff)
+FASTCALL(transform_sf)
 FASTCALL(view_info)
 FASTCALL(flash_mla_sparse_fwd)
 FASTCALL(flash_mla_with_kvcache)
@@ -104,7 +105,7 @@ static PyMethodDef methods[] = {
     F(topk), F(tk), F(fp8_gemm), F(bf16_gemm), F(m_grouped_fp8_contiguous), F(m_grouped_bf16_contiguous),
     F(m_grouped_fp8_masked), F(m_grouped_bf16_masked), F(k_grouped_fp8), F(k_grouped_bf16),
     F(einsum), F(fp8_einsum), F(tf32_hc_prenorm_gemm), F(fp8_gemm_nt_skip_head_mid), F(cast),
-    F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(view_info), F(flash_mla_sparse_fwd), F(flash_mla_with_kvcache), N(mla_metadata_new), F(mqa_logits), F(mqa_logits_row_stride),
+    F(cast_back), F(transpose_packed_fp4), F(calc_diff), F(transform_sf), F(view_info), F(flash_mla_sparse_fwd), F(flash_mla_with_kvcache), N(mla_metadata_new), F(mqa_logits), F(mqa_logits_row_stride),
     F(paged_mqa_logits), F(paged_mqa_logits_row_stride), F(paged_mqa_logits_metadata), F(parse_only),
     N(get_stride_requirement), O(set_num_sms), N(get_num_sms), O(set_tc_util), N(get_tc_util),
     O(set_mk_alignment), N(get_mk_alignment), N(version), {"_set_dlpack", tsp_set_dlpack, METH_O, NULL}, {"last_c_seconds", tsp_last_c_seconds_get, METH_NOARGS, NULL}, O(set_pdl), N(get_pdl),
@@ -118,9 +119,10 @@ static struct PyModuleDef moduledef = {
 };
 
 int tsp_ep_init(PyObject *m); /* bind_ep.c: deep_ep's functions, when built with MPI */
+int tsp_mega_init(PyObject *m); /* bind_mega.c: deep_gemm.mega's, likewise */
 
 PyMODINIT_FUNC PyInit__tilestack(void) {
     PyObject *m = PyModule_Create(&moduledef);
-    if (m && (tsp_init(m) < 0 || tsp_ep_init(m) < 0)) Py_CLEAR(m);
+    if (m && (tsp_init(m) < 0 || tsp_ep_init(m) < 0 || tsp_mega_init(m) < 0)) Py_CLEAR(m);
     return m;
 }

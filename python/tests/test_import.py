@@ -24,8 +24,8 @@ def test_import_without_cuda():
 
 @pytest.mark.parametrize('call', [
     lambda: __import__('deep_ep').Buffer(None, 0, 0, enable_shrink=True),
-    lambda: __import__('deep_gemm').transform_sf_into_required_layout(None, 1, 1, (1, 128)),
-    lambda: __import__('deep_gemm').get_symm_buffer_for_mega_moe(None),
+    lambda: __import__('deep_gemm').get_symm_buffer_for_sm90_mega_moe(None),
+    lambda: __import__('deep_gemm').transform_weights_for_mega_moe_sm90(None, None),
     lambda: __import__('deep_gemm').cublaslt_gemm_nt(None, None, None),
     lambda: __import__('tile_kernels').quant.swiglu_backward_and_per_token_cast(None),
 ])
