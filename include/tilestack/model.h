@@ -178,8 +178,10 @@ TS_API ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs,
  * the step workspace once to the chunk (max(max_batch, 48) rows). Errors, nothing advanced:
  * TS_ERR_NULL_POINTER (m, tokens), TS_ERR_INVALID_ARGUMENT (seq outside [0, max_batch),
  * n_tokens < 1, a token outside [0, vocab_size), pos + n_tokens > max_seq_len),
- * TS_ERR_UNSUPPORTED on an expert-parallel model (model_ep.h: its steps are collective; decode
- * the prompt with ts_model_decode there), TS_ERR_OUT_OF_MEMORY (the workspace). */
+ * TS_ERR_OUT_OF_MEMORY (the workspace). On an expert-parallel model (model_ep.h) the call is
+ * collective: every rank makes it, a rank without a prompt with n_tokens = 0 (tokens may then
+ * be NULL); a rank's bad arguments give its code there and TS_ERR_PEER naming it elsewhere,
+ * nothing advanced on any rank; the logits are the single-process model's bits. */
 TS_API ts_status ts_model_prefill(ts_model *m, int64_t seq, int64_t n_tokens,
                                   const int32_t *tokens, float *last_logits);
 /* The same with the logits of every token: f32 [n_tokens, vocab_size] row-major (row t = the

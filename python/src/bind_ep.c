@@ -74,14 +74,6 @@ static void hook_free(PyObject *cap) {
     PyMem_Free(r);
 }
 
-static PyObject *new_cap(size_t size, const char *name, PyCapsule_Destructor d, void **rec) {
-    *rec = PyMem_Calloc(1, size);
-    if (!*rec) return PyErr_NoMemory();
-    PyObject *cap = PyCapsule_New(*rec, name, d);
-    if (!cap) PyMem_Free(*rec);
-    return cap;
-}
-
 static ts_ep_buffer *get_buf(PyObject *cap, const char *fn) {
     ep_buf_rec *r = PyCapsule_GetPointer(cap, BUF_CAP);
     if (!r) return NULL;
@@ -182,7 +174,7 @@ PyObject *tsp_ep_buffer_new(PyObject *self, PyObject *const *args, Py_ssize_t na
     o.timeout_s = timeout;
     o.ranks_per_node = (int32_t)rpn;
     ep_buf_rec *rec;
-    PyObject *cap = new_cap(sizeof *rec, BUF_CAP, buf_free, (void **)&rec);
+    PyObject *cap = tsp_new_capsule(sizeof *rec, BUF_CAP, buf_free, (void **)&rec);
     if (!cap) return NULL;
     ts_status st;
     MPI_Comm comm = (MPI_Comm)comm_ptr;
@@ -337,7 +329,7 @@ PyObject *tsp_ep_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     ep_handle_rec *nh = NULL;
     PyObject *hcap = NULL;
-    if (!cached && !(hcap = new_cap(sizeof *nh, HANDLE_CAP, handle_free, (void **)&nh))) return NULL;
+    if (!cached && !(hcap = tsp_new_capsule(sizeof *nh, HANDLE_CAP, handle_free, (void **)&nh))) return NULL;
     ts_ep_dispatch_result r;
     memset(&r, 0, sizeof r);
     ts_status st;
@@ -469,7 +461,7 @@ static int ll_copy_info(const ts_ep_ll_handle *h, PyObject *src_obj, PyObject *l
 
 static PyObject *hook_capsule(ts_ep_ll_hook *hook) {
     ep_hook_rec *hr;
-    PyObject *cap = new_cap(sizeof *hr, HOOK_CAP, hook_free, (void **)&hr);
+    PyObject *cap = tsp_new_capsule(sizeof *hr, HOOK_CAP, hook_free, (void **)&hr);
     if (cap) hr->hook = hook;
     return cap;
 }
@@ -510,7 +502,7 @@ PyObject *tsp_ep_ll_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (err) return NULL;
     ts_ep_ll_dispatch_out o = {&rx, have_rs == 0 ? &rs_s : NULL, &rc};
     ep_ll_handle_rec *hr;
-    PyObject *hcap = new_cap(sizeof *hr, LL_HANDLE_CAP, ll_handle_free, (void **)&hr);
+    PyObject *hcap = tsp_new_capsule(sizeof *hr, LL_HANDLE_CAP, ll_handle_free, (void **)&hr);
     if (!hcap) return NULL;
     ts_ep_ll_hook *hook = NULL;
     ts_status st;

@@ -45,14 +45,6 @@ static void w_free(PyObject *cap) {
     PyMem_Free(r);
 }
 
-static PyObject *new_cap(size_t size, const char *name, PyCapsule_Destructor d, void **rec) {
-    *rec = PyMem_Calloc(1, size);
-    if (!*rec) return PyErr_NoMemory();
-    PyObject *cap = PyCapsule_New(*rec, name, d);
-    if (!cap) PyMem_Free(*rec);
-    return cap;
-}
-
 static mega_buf_rec *get_buf(PyObject *cap, const char *fn) {
     mega_buf_rec *r = PyCapsule_GetPointer(cap, BUF_CAP);
     if (!r) {
@@ -154,7 +146,7 @@ PyObject *tsp_mega_buffer_new(PyObject *self, PyObject *const *args, Py_ssize_t 
     ts_mega_moe_buffer_options o = {PyFloat_AsDouble(args[8])};
     if (PyErr_Occurred()) return NULL;
     mega_buf_rec *rec;
-    PyObject *cap = new_cap(sizeof *rec, BUF_CAP, buf_free, (void **)&rec);
+    PyObject *cap = tsp_new_capsule(sizeof *rec, BUF_CAP, buf_free, (void **)&rec);
     if (!cap) return NULL;
     ts_status st;
     MPI_Comm comm = (MPI_Comm)comm_ptr;
@@ -226,7 +218,7 @@ PyObject *tsp_mega_weights_new(PyObject *self, PyObject *const *args, Py_ssize_t
     for (int i = 0; i < 4; i++)
         if (weight_view(args[i], fn, names[i], i % 2 ? TSP_OPTIONAL : 0, &t[i], &p[i])) return NULL;
     mega_w_rec *rec;
-    PyObject *cap = new_cap(sizeof *rec, W_CAP, w_free, (void **)&rec);
+    PyObject *cap = tsp_new_capsule(sizeof *rec, W_CAP, w_free, (void **)&rec);
     if (!cap) return NULL;
     rec->bf16 = t[0].dtype == TS_BF16;
     ts_status st;

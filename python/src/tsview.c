@@ -381,3 +381,11 @@ int tsp_init(PyObject *module) {
 #undef INTERN
     return 0;
 }
+
+PyObject *tsp_new_capsule(size_t size, const char *name, PyCapsule_Destructor d, void **rec) {
+    *rec = PyMem_Calloc(1, size);
+    if (!*rec) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(*rec, name, d);
+    if (!cap) PyMem_Free(*rec);
+    return cap;
+}

@@ -40,6 +40,8 @@ int tsp_opt_str(PyObject *obj, const char *fn, const char *arg, const char **out
  * TypeError, ValueError and MemoryError raised are subclasses of RuntimeError as well, so code
  * written for upstream's native checks (which raise RuntimeError) keeps catching them. */
 PyObject *tsp_raise_status(ts_status st, const char *fn);
+/* A capsule `name` owning a zeroed PyMem record of `size` bytes (*rec), freed by d. */
+PyObject *tsp_new_capsule(size_t size, const char *name, PyCapsule_Destructor d, void **rec);
 
 /* Module set-up: creates the exception classes and adds them to the module. */
 int tsp_init(PyObject *module);
