@@ -78,23 +78,12 @@ ts_status ts__model_ep_allgather(MPI_Comm comm, const void *mine, void *all, int
     return st;
 }
 
-/* One rank's view before any collective allocation: its verdict on its own arguments and what
- * must be equal everywhere. */
-typedef struct hello {
-    int32_t status, unfused;
-    int64_t max_batch;
-    uint64_t cfg_hash;
-    char msg[200];
-} hello;
-
-/* Every rank learns every verdict: the first failing rank's error (TS_ERR_PEER on the others),
- * then the first rank whose config / switch differs from rank 0's. */
-static ts_status agree(MPI_Comm comm, const hello *mine, int64_t *max_T, int tag, double timeout,
-                       const char *fn, bool compare) {
+ts_status ts__model_ep_agree(MPI_Comm comm, const ts__ep_hello *mine, int64_t *max_n, int tag,
+                             double timeout, const char *fn, bool compare) {
     int R = 0, rank = 0;
     MPI_Comm_size(comm, &R);
     MPI_Comm_rank(comm, &rank);
-    hello *all = (hello *)calloc((size_t)R, sizeof *all);
+    ts__ep_hello *all = (ts__ep_hello *)calloc((size_t)R, sizeof *all);
     if (!all) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     ts_status st = ts__model_ep_allgather(comm, mine, all, (int)sizeof *mine, tag, timeout, fn);
     for (int r = 0; st == TS_OK && r < R; r++)
@@ -112,15 +101,15 @@ static ts_status agree(MPI_Comm comm, const hello *mine, int64_t *max_T, int tag
             st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: rank %d's opts->unfused (%d) differs from "
                           "rank 0's (%d)", fn, r, all[r].unfused, all[0].unfused);
     }
-    if (st == TS_OK && max_T) {
-        *max_T = 0;
-        for (int r = 0; r < R; r++) *max_T = all[r].max_batch > *max_T ? all[r].max_batch : *max_T;
+    if (st == TS_OK && max_n) {
+        *max_n = 0;
+        for (int r = 0; r < R; r++) *max_n = all[r].n > *max_n ? all[r].n : *max_n;
     }
     free(all);
     return st;
 }
 
-static void set_verdict(hello *h, ts_status st) {
+void ts__model_ep_set_verdict(ts__ep_hello *h, ts_status st) {
     h->status = (int32_t)st;
     if (st != TS_OK) snprintf(h->msg, sizeof h->msg, "%s", ts_last_error());
 }
@@ -246,7 +235,7 @@ static ts_status ep_layer_loaded(void *ctx, ts_model *m, int64_t L) {
 /* Everything after the model holds its records (local experts only) on every rank: the EP
  * state and weights, a second agreement, the collective buffer, the hooks. *pm is freed on
  * failure. */
-static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const hello *h0,
+static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const ts__ep_hello *h0,
                            const ts_model_ep_options *opts, double timeout, const char *fn) {
     ts_model *m = *pm;
     int R = 0, rank = 0;
@@ -259,9 +248,9 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const hel
     /* a checkpoint load made some (or all) layers' weights as it read them (ep_layer_loaded) */
     for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++)
         if (!ep->w[L]) st = make_weights(m, L);
-    hello h = *h0;
-    set_verdict(&h, st);
-    ts_status ag = agree(comm, &h, &T, TAG_READY, create_timeout(timeout), fn, false);
+    ts__ep_hello h = *h0;
+    ts__model_ep_set_verdict(&h, st);
+    ts_status ag = ts__model_ep_agree(comm, &h, &T, TAG_READY, create_timeout(timeout), fn, false);
     if (ag != TS_OK) st = ag;
     if (st == TS_OK) { /* every rank was here and well; one may still stop now: a polled dup */
         MPI_Request dup_req;
@@ -332,13 +321,13 @@ ts_status ts_model_create_ep(const ts_model_config *cfg, MPI_Comm comm, int64_t 
     const double timeout = resolve_timeout(opts);
     int R = 0;
     MPI_Comm_size(comm, &R);
-    hello h;
+    ts__ep_hello h;
     memset(&h, 0, sizeof h);
-    h.max_batch = max_batch;
+    h.n = max_batch;
     h.unfused = opts && opts->unfused;
     h.cfg_hash = st == TS_OK ? cfg_hash(cfg) : 0;
-    set_verdict(&h, st);
-    TS__RETURN_IF_ERROR(agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true));
+    ts__model_ep_set_verdict(&h, st);
+    TS__RETURN_IF_ERROR(ts__model_ep_agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true));
     /* the configs are equal: these checks fail alike on every rank */
     TS__RETURN_IF_ERROR(check_config(fn, cfg, R));
     int rank = 0;
@@ -389,13 +378,13 @@ ts_status ts_model_load_ep(const char *path, MPI_Comm comm, int64_t max_batch,
     /* the file's every check; the other ranks' experts are dropped before packing anything
      * (the load keeps them in memory until then) */
     if (st == TS_OK) st = ts_model_load(path, max_batch, &m);
-    hello h;
+    ts__ep_hello h;
     memset(&h, 0, sizeof h);
-    h.max_batch = max_batch;
+    h.n = max_batch;
     h.unfused = opts && opts->unfused;
     h.cfg_hash = st == TS_OK ? cfg_hash(&m->cfg) : 0;
-    set_verdict(&h, st);
-    st = agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true);
+    ts__model_ep_set_verdict(&h, st);
+    st = ts__model_ep_agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true);
     if (st == TS_OK) st = check_config(fn, &m->cfg, R);
     if (st != TS_OK) {
         ts_model_free(m);
@@ -454,9 +443,9 @@ ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch
      * having opened its directory) before any rank binds a tensor */
     ts__hf_v4_loader *l = NULL;
     if (st == TS_OK) st = ts__hf_v4_open(dir, &l);
-    hello h;
+    ts__ep_hello h;
     memset(&h, 0, sizeof h);
-    h.max_batch = max_batch;
+    h.n = max_batch;
     h.unfused = opts && opts->unfused;
     if (st == TS_OK) {
         /* the model's name is the directory's: ranks may read copies at different paths */
@@ -464,8 +453,8 @@ ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch
         memset(c.name, 0, sizeof c.name);
         h.cfg_hash = cfg_hash(&c);
     }
-    set_verdict(&h, st);
-    st = agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true);
+    ts__model_ep_set_verdict(&h, st);
+    st = ts__model_ep_agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true);
     if (st == TS_OK) st = check_config(fn, ts__hf_v4_config(l), R);
     if (st != TS_OK) {
         ts__hf_v4_close(l);

@@ -36,6 +36,22 @@ ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
 ts_status ts__model_ep_prefill(ts_model *m, int64_t seq, int64_t n, const int32_t *tokens,
                                float *logits, bool all, const char *fn);
 
+/* One rank's verdict in an agreement (model_ep.c): its status on its own arguments (message
+ * when not TS_OK), what must be equal everywhere (creation), and n: max_batch at creation, the
+ * chunk count of a prefill. */
+typedef struct ts__ep_hello {
+    int32_t status, unfused;
+    int64_t n;
+    uint64_t cfg_hash;
+    char msg[200];
+} ts__ep_hello;
+void ts__model_ep_set_verdict(ts__ep_hello *h, ts_status st);
+/* Every rank learns every verdict: the first failing rank's error (TS_ERR_PEER on the others),
+ * then (compare) the first rank whose config / switch differs from rank 0's; *max_n (not NULL)
+ * the largest n. */
+ts_status ts__model_ep_agree(MPI_Comm comm, const ts__ep_hello *mine, int64_t *max_n, int tag,
+                             double timeout, const char *fn, bool compare);
+
 /* Tags of the model's own agreements on ep->comm (creation's are on the caller's comm). */
 #define TS__EP_TAG_STATS 0x7E53
 #define TS__EP_TAG_PREFILL 0x7E54

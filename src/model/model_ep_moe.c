@@ -59,6 +59,15 @@ ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t 
     return TS_OK;
 }
 
+/* A pass with no rows of this rank: its part in every layer's Mega MoE call. */
+static ts_status idle_pass(ts_model *m) {
+    for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+        const uint16_t *r = NULL;
+        TS__RETURN_IF_ERROR(ts__model_ep_routed(m, L, 0, NULL, &r));
+    }
+    return TS_OK;
+}
+
 ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
                               const int32_t *tokens, float *logits) {
     struct ts__model_ep *ep = m->ep;
@@ -75,23 +84,13 @@ ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
     if (vote != TS_OK) return vote;
     ts_status st = TS_OK;
     if (n == 0) {
-        for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++) {
-            const uint16_t *r = NULL;
-            st = ts__model_ep_routed(m, L, 0, NULL, &r);
-        }
+        st = idle_pass(m);
     } else {
         st = ts__model_decode_local(m, n, seqs, tokens, logits);
     }
     if (st == TS_OK) ep->steps++;
     return st;
 }
-
-/* One rank's verdict on its part of a collective prefill, and the chunks it needs. */
-typedef struct prefill_vote {
-    int32_t status, pad;
-    int64_t chunks;
-    char msg[200];
-} prefill_vote;
 
 /* Collective: every rank calls it, a rank without a prompt with n = 0. The ranks first agree
  * (every verdict, the largest chunk count), then run that many chunk passes: a rank's chunk
@@ -109,35 +108,20 @@ ts_status ts__model_ep_prefill(ts_model *m, int64_t seq, int64_t n, const int32_
     else if (n > 0)
         mine = ts__model_prefill_check(fn, m, seq, n, tokens, logits, all);
     if (mine == TS_OK) mine = ts__model_ws_reserve(m, C);
-    prefill_vote me;
+    ts__ep_hello me;
     memset(&me, 0, sizeof me);
-    me.status = (int32_t)mine;
-    me.chunks = mine == TS_OK ? (n + C - 1) / C : 0;
-    if (mine != TS_OK) snprintf(me.msg, sizeof me.msg, "%s", ts_last_error());
-    prefill_vote *v = (prefill_vote *)calloc((size_t)ep->R, sizeof *v);
-    if (!v) return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    ts_status st = ts__model_ep_allgather(ep->comm, &me, v, (int)sizeof me, TS__EP_TAG_PREFILL,
-                                          ep->timeout_s, fn);
+    ts__model_ep_set_verdict(&me, mine);
+    me.n = mine == TS_OK ? (n + C - 1) / C : 0;
     int64_t chunks = 0;
-    for (int r = 0; st == TS_OK && r < ep->R; r++) {
-        if (v[r].status != TS_OK)
-            st = r == ep->rank ? ts__fail(mine, "%s", me.msg)
-                               : ts__fail(TS_ERR_PEER, "%s: rank %d failed (%s: %.*s); this is "
-                                          "rank %d", fn, r, ts_status_str((ts_status)v[r].status),
-                                          (int)sizeof v[r].msg, v[r].msg, ep->rank);
-        chunks = ts__max64(chunks, v[r].chunks);
-    }
-    free(v);
+    ts_status st = ts__model_ep_agree(ep->comm, &me, &chunks, TS__EP_TAG_PREFILL, ep->timeout_s,
+                                      fn, false);
     for (int64_t c = 0; st == TS_OK && c < chunks; c++) {
         const int64_t c0 = c * C;
         if (c0 < n) {
             st = ts__model_prefill_chunk(m, seq, c0, ts__min64(C, n - c0), n, tokens, logits, all);
             continue;
         }
-        for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++) {
-            const uint16_t *r = NULL;
-            st = ts__model_ep_routed(m, L, 0, NULL, &r);
-        }
+        st = idle_pass(m);
     }
     return st;
 }
