@@ -129,25 +129,7 @@ static int arg_config(PyObject *o, const char *fn, ts_ep_config *c, const ts_ep_
 /* A view into library memory -> (memoryview, dtype name, shape, strides), or None when absent. */
 static PyObject *describe(const ts_tensor *t) {
     if (!t->data) Py_RETURN_NONE;
-    int64_t extent = 1, empty = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) empty = 1;
-        extent += (t->shape[i] - 1) * t->strides[i];
-    }
-    Py_ssize_t bytes = empty ? 0 : (Py_ssize_t)(extent * (int64_t)ts_dtype_size(t->dtype));
-    PyObject *mv = PyMemoryView_FromMemory(t->data, bytes, PyBUF_WRITE);
-    PyObject *shape = PyTuple_New(t->ndim), *strides = PyTuple_New(t->ndim);
-    if (!mv || !shape || !strides) {
-        Py_XDECREF(mv);
-        Py_XDECREF(shape);
-        Py_XDECREF(strides);
-        return NULL;
-    }
-    for (int i = 0; i < t->ndim; i++) {
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
-        PyTuple_SET_ITEM(strides, i, PyLong_FromLongLong(t->strides[i]));
-    }
-    return Py_BuildValue("(NsNN)", mv, ts_dtype_name(t->dtype), shape, strides);
+    return tsp_describe(PyMemoryView_FromMemory(t->data, tsp_span_bytes(t), PyBUF_WRITE), t);
 }
 
 /* ep_buffer_new(comm_handle, num_nvl_bytes, num_rdma_bytes, low_latency_mode, num_qps_per_rank,

@@ -94,27 +94,16 @@ static PyTypeObject region_type = {
  * for an absent view (x_sf of a bf16 buffer). */
 static PyObject *describe(PyObject *cap, mega_buf_rec *rec, const ts_tensor *t) {
     if (!t->data) Py_RETURN_NONE;
-    int64_t extent = 1;
-    for (int i = 0; i < t->ndim; i++) extent += (t->shape[i] - 1) * t->strides[i];
     region *r = PyObject_New(region, &region_type);
     if (!r) return NULL;
     Py_INCREF(cap);
     r->cap = cap;
     r->data = t->data;
-    r->len = (Py_ssize_t)(extent * (int64_t)ts_dtype_size(t->dtype));
+    r->len = tsp_span_bytes(t);
     rec->exports++;
     PyObject *mv = PyMemoryView_FromObject((PyObject *)r);
     Py_DECREF(r); /* the memoryview holds it now */
-    PyObject *shape = PyTuple_New(t->ndim), *strides = PyTuple_New(t->ndim);
-    if (!mv || !shape || !strides) {
-        Py_XDECREF(mv), Py_XDECREF(shape), Py_XDECREF(strides);
-        return NULL;
-    }
-    for (int i = 0; i < t->ndim; i++) {
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
-        PyTuple_SET_ITEM(strides, i, PyLong_FromLongLong(t->strides[i]));
-    }
-    return Py_BuildValue("(NsNN)", mv, ts_dtype_name(t->dtype), shape, strides);
+    return tsp_describe(mv, t);
 }
 
 static int arg_i64(PyObject *o, const char *fn, const char *name, int64_t *v) {

@@ -6,16 +6,6 @@
 
 #include "tilestack/quant.h"
 
-static PyObject *int_tuple(const int64_t *v, int n) {
-    PyObject *t = PyTuple_New(n);
-    for (int i = 0; t && i < n; i++) {
-        PyObject *x = PyLong_FromLongLong(v[i]);
-        if (!x) { Py_CLEAR(t); break; }
-        PyTuple_SET_ITEM(t, i, x);
-    }
-    return t;
-}
-
 /* transform_sf(sf, mn, k, gran_mn, gran_k, num_groups, disable_ue8m0_cast, arch, out)
  * out None -> (shape, strides, alloc_elems, is_int): the view the caller must allocate;
  * out a tensor -> fills it (it may be sf where the layout is sf's own), returns None. */
@@ -52,6 +42,6 @@ PyObject *tsp_transform_sf(PyObject *self, PyObject *const *args, Py_ssize_t nar
                                                       want_layout ? NULL : &out));
     if (st != TS_OK) return tsp_raise_status(st, fn);
     if (!want_layout) Py_RETURN_NONE;
-    return Py_BuildValue("(NNLO)", int_tuple(lay.shape, lay.ndim), int_tuple(lay.strides, lay.ndim),
+    return Py_BuildValue("(NNLO)", tsp_int64_tuple(lay.shape, lay.ndim), tsp_int64_tuple(lay.strides, lay.ndim),
                          (long long)alloc, lay.dtype == TS_F32 ? Py_False : Py_True);
 }

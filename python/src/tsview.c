@@ -389,3 +389,37 @@ PyObject *tsp_new_capsule(size_t size, const char *name, PyCapsule_Destructor d,
     if (!cap) PyMem_Free(*rec);
     return cap;
 }
+
+PyObject *tsp_int64_tuple(const int64_t *v, int n) {
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+Py_ssize_t tsp_span_bytes(const ts_tensor *t) {
+    int64_t extent = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) return 0;
+        extent += (t->shape[i] - 1) * t->strides[i];
+    }
+    return (Py_ssize_t)(extent * (int64_t)ts_dtype_size(t->dtype));
+}
+
+PyObject *tsp_describe(PyObject *mv, const ts_tensor *t) {
+    if (!mv) return NULL;
+    PyObject *shape = tsp_int64_tuple(t->shape, t->ndim), *strides = tsp_int64_tuple(t->strides, t->ndim);
+    if (!shape || !strides) {
+        Py_DECREF(mv);
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        return NULL;
+    }
+    return Py_BuildValue("(NsNN)", mv, ts_dtype_name(t->dtype), shape, strides);
+}

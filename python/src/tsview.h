@@ -42,6 +42,13 @@ int tsp_opt_str(PyObject *obj, const char *fn, const char *arg, const char **out
 PyObject *tsp_raise_status(ts_status st, const char *fn);
 /* A capsule `name` owning a zeroed PyMem record of `size` bytes (*rec), freed by d. */
 PyObject *tsp_new_capsule(size_t size, const char *name, PyCapsule_Destructor d, void **rec);
+/* A tuple of n Python ints. */
+PyObject *tsp_int64_tuple(const int64_t *v, int n);
+/* The bytes a view t into library memory spans (0 when a dimension is empty). */
+Py_ssize_t tsp_span_bytes(const ts_tensor *t);
+/* (mv, dtype name, shape, strides): what the Python side makes a tensor view of; steals mv
+ * (NULL: the error it raised stands). */
+PyObject *tsp_describe(PyObject *mv, const ts_tensor *t);
 
 /* Module set-up: creates the exception classes and adds them to the module. */
 int tsp_init(PyObject *module);
