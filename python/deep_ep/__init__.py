@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from _tilestack_py import C, missing
+from _tilestack_py import C, missing, tensor_of
 from _tilestack_py.comm import resolve_comm
 
 __all__ = ['Buffer', 'Config', 'EventOverlap', 'topk_idx_t']
@@ -18,25 +18,6 @@ topk_idx_t = torch.int64
 
 _HAVE_EP = bool(getattr(C, 'have_ep', 0))
 _NO_EP = 'libtilestack was built without MPI, so it has no ts_ep_* (install Open MPI and rebuild)'
-
-_DTYPES = {'bf16': torch.bfloat16, 'f32': torch.float32, 'i32': torch.int32, 'i64': torch.int64,
-           'e4m3': torch.float8_e4m3fn, 'u8': torch.uint8, 'i8': torch.int8, 'bool': torch.bool,
-           'f16': torch.float16, 'f64': torch.float64, 'i16': torch.int16}
-
-
-def _tensor(desc, copy):
-    """A (memoryview, dtype, shape, strides) description of library memory -> torch tensor
-    (copied into a fresh contiguous tensor when `copy`, else a view that aliases it)."""
-    if desc is None:
-        return None
-    mv, dt, shape, strides = desc
-    dtype = _DTYPES[dt]
-    if any(s == 0 for s in shape):
-        return torch.empty(shape, dtype=dtype)
-    flat = torch.frombuffer(mv, dtype=torch.uint8).view(dtype)
-    t = flat.as_strided(shape, strides)
-    return t.clone(memory_format=torch.contiguous_format) if copy else t
-
 
 class EventOverlap:
     """A completed event: CPU calls return when their work is done, so waiting is a no-op."""
@@ -244,8 +225,8 @@ class Buffer:
                                 num_tokens_per_rdma_rank, num_tokens_per_expert, is_token_in_rank,
                                 expert_alignment, num_worst_tokens, cfg, None)
         rx, rs, rti, rtw, rsrc, per_expert, num_recv, hcap = out
-        recv_x = _tensor(rx, True)
-        recv_scales = _tensor(rs, True)
+        recv_x = tensor_of(rx, True)
+        recv_scales = tensor_of(rs, True)
         recv = (recv_x, recv_scales) if x_scales is not None else recv_x
         if handle is not None:
             return recv, None, None, None, None, EventOverlap()
@@ -253,10 +234,10 @@ class Buffer:
         h._cap = hcap
         h.num_recv_tokens = num_recv
         h.num_tokens = x.shape[0]
-        h.recv_src_idx = _tensor(rsrc, True)
+        h.recv_src_idx = tensor_of(rsrc, True)
         h.rank_prefix = C.ep_handle_info(hcap, self.group_size)[1]
         h.is_token_in_rank = is_token_in_rank
-        return recv, _tensor(rti, True), _tensor(rtw, True), per_expert, h, EventOverlap()
+        return recv, tensor_of(rti, True), tensor_of(rtw, True), per_expert, h, EventOverlap()
 
     def combine(self, x, handle, topk_weights=None, bias=None, config=None, previous_event=None,
                 async_finish=False, allocate_on_comm_stream=False):
@@ -367,7 +348,7 @@ class Buffer:
         fn = 'deep_ep.Buffer.get_next_low_latency_combine_buffer'
         if not isinstance(handle, _LLHandle):
             raise C.TypeError(f"{fn}: argument 'handle' must be a handle returned by low_latency_dispatch")
-        t = _tensor(C.ep_ll_next_combine_buffer(self._buf('get_next_low_latency_combine_buffer'), handle._cap), False)
+        t = tensor_of(C.ep_ll_next_combine_buffer(self._buf('get_next_low_latency_combine_buffer'), handle._cap), False)
         return t
 
     # upstream's shrink / mask API

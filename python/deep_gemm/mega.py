@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from _tilestack_py import C, missing
+from _tilestack_py import C, missing, tensor_of
 from _tilestack_py.comm import resolve_comm
 
 __all__ = ['SymmBuffer', 'get_symm_buffer_for_mega_moe', 'transform_weights_for_mega_moe',
@@ -16,19 +16,6 @@ __all__ = ['SymmBuffer', 'get_symm_buffer_for_mega_moe', 'transform_weights_for_
 _HAVE = hasattr(C, 'mega_buffer_new')
 _NO_MPI = 'libtilestack was built without MPI, so it has no ts_*_mega_moe (install Open MPI and rebuild)'
 _NO_SM90 = 'the SM90 Mega MoE (FP8 weights, its own buffer layout) has no C implementation in tilestack'
-
-_DTYPES = {'bf16': torch.bfloat16, 'f32': torch.float32, 'i32': torch.int32, 'ue8m0x4': torch.int32,
-           'i64': torch.int64, 'e4m3': torch.float8_e4m3fn}
-
-
-def _view(desc):
-    """(memoryview, dtype, shape, strides) of the C buffer -> a torch view of that memory (no
-    copy); the memoryview's exporter holds the buffer, so the view keeps it alive."""
-    if desc is None:
-        return None
-    mv, dt, shape, strides = desc
-    return torch.frombuffer(mv, dtype=torch.uint8).view(_DTYPES[dt]).as_strided(shape, strides)
-
 
 class SymmBuffer:
     """The Mega MoE buffer (upstream: a symmetric-memory allocation). `x`, `x_sf`, `topk_idx`,
@@ -54,7 +41,7 @@ class SymmBuffer:
                 self._owned_comm = None
             raise
         x, x_sf, idx, w, info = C.mega_buffer_views(self._cap)
-        self.x, self.x_sf, self.topk_idx, self.topk_weights = _view(x), _view(x_sf), _view(idx), _view(w)
+        self.x, self.x_sf, self.topk_idx, self.topk_weights = tensor_of(x), tensor_of(x_sf), tensor_of(idx), tensor_of(w)
         (self.num_max_tokens_per_rank, self.num_experts, self.num_local_experts, self.hidden,
          self.intermediate_hidden, self.num_topk, self.rank, self.num_ranks) = info
         self.mma_type = mma_type
