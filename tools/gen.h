@@ -3,10 +3,9 @@
  *   gen_options.c  the shared command line -> gen_args (errors name the option, exit 2)
  *   gen_model.c    gen_open_model: model (built-in, config file, weight file, checkpoint
  *                  directory), tokenizer, EOS id, the ids the tokenizer cannot spell
- *   gen_prefill.c  gen_prefill: a prompt into a sequence's cache (batched; token by token on
- *                  an expert-parallel model)
  *   gen_stop.c     stop strings over the streamed text: what may be printed, where to cut
- *   gen_turn.c     one reply: cache reuse, prefill, the sample / decode loop, timings
+ *   gen_turn.c     one reply: cache reuse, prefill (ts_model_prefill), the sample / decode
+ *                  loop, timings
  *   gen_json.c     a reply as one JSON object
  *   gen_print.c    the streamed reply on stdout (control characters escaped on a terminal)
  *   ranks_gen.c    --ranks R: the launch, each rank's model, the other ranks' steps (MPI,
@@ -73,9 +72,10 @@ typedef struct gen_model {
     int32_t *masked;    /* model ids the tokenizer has no token for: never sampled */
     size_t n_masked;
     float *logits;      /* [vocab] */
-    /* Over R ranks, on rank 0 (ranks_gen.c): told before the model's next `steps` collective
-     * steps, so that the other ranks take part in them; NULL in-process. */
-    void (*announce)(void *ctx, int64_t steps);
+    /* Over R ranks, on rank 0 (ranks_gen.c): told before the model's next collective call
+     * (one prefill, or one decode step), so that the other ranks take part in it; NULL
+     * in-process. */
+    void (*announce)(void *ctx, bool prefill);
     void *announce_ctx;
 } gen_model;
 
@@ -101,13 +101,6 @@ int gen_open_model(const char *cmd, const gen_args *a, gen_model *gm);
  * returns the same code, and only rank 0 prints. */
 int gen_open_model_on(const char *cmd, const gen_args *a, const gen_peers *p, gen_model *gm);
 void gen_close_model(gen_model *gm); /* zeroed or opened */
-
-/* ---- gen_prefill.c ---- */
-/* Sequence `seq` consumes tokens[0, n) from its current position; the logits after the last
- * token go to last_logits ([vocab]; NULL: none). Batched (ts_model_prefill); an
- * expert-parallel model takes n collective decode steps instead. */
-ts_status gen_prefill(ts_model *m, int64_t seq, const int32_t *tokens, size_t n,
-                      float *last_logits);
 
 /* ---- gen_stop.c ---- */
 typedef void (*gen_emit_fn)(void *ctx, const char *text, size_t n);
@@ -171,7 +164,7 @@ typedef struct gen_result {
 } gen_result;
 
 /* One reply: reuses the sequence's cache when gs->ids is a prefix of the prompt (else resets
- * it), feeds the rest with gen_prefill, then samples (one uniform per non-greedy step from
+ * it), feeds the rest with ts_model_prefill, then samples (one uniform per non-greedy step from
  * *rng) and decodes until EOS, a stop string, max_new tokens or the context's end, streaming
  * text through o->emit. A prompt of no tokens or longer than max_seq_len - 1 is
  * TS_ERR_INVALID_ARGUMENT naming both lengths, before anything runs. On failure the sequence

@@ -60,9 +60,12 @@ static ts_status feed_prompt(gen_model *gm, gen_seq *gs, const int32_t *prompt, 
     *reused = keep;
     if (!grow((void **)&gs->ids, &gs->cap, n, sizeof *gs->ids))
         return ts__fail(TS_ERR_OUT_OF_MEMORY, "the prompt's %zu ids", n);
-    /* over ranks the prefill is n - keep collective decode steps (gen_prefill) */
-    if (gm->announce) gm->announce(gm->announce_ctx, (int64_t)(n - keep));
-    TS__RETURN_IF_ERROR(gen_prefill(gm->m, gs->seq, prompt + keep, n - keep, gm->logits));
+    if (n > keep) {
+        /* batched (the rows of a chunk go through each GEMM together); over ranks, collective */
+        if (gm->announce) gm->announce(gm->announce_ctx, true);
+        TS__RETURN_IF_ERROR(ts_model_prefill(gm->m, gs->seq, (int64_t)(n - keep), prompt + keep,
+                                             gm->logits));
+    }
     memcpy(gs->ids + keep, prompt + keep, (n - keep) * sizeof *prompt);
     gs->n = n;
     return TS_OK;
@@ -163,7 +166,7 @@ ts_status gen_turn(gen_model *gm, gen_seq *gs, const int32_t *prompt, size_t n_p
             st = oom("sequence ids");
             break;
         }
-        if (gm->announce) gm->announce(gm->announce_ctx, 1);
+        if (gm->announce) gm->announce(gm->announce_ctx, false);
         if ((st = ts_model_decode(gm->m, 1, &gs->seq, &tok, gm->logits)) != TS_OK) break;
         gs->ids[gs->n++] = tok;
         r->decode_steps++;

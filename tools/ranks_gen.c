@@ -3,11 +3,12 @@
  * experts of the model (model_ep.h, through demo_comm.c, the tools' one MPI user).
  *
  * Rank 0 alone holds the sequence: it tokenises, samples, prints and reads chat's stdin. Every
- * step of an EP model is collective, so before each batch of steps rank 0 posts how many
- * (the prompt: one decode step per token, as ts_model_prefill refuses EP models; then one per
- * sampled token); the other ranks take part in each with no sequence of their own, and leave
- * when rank 0 posts -1 at its end. The tokens are rank 0's alone, so the ranks cannot
- * disagree on them; they are those of R = 1, whose logits are the same bits (model_ep.h). */
+ * prefill and decode step of an EP model is collective, so before each rank 0 posts which
+ * (POST_PREFILL: the prompt, in one ts_model_prefill; POST_STEP: one decode step per sampled
+ * token); the other ranks take part in it with no sequence of their own (a prefill of zero
+ * tokens, a step of zero rows), and leave when rank 0 posts POST_END. The tokens are rank 0's
+ * alone, so the ranks cannot disagree on them; they are those of R = 1, whose logits are the
+ * same bits (model_ep.h). */
 #include "demo.h"
 #include "gen.h"
 
@@ -15,6 +16,9 @@
 #include <string.h>
 
 #define RANKS_TIMEOUT_S 60.0 /* a wait on a peer, as the demo's --timeout default */
+
+/* what rank 0 posts before each collective call */
+enum { POST_END = -1, POST_STEP = 1, POST_PREFILL = 2 };
 
 typedef struct rank_ctx {
     ts__demo_comm c;
@@ -37,27 +41,23 @@ static int agree(void *ctx, int rc, bool peer, char *msg, size_t cap) {
     return (int)worst;
 }
 
-static void announce(void *ctx, int64_t steps) {
+static void announce(void *ctx, bool prefill) {
     rank_ctx *r = ctx;
-    ts__demo_post(&r->c, &steps);
+    int64_t what = prefill ? POST_PREFILL : POST_STEP;
+    ts__demo_post(&r->c, &what);
 }
 
-/* A rank other than 0: every step rank 0 posts, with no sequence, until it posts -1. */
+/* A rank other than 0: every call rank 0 posts, with no sequence, until it posts POST_END. */
 static void follow(rank_ctx *r, ts_model *m) {
     for (;;) {
-        int64_t k = 0;
-        ts__demo_post(&r->c, &k);
-        if (k < 0) return;
-        for (int64_t i = 0; i < k; i++) {
-            const ts_status st = ts_model_decode(m, 0, NULL, NULL, NULL);
-            /* rank 0's step was refused before anything ran: its turn ends there (it says
-             * why), and the rest of this batch never comes */
-            if (st == TS_ERR_PEER) {
-                ts_clear_error();
-                break;
-            }
-            if (st != TS_OK) ts__demo_abort(&r->c, ts_last_error());
-        }
+        int64_t what = 0;
+        ts__demo_post(&r->c, &what);
+        if (what == POST_END) return;
+        const ts_status st = what == POST_PREFILL ? ts_model_prefill(m, 0, 0, NULL, NULL)
+                                                  : ts_model_decode(m, 0, NULL, NULL, NULL);
+        /* rank 0's call was refused before anything ran: it says why, and ends its turn */
+        if (st == TS_ERR_PEER) ts_clear_error();
+        else if (st != TS_OK) ts__demo_abort(&r->c, ts_last_error());
     }
 }
 
@@ -111,7 +111,7 @@ int gen_ranks_open(const char *cmd, const gen_args *a, bool is_rank, int argc, c
 int gen_ranks_close(gen_ranks *rk, gen_model *gm, int rc) {
     rank_ctx *r = rk->comm;
     if (r && r->c.rank == 0 && gm->m) {
-        int64_t end = -1;
+        int64_t end = POST_END;
         ts__demo_post(&r->c, &end);
     }
     gen_close_model(gm); /* collective over ranks */
