@@ -16,7 +16,8 @@
 # scripts/netns_rsh.sh is the rsh agent mpirun uses to start orted inside a host. Host names
 # h0.. and the addresses 10.77.0.1.. are both accepted by it. State: $TS_NETNS_STATE
 # (default /run/tilestack-netns). Environment for `run`: TS_NETNS_TIMEOUT (seconds, default 300)
-# bounds the mpirun; extra mpirun options may be given in TS_NETNS_MPIRUN_ARGS.
+# bounds the mpirun; extra mpirun options may be given in TS_NETNS_MPIRUN_ARGS; every TS_*
+# variable (but TS_NETNS_*) and ASAN_OPTIONS / LSAN_OPTIONS / UBSAN_OPTIONS reach the ranks (-x).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 state=${TS_NETNS_STATE:-/run/tilestack-netns}
@@ -112,15 +113,21 @@ run() {
   trap 'exit 130' INT TERM
   up "$n" >/dev/null || exit 2
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # ranks started through the rsh agent see only what mpirun forwards: tilestack's own
+  # switches (TS_*, but this script's TS_NETNS_*) and the sanitizers' options, by name
+  local v fwd=()
+  for v in $(compgen -e | grep -E '^(TS_[A-Za-z0-9_]*|[AL]SAN_OPTIONS|UBSAN_OPTIONS)$' | grep -v '^TS_NETNS_'); do
+    fwd+=(-x "$v")
+  done
   # mpirun runs in a private mount namespace whose /etc/hosts names the hosts, so h0.. resolve
   # for it as they do inside the hosts; nothing outside changes.
   # shellcheck disable=SC2046,SC2086
   timeout --kill-after=10 "${TS_NETNS_TIMEOUT:-300}" unshare --mount --propagation private \
     sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$state/etc_hosts" \
-    mpirun $(mpirun_args "$n" "$rph") ${TS_NETNS_MPIRUN_ARGS:-} "$@"
+    mpirun $(mpirun_args "$n" "$rph") "${fwd[@]}" ${TS_NETNS_MPIRUN_ARGS:-} "$@"
   rc=$?
   # what crossed the private network (the root-namespace end of each host's veth)
-  local v line=""
+  local line=""
   for v in /sys/class/net/tsv*; do
     [ -e "$v/statistics/rx_bytes" ] || continue
     line="$line ${v##*/} rx=$(cat "$v/statistics/rx_bytes") tx=$(cat "$v/statistics/tx_bytes")"

@@ -80,14 +80,16 @@ for dir in "$@"; do
       total_pass=$((total_pass + 1))
     fi
   done
-  # Opt-in (TS_EP_NETNS=1): the ep_ tests across simulated hosts (scripts/netns_hosts.sh:
-  # network namespaces on a private bridge, each with its own hostname and /dev/shm), so the
-  # machines' own split finds the nodes and the internode traffic goes over TCP on 10.77.0.0/24.
-  # Left out: the tests that need every rank on one machine (a one-node buffer compared with
-  # the split ones, mega_moe, model_ep) and, at one rank per host, those forcing nodes of two.
+  # Where the machine allows it (root, ip netns; TS_EP_NETNS=0 turns it off): the EP tests
+  # across simulated hosts (scripts/netns_hosts.sh: network namespaces on a private bridge,
+  # each with its own hostname and /dev/shm), so the machines' own split finds the nodes and the
+  # internode traffic goes over TCP on 10.77.0.0/24: the ep_ tests, the EP model (its Mega MoE
+  # takes the unfused pipeline across machines) and Mega MoE's across-nodes test. Left out:
+  # the tests that need every rank on one machine (a one-node buffer compared with the split
+  # ones, the fused Mega MoE) and, at one rank per host, those forcing nodes of two.
   # netns_hosts.sh run tears the hosts down on any exit (trap) and bounds mpirun (timeout).
   netns_why=
-  if [ "${TS_EP_NETNS:-0}" != 1 ]; then netns_why="opt-in: set TS_EP_NETNS=1"
+  if [ "${TS_EP_NETNS:-1}" = 0 ]; then netns_why="TS_EP_NETNS=0"
   elif [ "$(id -u)" -ne 0 ]; then netns_why="needs root"
   elif ! ip netns list >/dev/null 2>&1 || ! command -v nsenter >/dev/null || ! command -v unshare >/dev/null; then
     netns_why="ip netns / nsenter / unshare unavailable"
@@ -96,8 +98,19 @@ for dir in "$@"; do
   if [ -n "$netns_why" ]; then
     echo "=== ep tests across network-namespace hosts: $dir: skipped ($netns_why) ==="
   else
-    netns_excl="-ep_async_matches_sync -ep_ll_internode_matches_one_node -model_ep -mxcsr_ep_mega_moe"
-    for hr in 2:1 2:2 4:1; do
+    # the ranks see the launcher's TS_* switches (netns_hosts.sh forwards them)
+    probe=$(TS_EP_NETNS_PROBE=fwd$$ TS_NETNS_TIMEOUT=60 "$here/scripts/netns_hosts.sh" run 2 1 -- \
+      sh -c 'echo "probe $(hostname) $TS_EP_NETNS_PROBE"' 2>&1 | grep -c "^probe h[01] fwd$$\$")
+    if [ "$probe" -eq 2 ]; then
+      echo "ok   ep_netns_env_forwarded"
+      total_pass=$((total_pass + 1))
+    else
+      echo "FAIL ep_netns_env_forwarded: $probe of 2 ranks saw TS_EP_NETNS_PROBE"
+      total_fail=$((total_fail + 1))
+      status=1
+    fi
+    netns_excl="-ep_async_matches_sync -ep_ll_internode_matches_one_node -mxcsr_ep_mega_moe"
+    for hr in 2:1 2:2 4:1 4:2; do
       h=${hr%%:*} r=${hr##*:}
       excl=$netns_excl
       [ "$r" = 1 ] && [ "$h" -ge 4 ] && excl="$excl -ep_dispatch_internode_forced -ep_internode_rdma_rank_counts"
@@ -105,7 +118,7 @@ for dir in "$@"; do
       log=$(mktemp)
       # shellcheck disable=SC2016,SC2086
       run_counted "$bin on $h netns hosts x $r" bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' "$log" \
-        env TS_NETNS_TIMEOUT=300 "$here/scripts/netns_hosts.sh" run "$h" "$r" -- "$bin" ep_ $excl
+        env TS_NETNS_TIMEOUT=300 "$here/scripts/netns_hosts.sh" run "$h" "$r" -- "$bin" ep_ mega_moe_across $excl
       # every host's veth carried traffic: the ranks talked over the private network
       quiet=$(grep '^netns_hosts: veth bytes:' "$log" | tail -n1 | tr ' ' '\n' | grep -c '^rx=[0-9]\{1,5\}$')
       if grep -q '^netns_hosts: veth bytes: tsv' "$log" && [ "$quiet" -eq 0 ]; then

@@ -1,8 +1,10 @@
 /* tilestack mega_moe: DeepGEMM's Mega MoE (deep_gemm.mega: get_symm_buffer_for_mega_moe,
  * transform_weights_for_mega_moe, fp8_fp4_mega_moe, bf16_mega_moe) for CPU processes over an
  * MPI communicator: EP dispatch, linear-1, SwiGLU, linear-2 and EP combine in one collective
- * call, ranks on one node exchanging through POSIX shared memory. docs/mega_moe.md has the
- * design, the exact math and the differences from upstream.
+ * call, ranks on one node exchanging through POSIX shared memory. Across machines only the
+ * unfused pipeline runs (ts_mega_moe_unfused: the EP buffer's internode path, the same bits);
+ * the fused calls refuse there. docs/mega_moe.md has the design, the exact math and the
+ * differences from upstream.
  *
  * Like ep.h this header needs <mpi.h> and exists only in builds with MPI
  * (TILESTACK_HAVE_EP); it is not part of the umbrella tilestack.h.
@@ -40,6 +42,12 @@ typedef struct ts_mega_moe_weights ts_mega_moe_weights;
 /* Options beyond upstream's arguments; NULL = defaults. */
 typedef struct ts_mega_moe_buffer_options {
     double timeout_s; /* deadline of every wait; 0 = env TS_EP_TIMEOUT_S or 100 s */
+    /* ranks per node: 0 = the machines' own split (MPI_COMM_TYPE_SHARED; TS_EP_RANKS_PER_NODE,
+     * which forces the V1 buffers' internode path, does not apply here); k > 0 forces nodes
+     * of k consecutive ranks (as ts_ep_buffer_options.ranks_per_node; for tests on one
+     * machine). More than one node: the fused calls return TS_ERR_UNSUPPORTED, the unfused
+     * pipeline crosses nodes through MPI. */
+    int32_t ranks_per_node;
 } ts_mega_moe_buffer_options;
 
 /* Collective (upstream get_symm_buffer_for_mega_moe). mma_type: "fp8xfp4" (NULL) or
@@ -48,7 +56,8 @@ typedef struct ts_mega_moe_buffer_options {
  * num_max_tokens_per_rank >= 1 (rounded up to 8, as upstream rounds to its alignment). All
  * ranks must pass the same values (TS_ERR_INVALID_ARGUMENT naming the rank that differs).
  * Shared memory per rank: inputs (T rows) plus, for each of two alternating calls, room for
- * every expert output this rank may return (R * T * K rows of hidden bf16). */
+ * every expert output this rank may return (R * T * K rows of hidden bf16); over several
+ * nodes the inputs only (private memory). */
 TS_API ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts,
                                                  int64_t num_max_tokens_per_rank, int32_t num_topk,
                                                  int64_t hidden, int64_t intermediate_hidden,
@@ -71,6 +80,7 @@ typedef struct ts_mega_moe_views {
     ts_tensor x, x_sf, topk_idx, topk_weights;
     int64_t num_max_tokens_per_rank, num_experts, num_local_experts, hidden, intermediate_hidden;
     int32_t num_topk, rank, num_ranks;
+    int32_t num_nodes; /* > 1: only ts_mega_moe_unfused runs on this buffer */
 } ts_mega_moe_views;
 TS_API ts_status ts_mega_moe_get_views(ts_mega_moe_buffer *buf, ts_mega_moe_views *views);
 
@@ -95,7 +105,9 @@ TS_API void ts_mega_moe_weights_destroy(ts_mega_moe_weights *w);
  * NULL: += (token, slot) pairs this rank's local experts received. recipe: NULL or (1, 1, 32).
  * activation: NULL or "swiglu". activation_clamp: +inf (INFINITY) = none, else > 0.
  * fast_math: accepted; the CPU uses expf and an IEEE divide either way (one set of bits).
- * Every rank must pass the same clamp and fast_math. */
+ * Every rank must pass the same clamp and fast_math. A buffer over several nodes (views'
+ * num_nodes > 1): TS_ERR_UNSUPPORTED on every rank, before anything is exchanged (the fused
+ * call reads its peers' regions through shared memory). */
 TS_API ts_status ts_fp8_fp4_mega_moe(ts_tensor *y, const ts_mega_moe_weights *weights,
                                      ts_mega_moe_buffer *buf,
                                      ts_tensor *cumulative_local_expert_recv_stats,

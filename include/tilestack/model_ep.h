@@ -4,8 +4,8 @@
  * Rank q of R owns experts [q·E/R, (q+1)·E/R) of every MoE layer (it generates or binds only
  * those) and its own sequences (data-parallel attention); every other weight is replicated.
  * Each MoE layer's routed experts run as one ts_fp8_fp4_mega_moe call (or, with
- * opts->unfused, ts_mega_moe_unfused: EP dispatch + grouped GEMM + SwiGLU cast + grouped GEMM +
- * EP combine); a token's logits are bit-identical to the single-process ts_model_create model's
+ * opts->unfused or across machines, ts_mega_moe_unfused: EP dispatch + grouped GEMM + SwiGLU
+ * cast + grouped GEMM + EP combine); a token's logits are bit-identical to the single-process ts_model_create model's
  * for any R, path or thread count.
  *
  * Like ep.h and mega_moe.h this header needs <mpi.h> and exists only in builds with MPI
@@ -27,6 +27,10 @@ extern "C" {
 typedef struct ts_model_ep_options {
     bool unfused;     /* MoE layers through ts_mega_moe_unfused instead of the fused call */
     double timeout_s; /* deadline of every wait on a peer; 0 = env TS_EP_TIMEOUT_S or 100 s */
+    /* the Mega MoE buffer's nodes (ts_mega_moe_buffer_options.ranks_per_node): 0 = the
+     * machines'. Ranks over several nodes always take the unfused path (the fused one needs
+     * shared memory between all ranks): the same bits. */
+    int32_t ranks_per_node;
 } ts_model_ep_options;
 
 /* Collective over comm. As ts_model_create, with this rank's experts only. max_batch may

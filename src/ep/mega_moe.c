@@ -350,6 +350,11 @@ static ts_status mega_moe(ts_tensor *y, const ts_mega_moe_weights *w, ts_mega_mo
     /* A NULL or broken buffer cannot take part: no publication is possible. */
     if (!b) return ts__fail(TS_ERR_NULL_POINTER, "%s: buf is NULL", what);
     TS__RETURN_IF_ERROR(ts__ep_check_usable(b->ep, what));
+    /* every rank knows the node count: all refuse alike, none enters the exchange */
+    if (b->nodes > 1)
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: the buffer's %d ranks span %d nodes; the fused call reads every "
+                        "rank's region through shared memory, so it runs on one node only (ts_mega_moe_unfused "
+                        "crosses nodes, with the same bits)", what, b->R, b->nodes);
     ts_status st = ts__mega_moe_check(b, y, w, stats, clamp, want_bf16, what);
     if (st == TS_OK && recipe && !(recipe[0] == 1 && recipe[1] == 1 && recipe[2] == 32))
         st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: recipe (%lld, %lld, %lld) is not (1, 1, 32)", what,

@@ -37,6 +37,25 @@ static ts_status agree(MPI_Comm comm, int rank, int R, const int64_t *vals, int 
     return st;
 }
 
+/* The ranks per machine (MPI_COMM_TYPE_SHARED), equal on every machine, or TS_ERR_UNSUPPORTED.
+ * MPI_Comm_split_type cannot be polled: a barrier under the deadline first, so a peer that is
+ * already gone is named instead of hanging the others. */
+static ts_status ranks_per_machine(MPI_Comm comm, double timeout_s, int32_t *per) {
+    TS__RETURN_IF_ERROR(ts__ep_coll_barrier(comm, timeout_s, CREATE));
+    MPI_Comm shared;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+    int sz = 0;
+    MPI_Comm_size(shared, &sz);
+    MPI_Comm_free(&shared);
+    int mm[2] = {sz, -sz};
+    TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(mm, 2, MPI_INT, MPI_MIN, comm, timeout_s, CREATE));
+    if (mm[0] != -mm[1])
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: the machines hold different numbers of ranks (%d to %d)", CREATE,
+                        mm[0], -mm[1]);
+    *per = sz;
+    return TS_OK;
+}
+
 ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, int64_t num_max_tokens_per_rank,
                                           int32_t num_topk, int64_t hidden, int64_t intermediate_hidden,
                                           const char *mma_type, const char *activation,
@@ -54,6 +73,9 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
         st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: mma_type '%s' is not 'fp8xfp4' or 'bf16xbf16'", CREATE, mma_type);
     if (st == TS_OK && activation && strcmp(activation, "swiglu"))
         st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: activation '%s' is not 'swiglu'", CREATE, activation);
+    if (st == TS_OK && opts && opts->ranks_per_node < 0)
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: opts->ranks_per_node %d is negative (0 = the machines' split)",
+                      CREATE, opts->ranks_per_node);
     const int64_t hq = bf16 ? 16 : 128;
     if (st == TS_OK && (num_experts < 1 || num_experts > (1 << 20)))
         st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: num_experts %lld out of range", CREATE, (long long)num_experts);
@@ -134,18 +156,30 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
         else if (st == TS_OK && worst != 0)
             st = ts__fail(TS_ERR_PEER, "%s: another rank's arguments were rejected (this is rank %d)", CREATE, rank);
     }
+    /* nodes: forced, or the machines' (every rank knows the verdict of the round above) */
+    int32_t per_node = opts && opts->ranks_per_node > 0 ? opts->ranks_per_node : 0;
+    if (st == TS_OK && !per_node) st = ranks_per_machine(comm, timeout_s, &per_node);
+    if (st == TS_OK && (per_node > R || R % per_node))
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: ranks_per_node %d does not divide the %d ranks", CREATE,
+                      per_node, R);
     if (st == TS_OK) {
-        const int64_t vals[7] = {num_experts, T, K, hidden, intermediate_hidden, bf16, region};
-        static const char *const names[7] = {"num_experts", "num_max_tokens_per_rank", "num_topk", "hidden",
-                                             "intermediate_hidden", "mma_type", "buffer size"};
-        st = agree(comm, rank, R, vals, 7, names, timeout_s);
+        b->nodes = R / per_node;
+        /* over several nodes only the inputs live in the region (the unfused path) */
+        if (b->nodes > 1) region = ts__align(b->off_w + T * K * 4, 4096);
+    }
+    if (st == TS_OK) {
+        const int64_t vals[8] = {num_experts, T, K, hidden, intermediate_hidden, bf16, region, per_node};
+        static const char *const names[8] = {"num_experts", "num_max_tokens_per_rank", "num_topk", "hidden",
+                                             "intermediate_hidden", "mma_type", "buffer size", "ranks_per_node"};
+        st = agree(comm, rank, R, vals, 8, names, timeout_s);
     }
     ts_ep_buffer_options eo = ts_ep_default_buffer_options();
     if (opts && opts->timeout_s > 0) eo.timeout_s = opts->timeout_s;
-    /* One node: the fused path reads every rank's region directly (and the unfused one is
-     * kept on the same footing); a communicator across machines fails here, naming why. */
-    eo.ranks_per_node = R;
-    if (st == TS_OK) st = ts_ep_buffer_create(comm, region, 0, false, &eo, &b->ep);
+    /* One node: the fused path reads every rank's region directly. Several: the region holds
+     * this rank's inputs only (its internode staging is never used: 128 bytes), and the
+     * unfused path's buffer takes the internode path. */
+    eo.ranks_per_node = per_node;
+    if (st == TS_OK) st = ts_ep_buffer_create(comm, region, b->nodes > 1 ? 128 : 0, false, &eo, &b->ep);
     if (st == TS_OK) {
         /* The unfused path's EP buffer: FP8 dispatch rows, and combine rows K * hidden wide. */
         int64_t n1 = 0, n2 = 0;
@@ -195,6 +229,7 @@ ts_status ts_mega_moe_get_views(ts_mega_moe_buffer *b, ts_mega_moe_views *v) {
     v->num_topk = b->K;
     v->rank = b->rank;
     v->num_ranks = b->R;
+    v->num_nodes = b->nodes;
     return TS_OK;
 }
 

@@ -44,6 +44,7 @@ struct ts_mega_moe_buffer {
     ts_ep_buffer *ep;     /* fused: mappings of every rank's region, deadline, broken flag */
     ts_ep_buffer *ep_unf; /* unfused: normal-mode dispatch / combine */
     int32_t rank, R, K;
+    int32_t nodes; /* > 1: the fused region is this rank's alone; only the unfused path runs */
     int64_t E, El, T, H, I;
     bool bf16;
     uint64_t seq; /* fused calls started */

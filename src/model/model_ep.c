@@ -262,7 +262,7 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const ts_
         }
     }
     if (st == TS_OK) {
-        ts_mega_moe_buffer_options bo = {timeout};
+        ts_mega_moe_buffer_options bo = {timeout, opts ? opts->ranks_per_node : 0};
         /* T rows per rank: the largest max_batch, and at least a prefill chunk (every rank's
          * rows_cap) */
         T = ts__max64(T, TS__PREFILL_ROWS);
@@ -280,6 +280,7 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const ts_
         return st;
     }
     ep->T = ep->views.num_max_tokens_per_rank;
+    if (ep->views.num_nodes > 1) ep->unfused = true; /* known alike on every rank */
     m->ep_routed = ts__model_ep_routed;
     m->ep_decode = ts__model_ep_decode;
     m->ep_prefill = ts__model_ep_prefill;

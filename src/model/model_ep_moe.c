@@ -13,6 +13,14 @@ static float clamp_of(const ts_model *m) {
     return m->cfg.swiglu_limit > 0 ? (float)m->cfg.swiglu_limit : INFINITY;
 }
 
+/* Layer L's collective Mega MoE call: fused, or the unfused pipeline (opts->unfused, or ranks
+ * on several nodes); the same bits either way. */
+static ts_status mega_call(ts_model *m, int64_t L, ts_tensor *y, ts_tensor *stats) {
+    const struct ts__model_ep *ep = m->ep;
+    if (ep->unfused) return ts_mega_moe_unfused(y, ep->w[L], ep->buf, stats, clamp_of(m), false);
+    return ts_fp8_fp4_mega_moe(y, ep->w[L], ep->buf, stats, NULL, NULL, clamp_of(m), false);
+}
+
 ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t *a,
                               const uint16_t **routed) {
     struct ts__model_ep *ep = m->ep;
@@ -35,11 +43,7 @@ ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t 
     memset(ep->recv, 0, (size_t)ep->El * sizeof(int32_t));
     ts_tensor y = ts_tensor_2d(ep->routed, TS_BF16, n, H);
     ts_tensor stats = ts_tensor_1d(ep->recv, TS_I32, ep->El);
-    const ts_status st = ep->unfused
-                             ? ts_mega_moe_unfused(&y, ep->w[L], ep->buf, &stats, clamp_of(m), false)
-                             : ts_fp8_fp4_mega_moe(&y, ep->w[L], ep->buf, &stats, NULL, NULL,
-                                                   clamp_of(m), false);
-    TS__RETURN_IF_ERROR(st);
+    TS__RETURN_IF_ERROR(mega_call(m, L, &y, &stats));
     int64_t used = 0, rows = 0;
     for (int64_t j = 0; j < ep->El; j++) {
         ep->cnt[L * ep->El + j] += ep->recv[j];
@@ -78,8 +82,7 @@ ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
     char msg[512] = "";
     if (mine != TS_OK) snprintf(msg, sizeof msg, "%s", ts_last_error());
     ts_tensor y = ts_tensor_2d(ep->routed, TS_BF16, mine == TS_OK ? 0 : ep->T + 1, ep->H);
-    const ts_status vote =
-        ts_fp8_fp4_mega_moe(&y, ep->w[0], ep->buf, NULL, NULL, NULL, clamp_of(m), false);
+    const ts_status vote = mega_call(m, 0, &y, NULL);
     if (mine != TS_OK) return ts__fail(mine, "%s", msg);
     if (vote != TS_OK) return vote;
     ts_status st = TS_OK;

@@ -19,6 +19,7 @@ typedef struct mm_case {
     float clamp;       /* INFINITY = none */
     int zero_rank;     /* rank with no tokens (-1: none) */
     double mask_prob;  /* share of -1 selections */
+    int32_t per_node;  /* the buffer's ranks_per_node (0: the machines') */
 } mm_case;
 
 typedef struct mm_world {
@@ -103,8 +104,9 @@ static bool world_make(ts_test_ctx *ts_t_, const mm_case *c, mm_world *wd) {
     wd->c = *c;
     const int64_t R = g_ep_size, H = c->H, K = c->K;
     wd->E = c->El * R;
+    const ts_mega_moe_buffer_options bo = {.ranks_per_node = c->per_node};
     TS_CHECK_STATUS(ts_get_symm_buffer_for_mega_moe(MPI_COMM_WORLD, wd->E, c->T, (int32_t)K, H, c->I,
-                                                    c->bf16 ? "bf16xbf16" : "fp8xfp4", NULL, NULL, &wd->buf),
+                                                    c->bf16 ? "bf16xbf16" : "fp8xfp4", NULL, &bo, &wd->buf),
                     TS_OK);
     if (!wd->buf) return false;
     TS_CHECK_STATUS(ts_mega_moe_get_views(wd->buf, &wd->v), TS_OK);
@@ -314,6 +316,47 @@ static void check_case(ts_test_ctx *ts_t_, const mm_case *c) {
     }
     free(pure), free(emul), free(yf), free(yu), free(y2);
     world_free(&wd);
+}
+
+/* Every rank its own node (forced): the fused calls refuse on every rank, naming the nodes,
+ * and the unfused pipeline takes the EP buffer's internode path with the bits of the same
+ * pipeline over the machines' split (and the rounding emulation). */
+static void check_across_nodes(ts_test_ctx *ts_t_, mm_case c) {
+    mm_world one, split;
+    c.per_node = 0;
+    const bool ok1 = world_make(ts_t_, &c, &one);
+    c.per_node = 1;
+    const bool ok2 = ok1 && world_make(ts_t_, &c, &split);
+    if (ok2) {
+        const int64_t n = split.n, H = c.H;
+        TS_CHECK_EQ_INT(split.v.num_nodes, g_ep_size);
+        uint16_t *y1 = alloc_y(n, H, 0x7FC1), *y2 = alloc_y(n, H, 0x7FC2);
+        TS_CHECK_STATUS(run(&one, y1, NULL, false), TS_OK);
+        if (g_ep_size > 1) {
+            TS_CHECK_STATUS(run(&split, y2, NULL, true), TS_ERR_UNSUPPORTED);
+            TS_CHECK_MSG(strstr(ts_last_error(), "nodes") != NULL, "message: %s", ts_last_error());
+            TS_CHECK(y2[0] == 0x7FC2); /* nothing written */
+        }
+        TS_CHECK_STATUS(run(&split, y2, NULL, false), TS_OK);
+        TS_CHECK_MSG(memcmp(y1, y2, (size_t)(n * H) * 2) == 0, "unfused across nodes differs from one node");
+        TS_CHECK(y2[n * H] == 0x7FC2);
+        double *pure = malloc((size_t)(n * H + 1) * 8), *emul = malloc((size_t)(n * H + 1) * 8);
+        oracle(&split, pure, emul);
+        const double de = diff_bf16(y2, emul, n * H);
+        TS_CHECK_MSG(de < 1e-7, "calc_diff vs the rounding emulation %.3g", de);
+        free(pure), free(emul), free(y1), free(y2);
+    }
+    if (ok1) world_free(&split); /* made, or tried */
+    world_free(&one);
+}
+
+TS_TEST(mega_moe_across_nodes_unfused_only) {
+    const mm_case f = {.H = 256, .I = 128, .El = 2, .K = 3, .T = 10, .seed = 21, .clamp = INFINITY,
+                       .zero_rank = g_ep_size > 1 ? 1 : -1, .mask_prob = 0.15};
+    check_across_nodes(ts_t_, f);
+    const mm_case b = {.H = 128, .I = 64, .El = 2, .K = 2, .T = 8, .seed = 22, .bf16 = true, .clamp = 10.0f,
+                       .zero_rank = -1, .mask_prob = 0.1};
+    check_across_nodes(ts_t_, b);
 }
 
 TS_TEST(mega_moe_fp8_fp4_matches_unfused_and_oracle) {

@@ -1,7 +1,7 @@
 /* The expert-parallel model (model_ep.h) at every rank count: each rank decodes its own
  * sequences (a different number per rank, some ranks none) and every logit is bit-identical to
  * a single-process ts_model_create model decoding the same sequences (each rank builds one
- * locally: dsv4-tiny is cheap), through the fused and the unfused Mega MoE paths and from a
+ * locally: dsv4-tiny is cheap), through the fused and the unfused Mega MoE paths, with every rank its own node, and from a
  * weight file, and from a checkpoint directory (each rank binding only its experts); the statistics against the routing (hash layer exactly, every layer's totals);
  * E % R != 0, configs differing across ranks, bad step input on one rank (specific code there,
  * TS_ERR_PEER naming it elsewhere, the model still usable), a rank that skips a step (timeout
@@ -74,11 +74,13 @@ TS_TEST(model_ep_logits_match_single_process_fused_unfused_loaded) {
         TS_CHECK_STATUS(ts_model_save_weights(ref, path), TS_OK);
     }
     ep_test_bcast(path, (int)sizeof path, MPI_CHAR, 0);
-    static const char *what[3] = {"fused", "unfused", "loaded (fused)"};
-    for (int v = 0; v < 3; v++) {
+    /* v 3: every rank its own node (forced), so the model takes the unfused path by itself */
+    static const char *what[4] = {"fused", "unfused", "loaded (fused)", "one node per rank"};
+    for (int v = 0; v < 4; v++) {
         ts_model *ep = NULL;
-        ts_model_ep_options o = {.unfused = v == 1, .timeout_s = TS_EP_TEST_TIMEOUT_S};
-        if (v < 2) TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
+        ts_model_ep_options o = {.unfused = v == 1, .timeout_s = TS_EP_TEST_TIMEOUT_S,
+                                 .ranks_per_node = v == 3 ? 1 : 0};
+        if (v != 2) TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
         else TS_CHECK_STATUS(ts_model_load_ep(path, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
         for (int64_t i = 0; i < MEP_MAXB; i++) ts_model_reset_sequence(ref, i);
         if (ep) decode_and_compare(ts_t_, &c, ep, ref, what[v]);
@@ -295,12 +297,14 @@ TS_TEST(model_ep_create_errors) {
 
 /* Bad step input on one rank is caught before any cache changes; the model stays usable. A
  * rank that skips a step makes the others time out naming it. */
-TS_TEST(model_ep_step_errors_and_missing_rank) {
+/* per_node: the Mega MoE buffer's ranks_per_node (1: every rank its own node, the unfused
+ * pipeline's internode path carries the agreement) */
+static void step_errors(ts_test_ctx *ts_t_, int32_t per_node) {
     ts_model_config c;
     if (!tiny(ts_t_, &c)) return;
     ts_model *ref = NULL, *ep = NULL;
     TS_CHECK_STATUS(ts_model_create(&c, MEP_MAXB, &ref), TS_OK);
-    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S};
+    const ts_model_ep_options o = {.timeout_s = TS_EP_TEST_TIMEOUT_S, .ranks_per_node = per_node};
     TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o, &ep), TS_OK);
     if (!ref || !ep) {
         ts_model_free(ep);
@@ -331,7 +335,7 @@ TS_TEST(model_ep_step_errors_and_missing_rank) {
     ep = NULL;
     if (g_ep_size >= 2) {
         /* the create-time agreement waits at least 100 s: the short deadline is the steps' */
-        const ts_model_ep_options o2 = {.timeout_s = 1.5};
+        const ts_model_ep_options o2 = {.timeout_s = 1.5, .ranks_per_node = per_node};
         TS_CHECK_STATUS(ts_model_create_ep(&c, MPI_COMM_WORLD, MEP_MAXB, &o2, &ep), TS_OK);
         if (ep && g_ep_rank != bad) {
             s = ts_model_decode(ep, 1, seqs, tok, NULL);
@@ -344,6 +348,11 @@ TS_TEST(model_ep_step_errors_and_missing_rank) {
     }
     ts_model_free(ep);
     ts_model_free(ref);
+}
+
+TS_TEST(model_ep_step_errors_and_missing_rank) {
+    step_errors(ts_t_, 0);
+    step_errors(ts_t_, 1);
 }
 
 /* attention = v32 (docs/model.md §8): the same bits as the single-process model at every R
