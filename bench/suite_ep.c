@@ -153,6 +153,14 @@ static void random_routing(ts__bench_rng *rng, int64_t T, int64_t K, int64_t E, 
         }
 }
 
+/* The chance that a token's k distinct uniform experts (of E) include one of a rank's El:
+ * 1 - C(E - El, k) / C(E, k) (docs/ep.md "Scaling model"). */
+static double hit_probability(int64_t E, int64_t El, int64_t k) {
+    double miss = 1.0;
+    for (int64_t i = 0; i < k; i++) miss *= (double)(E - El - i) / (double)(E - i);
+    return 1.0 - (miss > 0 ? miss : 0.0);
+}
+
 /* One timed row and its MPI_Alltoallv baseline; deep = DeepEP's byte count, all ranks. */
 typedef struct ep_row_spec {
     const char *name, *dtype;
@@ -590,6 +598,22 @@ int ts__suite_ep(const ts__bench_opts *opts) {
     if (me == 0) {
         printf("segment %.1f MiB/rank, received rows/rank: mean %.0f, max %lld\n", (double)nvl / (1 << 20),
                (double)sum_recv / R, (long long)max_recv);
+        /* docs/ep.md "Scaling model": rows per token = R p, p = 1 - C(E - E/R, k) / C(E, k) */
+        const double p = hit_probability(E, E / R, K);
+        printf("scaling model: rows per token %.4f (R p, p = %.5f), measured %.4f; per rank per token %.0f B "
+               "dispatched (FP8 + scales), %.0f B combined (BF16)\n",
+               R * p, p, (double)sum_recv / ((double)R * (double)T), p * (double)(H + S * 4),
+               p * (double)H * 2);
+        int32_t k = R;
+        if (ts_ep_buffer_get_ranks_per_node(b.buf, &k) == TS_OK && k < R) {
+            /* across nodes: a token crosses once per remote node it reaches (to the proxy),
+             * combine brings back one copy per remote rank (not pre-summed per node) */
+            const int32_t N = R / k;
+            const double q = hit_probability(E, E / N, K);
+            printf("scaling model across %d nodes of %d: per token %.4f dispatch records to other nodes "
+                   "((N-1) q, q = %.5f), %.4f combine rows from other nodes ((R-k) p)\n",
+                   N, k, (N - 1) * q, q, (R - k) * p);
+        }
         ts__bench_table_header(stdout);
     }
     {
