@@ -188,7 +188,10 @@ bool tv3_load_golden(ts_test_ctx *ts_t_, const char *file, golden *g, uint8_t **
     memset(g, 0, sizeof *g);
     *buf = TS_READ_GOLDEN(file, &n);
     TS_CHECK_MSG(*buf && parse(*buf, n, g), "%s is malformed", file);
-    return !TS_FAILED();
+    if (!TS_FAILED()) return true;
+    tv3_free_golden(g, *buf);
+    *buf = NULL;
+    return false;
 }
 
 void tv3_free_golden(golden *g, uint8_t *buf) {

@@ -46,7 +46,7 @@ typedef struct damage {
  * in table order into *h (undamaged tensors only matter: the caller compares on a clean one). */
 bool tv3_write_ckpt(const golden *g, const char *dir, const damage *dm, uint64_t *h);
 /* tests/golden/<file> parsed into *g (*buf: the file, freed by tv3_free_golden); false, with a
- * failed check, when it is missing or malformed. */
+ * failed check and nothing left to free, when it is missing or malformed. */
 bool tv3_load_golden(ts_test_ctx *ts_t_, const char *file, golden *g, uint8_t **buf);
 void tv3_free_golden(golden *g, uint8_t *buf);
 

@@ -58,10 +58,7 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
                     double median_max) {
     golden g;
     uint8_t *buf = NULL;
-    if (!tv3_load_golden(ts_t_, file, &g, &buf)) {
-        tv3_free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, file, &g, &buf)) return;
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/ts_hfv3_XXXXXX");
     TS_CHECK(mkdtemp(dir) != NULL);
@@ -191,10 +188,7 @@ static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const 
 TS_TEST(model_hf_v3_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!tv3_load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) {
-        tv3_free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) return;
     const char *kvb = "model.layers.1.self_attn.kv_b_proj.weight";
     const char *bias = "model.layers.2.mlp.gate.e_score_correction_bias";
     const damage drop = {.drop = kvb}, shape = {.reshape = kvb}, nan = {.nan_in = bias},
@@ -232,10 +226,7 @@ TS_TEST(model_hf_v3_bad_checkpoints) {
 TS_TEST(model_hf_v3_fp8_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!tv3_load_golden(ts_t_, "hf_v3_fp8_tiny.bin", &g, &buf)) {
-        tv3_free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v3_fp8_tiny.bin", &g, &buf)) return;
     const char *w = "model.layers.1.mlp.experts.3.up_proj.weight";
     const char *s = "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv";
     const damage drop = {.drop = s}, shape = {.reshape = s}, nan = {.nan_in = w}, nan_s = {.nan_in = s},
@@ -309,10 +300,7 @@ TS_TEST(model_hf_v32_matches_transformers) { matches(ts_t_, "hf_v32_tiny.bin", 1
 TS_TEST(model_hf_v32_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!tv3_load_golden(ts_t_, "hf_v32_tiny.bin", &g, &buf)) {
-        tv3_free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v32_tiny.bin", &g, &buf)) return;
     const char *wk = "model.layers.2.self_attn.indexer.wk.weight";
     const char *kb = "model.layers.0.self_attn.indexer.k_norm.bias";
     const damage drop = {.drop = wk}, drop_b = {.drop = kb}, shape = {.reshape = wk}, nan = {.nan_in = kb};

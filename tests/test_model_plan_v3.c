@@ -121,10 +121,7 @@ static void rank_table(ts_test_ctx *ts_t_, const char *dir) {
 static void one(ts_test_ctx *ts_t_, const char *file, const damage *dm, bool v32, bool table) {
     golden g;
     uint8_t *buf = NULL;
-    if (!tv3_load_golden(ts_t_, file, &g, &buf)) {
-        tv3_free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, file, &g, &buf)) return;
     tm_root_make("ts_planv3_");
     TS_CHECK(tv3_write_ckpt(&g, tm_at("ck"), dm, NULL));
     plan_vs_load(ts_t_, tm_at("ck"), 2, v32);
@@ -150,10 +147,7 @@ TS_TEST(model_plan_v3_tied_head) {
 TS_TEST(model_plan_v3_refuses_what_the_loader_refuses) {
     golden g;
     uint8_t *buf = NULL;
-    if (!tv3_load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) {
-        tv3_free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) return;
     tm_root_make("ts_planv3_");
     const char *kvb = "model.layers.1.self_attn.kv_b_proj.weight";
     const damage drop = {.drop = kvb}, shape = {.reshape = kvb}, extra = {.extra = true};
