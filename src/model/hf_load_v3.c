@@ -9,7 +9,9 @@
  * norms, the router and its bias are widened to f32. An FP8 checkpoint (quantization_config,
  * DeepSeek's release) holds its linear layers as e4m3 with f32 `weight_scale_inv` per 128x128:
  * they are dequantised when packed (code x scale in f32, rounded to bf16: the bf16 GEMMs run
- * them; no FP8 GEMM path for V3 yet). */
+ * them; no FP8 GEMM path for V3 yet). How each tensor is held is ts__v3_hold_of's rule
+ * (hf_hold_v3.c), which ts_model_plan_dir counts by (ts__v3_plan: pass 1 only); once bound, the
+ * file pages of everything but the in-place embedding are given back. */
 #include "hf_v3.h"
 #include "hf_v4.h"
 #include "safetensors.h"
