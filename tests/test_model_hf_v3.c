@@ -17,6 +17,7 @@
  * step. */
 #include "ts_test.h"
 #include "test_model_common.h"
+#include "test_hf_v3_ckpt.h"
 #include "ts_prng.h"
 
 #include "tilestack/model.h"
@@ -26,228 +27,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct g_tensor {
-    char name[97];
-    uint32_t dtype, ndim; /* 0 BF16, 1 F32, 2 F8_E4M3 codes, 3 F32 scale (gen_hf_v3.py) */
-    uint64_t shape[3];
-    float base;
-    int32_t exp;
-    uint64_t seed;
-} g_tensor;
-
-typedef struct golden {
-    uint32_t n_steps, vocab, n_tensors, config_len;
-    uint64_t token_seed, h_data;
-    char *config;
-    g_tensor *t;
-    const int32_t *tokens;
-    const float *logits;
-    void *tail; /* tokens and logits copied out: the config's length can leave them unaligned */
-} golden;
-
-#define HEAD (8 + 24 + 16)
-#define TREC (96 + 8 + 24 + 4 + 4 + 8)
-
-static bool parse(const uint8_t *b, size_t n, golden *g) {
-    if (n < HEAD || memcmp(b, "TSHFV3G1", 8)) return false;
-    uint32_t v[6];
-    memcpy(v, b + 8, 24);
-    memcpy(&g->token_seed, b + 32, 8);
-    memcpy(&g->h_data, b + 40, 8);
-    g->n_steps = v[1], g->vocab = v[2], g->n_tensors = v[3], g->config_len = v[4];
-    const size_t body = HEAD + (size_t)g->config_len + (size_t)g->n_tensors * TREC;
-    if (v[0] != 1 || n != body + (size_t)g->n_steps * 4 * (1 + (size_t)g->vocab)) return false;
-    g->config = malloc(g->config_len + 1);
-    g->t = calloc(g->n_tensors, sizeof *g->t);
-    if (!g->config || !g->t) return false;
-    memcpy(g->config, b + HEAD, g->config_len);
-    g->config[g->config_len] = 0;
-    const uint8_t *p = b + HEAD + g->config_len;
-    for (uint32_t i = 0; i < g->n_tensors; i++, p += TREC) {
-        g_tensor *t = &g->t[i];
-        memcpy(t->name, p, 96);
-        memcpy(&t->dtype, p + 96, 4);
-        memcpy(&t->ndim, p + 100, 4);
-        memcpy(t->shape, p + 104, 24);
-        memcpy(&t->base, p + 128, 4);
-        memcpy(&t->exp, p + 132, 4);
-        memcpy(&t->seed, p + 136, 8);
-        if (t->ndim < 1 || t->ndim > 3 || t->dtype > 3) return false;
-    }
-    const size_t tail = n - body;
-    if (!(g->tail = malloc(tail ? tail : 1))) return false;
-    memcpy(g->tail, b + body, tail);
-    g->tokens = (const int32_t *)g->tail;
-    g->logits = (const float *)((const char *)g->tail + (size_t)g->n_steps * 4);
-    return true;
-}
-
-static uint64_t numel(const g_tensor *t) {
-    uint64_t n = 1;
-    for (uint32_t i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return n;
-}
-
-static uint16_t bf16_rne(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* The table's values of tensor t, as stored (bf16 or f32 bytes); malloc'ed. */
-static void *values(const g_tensor *t, size_t *bytes) {
-    const uint64_t n = numel(t);
-    static const size_t esize[4] = {2, 4, 1, 4};
-    *bytes = (size_t)n * esize[t->dtype];
-    uint8_t *out = malloc(*bytes);
-    ts_prng p = ts_prng_seed(t->seed);
-    const float scale = ldexpf(1.0f, -t->exp);
-    for (uint64_t i = 0; out && i < n; i++) {
-        if (t->dtype == 2) { /* e4m3: sign | exponent field 5..8 | mantissa, never NaN */
-            const uint32_t z = ts_prng_u32(&p);
-            out[i] = (uint8_t)((z & 0x87u) | ((5u + ((z >> 3) & 3u)) << 3));
-            continue;
-        }
-        const float u = ts_prng_uniform(&p);
-        const float v = t->dtype == 3 ? (1.0f + u * 0.25f) * scale : t->base + u * scale;
-        if (t->dtype) memcpy(out + 4 * i, &v, 4);
-        else {
-            const uint16_t h = bf16_rne(v);
-            memcpy(out + 2 * i, &h, 2);
-        }
-    }
-    return out;
-}
-
-/* How a test damages the checkpoint it writes. */
-typedef struct damage {
-    const char *drop;      /* this tensor left out */
-    const char *reshape;   /* this tensor's first dim + 1 (its data grown to match) */
-    const char *nan_in;    /* this tensor's element 5 set to NaN */
-    bool extra;            /* one tensor more */
-    const char *cfg_from, *cfg_to; /* config.json: the first cfg_from becomes cfg_to */
-    /* an FP8 table written as the BF16 checkpoint of its dequantised weights: bf16(code x
-     * scale) (f32 product, round to nearest even), no scale tensors, no quantization_config */
-    bool dequantize;
-} damage;
-
-/* e4m3fn code -> value, written out here (not the library's decoder) */
-static float e4m3(uint8_t b) {
-    const int e = (b >> 3) & 15, m = b & 7;
-    const float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6);
-    return b & 0x80 ? -v : v;
-}
-
-static bool write_text(const char *path, const char *s) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    fputs(s, f);
-    return fclose(f) == 0;
-}
-
-/* dir/config.json + dir/model.safetensors from the table; the fnv1a64 of every tensor's bytes
- * in table order into *h (undamaged tensors only matter: the caller compares on a clean one). */
-static bool write_ckpt(const golden *g, const char *dir, const damage *dm, uint64_t *h) {
-    mkdir(dir, 0755);
-    char path[300];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *cfg = strdup(g->config);
-    char *qc = dm && dm->dequantize ? strstr(cfg, ",\n  \"quantization_config\"") : NULL;
-    if (qc) strcpy(qc, "\n}\n"); /* the generator writes it last */
-    if (dm && dm->cfg_from) {
-        char *hit = strstr(cfg, dm->cfg_from);
-        if (!hit) return false;
-        char *nc = malloc(strlen(cfg) + strlen(dm->cfg_to) + 1);
-        sprintf(nc, "%.*s%s%s", (int)(hit - cfg), cfg, dm->cfg_to, hit + strlen(dm->cfg_from));
-        free(cfg);
-        cfg = nc;
-    }
-    const bool ok_cfg = write_text(path, cfg);
-    free(cfg);
-    if (!ok_cfg) return false;
-    const uint32_t nt = g->n_tensors + (dm && dm->extra ? 1 : 0);
-    void **data = calloc(nt, sizeof *data);
-    size_t *sz = calloc(nt, sizeof *sz);
-    g_tensor *tt = calloc(nt, sizeof *tt);
-    size_t hcap = 256 + (size_t)nt * 200, hl = 0, off = 0;
-    char *hdr = malloc(hcap);
-    uint64_t hash = 0xcbf29ce484222325ull;
-    hl += (size_t)snprintf(hdr + hl, hcap - hl, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (uint32_t i = 0; i < nt; i++) {
-        if (i < g->n_tensors) tt[i] = g->t[i];
-        else tt[i] = (g_tensor){"model.layers.0.self_attn.rotary_emb.inv_freq", 1, 1, {32, 0, 0}, 0, 0, 7};
-        g_tensor *t = &tt[i];
-        if (dm && dm->drop && !strcmp(t->name, dm->drop)) continue;
-        if (dm && dm->reshape && !strcmp(t->name, dm->reshape)) t->shape[0]++;
-        data[i] = values(t, &sz[i]);
-        if (i < g->n_tensors)
-            for (size_t k = 0; k < sz[i]; k++) hash = (hash ^ ((uint8_t *)data[i])[k]) * 0x100000001b3ull;
-        if (dm && dm->dequantize && t->dtype == 3) { /* folded into its weight (the one before) */
-            free(data[i]);
-            data[i] = NULL;
-            continue;
-        }
-        if (dm && dm->dequantize && t->dtype == 2) {
-            size_t sb = 0;
-            float *s = values(&g->t[i + 1], &sb);
-            const uint64_t R = t->shape[0], C = t->shape[1], SK = (C + 127) / 128;
-            uint16_t *w = malloc((size_t)(R * C) * 2);
-            for (uint64_t r = 0; w && s && r < R; r++)
-                for (uint64_t c = 0; c < C; c++)
-                    w[r * C + c] = bf16_rne(e4m3(((uint8_t *)data[i])[r * C + c]) * s[(r / 128) * SK + c / 128]);
-            free(s);
-            free(data[i]);
-            data[i] = w;
-            sz[i] = (size_t)(R * C) * 2;
-            t->dtype = 0;
-        }
-        if (dm && dm->nan_in && !strcmp(t->name, dm->nan_in)) {
-            const size_t j = numel(t) > 5 ? 5 : 1; /* element 5, or 1 of a small scale tensor */
-            if (t->dtype == 2) ((uint8_t *)data[i])[j] = 0x7F;
-            else if (t->dtype) memcpy((uint8_t *)data[i] + 4 * j, &(uint32_t){0x7FC00000u}, 4);
-            else memcpy((uint8_t *)data[i] + 2 * j, &(uint16_t){0x7FC0u}, 2);
-        }
-        static const char *const dtn[4] = {"BF16", "F32", "F8_E4M3", "F32"};
-        hl += (size_t)snprintf(hdr + hl, hcap - hl, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name,
-                               dtn[t->dtype]);
-        for (uint32_t d = 0; d < t->ndim; d++)
-            hl += (size_t)snprintf(hdr + hl, hcap - hl, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
-        hl += (size_t)snprintf(hdr + hl, hcap - hl, "],\"data_offsets\":[%zu,%zu]}", off, off + sz[i]);
-        off += sz[i];
-    }
-    hl += (size_t)snprintf(hdr + hl, hcap - hl, "}");
-    while (hl % 8) hdr[hl++] = ' ';
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    bool ok = f != NULL;
-    const uint64_t hlen = hl;
-    if (f) {
-        ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(hdr, 1, hl, f) == hl;
-        for (uint32_t i = 0; ok && i < nt; i++)
-            if (data[i]) ok = fwrite(data[i], 1, sz[i], f) == sz[i];
-        ok = fclose(f) == 0 && ok;
-    }
-    for (uint32_t i = 0; i < nt; i++) free(data[i]);
-    free(data), free(sz), free(tt), free(hdr);
-    if (h) *h = hash;
-    return ok;
-}
-
-static bool load_golden(ts_test_ctx *ts_t_, const char *file, golden *g, uint8_t **buf) {
-    size_t n = 0;
-    memset(g, 0, sizeof *g);
-    *buf = TS_READ_GOLDEN(file, &n);
-    TS_CHECK_MSG(*buf && parse(*buf, n, g), "%s is malformed", file);
-    return !TS_FAILED();
-}
-
-static void free_golden(golden *g, uint8_t *buf) {
-    free(g->config);
-    free(g->t);
-    free(g->tail);
-    free(buf);
-}
 
 /* n_steps teacher-forced steps of sequence `seq` (others in the batch get their own tokens). */
 static void decode_all(ts_test_ctx *ts_t_, ts_model *m, const golden *g, int64_t batch, float *out) {
@@ -279,17 +58,14 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
                     double median_max) {
     golden g;
     uint8_t *buf = NULL;
-    if (!load_golden(ts_t_, file, &g, &buf)) {
-        free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, file, &g, &buf)) return;
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/ts_hfv3_XXXXXX");
     TS_CHECK(mkdtemp(dir) != NULL);
     char ckpt[128];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     uint64_t h = 0;
-    TS_CHECK(write_ckpt(&g, ckpt, NULL, &h));
+    TS_CHECK(tv3_write_ckpt(&g, ckpt, NULL, &h));
     TS_CHECK_MSG(h == g.h_data, "the rebuilt tensors are not the checkpoint transformers ran");
     ts_model *m = NULL;
     TS_CHECK_STATUS(ts_model_load_dir(ckpt, 3, &m), TS_OK);
@@ -351,7 +127,7 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
             char ck2[140];
             snprintf(ck2, sizeof ck2, "%s/deq", dir);
             const damage deq = {.dequantize = true};
-            TS_CHECK(write_ckpt(&g, ck2, &deq, NULL));
+            TS_CHECK(tv3_write_ckpt(&g, ck2, &deq, NULL));
             ts_model *m2 = NULL;
             TS_CHECK_STATUS(ts_model_load_dir(ck2, 1, &m2), TS_OK);
             if (m2) {
@@ -369,7 +145,7 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
     free(b);
     ts_model_free(m);
     tm_remove_dir(dir);
-    free_golden(&g, buf);
+    tv3_free_golden(&g, buf);
 }
 
 /* BF16 weights. Issue 19's bound is a mean of 1e-3; bf16 rounding alone gives ~5e-6 here
@@ -397,7 +173,7 @@ static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const 
     }
     char ckpt[128];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    TS_CHECK_MSG(write_ckpt(g, ckpt, dm, NULL), "%s: cannot write the checkpoint", what);
+    TS_CHECK_MSG(tv3_write_ckpt(g, ckpt, dm, NULL), "%s: cannot write the checkpoint", what);
     ts_model *m = NULL;
     const ts_status st = ts_model_load_dir(ckpt, 1, &m);
     const char *e = ts_last_error();
@@ -412,10 +188,7 @@ static void expect(ts_test_ctx *ts_t_, const golden *g, const char *what, const 
 TS_TEST(model_hf_v3_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) {
-        free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v3_tiny.bin", &g, &buf)) return;
     const char *kvb = "model.layers.1.self_attn.kv_b_proj.weight";
     const char *bias = "model.layers.2.mlp.gate.e_score_correction_bias";
     const damage drop = {.drop = kvb}, shape = {.reshape = kvb}, nan = {.nan_in = bias},
@@ -447,16 +220,13 @@ TS_TEST(model_hf_v3_bad_checkpoints) {
         snprintf(what, sizeof what, "config %s", cfgs[i].to);
         expect(ts_t_, &g, what, &dm, cfgs[i].code, cfgs[i].m1, cfgs[i].m2);
     }
-    free_golden(&g, buf);
+    tv3_free_golden(&g, buf);
 }
 
 TS_TEST(model_hf_v3_fp8_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!load_golden(ts_t_, "hf_v3_fp8_tiny.bin", &g, &buf)) {
-        free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v3_fp8_tiny.bin", &g, &buf)) return;
     const char *w = "model.layers.1.mlp.experts.3.up_proj.weight";
     const char *s = "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv";
     const damage drop = {.drop = s}, shape = {.reshape = s}, nan = {.nan_in = w}, nan_s = {.nan_in = s},
@@ -468,7 +238,7 @@ TS_TEST(model_hf_v3_fp8_bad_checkpoints) {
     expect(ts_t_, &g, "NaN scale", &nan_s, TS_ERR_INVALID_ARGUMENT, s, "not a positive normal number");
     expect(ts_t_, &g, "block size", &block, TS_ERR_UNSUPPORTED, "weight_block_size = [128, 64]", NULL);
     expect(ts_t_, &g, "FP8 tensors, no quantization_config", &plain, TS_ERR_UNSUPPORTED, "quantization_config_off", NULL);
-    free_golden(&g, buf);
+    tv3_free_golden(&g, buf);
 }
 
 /* The released configs (DeepSeek-V3 / R1 config.json, keys and values as docs: ../shared/specs/
@@ -530,10 +300,7 @@ TS_TEST(model_hf_v32_matches_transformers) { matches(ts_t_, "hf_v32_tiny.bin", 1
 TS_TEST(model_hf_v32_bad_checkpoints) {
     golden g;
     uint8_t *buf = NULL;
-    if (!load_golden(ts_t_, "hf_v32_tiny.bin", &g, &buf)) {
-        free_golden(&g, buf);
-        return;
-    }
+    if (!tv3_load_golden(ts_t_, "hf_v32_tiny.bin", &g, &buf)) return;
     const char *wk = "model.layers.2.self_attn.indexer.wk.weight";
     const char *kb = "model.layers.0.self_attn.indexer.k_norm.bias";
     const damage drop = {.drop = wk}, drop_b = {.drop = kb}, shape = {.reshape = wk}, nan = {.nan_in = kb};
@@ -557,7 +324,7 @@ TS_TEST(model_hf_v32_bad_checkpoints) {
         snprintf(what, sizeof what, "config %s", cfgs[i].to);
         expect(ts_t_, &g, what, &dm, cfgs[i].code, cfgs[i].m1, cfgs[i].m2);
     }
-    free_golden(&g, buf);
+    tv3_free_golden(&g, buf);
 }
 
 /* DeepSeek-V3.2-Exp's config.json (V3's keys and values plus the indexer's: ../shared/specs/

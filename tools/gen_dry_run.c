@@ -17,22 +17,23 @@ static void row(const char *what, const ts_model_plan *p, size_t off) {
 
 #define F(name) offsetof(ts_model_plan_rank, name)
 
-static const struct { const char *label, *key; size_t off; } k_rows[] = {
-    {"shared: mapped", "shared_mapped", F(shared_mapped)},
-    {"shared: converted", "shared_converted", F(shared_converted)},
-    {"shared: quantised at load", "shared_quantized", F(shared_quantized)},
-    {"shared: packed", "shared_packed", F(shared_packed)},
-    {"shared: released (-)", "shared_released", F(shared_released)},
-    {"experts: mapped", "expert_mapped", F(expert_mapped)},
-    {"experts: converted", "expert_converted", F(expert_converted)},
-    {"experts: quantised at load", "expert_quantized", F(expert_quantized)},
-    {"experts: packed", "expert_packed", F(expert_packed)},
-    {"experts: released (-)", "expert_released", F(expert_released)},
-    {"KV cache (584-byte rows)", "kv_cache", F(kv_cache)},
-    {"indexer cache (FP4)", "indexer_cache", F(indexer_cache)},
-    {"compressor state", "compressor_state", F(compressor_state)},
-    {"workspace", "workspace", F(workspace)},
-    {"total held", "total", F(total)},
+/* label: V4's; v3: a V3 / V3.2 plan's where its caches differ (NULL: the same) */
+static const struct { const char *label, *v3, *key; size_t off; } k_rows[] = {
+    {"shared: mapped", NULL, "shared_mapped", F(shared_mapped)},
+    {"shared: converted", NULL, "shared_converted", F(shared_converted)},
+    {"shared: quantised at load", NULL, "shared_quantized", F(shared_quantized)},
+    {"shared: packed", NULL, "shared_packed", F(shared_packed)},
+    {"shared: released (-)", NULL, "shared_released", F(shared_released)},
+    {"experts: mapped", NULL, "expert_mapped", F(expert_mapped)},
+    {"experts: converted", NULL, "expert_converted", F(expert_converted)},
+    {"experts: quantised at load", NULL, "expert_quantized", F(expert_quantized)},
+    {"experts: packed", NULL, "expert_packed", F(expert_packed)},
+    {"experts: released (-)", NULL, "expert_released", F(expert_released)},
+    {"KV cache (584-byte rows)", "KV cache (bf16 latent)", "kv_cache", F(kv_cache)},
+    {"indexer cache (FP4)", "indexer cache (f32 keys)", "indexer_cache", F(indexer_cache)},
+    {"compressor state", "positions", "compressor_state", F(compressor_state)},
+    {"workspace", NULL, "workspace", F(workspace)},
+    {"total held", NULL, "total", F(total)},
 };
 
 int gen_dry_run(const gen_args *a) {
@@ -43,7 +44,8 @@ int gen_dry_run(const gen_args *a) {
     }
     const size_t nrows = sizeof k_rows / sizeof *k_rows;
     if (a->json) {
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "model", a->model, "batch",
+        json_t *o = json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:I}", "model", a->model,
+                              "model_type", p.model_type, "ep_model", (int)p.ep_model, "batch",
                               (json_int_t)p.batch, "context", (json_int_t)p.context, "n_layers",
                               (json_int_t)p.n_layers, "n_routed_experts",
                               (json_int_t)p.n_routed_experts, "n_tensors", (json_int_t)p.n_tensors);
@@ -66,8 +68,8 @@ int gen_dry_run(const gen_args *a) {
         printf("%s\n", text);
         free(text);
     } else {
-        printf("%s: %lld layers, %lld routed experts, %lld tensors; batch %lld, context %lld "
-               "tokens; GiB per rank\n", a->model, (long long)p.n_layers,
+        printf("%s (%s): %lld layers, %lld routed experts, %lld tensors; batch %lld, context %lld "
+               "tokens; GiB per rank\n", a->model, p.model_type, (long long)p.n_layers,
                (long long)p.n_routed_experts, (long long)p.n_tensors, (long long)p.batch,
                (long long)p.context);
         printf("%-28s", "ranks");
@@ -75,7 +77,16 @@ int gen_dry_run(const gen_args *a) {
         printf("\n%-28s", "routed experts per rank");
         for (int32_t i = 0; i < p.n; i++) printf(" %12lld", (long long)p.r[i].experts);
         putchar('\n');
-        for (size_t k = 0; k < nrows; k++) row(k_rows[k].label, &p, k_rows[k].off);
+        const bool v3 = !p.ep_model;
+        for (size_t k = 0; k < nrows; k++)
+            row(v3 && k_rows[k].v3 ? k_rows[k].v3 : k_rows[k].label, &p, k_rows[k].off);
+        bool multi = false;
+        for (int32_t i = 0; i < p.n; i++) multi |= p.r[i].ranks > 1;
+        if (v3 && multi)
+            printf("note: %s has no expert-parallel model in tilestack yet (V3 EP is not "
+                   "implemented); a column with ranks > 1 is what such a rank would hold (its "
+                   "routed experts, everything else whole), not something that runs\n",
+                   p.model_type);
     }
     if (fflush(stdout) || ferror(stdout)) {
         fprintf(stderr, "tilestack generate: writing stdout failed\n");

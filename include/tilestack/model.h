@@ -115,7 +115,9 @@ typedef struct ts_model_plan_rank {
     uint64_t shared_mapped, shared_converted, shared_quantized, shared_packed, shared_released;
     uint64_t expert_mapped, expert_converted, expert_quantized, expert_packed, expert_released;
     /* caches for batch sequences of context tokens (docs/model.md §5): MODEL1 584-byte rows
-     * (window ring + compressed rows), the indexer's FP4 rows, compressor states, positions */
+     * (window ring + compressed rows), the indexer's FP4 rows, compressor states, positions.
+     * V3 / V3.2 (docs/models.md "V3"): bf16 latent rows (576 values) in 64-token blocks, V3.2's
+     * f32 indexer keys, no compressor (compressor_state: the positions) */
     uint64_t kv_cache, indexer_cache, compressor_state;
     uint64_t workspace; /* the step workspace after the first prefill: max(batch, 48) rows */
     uint64_t total;     /* the bytes held: every field above summed, less the released ones
@@ -123,6 +125,11 @@ typedef struct ts_model_plan_rank {
 } ts_model_plan_rank;
 
 typedef struct ts_model_plan {
+    char model_type[32];    /* config.json's: deepseek_v4, deepseek_v3 or deepseek_v32 */
+    /* true: tilestack has the expert-parallel model an R > 1 row describes (V4:
+     * ts_model_load_dir_ep). false (V3, V3.2): not implemented yet; an R > 1 row is what such a
+     * rank would hold (its E / R routed experts and everything else whole) */
+    bool ep_model;
     int64_t batch, context; /* context: max_seq_len the caches are sized for (see below) */
     int64_t n_layers, n_routed_experts, n_tensors;
     int32_t n;              /* rows of r */
@@ -135,7 +142,9 @@ typedef struct ts_model_plan {
  * max_seq_len). Reads config.json, the index and the safetensors headers with
  * ts_model_load_dir's checks and messages, never the tensor data. An expert-parallel rank
  * (R > 1) is planned with the single-process layouts for its E / R experts (the EP model's
- * Mega MoE weights and buffers are not counted). */
+ * Mega MoE weights and buffers are not counted). V3 / V3.2 directories (model_type deepseek_v3 /
+ * deepseek_v32): the V3 loader's holds, caches and workspace; context is used as given (no
+ * compress ratios); ep_model is false: R > 1 is a rank of an EP model not implemented yet. */
 TS_API ts_status ts_model_plan_dir(const char *dir, int64_t ranks, int64_t batch, int64_t context,
                                    ts_model_plan *out);
 

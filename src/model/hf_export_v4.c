@@ -9,7 +9,9 @@
  * code x scale (exact, else refused) with no quantization_config: a "BF16-only" checkpoint.
  * The directory is written under a temporary name beside `dir` and renamed at the end, so a
  * failed export leaves nothing half written. A skeleton (ts__hf_v4_write_skeleton) is the same
- * writing with no data: every tensor a config implies, its data section a hole. */
+ * writing with no data: every tensor a config implies, its data section a hole (a V3 / V3.2
+ * config's tensors as DeepSeek's release stores them). */
+#include "hf_v3.h"
 #include "hf_v4.h"
 
 #include "core/file_read.h"
@@ -434,6 +436,46 @@ ts_status ts_model_export_hf(const ts_model *m, const char *dir, const ts_hf_exp
 
 /* ---- a skeleton (docs/models.md "Memory per rank") */
 
+static entry *skel_entry(elist *l, const char *name, const char *dtype, uint64_t esize, int ndim,
+                         int64_t rows, int64_t cols) {
+    entry *e = add_entry(l);
+    if (!e) return NULL;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->dtype = dtype;
+    e->ndim = ndim;
+    e->shape[0] = rows;
+    e->shape[1] = cols;
+    e->nbytes = (uint64_t)rows * (uint64_t)(ndim == 2 ? cols : 1) * esize;
+    e->order = l->n - 1;
+    return e;
+}
+
+/* A V3 / V3.2 config's tensors (hf_names_v3.c) as DeepSeek's FP8 release stores them: the FP8
+ * roles F8_E4M3 with F32 weight_scale_inv per 128x128, the router bias F32, the rest BF16; an
+ * unquantised config: BF16 (the bias F32). */
+static ts_status v3_skeleton_entries(const char *text, size_t len, const char *path, elist *l) {
+    ts__v3_config c;
+    TS__RETURN_IF_ERROR(ts__v3_parse_config(text, len, path, &c));
+    ts__v3_tensor *tl = NULL;
+    int64_t nt = 0;
+    TS__RETURN_IF_ERROR(ts__v3_tensors(&c, &tl, &nt));
+    ts_status st = TS_OK;
+    for (int64_t i = 0; st == TS_OK && i < nt; i++) {
+        const ts__v3_tensor *t = &tl[i];
+        const bool fp8 = c.quantized && ts__v3_fp8_role(t->role), f32 = t->role == V3_GATE_BIAS;
+        if (!skel_entry(l, t->name, fp8 ? "F8_E4M3" : f32 ? "F32" : "BF16", fp8 ? 1 : f32 ? 4 : 2,
+                        t->ndim, t->shape[0], t->shape[1]))
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "hf skeleton: %s", t->name);
+        char sn[128];
+        snprintf(sn, sizeof sn, "%s_scale_inv", t->name);
+        if (st == TS_OK && fp8 &&
+            !skel_entry(l, sn, "F32", 4, 2, ts__ceil_div(t->shape[0], 128), ts__ceil_div(t->shape[1], 128)))
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "hf skeleton: %s", sn);
+    }
+    free(tl);
+    return st;
+}
+
 ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir) {
     static const char fn[] = "hf skeleton";
     if (!config_path || !dir) return ts__fail(TS_ERR_NULL_POINTER, "%s: NULL argument", fn);
@@ -443,6 +485,15 @@ ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir) {
     size_t len = 0;
     TS__RETURN_IF_ERROR(ts__read_file_capped(AT_FDCWD, config_path, config_path, (size_t)1 << 20,
                                              true, &text, &len));
+    elist l = {0};
+    if (ts__v3_is_v3_config(text, len)) {
+        ts_status st = v3_skeleton_entries(text, len, config_path, &l);
+        if (st == TS_OK && l.n) qsort(l.v, (size_t)l.n, sizeof *l.v, by_width);
+        if (st == TS_OK) st = write_dir(dir, text, &l, 1);
+        free_entries(&l);
+        free(text);
+        return st;
+    }
     ts_model_config cfg;
     ts__hf_v4_info info;
     ts_status st = ts__hf_v4_parse_config(text, len, config_path, "skeleton", &cfg, &info);
@@ -452,7 +503,6 @@ ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir) {
     ts__wspec *specs = NULL;
     int64_t ns = 0;
     if (st == TS_OK) st = ts__model_weight_specs(&cfg, &specs, &ns);
-    elist l = {0};
     /* every tensor the loader expects, release layout, as a quantised export stores it, with
      * no pieces: write_shard leaves the data a hole */
     for (int64_t i = 0; st == TS_OK && i < ns; i++) {
@@ -462,19 +512,11 @@ ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir) {
         st = ts__hf_v4_source(&specs[i], &cfg, TS_HF_LAYOUT_RELEASE, info.tied, &src);
         if (st != TS_OK || (info.tied && !strcmp(specs[i].name, "head"))) continue;
         for (int k = 0; st == TS_OK && k < nr; k++) {
-            entry *e = add_entry(&l);
-            if (!e) {
-                st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s", fn);
-                break;
-            }
             uint64_t esize;
-            snprintf(e->name, sizeof e->name, "%s", k ? src.scale : src.name);
-            e->dtype = release_dtype(rec[k].dtype, k == 1, &esize);
-            e->ndim = rec[k].ndim;
-            e->shape[0] = rec[k].shape[0];
-            e->shape[1] = rec[k].shape[1];
-            e->nbytes = (uint64_t)rec[k].shape[0] * (uint64_t)(rec[k].ndim == 2 ? rec[k].shape[1] : 1) * esize;
-            e->order = l.n - 1;
+            const char *dtype = release_dtype(rec[k].dtype, k == 1, &esize);
+            if (!skel_entry(&l, k ? src.scale : src.name, dtype, esize, rec[k].ndim, rec[k].shape[0],
+                            rec[k].shape[1]))
+                st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s", fn);
         }
     }
     free(specs);

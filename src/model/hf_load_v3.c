@@ -9,7 +9,9 @@
  * norms, the router and its bias are widened to f32. An FP8 checkpoint (quantization_config,
  * DeepSeek's release) holds its linear layers as e4m3 with f32 `weight_scale_inv` per 128x128:
  * they are dequantised when packed (code x scale in f32, rounded to bf16: the bf16 GEMMs run
- * them; no FP8 GEMM path for V3 yet). */
+ * them; no FP8 GEMM path for V3 yet). How each tensor is held is ts__v3_hold_of's rule
+ * (hf_hold_v3.c), which ts_model_plan_dir counts by (ts__v3_plan: pass 1 only); once bound, the
+ * file pages of everything but the in-place embedding are given back. */
 #include "hf_v3.h"
 #include "hf_v4.h"
 #include "safetensors.h"
@@ -129,66 +131,135 @@ static ts_status check_values(const ts__hf_dir *d, const ts__st_tensor *t, size_
     return TS_OK;
 }
 
-static ts_status load(ts__hf_dir *d, const char *dir, int64_t max_batch, ts_model **out) {
+/* Pass 1 of a directory, shared by the load and the plan: config.json parsed, every tensor it
+ * implies found with its dtype and shape (FP8 weights with their scales), nothing left over,
+ * the scales aligned for reading in place. Reads headers only, no tensor data. */
+typedef struct resolved {
+    ts__v3_config c;
+    ts__v3_tensor *tl;
+    int64_t nt;
+    const ts__st_tensor **src, **sc;
+    size_t *shard, *sc_shard;
+} resolved;
+
+static void resolved_free(resolved *r) {
+    free(r->sc_shard);
+    free(r->sc);
+    free(r->shard);
+    free(r->src);
+    free(r->tl);
+    memset(r, 0, sizeof *r);
+}
+
+static ts_status resolve_dir(ts__hf_dir *d, const char *dir, const char *fn, resolved *r) {
+    memset(r, 0, sizeof *r);
     char cpath[600];
     snprintf(cpath, sizeof cpath, "%s/config.json", dir);
-    ts__v3_config c;
-    TS__RETURN_IF_ERROR(ts__v3_parse_config(d->config, d->config_len, cpath, &c));
+    const ts__v3_config *c = &r->c;
+    TS__RETURN_IF_ERROR(ts__v3_parse_config(d->config, d->config_len, cpath, &r->c));
     /* a config.json can claim 128 layers of 65536 experts: the checkpoint must hold at least the
      * expert tensors that implies before a list of them is built */
-    const int64_t need = (c.n_layers - c.first_dense) * c.n_experts * 3;
+    const int64_t need = (c->n_layers - c->first_dense) * c->n_experts * 3;
     if ((int64_t)d->n_tensors < need)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: the checkpoint holds %zu tensors, fewer than the %lld "
                         "expert weights config.json implies", dir, d->n_tensors, (long long)need);
-    ts__v3_tensor *tl = NULL;
-    int64_t nt = 0;
-    TS__RETURN_IF_ERROR(ts__v3_tensors(&c, &tl, &nt));
-    const ts__st_tensor **src = calloc((size_t)nt, sizeof *src);
-    size_t *shard = calloc((size_t)nt, sizeof *shard);
-    const void **data = calloc((size_t)nt, sizeof *data);
-    ts_dtype *dt = calloc((size_t)nt, sizeof *dt);
-    const ts__st_tensor **sc = calloc((size_t)nt, sizeof *sc);
-    size_t *sc_shard = calloc((size_t)nt, sizeof *sc_shard);
-    const float **scales = calloc((size_t)nt, sizeof *scales);
+    TS__RETURN_IF_ERROR(ts__v3_tensors(c, &r->tl, &r->nt));
+    const size_t nt = (size_t)r->nt;
+    r->src = calloc(nt, sizeof *r->src);
+    r->shard = calloc(nt, sizeof *r->shard);
+    r->sc = calloc(nt, sizeof *r->sc);
+    r->sc_shard = calloc(nt, sizeof *r->sc_shard);
     bool **used = calloc(d->n_shards ? d->n_shards : 1, sizeof *used);
-    ts_status st = src && shard && data && dt && sc && sc_shard && scales && used
-                       ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", dir);
+    ts_status st = r->src && r->shard && r->sc && r->sc_shard && used
+                       ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: %s", fn, dir);
     for (size_t s = 0; st == TS_OK && s < d->n_shards; s++)
         if (!(used[s] = calloc(d->shards[s]->n ? d->shards[s]->n : 1, sizeof **used)))
-            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", dir);
-    if (st == TS_OK) st = resolve_all(d, &c, tl, nt, src, shard, sc, sc_shard, used);
+            st = ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: %s", fn, dir);
+    if (st == TS_OK) st = resolve_all(d, c, r->tl, r->nt, r->src, r->shard, r->sc, r->sc_shard, used);
     for (size_t s = 0; st == TS_OK && s < d->n_shards; s++)
         for (size_t k = 0; k < d->shards[s]->n; k++)
-            if (!used[s][k] && !ts__v3_ignored(&c, d->shards[s]->t[k].name)) {
+            if (!used[s][k] && !ts__v3_ignored(c, d->shards[s]->t[k].name)) {
                 char e[TS__ESC_CAP];
                 st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not part of the model "
                               "config.json describes", d->shards[s]->path, esc(d->shards[s]->t[k].name, e));
                 break;
             }
-    for (int64_t i = 0; st == TS_OK && i < nt; i++) {
-        st = check_values(d, src[i], shard[i], false);
-        if (st == TS_OK && sc[i]) {
-            st = check_values(d, sc[i], sc_shard[i], true);
-            /* f32 scales are read in place: the mapping must align them */
-            if (st == TS_OK && (uintptr_t)sc[i]->data % 4)
-                st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not 4-byte aligned in the file",
-                              d->shards[sc_shard[i]]->path, sc[i]->name);
-            scales[i] = (const float *)sc[i]->data;
-        }
-        data[i] = src[i]->data;
-        dt[i] = src[i]->dtype;
-    }
-    if (st == TS_OK) st = ts__v3_model_create(&c, tl, nt, data, dt, scales, max_batch, out);
+    /* f32 scales are read in place: the mapping must align them */
+    for (size_t i = 0; st == TS_OK && i < nt; i++)
+        if (r->sc[i] && (uintptr_t)r->sc[i]->data % 4)
+            st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not 4-byte aligned in the file",
+                          d->shards[r->sc_shard[i]]->path, r->sc[i]->name);
     for (size_t s = 0; used && s < d->n_shards; s++) free(used[s]);
     free(used);
+    if (st != TS_OK) resolved_free(r);
+    return st;
+}
+
+/* After binding: the file pages of every tensor but the in-place embedding go back (the packs
+ * and f32 copies hold the values now; the mapping stays valid, a touch would re-read the
+ * file); keep: the packed sources stay, as ts_model_load_dir_keep promises. Returns the bytes
+ * of the packed sources given back (ts__v3_hold_of's `released`). */
+static size_t drop_sources(const resolved *r, bool keep) {
+    size_t n = 0;
+    for (int64_t i = 0; i < r->nt; i++) {
+        const ts__v3_hold h = ts__v3_hold_of(&r->c, &r->tl[i], r->src[i]->dtype);
+        if (h.how == V3_HOW_VIEW || (keep && h.released)) continue;
+        ts__model_drop_pages(r->src[i]->data, (size_t)(r->src[i]->end - r->src[i]->begin));
+        if (r->sc[i]) ts__model_drop_pages(r->sc[i]->data, (size_t)(r->sc[i]->end - r->sc[i]->begin));
+        n += h.released;
+    }
+    return n;
+}
+
+static ts_status load(ts__hf_dir *d, const char *dir, int64_t max_batch, bool keep, ts_model **out) {
+    resolved r;
+    TS__RETURN_IF_ERROR(resolve_dir(d, dir, "ts_model_load_dir", &r));
+    const int64_t nt = r.nt;
+    const void **data = calloc((size_t)nt, sizeof *data);
+    ts_dtype *dt = calloc((size_t)nt, sizeof *dt);
+    const float **scales = calloc((size_t)nt, sizeof *scales);
+    ts_status st = data && dt && scales ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", dir);
+    /* pass 2: every value valid, before any is used */
+    for (int64_t i = 0; st == TS_OK && i < nt; i++) {
+        st = check_values(d, r.src[i], r.shard[i], false);
+        if (st == TS_OK && r.sc[i]) {
+            st = check_values(d, r.sc[i], r.sc_shard[i], true);
+            scales[i] = (const float *)r.sc[i]->data;
+        }
+        data[i] = r.src[i]->data;
+        dt[i] = r.src[i]->dtype;
+    }
+    if (st == TS_OK) st = ts__v3_model_create(&r.c, r.tl, nt, data, dt, scales, max_batch, out);
+    if (st == TS_OK) {
+        /* the bytes as ts_model_plan_dir counts them (the same rule, ts__v3_hold_of) */
+        ts_model *m = *out;
+        for (int64_t i = 0; i < nt; i++) {
+            const ts__v3_hold h = ts__v3_hold_of(&r.c, &r.tl[i], dt[i]);
+            m->load_stats.mapped += h.mapped;
+            m->load_stats.converted += h.converted;
+            m->load_stats.packed += h.packed;
+        }
+        m->load_stats.released = drop_sources(&r, keep);
+    }
     free(scales);
-    free(sc_shard);
-    free(sc);
     free(dt);
     free(data);
-    free(shard);
-    free(src);
-    free(tl);
+    resolved_free(&r);
+    return st;
+}
+
+ts_status ts__v3_plan(const char *dir, ts__v3_plan_fn fn, void *ctx, ts__v3_config *cfg) {
+    ts__hf_dir *d = NULL;
+    TS__RETURN_IF_ERROR(ts__hf_open(dir, &d));
+    resolved r;
+    ts_status st = resolve_dir(d, dir, "ts_model_plan_dir", &r);
+    if (st == TS_OK) *cfg = r.c;
+    for (int64_t i = 0; st == TS_OK && i < r.nt; i++) {
+        const ts__v3_hold h = ts__v3_hold_of(&r.c, &r.tl[i], r.src[i]->dtype);
+        st = fn(ctx, &r.c, &r.tl[i], &h);
+    }
+    resolved_free(&r); /* zeroed when resolve_dir failed */
+    ts__hf_close(d);
     return st;
 }
 
@@ -206,12 +277,12 @@ bool ts__v3_dir_is_v3(const char *dir) {
     return yes;
 }
 
-ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, ts_model **out) {
+ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, bool keep, ts_model **out) {
     *out = NULL;
     ts__hf_dir *d = NULL;
     TS__RETURN_IF_ERROR(ts__hf_open(dir, &d));
     ts_model *m = NULL;
-    const ts_status st = load(d, dir, max_batch, &m);
+    const ts_status st = load(d, dir, max_batch, keep, &m);
     if (st != TS_OK) {
         ts__hf_close(d);
         return st;
@@ -221,9 +292,10 @@ ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, ts_model **out) {
     for (size_t s = 0; s < d->n_shards; s++) mapped += d->shards[s]->map_len;
     m->v3->mapped = mapped;
     fprintf(stderr, "tilestack: %s (%s, %s): %.1f MB mapped from the safetensors, "
-            "%.1f MB converted to f32, %.1f MB packed for the kernels\n", dir,
+            "%.1f MB converted to f32, %.1f MB packed for the kernels, %.1f MB of the file's "
+            "pages given back after packing\n", dir,
             m->v3->c.v32 ? "DeepseekV32ForCausalLM" : "DeepseekV3ForCausalLM", m->v3->c.quantized ? "FP8 dequantised to bf16 at load" : "BF16", mapped / 1e6,
-            m->v3->converted / 1e6, m->v3->packed / 1e6);
+            m->v3->converted / 1e6, m->v3->packed / 1e6, m->load_stats.released / 1e6);
     *out = m;
     return TS_OK;
 }

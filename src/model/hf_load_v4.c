@@ -590,7 +590,7 @@ static ts_status load_dir(const char *dir, int64_t max_batch, bool keep, ts_mode
     if (max_batch < 1 || max_batch > (1 << 20))
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "ts_model_load_dir: max_batch = %lld is outside "
                         "[1, 2^20]", (long long)max_batch);
-    if (ts__v3_dir_is_v3(dir)) return ts__v3_load_dir(dir, max_batch, out); /* hf_load_v3.c */
+    if (ts__v3_dir_is_v3(dir)) return ts__v3_load_dir(dir, max_batch, keep, out); /* hf_load_v3.c */
     loader *l = NULL;
     TS__RETURN_IF_ERROR(ts__hf_v4_open(dir, &l));
     ts_model *m = NULL;

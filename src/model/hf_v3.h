@@ -68,6 +68,30 @@ ts_status ts__v3_tensors(const ts__v3_config *cfg, ts__v3_tensor **out, int64_t 
  * named by num_nextn_predict_layers). */
 bool ts__v3_ignored(const ts__v3_config *cfg, const char *name);
 
+/* How ts_model_load_dir holds one tensor (hf_hold_v3.c): the single rule that binding
+ * (model_v3.c), the loader's page release (hf_load_v3.c) and ts_model_plan_dir all follow. */
+typedef enum ts__v3_how {
+    V3_HOW_VIEW,      /* read in place from the mapping: a BF16 embedding */
+    V3_HOW_BF16,      /* rounded once into a bf16 copy: an F32 embedding */
+    V3_HOW_F32,       /* widened (e4m3: dequantised) into the f32 buffer: norms, router, V3.2's indexer */
+    V3_HOW_PACK,      /* packed for the bf16 GEMMs (F32 rounded, e4m3 dequantised first) */
+    V3_HOW_PACK_HEADS /* kv_b_proj: per head W_UK^T and W_UV packs */
+} ts__v3_how;
+
+typedef struct ts__v3_hold {
+    ts__v3_how how;
+    bool head;        /* the tied embedding: also packed as the head */
+    /* bytes, as ts_model_plan_rank counts them: mapped = the file bytes (an FP8 weight's with
+     * its scales) the model reads through the mapping; released = the part of mapped given
+     * back once packed (hf_load_v3.c); converted = its f32 / bf16 copy; packed = its packs */
+    size_t mapped, converted, packed, released;
+} ts__v3_hold;
+
+/* t as stored with dtype dt (TS_BF16, TS_F32 or TS_E4M3: the loader checked). */
+ts__v3_hold ts__v3_hold_of(const ts__v3_config *c, const ts__v3_tensor *t, ts_dtype dt);
+/* The f32 bytes of t's weight_scale_inv (one per 128x128). */
+size_t ts__v3_scale_bytes(const ts__v3_tensor *t);
+
 /* ---- the model (model_v3.c) */
 typedef struct ts__v3_layer {
     const float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* f32 */
@@ -96,6 +120,7 @@ typedef struct ts__v3 {
     struct ts__v3_ws *ws;
     struct ts__hf_dir *ckpt;   /* mapped checkpoint (bf16 weights are views) */
     size_t mapped, converted, packed;
+    size_t ws_bytes;           /* the workspace's arrays (ts__v3_ws_bytes) */
 } ts__v3;
 
 /* A V3 model over the loaded tensors: data[i] holds tensors[i]'s values in dtypes[i] (TS_BF16,
@@ -108,6 +133,11 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tenso
                               const void *const *data, const ts_dtype *dtypes,
                               const float *const *scales, int64_t max_batch, ts_model **out);
 void ts__v3_free(ts_model *m);
+/* What ts__v3_model_create allocates, from the config alone (ts_model_plan_dir counts the
+ * same): per layer the bf16 latent cache and V3.2's f32 indexer keys (0 for V3) for B
+ * sequences of c->max_seq tokens; the workspace for B rows. */
+void ts__v3_layer_cache_bytes(const ts__v3_config *c, int64_t B, size_t *kv, size_t *ix);
+size_t ts__v3_ws_bytes(const ts__v3_config *c, int64_t B);
 ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
                         float *logits);
 /* Prefill of sequence seq (arguments checked by ts_model_prefill): the tokens as rows of one
@@ -117,8 +147,15 @@ ts_status ts__v3_prefill(ts_model *m, int64_t seq, int64_t n_tokens, const int32
                          float *logits, bool all_logits);
 void ts__v3_reset(ts_model *m, int64_t seq);
 
-/* hf_load_v3.c: ts_model_load_dir for a V3 directory (the dispatch in hf_load_v4.c). */
-ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, ts_model **out);
+/* hf_load_v3.c: ts_model_load_dir (keep: ts_model_load_dir_keep, the packed sources' pages
+ * stay) for a V3 directory (the dispatch in hf_load_v4.c). */
+ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, bool keep, ts_model **out);
+/* ts_model_plan_dir's pass over a V3 directory: opened and checked as ts_model_load_dir does
+ * (config.json, index, headers, pass 1; no tensor data read), then fn for every tensor with
+ * how the load holds it. cfg: the loader's config (max_seq as it would size the caches). */
+typedef ts_status (*ts__v3_plan_fn)(void *ctx, const ts__v3_config *c, const ts__v3_tensor *t,
+                                    const ts__v3_hold *h);
+ts_status ts__v3_plan(const char *dir, ts__v3_plan_fn fn, void *ctx, ts__v3_config *cfg);
 /* dir/config.json names deepseek_v3 (false when it cannot be read: the V4 loader then says
  * why, as for any directory). */
 bool ts__v3_dir_is_v3(const char *dir);

@@ -85,7 +85,9 @@ ts_status ts__hf_v4_plan(const char *dir, ts__hf_v4_plan_fn fn, void *ctx, ts_mo
 
 /* config.json (copied as it is) + a model.safetensors whose header lists every tensor of that
  * config (release layout, quantised) over a data section left as a hole (hf_export_v4.c; written as an export is, atomically into a
- * new directory). */
+ * new directory). A V3 / V3.2 config (ts__v3_is_v3_config) gets its tensors as DeepSeek's
+ * release stores them: FP8 roles F8_E4M3 + F32 weight_scale_inv when quantised, the router
+ * bias F32, the rest BF16. */
 ts_status ts__hf_v4_write_skeleton(const char *config_path, const char *dir);
 
 #endif

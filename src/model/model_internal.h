@@ -307,12 +307,12 @@ struct ts_model {
     int64_t *pos; /* [max_batch] */
     ts__layer_cache caches[TS_MODEL_MAX_LAYERS];
     int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
-    /* ts_model_load_dir's bytes (hf_load_v4.c; zero otherwise): records viewing the mapping,
+    /* ts_model_load_dir's bytes (hf_load_v4.c, hf_load_v3.c; zero otherwise): records viewing the mapping,
      * converted into buffers, quantised at load; packed = ts__model_packed_bytes after binding */
     /* released: of those, the bytes ts__model_release_packed dropped after packing (views'
      * pages advised away, buffers freed); held = mapped + converted + quantized - released */
     struct { size_t mapped, converted, quantized, released, packed; } load_stats;
-    size_t cache_allocated; /* bytes ts__model_cache_alloc allocated for the cache data */
+    size_t cache_allocated; /* bytes ts__model_cache_alloc (V3: ts__v3_model_create) allocated for the cache data */
     ts__ws *ws;
     /* rows per prefill chunk (model_prefill.c); 0: max(max_batch, TS__PREFILL_ROWS). The
      * tests lower it to split short prompts at odd points */

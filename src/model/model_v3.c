@@ -118,29 +118,62 @@ static const float *as_f32(builder *bd, const void *data, ts_dtype dt, int64_t n
     return o;
 }
 
-static bool is_f32_role(ts__v3_role r) {
-    /* V3.2's indexer runs in f32 (transformers' f32 forward: its top-k choice is what the
-     * conformance depends on most) */
-    return r == V3_NORM || r == V3_ATTN_NORM || r == V3_FFN_NORM || r == V3_Q_A_NORM ||
-           r == V3_KV_A_NORM || r == V3_GATE || r == V3_GATE_BIAS || r == V3_IX_WQ_B || r == V3_IX_WK ||
-           r == V3_IX_K_NORM || r == V3_IX_K_BIAS || r == V3_IX_W;
+/* Where a V3_HOW_F32 tensor's values go. */
+static const float **f32_slot(ts__v3 *v, ts__v3_layer *ly, ts__v3_role role) {
+    switch (role) {
+    case V3_NORM: return &v->norm;
+    case V3_ATTN_NORM: return &ly->attn_norm;
+    case V3_FFN_NORM: return &ly->ffn_norm;
+    case V3_Q_A_NORM: return &ly->q_a_norm;
+    case V3_KV_A_NORM: return &ly->kv_a_norm;
+    case V3_GATE: return &ly->gate;
+    case V3_GATE_BIAS: return &ly->gate_bias;
+    case V3_IX_WQ_B: return &ly->ix_wq_b;
+    case V3_IX_WK: return &ly->ix_wk;
+    case V3_IX_K_NORM: return &ly->ix_k_norm;
+    case V3_IX_K_BIAS: return &ly->ix_k_bias;
+    case V3_IX_W: return &ly->ix_w;
+    default: return NULL;
+    }
 }
 
+/* Where a V3_HOW_PACK tensor's pack goes. */
+static ts_packed_weight **pack_slot(ts__v3 *v, ts__v3_layer *ly, ts__v3_role role, int64_t e) {
+    switch (role) {
+    case V3_HEAD: return &v->head;
+    case V3_Q_A: return &ly->q_a;
+    case V3_Q_B: return &ly->q_b;
+    case V3_Q: return &ly->q;
+    case V3_KV_A: return &ly->kv_a;
+    case V3_O: return &ly->o;
+    case V3_W1: return &ly->w1;
+    case V3_W3: return &ly->w3;
+    case V3_W2: return &ly->w2;
+    case V3_E_W1: return &ly->ew1[e];
+    case V3_E_W3: return &ly->ew3[e];
+    case V3_E_W2: return &ly->ew2[e];
+    case V3_S_W1: return &ly->sw1;
+    case V3_S_W3: return &ly->sw3;
+    case V3_S_W2: return &ly->sw2;
+    default: return NULL;
+    }
+}
+
+/* Each tensor where ts__v3_hold_of says it is held (hf_hold_v3.c: the rule the plan counts). */
 static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void *const *data,
                       const ts_dtype *dt, const float *const *scales) {
     const ts__v3_config *c = &v->c;
     const int64_t H = c->n_heads, E = c->n_experts, KL = c->kv_lora, NV = c->nope + c->v_head;
-    size_t nf = 0;
-    for (int64_t i = 0; i < nt; i++)
-        if (is_f32_role(tl[i].role)) nf += (size_t)(tl[i].shape[0] * (tl[i].ndim == 2 ? tl[i].shape[1] : 1));
-    bool embed_conv = false;
-    for (int64_t i = 0; i < nt; i++)
-        if (tl[i].role == V3_EMBED && dt[i] == TS_F32) embed_conv = true;
-    const size_t embed_n = (size_t)(c->vocab * c->dim);
+    size_t nf = 0, copy = 0; /* f32 values; bytes of the bf16 embedding copy */
+    for (int64_t i = 0; i < nt; i++) {
+        const ts__v3_hold h = ts__v3_hold_of(c, &tl[i], dt[i]);
+        if (h.how == V3_HOW_F32) nf += h.converted / sizeof(float);
+        else copy += h.converted;
+    }
     v->f32_bytes = nf * 4;
-    v->f32_bufs = ts__aligned_alloc((nf ? nf : 1) * 4 + (embed_conv ? embed_n * 2 : 0));
+    v->f32_bufs = ts__aligned_alloc((nf ? nf : 1) * 4 + copy);
     if (!v->f32_bufs) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %zu weights", nf);
-    v->converted = nf * 4 + (embed_conv ? embed_n * 2 : 0);
+    v->converted = nf * 4 + copy;
     builder bd = {v, 0};
     for (int64_t L = 0; L < c->n_layers; L++) {
         ts__v3_layer *ly = &v->layers[L];
@@ -155,62 +188,36 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
     for (int64_t i = 0; i < nt; i++) {
         const ts__v3_tensor *t = &tl[i];
         ts__v3_layer *ly = t->layer >= 0 ? &v->layers[t->layer] : NULL;
-        const int64_t r = t->shape[0], k = t->ndim == 2 ? t->shape[1] : 1, e = t->expert;
-        ts_packed_weight **dst = NULL;
+        const int64_t r = t->shape[0], k = t->ndim == 2 ? t->shape[1] : 1;
         const wsrc whole = {data[i], dt[i], k, scales[i], ts__ceil_div(k, 128), 0};
-        switch (t->role) {
-        case V3_EMBED:
-            if (dt[i] == TS_BF16) {
-                v->embed = data[i];
-            } else {
-                uint16_t *o = (uint16_t *)(v->f32_bufs + nf);
-                for (size_t j = 0; j < embed_n; j++) o[j] = ts__f32_to_bf16_inl(((const float *)data[i])[j]);
-                v->embed = o;
-            }
-            if (c->tied) TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, &v->head));
-            continue;
-        case V3_NORM: v->norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_ATTN_NORM: ly->attn_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_FFN_NORM: ly->ffn_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_Q_A_NORM: ly->q_a_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_KV_A_NORM: ly->kv_a_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_GATE: ly->gate = as_f32(&bd, data[i], dt[i], r * k, NULL, k); continue;
-        case V3_GATE_BIAS: ly->gate_bias = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_IX_WQ_B: ly->ix_wq_b = as_f32(&bd, data[i], dt[i], r * k, scales[i], k); continue;
-        case V3_IX_WK: ly->ix_wk = as_f32(&bd, data[i], dt[i], r * k, scales[i], k); continue;
-        case V3_IX_K_NORM: ly->ix_k_norm = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_IX_K_BIAS: ly->ix_k_bias = as_f32(&bd, data[i], dt[i], r, NULL, 1); continue;
-        case V3_IX_W: ly->ix_w = as_f32(&bd, data[i], dt[i], r * k, NULL, k); continue;
-        case V3_KV_B: {
+        const ts__v3_hold h = ts__v3_hold_of(c, t, dt[i]);
+        switch (h.how) {
+        case V3_HOW_VIEW: v->embed = data[i]; break;
+        case V3_HOW_BF16: {
+            uint16_t *o = (uint16_t *)(v->f32_bufs + nf);
+            for (int64_t j = 0; j < r * k; j++) o[j] = ts__f32_to_bf16_inl(((const float *)data[i])[j]);
+            v->embed = o;
+            break;
+        }
+        case V3_HOW_F32: *f32_slot(v, ly, t->role) = as_f32(&bd, data[i], dt[i], r * k, scales[i], k); break;
+        case V3_HOW_PACK_HEADS: {
             /* per head: rows [h NV, h NV + nope) are W_UK [nope, 512], packed as the [K, N] of
              * q_nope -> latent; the next v_head rows W_UV [v, 512] map the latent to v */
             const size_t es = ts_dtype_size(dt[i]);
-            for (int64_t h = 0; h < H; h++) {
+            for (int64_t hd = 0; hd < H; hd++) {
                 wsrc uk = whole, uv = whole;
-                uk.data = (const char *)data[i] + (size_t)(h * NV * KL) * es, uk.row0 = h * NV;
-                uv.data = (const char *)uk.data + (size_t)(c->nope * KL) * es, uv.row0 = h * NV + c->nope;
-                TS__RETURN_IF_ERROR(pack(t, &uk, true, c->nope, KL, pk, &ly->uk[h]));
-                TS__RETURN_IF_ERROR(pack(t, &uv, false, c->v_head, KL, pk, &ly->uv[h]));
+                uk.data = (const char *)data[i] + (size_t)(hd * NV * KL) * es, uk.row0 = hd * NV;
+                uv.data = (const char *)uk.data + (size_t)(c->nope * KL) * es, uv.row0 = hd * NV + c->nope;
+                TS__RETURN_IF_ERROR(pack(t, &uk, true, c->nope, KL, pk, &ly->uk[hd]));
+                TS__RETURN_IF_ERROR(pack(t, &uv, false, c->v_head, KL, pk, &ly->uv[hd]));
             }
-            continue;
+            break;
         }
-        case V3_HEAD: dst = &v->head; break;
-        case V3_Q_A: dst = &ly->q_a; break;
-        case V3_Q_B: dst = &ly->q_b; break;
-        case V3_Q: dst = &ly->q; break;
-        case V3_KV_A: dst = &ly->kv_a; break;
-        case V3_O: dst = &ly->o; break;
-        case V3_W1: dst = &ly->w1; break;
-        case V3_W3: dst = &ly->w3; break;
-        case V3_W2: dst = &ly->w2; break;
-        case V3_E_W1: dst = &ly->ew1[e]; break;
-        case V3_E_W3: dst = &ly->ew3[e]; break;
-        case V3_E_W2: dst = &ly->ew2[e]; break;
-        case V3_S_W1: dst = &ly->sw1; break;
-        case V3_S_W3: dst = &ly->sw3; break;
-        case V3_S_W2: dst = &ly->sw2; break;
+        case V3_HOW_PACK:
+            TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, pack_slot(v, ly, t->role, t->expert)));
+            break;
         }
-        TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, dst));
+        if (h.head) TS__RETURN_IF_ERROR(pack(t, &whole, false, r, k, pk, &v->head));
     }
     return TS_OK;
 }
@@ -596,31 +603,62 @@ void ts__v3_reset(ts_model *m, int64_t seq) {
 
 /* ---- create / free */
 
+void ts__v3_layer_cache_bytes(const ts__v3_config *c, int64_t B, size_t *kv, size_t *ix) {
+    /* bf16 latent rows [kv_lora 512 | rope 64] in 64-token blocks; V3.2's f32 indexer keys */
+    *kv = (size_t)(B * ts__ceil_div(c->max_seq, PAGE) * PAGE * LAT) * 2;
+    *ix = c->v32 ? (size_t)(B * c->max_seq * c->index_dim) * sizeof(float) : 0;
+}
+
+/* The workspace's arrays for B rows (name, type, count), one table for ws_alloc and
+ * ts__v3_ws_bytes (the plan); V3.2's indexer adds WS32. */
+#define WS_DIMS(c, B)                                                                              \
+    const int64_t D = (c)->dim, H = (c)->n_heads, QK = (c)->nope + (c)->rope, KL = (c)->kv_lora;  \
+    const int64_t I = max3((c)->inter, (c)->moe_inter * ((c)->n_shared > 0 ? (c)->n_shared : 1),  \
+                           (c)->moe_inter);                                                        \
+    const int64_t Kq = (c)->q_lora > 0 ? (c)->q_lora : 1, R = (B) * (c)->topk;                    \
+    const int64_t NB = ts__ceil_div((c)->max_seq, PAGE), KC = ts__min64((c)->index_topk, (c)->max_seq); \
+    (void)KC
+#define WS_FIELDS(F_)                                                                              \
+    F_(x, float, B * D) F_(hf, float, B * D) F_(t, float, B * Kq) F_(q, float, B * H * QK)         \
+    F_(kv, float, B * LAT) F_(qlat, float, B * H * KL) F_(ov, float, B * H * c->v_head)           \
+    F_(y, float, B * D) F_(g, float, R * I + B * I) F_(u, float, R * I + B * I)                    \
+    F_(eo, float, (R + B) * D) F_(gl, float, B * c->n_experts) F_(selw, float, R)                  \
+    F_(lse, float, B * H) F_(h, uint16_t, B * D) F_(qa, uint16_t, B * Kq)                          \
+    F_(qb, uint16_t, B * H * QK) F_(qfull, uint16_t, B * H * LAT) F_(ao, uint16_t, B * H * KL)     \
+    F_(ovb, uint16_t, B * H * c->v_head) F_(act, uint16_t, R * I + B * I)                          \
+    F_(xe, uint16_t, (R + B) * D) F_(sel, int32_t, R) F_(erow, int32_t, R + B)                     \
+    F_(eslot, int32_t, R + B) F_(bt, int32_t, B * NB) F_(sl, int32_t, B)                           \
+    F_(rs, double, 2 * c->n_experts) F_(pos, int64_t, B) F_(rseq, int64_t, B)
+#define WS32_FIELDS(F_)                                                                            \
+    F_(iq, float, B * c->index_heads * c->index_dim) F_(ik, float, B * c->index_dim)              \
+    F_(iw, float, B * c->index_heads) F_(mlg, float, B * H) F_(isc, ix_score, c->max_seq)          \
+    F_(isel, int32_t, B * KC) F_(ilen, int32_t, B)
+
+size_t ts__v3_ws_bytes(const ts__v3_config *c, int64_t B) {
+    WS_DIMS(c, B);
+    size_t n = 0;
+#define SUM(f, type, count) n += (size_t)(count) * sizeof(type);
+    WS_FIELDS(SUM)
+    if (c->v32) { WS32_FIELDS(SUM) }
+#undef SUM
+    return n;
+}
+
 static ts_status ws_alloc(ts__v3 *v, int64_t B) {
     const ts__v3_config *c = &v->c;
-    const int64_t D = c->dim, H = c->n_heads, QK = c->nope + c->rope, KL = c->kv_lora;
-    const int64_t I = max3(c->inter, c->moe_inter * (c->n_shared > 0 ? c->n_shared : 1), c->moe_inter);
-    const int64_t Kq = c->q_lora > 0 ? c->q_lora : 1, R = B * c->topk;
+    WS_DIMS(c, B);
     ts__v3_ws *w = calloc(1, sizeof *w);
     if (!w) return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: workspace");
     v->ws = w;
     w->rows = B;
     bool ok = true;
-#define A(f, type, count) ok = ok && (w->f = (type *)ts__aligned_alloc((size_t)(count) * sizeof(type)));
-    A(x, float, B * D) A(hf, float, B * D) A(t, float, B * Kq) A(q, float, B * H * QK)
-    A(kv, float, B * LAT) A(qlat, float, B * H * KL) A(ov, float, B * H * c->v_head) A(y, float, B * D)
-    A(g, float, R * I + B * I) A(u, float, R * I + B * I) A(eo, float, (R + B) * D)
-    A(gl, float, B * c->n_experts) A(selw, float, R) A(lse, float, B * H)
-    A(h, uint16_t, B * D) A(qa, uint16_t, B * Kq) A(qb, uint16_t, B * H * QK)
-    A(qfull, uint16_t, B * H * LAT) A(ao, uint16_t, B * H * KL) A(ovb, uint16_t, B * H * c->v_head)
-    A(act, uint16_t, R * I + B * I) A(xe, uint16_t, (R + B) * D)
-    A(sel, int32_t, R) A(erow, int32_t, R + B) A(eslot, int32_t, R + B) A(bt, int32_t, B * v->blocks)
-    A(sl, int32_t, B) A(rs, double, 2 * c->n_experts) A(pos, int64_t, B) A(rseq, int64_t, B)
+#define A(f, type, count)                                                                          \
+    ok = ok && (w->f = (type *)ts__aligned_alloc((size_t)(count) * sizeof(type)));                  \
+    v->ws_bytes += (size_t)(count) * sizeof(type);
+    WS_FIELDS(A)
     if (c->v32) {
-        w->kc = ts__min64(c->index_topk, c->max_seq);
-        A(iq, float, B * c->index_heads * c->index_dim) A(ik, float, B * c->index_dim)
-        A(iw, float, B * c->index_heads) A(mlg, float, B * H) A(isc, ix_score, c->max_seq)
-        A(isel, int32_t, B * w->kc) A(ilen, int32_t, B)
+        w->kc = KC;
+        WS32_FIELDS(A)
     }
 #undef A
     return ok ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: workspace of %lld rows", (long long)B);
@@ -667,15 +705,16 @@ ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tl, i
                            (v->layers = calloc((size_t)c->n_layers, sizeof *v->layers))
                        ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: model");
     if (st == TS_OK) st = bind(v, tl, nt, data, dt, scales);
+    size_t bytes = 0, ib = 0;
+    ts__v3_layer_cache_bytes(c, max_batch, &bytes, &ib);
+    if (st == TS_OK) m->cache_allocated = (size_t)max_batch * sizeof *m->pos;
     for (int64_t L = 0; st == TS_OK && L < c->n_layers; L++) {
-        const size_t bytes = (size_t)(max_batch * v->blocks * PAGE * LAT) * 2;
         if (!(v->layers[L].cache = ts__aligned_alloc(bytes)))
             st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: KV cache (%zu bytes per layer)", bytes);
-        else memset(v->layers[L].cache, 0, bytes);
-        const size_t ib = (size_t)(max_batch * c->max_seq * c->index_dim) * sizeof(float);
-        if (st == TS_OK && c->v32 && !(v->layers[L].ix_cache = ts__aligned_alloc(ib)))
+        else memset(v->layers[L].cache, 0, bytes), m->cache_allocated += bytes;
+        if (st == TS_OK && ib && !(v->layers[L].ix_cache = ts__aligned_alloc(ib)))
             st = ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: index cache (%zu bytes per layer)", ib);
-        else if (st == TS_OK && c->v32) memset(v->layers[L].ix_cache, 0, ib);
+        else if (st == TS_OK && ib) memset(v->layers[L].ix_cache, 0, ib), m->cache_allocated += ib;
     }
     if (st == TS_OK) st = rope_tables(m);
     /* prefill chunks of up to TS__PREFILL_ROWS rows (the GEMMs' small-M bound) */
