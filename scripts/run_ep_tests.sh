@@ -94,6 +94,10 @@ for dir in "$@"; do
   elif ! ip netns list >/dev/null 2>&1 || ! command -v nsenter >/dev/null || ! command -v unshare >/dev/null; then
     netns_why="ip netns / nsenter / unshare unavailable"
   elif [ "$ranks" = "1 2" ]; then netns_why="sanitizer build"
+  elif ! probe_err=$("$here/scripts/netns_hosts.sh" up 1 2>&1 >/dev/null); then
+    netns_why="a namespace host cannot be made here: $(echo "$probe_err" | tail -n1)"
+    "$here/scripts/netns_hosts.sh" down >/dev/null 2>&1
+  else "$here/scripts/netns_hosts.sh" down >/dev/null 2>&1
   fi
   if [ -n "$netns_why" ]; then
     echo "=== ep tests across network-namespace hosts: $dir: skipped ($netns_why) ==="
