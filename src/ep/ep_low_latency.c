@@ -130,6 +130,8 @@ ts_status ts_ep_clean_low_latency_buffer(ts_ep_buffer *buf, int64_t T, int64_t h
             }
             atomic_store_explicit(&ts__ep_ll_csig(buf, buf->rank, h)->seq, 0, memory_order_relaxed);
             drop_hook(&buf->ll->hooks[h]);
+            /* the call numbers restart: queued messages of failed calls would match again */
+            if (st == TS_OK) st = ts__ep_ll_net_drain(buf, h, what);
             ts__ep_ll_net_abandon(buf, h);
         }
         buf->ll->seq = 0;

@@ -80,6 +80,11 @@ typedef struct ts__ep_ll_net {
     ts__ep_ll_sig *hdr_out;/* [R] headers sent (live until the send completes) */
     ts__ep_ll_sig *csig;   /* [R] combine signals of ranks on other nodes (copied from hdr_in) */
     int8_t *state;         /* [R] receive state: 0 idle, 1 header posted, 2 data posted, 3 done */
+    /* [R] messages of call disc_seq this rank will not use but must take out of MPI's queue
+     * (tags repeat every 2048 calls, and ts_ep_clean_low_latency_buffer restarts them): bits
+     * 0-2 the data pieces still to come, DISC_HEADER its header */
+    uint8_t *disc;
+    uint64_t disc_seq;
     uint8_t *csend;        /* combine rows packed per remote source (contiguous messages take
                               MPI's single-copy path; an hindexed send was ~4x slower) */
     size_t csend_cap;

@@ -24,7 +24,8 @@ ts_status ts__ep_ll_net_init(ts_ep_buffer *b) {
         n->hdr_out = calloc((size_t)R, sizeof *n->hdr_out);
         n->csig = calloc((size_t)R, sizeof *n->csig);
         n->state = calloc((size_t)R, 1);
-        if (!n->req || !n->hdr_in || !n->hdr_out || !n->csig || !n->state) return TS_ERR_OUT_OF_MEMORY;
+        n->disc = calloc((size_t)R, 1);
+        if (!n->req || !n->hdr_in || !n->hdr_out || !n->csig || !n->state || !n->disc) return TS_ERR_OUT_OF_MEMORY;
         for (int64_t i = 0; i < (int64_t)R * TS__EP_LL_REQS; i++) n->req[i] = MPI_REQUEST_NULL;
     }
     return TS_OK;
@@ -49,6 +50,7 @@ void ts__ep_ll_net_abandon(ts_ep_buffer *b, int half) {
     for (int p = 0; p < b->num_ranks; p++) {
         release_peer(n, p, true);
         n->state[p] = 0;
+        n->disc[p] = 0;
     }
 }
 
@@ -62,6 +64,7 @@ void ts__ep_ll_net_free(ts_ep_buffer *b) {
         free(n->hdr_out);
         free(n->csig);
         free(n->state);
+        free(n->disc);
         ts__aligned_free(n->csend);
         memset(n, 0, sizeof *n);
     }
@@ -83,10 +86,41 @@ void *ts__ep_ll_tmp(ts_ep_buffer *b, size_t bytes) {
 /* With MPI requests pending the wait keeps polling (progress happens inside MPI calls). */
 #define MAX_SLEEP_NS 20000
 
+enum { DISC_HEADER = 0x80 };
+
 static ts_status drain_until(ts_ep_buffer *b, int half, double timeout_s, const char *what);
 
 ts_status ts__ep_ll_net_drain(ts_ep_buffer *b, int half, const char *what) {
     return drain_until(b, half, b->timeout_s, what);
+}
+
+/* Takes peer p's unused messages of call n->disc_seq out of MPI's queue: its header (posted
+ * by ts__ep_ll_net_send_error), which says which data pieces follow, then each piece as it
+ * arrives (probed by tag, received into scratch, dropped). False while some are still to come. */
+static bool discard_peer(ts_ep_buffer *b, ts__ep_ll_net *n, int p) {
+    MPI_Request *hq = &n->req[p * TS__EP_LL_REQS];
+    if (n->disc[p] & DISC_HEADER) {
+        int done = 0;
+        MPI_Test(hq, &done, MPI_STATUS_IGNORE);
+        if (!done) return false;
+        n->disc[p] = (uint8_t)(atomic_load_explicit(&n->hdr_in[p].seq, memory_order_relaxed) & 7);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!(n->disc[p] & (1u << i))) continue;
+        int flag = 0;
+        MPI_Message msg;
+        MPI_Status stt;
+        MPI_Improbe(p, ts__ep_ll_tag(n->disc_seq, 1 + i), b->comm, &flag, &msg, &stt);
+        if (!flag) continue;
+        int bytes = 0;
+        MPI_Get_count(&stt, MPI_BYTE, &bytes);
+        void *tmp = malloc(bytes > 0 ? (size_t)bytes : 1);
+        if (!tmp) return false; /* tried again on the next poll */
+        MPI_Mrecv(tmp, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        free(tmp);
+        n->disc[p] &= (uint8_t)~(1u << i);
+    }
+    return n->disc[p] == 0;
 }
 
 static ts_status drain_until(ts_ep_buffer *b, int half, double timeout_s, const char *what) {
@@ -94,15 +128,18 @@ static ts_status drain_until(ts_ep_buffer *b, int half, double timeout_s, const 
     ts__ep_ll_net *n = &b->ll->net[half];
     const int R = b->num_ranks;
     /* Receives left posted (an earlier call failed before its wait) would take this call's
-     * messages of another kind: give them up. */
+     * messages of another kind: give them up, but for the headers of peers whose messages
+     * are being discarded. */
     for (int p = 0; p < R; p++) {
-        for (int i = 0; i < 4; i++) release(&n->req[p * TS__EP_LL_REQS + i], true);
+        for (int i = (n->disc[p] & DISC_HEADER) ? 1 : 0; i < 4; i++) release(&n->req[p * TS__EP_LL_REQS + i], true);
         n->state[p] = 0;
     }
     const int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
     ts__ep_backoff w = TS__EP_BACKOFF_INIT;
     for (;;) {
         int pending = -1;
+        for (int p = R - 1; p >= 0; p--)
+            if (n->disc[p] && !discard_peer(b, n, p)) pending = p;
         for (int p = R - 1; p >= 0; p--)
             for (int i = 4; i < TS__EP_LL_REQS; i++) {
                 MPI_Request *q = &n->req[p * TS__EP_LL_REQS + i];
@@ -152,6 +189,12 @@ void ts__ep_ll_net_send(ts_ep_buffer *b, int half, uint64_t seq, int p, const ts
     ts__ep_ll_net *n = &b->ll->net[half];
     MPI_Request *q = &n->req[p * TS__EP_LL_REQS];
     n->hdr_out[p] = *hdr;
+    /* On the wire the header's seq (the receiver keeps its own) says which data pieces follow,
+     * so a receiver that will not use them knows what to take out of MPI's queue. */
+    uint64_t pieces = 0;
+    for (int i = 0; i < 3; i++)
+        if (data && count[i] > 0) pieces |= 1u << i;
+    atomic_store_explicit(&n->hdr_out[p].seq, pieces, memory_order_relaxed);
     MPI_Isend(&n->hdr_out[p], (int)sizeof *hdr, MPI_BYTE, p, ts__ep_ll_tag(seq, 0), b->comm, &q[4]);
     for (int i = 0; i < 3; i++)
         if (data && count[i] > 0) MPI_Isend(data[i], count[i], type[i], p, ts__ep_ll_tag(seq, 1 + i), b->comm, &q[5 + i]);
@@ -164,7 +207,16 @@ void ts__ep_ll_net_send_error(ts_ep_buffer *b, int half, uint64_t seq, const ts_
         if (ts__ep_is_local(b, p)) continue;
         ts__ep_ll_net_send(b, half, seq, p, hdr, NULL, NULL, NULL);
         release(&n->req[p * TS__EP_LL_REQS + 4], false);
+        /* the peers still send this rank their header and data: taken out of MPI's queue by
+         * the next drain of this half (the next call on it, clean or destroy) */
+        MPI_Request *hq = &n->req[p * TS__EP_LL_REQS];
+        if (*hq == MPI_REQUEST_NULL)
+            MPI_Irecv(&n->hdr_in[p], (int)sizeof n->hdr_in[p], MPI_BYTE, p, ts__ep_ll_tag(seq, 0), b->comm, hq);
+        for (int i = 1; i < 4; i++) release(&hq[i], true);
+        n->state[p] = 0;
+        n->disc[p] = DISC_HEADER;
     }
+    n->disc_seq = seq;
 }
 
 /* Copies a remote peer's header into the signal line the checks read, then releases seq. */
@@ -216,9 +268,12 @@ ts_status ts__ep_ll_wait_all(ts_ep_buffer *b, int half, uint64_t seq, ts__ep_ll_
                     if (hd->status == TS_OK && post(ctx, b, n, p, hd)) {
                         n->state[p] = 2;
                     } else {
-                        /* it failed or disagrees: it will not take this rank's data either */
+                        /* it failed or disagrees: it will not take this rank's data either;
+                         * what it sent here is taken out of the queue by the next drain */
                         for (int k = 5; k < TS__EP_LL_REQS; k++) release(&q[k], false);
                         n->state[p] = 3;
+                        n->disc[p] = (uint8_t)(atomic_load_explicit(&hd->seq, memory_order_relaxed) & 7);
+                        n->disc_seq = seq;
                     }
                 }
                 if (n->state[p] == 2 && test_range(q + 1, 3)) n->state[p] = 3;

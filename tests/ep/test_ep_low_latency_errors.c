@@ -2,6 +2,7 @@
  * it elsewhere, outputs untouched, the buffer still correct afterwards; a rank that does not
  * send makes the others time out naming it. */
 #include "test_ep_low_latency_util.h"
+#include "ep/ep_internal.h" /* the buffer's communicator, probed for stale messages */
 
 static const ll_case k_err = {.seed = 31, .T = 8, .H = 256, .K = 3, .El = 3, .neg_frac = 0.1};
 
@@ -65,6 +66,17 @@ static void still_works(ts_test_ctx *ts_t_, ts_ep_buffer *b, ll_world *w) {
     free(o.rx);
 }
 
+/* Across nodes every message of a failed call is taken out of MPI's queue by the next call
+ * on its half (tags repeat every 2048 calls: a stale one would be matched by a later call). */
+static void nothing_queued(ts_test_ctx *ts_t_, ts_ep_buffer *b, ll_world *w) {
+    still_works(ts_t_, b, w); /* the failed call's half again: its drain */
+    int flag = 0;
+    MPI_Status s;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, b->comm, &flag, &s);
+    TS_CHECK_MSG(!flag, "rank %d: a message (tag %d from rank %d) is left in MPI's queue", g_ep_rank,
+                 flag ? s.MPI_TAG : 0, flag ? s.MPI_SOURCE : 0);
+}
+
 TS_TEST(ep_ll_error_too_many_tokens_one_rank) {
     ll_world w;
     ts_ep_buffer *b = ll_world_buffer(ts_t_, &k_err, &w, TS_EP_TEST_TIMEOUT_S);
@@ -88,6 +100,7 @@ TS_TEST(ep_ll_error_too_many_tokens_one_rank) {
     }
     free(o.rx);
     still_works(ts_t_, b, &w);
+    nothing_queued(ts_t_, b, &w);
     free(bx);
     free(bi);
     ts_ep_buffer_destroy(b);
@@ -112,6 +125,7 @@ TS_TEST(ep_ll_error_bad_expert_id_one_rank) {
     idx[0] = saved;
     free(o.rx);
     still_works(ts_t_, b, &w);
+    nothing_queued(ts_t_, b, &w);
     ts_ep_buffer_destroy(b);
     ll_free_world(&w);
 }
@@ -136,6 +150,7 @@ TS_TEST(ep_ll_error_experts_not_divisible) {
     TS_CHECK(bufs_untouched(&w, &o));
     free(o.rx);
     still_works(ts_t_, b, &w);
+    nothing_queued(ts_t_, b, &w);
     ts_ep_buffer_destroy(b);
     ll_free_world(&w);
 }
