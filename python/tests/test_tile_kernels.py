@@ -299,7 +299,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 
 def test_not_bound_names_raise():
-    for f in (quant.per_block_cast_with_sf_only, quant.swiglu_backward_and_per_token_cast, moe.expand_to_fused_with_sf,
+    for f in (quant.per_block_cast_with_sf_only, quant.swiglu_backward_and_per_token_cast,
               tile_kernels.mhc.mhc_multilayer_recompute, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
@@ -565,8 +565,6 @@ def test_get_fused_mapping_expand_reduce(alignment):
         m = (ttp[:, kk] >= 0)[:, None]
         acc = acc + torch.where(m, xe[ttp[:, kk].clamp(min=0).long()].double() * w[:, kk:kk + 1].double(), 0.0)
     assert torch.allclose(y.double(), acc.to(torch.bfloat16).double(), rtol=2 ** -7, atol=1e-6)
-    with pytest.raises(NotImplementedError, match='reduce_fused'):
-        moe.reduce_fused(xe, w, ttp, fp8_format='e4m3')
 
 
 # ---- router ----

@@ -157,7 +157,8 @@ def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, x
 
 
 def cast_back(x, fmt: str, x_block_size: tuple, x_special_fmt: Optional[str] = None):
-    """Dequantise (data, sf) to 'bf16' / 'fp32' with x_block_size = (tokens, channels) per scale."""
+    """Dequantise (data, sf) to 'bf16' / 'fp32' with x_block_size = (tokens, channels) per scale;
+    data FP8, packed FP4 or E5M6 (x_special_fmt), sf f32 or packed UE8M0 int32 (any strides)."""
     fn = 'tile_kernels.quant.cast_back'
     choice(fmt, fn, 'fmt', ('bf16', 'fp32'))
     choice(x_special_fmt, fn, 'x_special_fmt', (None, 'e5m6'))
@@ -177,9 +178,6 @@ def cast_back(x, fmt: str, x_block_size: tuple, x_special_fmt: Optional[str] = N
         if data.dtype == torch.int8:
             kernel, hidden = 'cast_back_fp4' + suffix, data.shape[1] * 2
         else:
-            if sf.dtype == torch.int32:
-                raise NotImplementedError(f'{fn}: FP8 data with packed UE8M0 scales is not available in '
-                                          'tilestack (ts_cast_back takes f32 scales)')
             kernel, hidden = 'cast_back' + suffix, data.shape[1]
     if sf.dtype == torch.int32:
         kernel += '_ue8m0'
@@ -335,25 +333,23 @@ def rmsnorm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_
                                        use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
                                        use_packed_ue8m0: bool = False):
     """y = (x * rstd) * weight (rstd = 1 / sqrt(mean(x^2) + eps)), then the per-token e4m3 cast
-    (num_per_channels 128 or hidden) -> (out, out_sf)."""
+    (num_per_channels 128 or hidden) -> (out, out_sf). x bf16 or f32, weight in x's dtype."""
     fn = 'tile_kernels.quant.rmsnorm_forward_and_per_token_cast'
     tensor(x, fn, 'x', (torch.bfloat16, torch.float32), 2)
     tensor(weight, fn, 'weight', (x.dtype,), 1)
     choice(fmt, fn, 'fmt', ('e4m3',))
     integer(num_per_channels, fn, 'num_per_channels', 1)
     _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
-    if x.dtype != torch.bfloat16:
-        raise NotImplementedError(f'{fn}: an f32 input is not available in tilestack '
-                                  '(ts_rmsnorm_forward_and_per_token_cast takes bf16)')
     tokens, hidden = x.shape
     out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
     sf = alloc_sf(tokens, ceil_div(hidden, num_per_channels), use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
     if tokens:
         names = ('x', 'weight', 'out', 'sf')
+        kernel = 'rmsnorm_forward_and_per_token_cast' + ('_f32' if x.dtype == torch.float32 else '')
         if use_packed_ue8m0:
-            call('rmsnorm_forward_and_per_token_cast_ue8m0', fn, names, x, weight, out, sf, eps, num_per_channels)
+            call(kernel + '_ue8m0', fn, names, x, weight, out, sf, eps, num_per_channels)
         else:
-            call('rmsnorm_forward_and_per_token_cast', fn, names, x, weight, out, sf, eps, num_per_channels, round_sf)
+            call(kernel, fn, names, x, weight, out, sf, eps, num_per_channels, round_sf)
     return out, sf
 
 
