@@ -8,7 +8,9 @@
  *                           the e4m3 step of a float64 RMSNorm on general f32 inputs;
  *   expand_to_fused_with_sf(_ue8m0)  column-major and strided scales, against a plain gather;
  *   reduce_fused(_f32)_scaled(_e4m3)  row scales, global scale, FP8 output, against the fmaf
- *                           chain in C (the plain instance keeps its golden test).
+ *                           chain in C (the plain instance keeps its golden test);
+ *   per_block_cast(_32)_f32 against the bf16 instance on bf16-exact inputs and against the
+ *                           block formula in C (torch/cast.py's, as cast.tile states it).
  * Every ISA path, 1 and 2 threads. */
 #include "test_tk_common.h"
 
@@ -378,4 +380,90 @@ TS_TEST(tk_sf_forms_reduce_fused_scaled) {
     TS_CHECK_STATUS(ts_reduce_fused_scaled(&tx, &tw, &tt, &txs, &tg, &to, false, true), TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "sf must have one entry") != NULL);
     TS_CHECK_STATUS(ts_reduce_fused_scaled(&tx, &tw, &tt, &txs, &tg, &to, false, false), TS_OK);
+}
+
+/* ---------------------------------------------------------------- per_block_cast, f32 input */
+
+typedef struct pb_ctx {
+    ts_test_ctx *t;
+    int64_t M, N, B;
+    bool round_sf, exact;
+    float *xf, *sf, *sf2, *rsf;
+    uint16_t *xb;
+    uint8_t *q, *q2, *rq;
+} pb_ctx;
+
+static void pb_run(void *vc, int variant) {
+    pb_ctx *c = (pb_ctx *)vc;
+    ts_test_ctx *ts_t_ = c->t;
+    const int64_t sm = cdiv(c->M, c->B), sn = cdiv(c->N, c->B);
+    ts_tensor x = ts_tensor_2d(c->xf, TS_F32, c->M, c->N), q = ts_tensor_2d(c->q, TS_E4M3, c->M, c->N);
+    ts_tensor sf = ts_tensor_2d(c->sf, TS_F32, sm, sn);
+    memset(c->q, 0xEE, (size_t)(c->M * c->N));
+    TS_CHECK_STATUS(c->B == 128 ? ts_per_block_cast_f32(&x, &q, &sf, c->round_sf)
+                                : ts_per_block_cast_32_f32(&x, &q, &sf, c->round_sf), TS_OK);
+    if (c->exact) {
+        ts_tensor xb = ts_tensor_2d(c->xb, TS_BF16, c->M, c->N), q2 = ts_tensor_2d(c->q2, TS_E4M3, c->M, c->N);
+        ts_tensor sf2 = ts_tensor_2d(c->sf2, TS_F32, sm, sn);
+        TS_CHECK_STATUS(c->B == 128 ? ts_per_block_cast(&xb, &q2, &sf2, c->round_sf)
+                                    : ts_per_block_cast_32(&xb, &q2, &sf2, c->round_sf), TS_OK);
+        TS_CHECK_MSG(!memcmp(c->q, c->q2, (size_t)(c->M * c->N)) && !memcmp(c->sf, c->sf2, (size_t)(sm * sn) * 4),
+                     "per_block_cast%s_f32 M=%lld N=%lld differs from the bf16 kernel on bf16 inputs (variant %d)",
+                     c->B == 32 ? "_32" : "", (long long)c->M, (long long)c->N, variant);
+    }
+    TS_CHECK_MSG(!memcmp(c->q, c->rq, (size_t)(c->M * c->N)) && !memcmp(c->sf, c->rsf, (size_t)(sm * sn) * 4),
+                 "per_block_cast%s_f32 M=%lld N=%lld round %d differs from the C formula (variant %d)",
+                 c->B == 32 ? "_32" : "", (long long)c->M, (long long)c->N, (int)c->round_sf, variant);
+}
+
+static void pb_case(ts_test_ctx *ts_t_, int64_t M, int64_t N, int64_t B, bool round_sf, bool exact, uint64_t seed) {
+    const int64_t sm = cdiv(M, B), sn = cdiv(N, B), n = M * N;
+    pb_ctx c = {.t = ts_t_, .M = M, .N = N, .B = B, .round_sf = round_sf, .exact = exact};
+    c.xf = malloc((size_t)n * 4), c.xb = malloc((size_t)n * 2);
+    c.q = malloc((size_t)n), c.q2 = malloc((size_t)n), c.rq = malloc((size_t)n);
+    c.sf = malloc((size_t)(sm * sn) * 4), c.sf2 = malloc((size_t)(sm * sn) * 4), c.rsf = malloc((size_t)(sm * sn) * 4);
+    TS_CHECK(c.xf && c.xb && c.q && c.q2 && c.rq && c.sf && c.sf2 && c.rsf);
+    if (c.xf && c.xb && c.q && c.q2 && c.rq && c.sf && c.sf2 && c.rsf) {
+        tk_f32_input(seed, (size_t)n, 3.0f, c.xf);
+        /* a block of tiny values (the 1e-4 amax floor) and a zero row */
+        for (int64_t i = 0; i < (M < B ? M : B); i++)
+            for (int64_t j = 0; j < (N < B ? N : B); j++) c.xf[i * N + j] *= 1e-6f;
+        for (int64_t j = 0; j < N; j++) c.xf[(M - 1) * N + j] = 0.0f;
+        if (exact)
+            for (int64_t i = 0; i < n; i++) c.xb[i] = ts_f32_to_bf16(c.xf[i]), c.xf[i] = ts_bf16_to_f32(c.xb[i]);
+        for (int64_t bi = 0; bi < sm; bi++)
+            for (int64_t bj = 0; bj < sn; bj++) {
+                float amax = 0.0f;
+                for (int64_t i = bi * B; i < (bi + 1) * B && i < M; i++)
+                    for (int64_t j = bj * B; j < (bj + 1) * B && j < N; j++) amax = fmaxf(amax, fabsf(c.xf[i * N + j]));
+                amax = fmaxf(amax, 1e-4f);
+                const float sfv = amax / 448.0f;
+                uint32_t u;
+                memcpy(&u, &sfv, 4);
+                const float sfr = bits_f32((u + 0x7fffffu) & 0x7f800000u);
+                const float inv = round_sf ? 1.0f / sfr : 448.0f / amax;
+                c.rsf[bi * sn + bj] = round_sf ? sfr : sfv;
+                for (int64_t i = bi * B; i < (bi + 1) * B && i < M; i++)
+                    for (int64_t j = bj * B; j < (bj + 1) * B && j < N; j++)
+                        c.rq[i * N + j] = ts_f32_to_e4m3_sat(c.xf[i * N + j] * inv);
+            }
+        tk_for_variants(&c, pb_run, 4);
+    }
+    free(c.xf), free(c.xb), free(c.q), free(c.q2), free(c.rq), free(c.sf), free(c.sf2), free(c.rsf);
+}
+
+TS_TEST(tk_sf_forms_per_block_cast_f32) {
+    /* partial row and column blocks, a partial 1024-column strip */
+    for (int round_sf = 0; round_sf < 2; round_sf++) {
+        pb_case(ts_t_, 300, 1300, 128, round_sf, true, 70 + (uint64_t)round_sf);
+        pb_case(ts_t_, 300, 1300, 128, round_sf, false, 72 + (uint64_t)round_sf);
+        pb_case(ts_t_, 70, 1100, 32, round_sf, true, 74 + (uint64_t)round_sf);
+        pb_case(ts_t_, 70, 1100, 32, round_sf, false, 76 + (uint64_t)round_sf);
+    }
+    float x[2 * 64] = {0}, sf[2] = {0};
+    uint8_t q[128];
+    ts_tensor tx = ts_tensor_2d(x, TS_F32, 2, 64), tq = ts_tensor_2d(q, TS_E4M3, 2, 64), ts2 = ts_tensor_2d(sf, TS_F32, 1, 2);
+    TS_CHECK_STATUS(ts_per_block_cast_f32(&tx, &tq, &ts2, false), TS_ERR_INVALID_ARGUMENT);
+    TS_CHECK(strstr(ts_last_error(), "ceil(N / 128)") != NULL);
+    TS_CHECK_STATUS(ts_per_block_cast_32_f32(&tx, &tq, &ts2, false), TS_OK);
 }

@@ -45,7 +45,8 @@ static const tk_entry tk_table[] = {
     E(per_token_cast_bf16_to_e5m6, "TOOb"), E(per_token_cast_f32_to_e5m6, "TOOb"),
     E(per_token_cast_bf16_to_e5m6_ue8m0, "TOO"), E(per_token_cast_f32_to_e5m6_ue8m0, "TOO"),
     /* quant: block / channel casts, cast back */
-    E(per_block_cast, "TOOb"), E(per_block_cast_32, "TOOb"), E(per_channel_cast, "TOOb"),
+    E(per_block_cast, "TOOb"), E(per_block_cast_32, "TOOb"), E(per_block_cast_f32, "TOOb"),
+    E(per_block_cast_32_f32, "TOOb"), E(per_channel_cast, "TOOb"),
     E(per_channel_cast_fused_bf16, "TOOb"), E(per_channel_cast_fused_f32, "TOOb"),
     E(per_channel_cast_fused_e4m3, "TTOOb"), E(per_channel_cast_fused_bf16_gather, "TTOOb"),
     E(per_channel_cast_fused_f32_gather, "TTOOb"), E(per_channel_cast_fused_e4m3_gather, "TTTOOb"),

@@ -308,21 +308,24 @@ def test_not_bound_names_raise():
 # ---- block / channel casts ----
 
 @pytest.mark.parametrize('block', [(128, 128), (32, 32)])
-@pytest.mark.parametrize('col_round', [(False, False), (False, True), (True, False)])
-def test_per_block_cast_bit_exact(block, col_round):
-    col, round_sf = col_round
-    t, h = 200, 320
-    x = randn(t, h, scale=3.0)
-    out, sf = quant.per_block_cast(x, 'e4m3', block, use_tma_aligned_col_major_sf=col, round_sf=round_sf)
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_per_block_cast_bit_exact(block, dtype, layout):
+    col, round_sf, packed = layout
+    t, h = 200, 1320  # partial blocks both ways, a partial 1024-column strip
+    x = randn(t, h, dtype=dtype, scale=3.0)
+    out, sf = quant.per_block_cast(x, 'e4m3', block, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                   use_packed_ue8m0=packed)
     bm, bk = block
     nm, nk = (t + bm - 1) // bm, (h + bk - 1) // bk
     pad = torch.zeros(nm * bm, nk * bk)
     pad[:t, :h] = x.float().abs()
     amax = pad.view(nm, bm, nk, bk).amax((1, 3))
-    rsf, inv, _ = ref_scales(amax, 'e4m3', round_sf)
+    rsf, inv, e = ref_scales(amax, 'e4m3', round_sf)
     p = x.float() * inv.repeat_interleave(bm, 0)[:t].repeat_interleave(bk, 1)[:, :h]
-    assert same_bits(out, p.clamp(-448, 448).to(torch.float8_e4m3fn)) and same_bits(sf, rsf)
-    assert sf.stride() == ((1, align(nm, 4)) if col else (nk, 1))
+    assert same_bits(out, p.clamp(-448, 448).to(torch.float8_e4m3fn))
+    assert same_bits(sf, pack_ue8m0(e) if packed else rsf)
+    assert sf.stride() == ((1, align(nm, 4)) if col else (sf.shape[1], 1))
 
 
 def ref_channel(y, round_sf, group=128):

@@ -207,29 +207,36 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     return y.reshape(*x.shape[:-1], x.shape[-1] * 2).to(out_dtype)
 
 
-_C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
 def per_block_cast(x, fmt: str, block_size: tuple, use_tma_aligned_col_major_sf: bool = False,
                    round_sf: bool = False, use_packed_ue8m0: bool = False):
-    """2-D block cast of bf16 x to 'e4m3' with one f32 scale per (128, 128) or (32, 32) block ->
-    (out, out_sf [ceil(T / bm), ceil(H / bk)])."""
+    """2-D block cast of bf16 / f32 x to 'e4m3' with one scale per (128, 128) or (32, 32) block ->
+    (out, out_sf [ceil(T / bm), ceil(H / bk)]: f32, or packed UE8M0 int32 words, four blocks
+    of a block row each)."""
     fn = 'tile_kernels.quant.per_block_cast'
     choice(fmt, fn, 'fmt', ('e4m3', 'e2m1'))
     blk = _block(block_size, fn, 'block_size')
     _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
     tensor(x, fn, 'x', _PLAIN, 2)
-    if fmt != 'e4m3' or x.dtype != torch.bfloat16 or use_packed_ue8m0 or blk not in ((128, 128), (32, 32)):
+    if fmt != 'e4m3' or blk not in ((128, 128), (32, 32)):
         raise NotImplementedError(
-            f'{fn}: only bf16 -> e4m3 with f32 scales and (128, 128) or (32, 32) blocks is available in '
-            f'tilestack (ts_per_block_cast, ts_per_block_cast_32); got {x.dtype} -> {fmt}, block {blk}, '
-            f'use_packed_ue8m0={use_packed_ue8m0}')
+            f'{fn}: only e4m3 with (128, 128) or (32, 32) blocks is available in tilestack '
+            f'(ts_per_block_cast[_32][_f32]); got {fmt}, block {blk}')
     tokens, hidden = x.shape
+    rows, blocks = ceil_div(tokens, blk[0]), ceil_div(hidden, blk[1])
     out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
-    sf = alloc_sf(ceil_div(tokens, blk[0]), ceil_div(hidden, blk[1]), use_tma_aligned_col_major_sf, False, x.device)
-    # ts_per_block_cast writes row-major scales: the column-major layout is filled from a copy
-    dst = torch.empty(sf.shape, dtype=torch.float32, device=x.device) if use_tma_aligned_col_major_sf else sf
+    sf = alloc_sf(rows, blocks, use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
+    # ts_per_block_cast writes row-major f32 scales: the column-major layout is filled from a
+    # copy, and packed UE8M0 takes their exponent bytes (round_sf scales are powers of two)
+    direct = not use_tma_aligned_col_major_sf and not use_packed_ue8m0
+    dst = sf if direct else torch.empty((rows, blocks), dtype=torch.float32, device=x.device)
     if tokens:
-        call('per_block_cast' if blk[0] == 128 else 'per_block_cast_32', fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
-        if dst is not sf:
+        kernel = ('per_block_cast' if blk[0] == 128 else 'per_block_cast_32') + ('_f32' if x.dtype == torch.float32 else '')
+        call(kernel, fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
+        if use_packed_ue8m0:
+            e = (dst.view(torch.int32).to(torch.int64) >> 23) & 255
+            e = torch.nn.functional.pad(e, (0, sf.shape[1] * 4 - blocks)).view(rows, -1, 4)
+            sf.copy_((e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)).to(torch.int32))
+        elif not direct:
             sf.copy_(dst)
     return out, sf
 
