@@ -248,3 +248,36 @@ def test_reduce_fused_errors():
     for f, cls, what in cases:
         with pytest.raises(cls, match=what):
             f()
+
+
+# ---- per_token_cast re-quantising with input and output scales in different formats ----
+
+@pytest.mark.parametrize('fmt', ['e4m3', 'e2m1'])
+@pytest.mark.parametrize('out_layout', [(False, False), (True, False), (True, True)])  # (col, round_sf)
+def test_per_token_cast_packed_input_f32_output(fmt, out_layout):
+    col, round_sf = out_layout
+    x = randn(33, 640, scale=4.0)
+    xq, xsf = quant.per_token_cast(x, 'e4m3', 128, use_tma_aligned_col_major_sf=True, round_sf=True,
+                                   use_packed_ue8m0=True)
+    out, sf = quant.per_token_cast((xq, xsf), fmt, 32, x_block_size=(1, 128), use_tma_aligned_col_major_sf=col,
+                                   round_sf=round_sf)
+    rd, rsf = ref_per_token_cast(xq, fmt, 32, round_sf, False, x_sf=unpack_scales(xsf, 5), x_block=(1, 128))
+    assert same_bits(out, rd) and same_bits(sf, rsf) and sf.dtype == torch.float32
+    if round_sf:  # the same codes and exponents as the packed-to-packed kernel
+        pout, psf = quant.per_token_cast((xq, xsf), fmt, 32, x_block_size=(1, 128), use_tma_aligned_col_major_sf=True,
+                                         round_sf=True, use_packed_ue8m0=True)
+        assert same_bits(pout, out) and same_bits(unpack_scales(psf, 20), sf)
+
+
+@pytest.mark.parametrize('fmt', ['e4m3', 'e2m1'])
+@pytest.mark.parametrize('block', [(1, 128), (128, 128)])
+def test_per_token_cast_f32_input_packed_output(fmt, block):
+    x = randn(150, 640, scale=4.0)
+    xq = (x.float() / 4).to(torch.float8_e4m3fn)
+    nm, nk = (150 + block[0] - 1) // block[0], 5
+    xsf = torch.rand(nm, nk, generator=G) * 8 + 0.1
+    out, sf = quant.per_token_cast((xq, xsf), fmt, 64, x_block_size=block, use_tma_aligned_col_major_sf=True,
+                                   round_sf=True, use_packed_ue8m0=True)
+    rd, rsf = ref_per_token_cast(xq, fmt, 64, True, True, x_sf=xsf, x_block=block)
+    assert same_bits(out, rd) and same_bits(sf, rsf)
+    assert sf.dtype == torch.int32 and sf.stride() == (1, align(150, 4))

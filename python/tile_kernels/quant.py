@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from _tilestack_py import C, missing, pair
-from ._common import alloc_sf, call, ceil_div, choice, integer, tensor
+from ._common import alloc_sf, call, ceil_div, choice, integer, pack_ue8m0_into, tensor, unpack_ue8m0
 
 _PLAIN = (torch.bfloat16, torch.float32)
 _QUANT = (torch.float8_e4m3fn, torch.int8)
@@ -117,14 +117,22 @@ def _per_token_impl(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_
                 call(k, fn, ('x', 'out', 'sf'), x, out, out_sf, gs, round_sf)
         else:
             in_packed = x_sf.dtype == torch.int32
-            if in_packed != bool(use_packed_ue8m0):
-                raise NotImplementedError(
-                    f'{fn}: input scales and output scales in different formats (one packed UE8M0, '
-                    'one f32) are not available in tilestack: its re-quantising casts take both packed or both f32')
-            if in_packed:
-                call(k + '_ue8m0', fn, ('x', 'x_sf', 'out', 'sf'), x, x_sf, out, out_sf, gs, blk[0], blk[1])
+            names = ('x', 'x_sf', 'out', 'sf')
+            if in_packed and use_packed_ue8m0:
+                call(k + '_ue8m0', fn, names, x, x_sf, out, out_sf, gs, blk[0], blk[1])
+            elif not in_packed and not use_packed_ue8m0:
+                call(k, fn, names, x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
+            elif in_packed:
+                # packed input scales, f32 output scales: the f32 kernel on the decoded scales
+                # (the bits the packed kernel decodes them to, so the same codes)
+                x_sf = unpack_ue8m0(x_sf, ceil_div(hidden, blk[1]))
+                call(k, fn, names, x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
             else:
-                call(k, fn, ('x', 'x_sf', 'out', 'sf'), x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
+                # f32 input scales, packed output: round_sf's power-of-two scales (use_packed_ue8m0
+                # implies round_sf), then their exponent bytes, as the packed kernel stores them
+                dst = torch.empty((tokens, ceil_div(hidden, gs)), dtype=torch.float32, device=x.device)
+                call(k, fn, names, x, x_sf, out, dst, gs, blk[0], blk[1], True)
+                pack_ue8m0_into(dst, out_sf)
     return out, out_sf
 
 
@@ -233,9 +241,7 @@ def per_block_cast(x, fmt: str, block_size: tuple, use_tma_aligned_col_major_sf:
         kernel = ('per_block_cast' if blk[0] == 128 else 'per_block_cast_32') + ('_f32' if x.dtype == torch.float32 else '')
         call(kernel, fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
         if use_packed_ue8m0:
-            e = (dst.view(torch.int32).to(torch.int64) >> 23) & 255
-            e = torch.nn.functional.pad(e, (0, sf.shape[1] * 4 - blocks)).view(rows, -1, 4)
-            sf.copy_((e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)).to(torch.int32))
+            pack_ue8m0_into(dst, sf)
         elif not direct:
             sf.copy_(dst)
     return out, sf
