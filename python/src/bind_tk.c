@@ -45,17 +45,20 @@ static const tk_entry tk_table[] = {
     E(per_token_cast_bf16_to_e5m6, "TOOb"), E(per_token_cast_f32_to_e5m6, "TOOb"),
     E(per_token_cast_bf16_to_e5m6_ue8m0, "TOO"), E(per_token_cast_f32_to_e5m6_ue8m0, "TOO"),
     /* quant: block / channel casts, cast back */
-    E(per_block_cast, "TOOb"), E(per_block_cast_32, "TOOb"), E(per_channel_cast, "TOOb"),
+    E(per_block_cast, "TOOb"), E(per_block_cast_32, "TOOb"), E(per_block_cast_f32, "TOOb"),
+    E(per_block_cast_32_f32, "TOOb"), E(per_channel_cast, "TOOb"),
     E(per_channel_cast_fused_bf16, "TOOb"), E(per_channel_cast_fused_f32, "TOOb"),
     E(per_channel_cast_fused_e4m3, "TTOOb"), E(per_channel_cast_fused_bf16_gather, "TTOOb"),
     E(per_channel_cast_fused_f32_gather, "TTOOb"), E(per_channel_cast_fused_e4m3_gather, "TTTOOb"),
     E(per_channel_cast_and_transpose, "TOOib"),
     E(per_block_cast_lossless, "TTOOiiii"), E(per_block_cast_lossless_ue8m0, "TTOOiiii"),
     E(per_block_cast_lossless_f32_to_ue8m0, "TTOOiiii"), E(per_block_cast_lossless_ue8m0_to_f32, "TTOOiiii"),
-    E(cast_back, "TTOii"), E(cast_back_f32, "TTOii"), E(cast_back_fp4, "TTOii"), E(cast_back_fp4_f32, "TTOii"),
+    E(cast_back, "TTOii"), E(cast_back_f32, "TTOii"), E(cast_back_ue8m0, "TTOii"),
+    E(cast_back_f32_ue8m0, "TTOii"), E(cast_back_fp4, "TTOii"), E(cast_back_fp4_f32, "TTOii"),
     E(cast_back_fp4_ue8m0, "TTOii"), E(cast_back_fp4_f32_ue8m0, "TTOii"), E(cast_back_e5m6, "TTOii"),
     E(cast_back_e5m6_f32, "TTOii"), E(cast_back_e5m6_ue8m0, "TTOii"), E(cast_back_e5m6_f32_ue8m0, "TTOii"),
     E(rmsnorm_forward_and_per_token_cast, "TTOOfib"), E(rmsnorm_forward_and_per_token_cast_ue8m0, "TTOOfi"),
+    E(rmsnorm_forward_and_per_token_cast_f32, "TTOOfib"), E(rmsnorm_forward_and_per_token_cast_f32_ue8m0, "TTOOfi"),
     E(swiglu_forward_and_per_token_cast, "TTTTOOOifbbbbb"),
     E(swiglu_forward_and_per_token_cast_ue8m0, "TTTTOOOifbbbb"),
     /* transpose */
@@ -66,7 +69,9 @@ static const tk_entry tk_table[] = {
     E(topk_gate, "TO"), E(group_count, "TO"), E(normalize_weight, "TOO"), E(aux_fi, "TOi"),
     E(topk_sum_and_topk_group_idx, "TOi"), E(mask_indices_by_tp, "TOiiii"),
     E(inplace_unique_group_indices, "Oi"), E(expand_to_fused, "TTO"),
-    E(expand_to_fused_with_sf, "TTTOO"), E(reduce_fused, "TTTO"),
+    E(expand_to_fused_with_sf, "TTTOO"), E(expand_to_fused_with_sf_ue8m0, "TTTOO"), E(reduce_fused, "TTTO"),
+    E(reduce_fused_scaled, "TTTTTObb"), E(reduce_fused_f32_scaled, "TTTTTObb"),
+    E(reduce_fused_scaled_e4m3, "TTTTTObb"), E(reduce_fused_f32_scaled_e4m3, "TTTTTObb"),
     E(get_fused_mapping, "TOOOOOOOi"),
     E(top2_sum_gate, "TTTOOiiiifbiiiiiObTbTTb"),
     /* mhc */
@@ -124,6 +129,7 @@ static ts_status tk_dispatch(const tk_entry *e, P_ *t, const int64_t *i, const b
     SIG("TTO", (P_, P_, P_), fp(t[0], t[1], t[2]))
     SIG("TTTOO", (P_, P_, P_, P_, P_), fp(t[0], t[1], t[2], t[3], t[4]))
     SIG("TTTO", (P_, P_, P_, P_), fp(t[0], t[1], t[2], t[3]))
+    SIG("TTTTTObb", (P_, P_, P_, P_, P_, P_, bool, bool), fp(t[0], t[1], t[2], t[3], t[4], t[5], b[0], b[1]))
     SIG("TOOOOOOOi", (P_, P_, P_, P_, P_, P_, P_, P_, int64_t),
         fp(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], i[0]))
     SIG("TTTOOiiiifbiiiiiObTbTTb",

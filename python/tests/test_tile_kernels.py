@@ -299,7 +299,7 @@ def test_inplace_error_leaves_tensor_untouched():
 
 
 def test_not_bound_names_raise():
-    for f in (quant.per_block_cast_with_sf_only, quant.swiglu_backward_and_per_token_cast, moe.expand_to_fused_with_sf,
+    for f in (quant.per_block_cast_with_sf_only, quant.swiglu_backward_and_per_token_cast,
               tile_kernels.mhc.mhc_multilayer_recompute, tile_kernels.transform.not_a_kernel):
         with pytest.raises(NotImplementedError, match='not available in tilestack'):
             f(None)
@@ -308,21 +308,24 @@ def test_not_bound_names_raise():
 # ---- block / channel casts ----
 
 @pytest.mark.parametrize('block', [(128, 128), (32, 32)])
-@pytest.mark.parametrize('col_round', [(False, False), (False, True), (True, False)])
-def test_per_block_cast_bit_exact(block, col_round):
-    col, round_sf = col_round
-    t, h = 200, 320
-    x = randn(t, h, scale=3.0)
-    out, sf = quant.per_block_cast(x, 'e4m3', block, use_tma_aligned_col_major_sf=col, round_sf=round_sf)
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_per_block_cast_bit_exact(block, dtype, layout):
+    col, round_sf, packed = layout
+    t, h = 200, 1320  # partial blocks both ways, a partial 1024-column strip
+    x = randn(t, h, dtype=dtype, scale=3.0)
+    out, sf = quant.per_block_cast(x, 'e4m3', block, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                   use_packed_ue8m0=packed)
     bm, bk = block
     nm, nk = (t + bm - 1) // bm, (h + bk - 1) // bk
     pad = torch.zeros(nm * bm, nk * bk)
     pad[:t, :h] = x.float().abs()
     amax = pad.view(nm, bm, nk, bk).amax((1, 3))
-    rsf, inv, _ = ref_scales(amax, 'e4m3', round_sf)
+    rsf, inv, e = ref_scales(amax, 'e4m3', round_sf)
     p = x.float() * inv.repeat_interleave(bm, 0)[:t].repeat_interleave(bk, 1)[:, :h]
-    assert same_bits(out, p.clamp(-448, 448).to(torch.float8_e4m3fn)) and same_bits(sf, rsf)
-    assert sf.stride() == ((1, align(nm, 4)) if col else (nk, 1))
+    assert same_bits(out, p.clamp(-448, 448).to(torch.float8_e4m3fn))
+    assert same_bits(sf, pack_ue8m0(e) if packed else rsf)
+    assert sf.stride() == ((1, align(nm, 4)) if col else (sf.shape[1], 1))
 
 
 def ref_channel(y, round_sf, group=128):
@@ -565,8 +568,6 @@ def test_get_fused_mapping_expand_reduce(alignment):
         m = (ttp[:, kk] >= 0)[:, None]
         acc = acc + torch.where(m, xe[ttp[:, kk].clamp(min=0).long()].double() * w[:, kk:kk + 1].double(), 0.0)
     assert torch.allclose(y.double(), acc.to(torch.bfloat16).double(), rtol=2 ** -7, atol=1e-6)
-    with pytest.raises(NotImplementedError, match='reduce_fused'):
-        moe.reduce_fused(xe, w, ttp, fp8_format='e4m3')
 
 
 # ---- router ----

@@ -52,6 +52,22 @@ def alloc_sf(rows, blocks, col_major, packed, device):
     return torch.empty((rows, blocks), dtype=torch.float32, device=device)
 
 
+def unpack_ue8m0(words, groups):
+    """Packed UE8M0 int32 [R, W] -> f32 [R, groups]: byte k of word s (group 4s + k) e gives the
+    scale bits e << 23 (2^(e - 127); 0 -> 0), as the kernels decode them."""
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    e = torch.stack([(w >> (8 * k)) & 255 for k in range(4)], -1).reshape(words.shape[0], -1)[:, :groups]
+    return (e << 23).to(torch.int32).view(torch.float32)
+
+
+def pack_ue8m0_into(sf, words):
+    """f32 power-of-two scales [R, G] (round_sf's) -> their exponent bytes, four to an int32 word
+    of words [R, ceil(G / 4)] (any strides; bytes past G are 0), as the _ue8m0 kernels store them."""
+    e = (sf.view(torch.int32).to(torch.int64) >> 23) & 255
+    e = torch.nn.functional.pad(e, (0, words.shape[1] * 4 - sf.shape[1])).view(sf.shape[0], -1, 4)
+    words.copy_((e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)).to(torch.int32))
+
+
 def call(kernel, fn, names, *args):
     """_tilestack.tk: ts_<kernel>(*args); names label the tensor arguments in errors."""
     C.tk(kernel, fn, names, *args)

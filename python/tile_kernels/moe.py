@@ -2,8 +2,8 @@
 (docs/kernels.md "MoE routing"). Upstream's names, arguments and output dtypes."""
 import torch
 
-from _tilestack_py import C, missing
-from ._common import call, integer, tensor
+from _tilestack_py import C, missing, pair
+from ._common import alloc_sf, call, ceil_div, integer, tensor
 
 _IDX = (torch.int64,)
 
@@ -96,7 +96,6 @@ def topk_sum_and_topk_group_idx(scores, num_topk_sum: int, num_topk_groups: int)
     return out
 
 
-_C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
 _SCORING = {'sigmoid': 0, 'sqrtsoftplus': 1, 'softmax': 2}
 
 
@@ -223,30 +222,86 @@ def expand_to_fused(x, token_topk_to_pos, pos_to_expert):
 
 
 def reduce_fused(x, topk_weights, token_topk_to_pos, fp8_format: str = '', sf=None, out=None):
-    """out[t] = bf16(sum over k of x[token_topk_to_pos[t, k]] * topk_weights[t, k]), an f32 fma chain
-    in k order (positions < 0 skipped; without weights, 1)."""
+    """out[t] = OT(g * sum over k of x[token_topk_to_pos[t, k]] * s), s = topk_weights[t, k] (1
+    without weights) times x_sf[pos] for a (x, x_sf f32 [P]) pair, an f32 fma chain in k order
+    (positions < 0 skipped); g = sf[0] (f32 [1], FP8 output only, as upstream), else 1. OT is
+    x's dtype (bf16 / f32), or e4m3 (saturating) with fp8_format='e4m3'."""
     fn = 'tile_kernels.moe.reduce_fused'
-    if isinstance(x, (tuple, list)) or fp8_format != '' or sf is not None:
-        raise NotImplementedError(f'{fn}: per-row scales (a QuantTensor x), an FP8 output and a global sf are '
-                                  'not available in tilestack (ts_reduce_fused is bf16 in, bf16 out)')
-    tensor(x, fn, 'x', (torch.bfloat16,), 2)
+    x_sf = None
+    if isinstance(x, (tuple, list)):
+        x, x_sf = pair(x, fn, 'x')
+    tensor(x, fn, 'x', (torch.bfloat16, torch.float32), 2)
+    if fp8_format not in ('', 'e4m3'):
+        raise C.ValueError(f"{fn}: argument 'fp8_format' must be '' or 'e4m3', got {fp8_format!r}")
     tensor(token_topk_to_pos, fn, 'token_topk_to_pos', (torch.int32,), 2)
     t, k = token_topk_to_pos.shape
+    rows, hidden = x.shape
+    if x_sf is not None:
+        tensor(x_sf, fn, 'x_sf', (torch.float32,), 1)
+        if x_sf.shape[0] != rows:
+            raise C.ValueError(f"{fn}: argument 'x_sf' must have x.shape[0] = {rows} entries, got {x_sf.shape[0]}")
+    if sf is not None:
+        if fp8_format == '':
+            raise C.ValueError(f"{fn}: argument 'sf' needs fp8_format='e4m3' (upstream: only FP8 output supports sf)")
+        tensor(sf, fn, 'sf', (torch.float32,))
+        if sf.numel() != 1:
+            raise C.ValueError(f"{fn}: argument 'sf' must hold one value, got shape {tuple(sf.shape)}")
+    if topk_weights is not None:
+        tensor(topk_weights, fn, 'topk_weights', (torch.float32,), 2)
+    out_dtype = torch.float8_e4m3fn if fp8_format else x.dtype
+    if out is not None:
+        tensor(out, fn, 'out', (out_dtype,), 2)
+        if tuple(out.shape) != (t, hidden):
+            raise C.ValueError(f"{fn}: argument 'out' must be [{t}, {hidden}], got {tuple(out.shape)}")
     if topk_weights is None:
         topk_weights = torch.ones((t, k), dtype=torch.float32, device=x.device)
-    tensor(topk_weights, fn, 'topk_weights', (torch.float32,), 2)
     if out is None:
-        out = torch.empty((t, x.shape[1]), dtype=x.dtype, device=x.device)
-    else:
-        tensor(out, fn, 'out', (x.dtype,), 2)
+        out = torch.empty((t, hidden), dtype=out_dtype, device=x.device)
     if t:
-        call('reduce_fused', fn, ('x', 'topk_weights', 'token_topk_to_pos', 'out'), x, topk_weights,
-             token_topk_to_pos, out)
+        unused = torch.zeros(1, dtype=torch.float32, device=x.device)
+        kernel = 'reduce_fused' + ('_f32' if x.dtype == torch.float32 else '') + '_scaled' + ('_e4m3' if fp8_format else '')
+        call(kernel, fn, ('x', 'topk_weights', 'token_topk_to_pos', 'x_sf', 'sf', 'out'), x, topk_weights,
+             token_topk_to_pos, unused if x_sf is None else x_sf, unused if sf is None else sf.reshape(1), out,
+             x_sf is not None, sf is not None)
     return out
 
 
-expand_to_fused_with_sf = missing('tile_kernels.moe.expand_to_fused_with_sf',
-                                  _C_EXISTS + ' (ts_expand_to_fused_with_sf)')
+def expand_to_fused_with_sf(x, num_per_channels: int, token_topk_to_pos, pos_to_expert,
+                            use_tma_aligned_col_major_sf: bool = False):
+    """expand_to_fused of an FP8 (data, sf) pair: data rows and their scale rows (f32 [T, ceil(H /
+    num_per_channels)], or packed UE8M0 int32 [T, ceil(ceil(H / num_per_channels) / 4)]) land on
+    every position token_topk_to_pos names; other positions get zero codes and zero scales ->
+    (out e4m3 [P, H], out_sf [P, ...] in x_sf's dtype, column-major with
+    use_tma_aligned_col_major_sf)."""
+    fn = 'tile_kernels.moe.expand_to_fused_with_sf'
+    data, x_sf = pair(x, fn, 'x')
+    tensor(data, fn, 'x', (torch.float8_e4m3fn,), 2)
+    tensor(x_sf, fn, 'x_sf', (torch.float32, torch.int32), 2)
+    integer(num_per_channels, fn, 'num_per_channels', 1)
+    if num_per_channels not in (32, 128):
+        raise C.ValueError(f"{fn}: argument 'num_per_channels' must be 32 or 128 (as upstream), got {num_per_channels}")
+    tensor(pos_to_expert, fn, 'pos_to_expert', (torch.int32,), 1)
+    tensor(token_topk_to_pos, fn, 'token_topk_to_pos', (torch.int32,), 2)
+    packed = x_sf.dtype == torch.int32
+    if packed and not use_tma_aligned_col_major_sf:
+        raise C.ValueError(f'{fn}: packed UE8M0 scales (int32 x_sf) need use_tma_aligned_col_major_sf=True '
+                           '(upstream asserts the same)')
+    tokens, hidden = data.shape
+    blocks = ceil_div(hidden, num_per_channels)
+    cols = ceil_div(blocks, 4) if packed else blocks
+    if tuple(x_sf.shape) != (tokens, cols):
+        raise C.ValueError(f"{fn}: argument 'x_sf' must be [{tokens}, {cols}] for {tokens} tokens of {hidden} channels "
+                           f'and num_per_channels={num_per_channels}, got {tuple(x_sf.shape)}')
+    if token_topk_to_pos.shape[0] != tokens:
+        raise C.ValueError(f"{fn}: argument 'token_topk_to_pos' has {token_topk_to_pos.shape[0]} rows, x {tokens}")
+    rows = pos_to_expert.shape[0]
+    p2t = _inverse(token_topk_to_pos, rows, fn)
+    out = torch.empty((rows, hidden), dtype=data.dtype, device=data.device)
+    out_sf = alloc_sf(rows, blocks, use_tma_aligned_col_major_sf, packed, data.device)
+    if rows:
+        call('expand_to_fused_with_sf' + ('_ue8m0' if packed else ''), fn, ('x', 'x_sf', 'pos_to_token', 'out', 'out_sf'),
+             data, x_sf, p2t, out, out_sf)
+    return out, out_sf
 
 
 def __getattr__(name):

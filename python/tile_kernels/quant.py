@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from _tilestack_py import C, missing, pair
-from ._common import alloc_sf, call, ceil_div, choice, integer, tensor
+from ._common import alloc_sf, call, ceil_div, choice, integer, pack_ue8m0_into, tensor, unpack_ue8m0
 
 _PLAIN = (torch.bfloat16, torch.float32)
 _QUANT = (torch.float8_e4m3fn, torch.int8)
@@ -117,14 +117,22 @@ def _per_token_impl(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_
                 call(k, fn, ('x', 'out', 'sf'), x, out, out_sf, gs, round_sf)
         else:
             in_packed = x_sf.dtype == torch.int32
-            if in_packed != bool(use_packed_ue8m0):
-                raise NotImplementedError(
-                    f'{fn}: input scales and output scales in different formats (one packed UE8M0, '
-                    'one f32) are not available in tilestack: its re-quantising casts take both packed or both f32')
-            if in_packed:
-                call(k + '_ue8m0', fn, ('x', 'x_sf', 'out', 'sf'), x, x_sf, out, out_sf, gs, blk[0], blk[1])
+            names = ('x', 'x_sf', 'out', 'sf')
+            if in_packed and use_packed_ue8m0:
+                call(k + '_ue8m0', fn, names, x, x_sf, out, out_sf, gs, blk[0], blk[1])
+            elif not in_packed and not use_packed_ue8m0:
+                call(k, fn, names, x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
+            elif in_packed:
+                # packed input scales, f32 output scales: the f32 kernel on the decoded scales
+                # (the bits the packed kernel decodes them to, so the same codes)
+                x_sf = unpack_ue8m0(x_sf, ceil_div(hidden, blk[1]))
+                call(k, fn, names, x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
             else:
-                call(k, fn, ('x', 'x_sf', 'out', 'sf'), x, x_sf, out, out_sf, gs, blk[0], blk[1], round_sf)
+                # f32 input scales, packed output: round_sf's power-of-two scales (use_packed_ue8m0
+                # implies round_sf), then their exponent bytes, as the packed kernel stores them
+                dst = torch.empty((tokens, ceil_div(hidden, gs)), dtype=torch.float32, device=x.device)
+                call(k, fn, names, x, x_sf, out, dst, gs, blk[0], blk[1], True)
+                pack_ue8m0_into(dst, out_sf)
     return out, out_sf
 
 
@@ -157,7 +165,8 @@ def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, x
 
 
 def cast_back(x, fmt: str, x_block_size: tuple, x_special_fmt: Optional[str] = None):
-    """Dequantise (data, sf) to 'bf16' / 'fp32' with x_block_size = (tokens, channels) per scale."""
+    """Dequantise (data, sf) to 'bf16' / 'fp32' with x_block_size = (tokens, channels) per scale;
+    data FP8, packed FP4 or E5M6 (x_special_fmt), sf f32 or packed UE8M0 int32 (any strides)."""
     fn = 'tile_kernels.quant.cast_back'
     choice(fmt, fn, 'fmt', ('bf16', 'fp32'))
     choice(x_special_fmt, fn, 'x_special_fmt', (None, 'e5m6'))
@@ -177,9 +186,6 @@ def cast_back(x, fmt: str, x_block_size: tuple, x_special_fmt: Optional[str] = N
         if data.dtype == torch.int8:
             kernel, hidden = 'cast_back_fp4' + suffix, data.shape[1] * 2
         else:
-            if sf.dtype == torch.int32:
-                raise NotImplementedError(f'{fn}: FP8 data with packed UE8M0 scales is not available in '
-                                          'tilestack (ts_cast_back takes f32 scales)')
             kernel, hidden = 'cast_back' + suffix, data.shape[1]
     if sf.dtype == torch.int32:
         kernel += '_ue8m0'
@@ -209,29 +215,34 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     return y.reshape(*x.shape[:-1], x.shape[-1] * 2).to(out_dtype)
 
 
-_C_EXISTS = 'the C kernel exists in libtilestack (docs/kernels.md); its Python binding is not written yet'
 def per_block_cast(x, fmt: str, block_size: tuple, use_tma_aligned_col_major_sf: bool = False,
                    round_sf: bool = False, use_packed_ue8m0: bool = False):
-    """2-D block cast of bf16 x to 'e4m3' with one f32 scale per (128, 128) or (32, 32) block ->
-    (out, out_sf [ceil(T / bm), ceil(H / bk)])."""
+    """2-D block cast of bf16 / f32 x to 'e4m3' with one scale per (128, 128) or (32, 32) block ->
+    (out, out_sf [ceil(T / bm), ceil(H / bk)]: f32, or packed UE8M0 int32 words, four blocks
+    of a block row each)."""
     fn = 'tile_kernels.quant.per_block_cast'
     choice(fmt, fn, 'fmt', ('e4m3', 'e2m1'))
     blk = _block(block_size, fn, 'block_size')
     _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
     tensor(x, fn, 'x', _PLAIN, 2)
-    if fmt != 'e4m3' or x.dtype != torch.bfloat16 or use_packed_ue8m0 or blk not in ((128, 128), (32, 32)):
+    if fmt != 'e4m3' or blk not in ((128, 128), (32, 32)):
         raise NotImplementedError(
-            f'{fn}: only bf16 -> e4m3 with f32 scales and (128, 128) or (32, 32) blocks is available in '
-            f'tilestack (ts_per_block_cast, ts_per_block_cast_32); got {x.dtype} -> {fmt}, block {blk}, '
-            f'use_packed_ue8m0={use_packed_ue8m0}')
+            f'{fn}: only e4m3 with (128, 128) or (32, 32) blocks is available in tilestack '
+            f'(ts_per_block_cast[_32][_f32]); got {fmt}, block {blk}')
     tokens, hidden = x.shape
+    rows, blocks = ceil_div(tokens, blk[0]), ceil_div(hidden, blk[1])
     out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
-    sf = alloc_sf(ceil_div(tokens, blk[0]), ceil_div(hidden, blk[1]), use_tma_aligned_col_major_sf, False, x.device)
-    # ts_per_block_cast writes row-major scales: the column-major layout is filled from a copy
-    dst = torch.empty(sf.shape, dtype=torch.float32, device=x.device) if use_tma_aligned_col_major_sf else sf
+    sf = alloc_sf(rows, blocks, use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
+    # ts_per_block_cast writes row-major f32 scales: the column-major layout is filled from a
+    # copy, and packed UE8M0 takes their exponent bytes (round_sf scales are powers of two)
+    direct = not use_tma_aligned_col_major_sf and not use_packed_ue8m0
+    dst = sf if direct else torch.empty((rows, blocks), dtype=torch.float32, device=x.device)
     if tokens:
-        call('per_block_cast' if blk[0] == 128 else 'per_block_cast_32', fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
-        if dst is not sf:
+        kernel = ('per_block_cast' if blk[0] == 128 else 'per_block_cast_32') + ('_f32' if x.dtype == torch.float32 else '')
+        call(kernel, fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
+        if use_packed_ue8m0:
+            pack_ue8m0_into(dst, sf)
+        elif not direct:
             sf.copy_(dst)
     return out, sf
 
@@ -335,25 +346,23 @@ def rmsnorm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_
                                        use_tma_aligned_col_major_sf: bool = False, round_sf: bool = False,
                                        use_packed_ue8m0: bool = False):
     """y = (x * rstd) * weight (rstd = 1 / sqrt(mean(x^2) + eps)), then the per-token e4m3 cast
-    (num_per_channels 128 or hidden) -> (out, out_sf)."""
+    (num_per_channels 128 or hidden) -> (out, out_sf). x bf16 or f32, weight in x's dtype."""
     fn = 'tile_kernels.quant.rmsnorm_forward_and_per_token_cast'
     tensor(x, fn, 'x', (torch.bfloat16, torch.float32), 2)
     tensor(weight, fn, 'weight', (x.dtype,), 1)
     choice(fmt, fn, 'fmt', ('e4m3',))
     integer(num_per_channels, fn, 'num_per_channels', 1)
     _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
-    if x.dtype != torch.bfloat16:
-        raise NotImplementedError(f'{fn}: an f32 input is not available in tilestack '
-                                  '(ts_rmsnorm_forward_and_per_token_cast takes bf16)')
     tokens, hidden = x.shape
     out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
     sf = alloc_sf(tokens, ceil_div(hidden, num_per_channels), use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
     if tokens:
         names = ('x', 'weight', 'out', 'sf')
+        kernel = 'rmsnorm_forward_and_per_token_cast' + ('_f32' if x.dtype == torch.float32 else '')
         if use_packed_ue8m0:
-            call('rmsnorm_forward_and_per_token_cast_ue8m0', fn, names, x, weight, out, sf, eps, num_per_channels)
+            call(kernel + '_ue8m0', fn, names, x, weight, out, sf, eps, num_per_channels)
         else:
-            call('rmsnorm_forward_and_per_token_cast', fn, names, x, weight, out, sf, eps, num_per_channels, round_sf)
+            call(kernel, fn, names, x, weight, out, sf, eps, num_per_channels, round_sf)
     return out, sf
 
 
