@@ -169,6 +169,8 @@ bool ts__ep_ll_quiesce(ts_ep_buffer *b) {
         if (b->broken || drain_until(b, h, b->timeout_s < 0.2 ? b->timeout_s : 0.2, "ts_ep_buffer_destroy") != TS_OK) {
             ts__ep_ll_net_abandon(b, 0);
             ts__ep_ll_net_abandon(b, 1);
+            /* released sends may still be read: their packing buffers stay too (as the segment) */
+            b->ll->net[0].csend = b->ll->net[1].csend = NULL;
             return false;
         }
     return true;
@@ -268,9 +270,10 @@ ts_status ts__ep_ll_wait_all(ts_ep_buffer *b, int half, uint64_t seq, ts__ep_ll_
                     if (hd->status == TS_OK && post(ctx, b, n, p, hd)) {
                         n->state[p] = 2;
                     } else {
-                        /* it failed or disagrees: it will not take this rank's data either;
-                         * what it sent here is taken out of the queue by the next drain */
-                        for (int k = 5; k < TS__EP_LL_REQS; k++) release(&q[k], false);
+                        /* it failed or disagrees: what it sent here is taken out of the queue
+                         * by this rank's next drain of the half, and it does the same with
+                         * this rank's data, so the sends stay until they complete (released,
+                         * MPI could still read them after the segment is gone) */
                         n->state[p] = 3;
                         n->disc[p] = (uint8_t)(atomic_load_explicit(&hd->seq, memory_order_relaxed) & 7);
                         n->disc_seq = seq;
