@@ -56,29 +56,17 @@ for dir in "$@"; do
       --mca orte_abort_on_non_zero_status 0 -np 3 "$bin" --kill-test $mode 2>&1)
     after=$(shm_entries)
     timeouts=$(echo "$drill" | grep -c 'TS_ERR_TIMEOUT.*for rank 2')
-    if [ "$timeouts" -ne 2 ]; then
-      echo "FAIL ep_kill_survivors_time_out ($k per node${mode:+, $mode}): $timeouts of 2 survivors reported the timeout"
-      echo "$drill" | tail -n 20
-      total_fail=$((total_fail + 1))
-      status=1
-    else
-      echo "ok   ep_kill_survivors_time_out ($k per node${mode:+, $mode})"
-      total_pass=$((total_pass + 1))
-    fi
+    verdict "ep_kill_survivors_time_out ($k per node${mode:+, $mode})" "$([ "$timeouts" -eq 2 ] && echo 1)" \
+      "$timeouts of 2 survivors reported the timeout"
+    [ "$timeouts" -eq 2 ] || echo "$drill" | tail -n 20
     # Names are tilestack_ep.<pid>.<serial>.<rank>: a segment of a live process is another run's
     # buffer being created right now (other test runs may share the machine), not a leak.
     leftover=$(comm -13 <(echo "$before") <(echo "$after") | grep . | while read -r seg; do
       pid=${seg#tilestack_ep.}; pid=${pid%%.*}
       kill -0 "$pid" 2>/dev/null || echo "$seg"
     done || true)
-    if [ -n "$leftover" ]; then
-      echo "FAIL ep_kill_leaves_no_segment ($k per node${mode:+, $mode}): left in /dev/shm: $leftover"
-      total_fail=$((total_fail + 1))
-      status=1
-    else
-      echo "ok   ep_kill_leaves_no_segment ($k per node${mode:+, $mode})"
-      total_pass=$((total_pass + 1))
-    fi
+    verdict "ep_kill_leaves_no_segment ($k per node${mode:+, $mode})" "$([ -z "$leftover" ] && echo 1)" \
+      "left in /dev/shm: $leftover"
   done
   # Where the machine allows it (root, ip netns; TS_EP_NETNS=0 turns it off): the EP tests
   # across simulated hosts (scripts/netns_hosts.sh: network namespaces on a private bridge,
@@ -105,14 +93,7 @@ for dir in "$@"; do
     # the ranks see the launcher's TS_* switches (netns_hosts.sh forwards them)
     probe=$(TS_EP_NETNS_PROBE=fwd$$ TS_NETNS_TIMEOUT=60 "$here/scripts/netns_hosts.sh" run 2 1 -- \
       sh -c 'echo "probe $(hostname) $TS_EP_NETNS_PROBE"' 2>&1 | grep -c "^probe h[01] fwd$$\$")
-    if [ "$probe" -eq 2 ]; then
-      echo "ok   ep_netns_env_forwarded"
-      total_pass=$((total_pass + 1))
-    else
-      echo "FAIL ep_netns_env_forwarded: $probe of 2 ranks saw TS_EP_NETNS_PROBE"
-      total_fail=$((total_fail + 1))
-      status=1
-    fi
+    verdict ep_netns_env_forwarded "$([ "$probe" -eq 2 ] && echo 1)" "$probe of 2 ranks saw TS_EP_NETNS_PROBE"
     netns_excl="-ep_async_matches_sync -ep_ll_internode_matches_one_node -mxcsr_ep_mega_moe"
     for hr in 2:1 2:2 4:1 4:2; do
       h=${hr%%:*} r=${hr##*:}
@@ -125,14 +106,9 @@ for dir in "$@"; do
         env TS_NETNS_TIMEOUT=300 "$here/scripts/netns_hosts.sh" run "$h" "$r" -- "$bin" ep_ mega_moe_across $excl
       # every host's veth carried traffic: the ranks talked over the private network
       quiet=$(grep '^netns_hosts: veth bytes:' "$log" | tail -n1 | tr ' ' '\n' | grep -c '^rx=[0-9]\{1,5\}$')
-      if grep -q '^netns_hosts: veth bytes: tsv' "$log" && [ "$quiet" -eq 0 ]; then
-        echo "ok   ep_netns_traffic_on_private_net ($h x $r)"
-        total_pass=$((total_pass + 1))
-      else
-        echo "FAIL ep_netns_traffic_on_private_net ($h x $r): a veth carried under 100 kB or none was read"
-        total_fail=$((total_fail + 1))
-        status=1
-      fi
+      verdict "ep_netns_traffic_on_private_net ($h x $r)" \
+        "$(grep -q '^netns_hosts: veth bytes: tsv' "$log" && [ "$quiet" -eq 0 ] && echo 1)" \
+        "a veth carried under 100 kB or none was read"
       rm -f "$log"
     done
   fi

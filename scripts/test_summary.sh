@@ -31,3 +31,16 @@ run_counted() {
   rm -f "$log"
   [ "$rc" -eq 0 ] || status=1
 }
+
+# verdict NAME OK [WHY]: one check's line ("ok   NAME", or "FAIL NAME: WHY" and status=1) and
+# its count in total_pass / total_fail. OK is 1 or 0.
+verdict() {
+  if [ "$2" = 1 ]; then
+    echo "ok   $1"
+    total_pass=$((total_pass + 1))
+  else
+    echo "FAIL $1: $3"
+    total_fail=$((total_fail + 1))
+    status=1
+  fi
+}
