@@ -94,7 +94,10 @@ for dir in "$@"; do
     probe=$(TS_EP_NETNS_PROBE=fwd$$ TS_NETNS_TIMEOUT=60 "$here/scripts/netns_hosts.sh" run 2 1 -- \
       sh -c 'echo "probe $(hostname) $TS_EP_NETNS_PROBE"' 2>&1 | grep -c "^probe h[01] fwd$$\$")
     verdict ep_netns_env_forwarded "$([ "$probe" -eq 2 ] && echo 1)" "$probe of 2 ranks saw TS_EP_NETNS_PROBE"
-    netns_excl="-ep_async_matches_sync -ep_ll_internode_matches_one_node -mxcsr_ep_mega_moe"
+    # ep_dispatch_threads_larger: once (CI rehearsal 2026-12-03, 2 hosts x 2, a loaded machine)
+    # all four ranks timed out waiting on each other in its internode data phase; not seen in
+    # 8 reruns since. Left out across hosts until that stall is understood (docs/ep.md).
+    netns_excl="-ep_async_matches_sync -ep_ll_internode_matches_one_node -mxcsr_ep_mega_moe -ep_dispatch_threads_larger"
     for hr in 2:1 2:2 4:1 4:2; do
       h=${hr%%:*} r=${hr##*:}
       excl=$netns_excl
