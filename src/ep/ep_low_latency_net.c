@@ -169,8 +169,6 @@ bool ts__ep_ll_quiesce(ts_ep_buffer *b) {
         if (b->broken || drain_until(b, h, b->timeout_s < 0.2 ? b->timeout_s : 0.2, "ts_ep_buffer_destroy") != TS_OK) {
             ts__ep_ll_net_abandon(b, 0);
             ts__ep_ll_net_abandon(b, 1);
-            /* released sends may still be read: their packing buffers stay too (as the segment) */
-            b->ll->net[0].csend = b->ll->net[1].csend = NULL;
             return false;
         }
     return true;
