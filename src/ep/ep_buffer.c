@@ -132,19 +132,7 @@ static ts_status split_nodes(ts_ep_buffer *b, const ts_ep_buffer_options *o, MPI
     /* MPI_Comm_split* cannot be polled: a barrier with the deadline first, so a peer that is
      * already gone is named instead of hanging them */
     TS__RETURN_IF_ERROR(ts__ep_coll_barrier(b->comm, b->timeout_s, what));
-    if (want <= 0) {
-        MPI_Comm shared;
-        MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &shared);
-        int sz = 0;
-        MPI_Comm_size(shared, &sz);
-        MPI_Comm_free(&shared);
-        int mm[2] = {sz, -sz}, agg[2] = {mm[0], mm[1]};
-        TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(agg, 2, MPI_INT, MPI_MIN, b->comm, b->timeout_s, what));
-        want = agg[0] == -agg[1] ? sz : -1; /* equal sizes or nothing */
-        if (want < 0)
-            return ts__fail(TS_ERR_UNSUPPORTED, "%s: nodes hold different numbers of ranks (%d to %d)", what, agg[0],
-                            -agg[1]);
-    }
+    if (want <= 0) TS__RETURN_IF_ERROR(ts__ep_ranks_per_machine(b->comm, b->timeout_s, what, &want));
     int agg[2] = {want, -want};
     TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(agg, 2, MPI_INT, MPI_MIN, b->comm, b->timeout_s, what));
     if (agg[0] != -agg[1])

@@ -230,3 +230,18 @@ double ts__ep_default_timeout_s(void) {
     }
     return 100.0;
 }
+
+ts_status ts__ep_ranks_per_machine(MPI_Comm comm, double timeout_s, const char *what, int *per) {
+    MPI_Comm shared;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+    int sz = 0;
+    MPI_Comm_size(shared, &sz);
+    MPI_Comm_free(&shared);
+    int mm[2] = {sz, -sz};
+    TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(mm, 2, MPI_INT, MPI_MIN, comm, timeout_s, what));
+    if (mm[0] != -mm[1])
+        return ts__fail(TS_ERR_UNSUPPORTED, "%s: nodes hold different numbers of ranks (%d to %d)", what, mm[0],
+                        -mm[1]);
+    *per = sz;
+    return TS_OK;
+}

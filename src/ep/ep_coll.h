@@ -30,6 +30,10 @@ ts_status ts__ep_coll_barrier(MPI_Comm comm, double timeout_s, const char *what)
 ts_status ts__ep_coll_wait(MPI_Request *req, MPI_Comm comm, double timeout_s, const char *what);
 /* The waits' default deadline: TS_EP_TIMEOUT_S, else 100 s. */
 double ts__ep_default_timeout_s(void);
+/* The ranks per machine (MPI_COMM_TYPE_SHARED), the same on every machine, or
+ * TS_ERR_UNSUPPORTED naming the two counts. MPI_Comm_split_type cannot be polled: call a
+ * ts__ep_coll_barrier first, so a peer that is already gone is named instead of hanging. */
+ts_status ts__ep_ranks_per_machine(MPI_Comm comm, double timeout_s, const char *what, int *per);
 /* buf (bytes) from root to every rank. */
 ts_status ts__ep_coll_bcast(void *buf, int bytes, int root, MPI_Comm comm, double timeout_s,
                             const char *what);

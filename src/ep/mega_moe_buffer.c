@@ -37,25 +37,6 @@ static ts_status agree(MPI_Comm comm, int rank, int R, const int64_t *vals, int 
     return st;
 }
 
-/* The ranks per machine (MPI_COMM_TYPE_SHARED), equal on every machine, or TS_ERR_UNSUPPORTED.
- * MPI_Comm_split_type cannot be polled: a barrier under the deadline first, so a peer that is
- * already gone is named instead of hanging the others. */
-static ts_status ranks_per_machine(MPI_Comm comm, double timeout_s, int32_t *per) {
-    TS__RETURN_IF_ERROR(ts__ep_coll_barrier(comm, timeout_s, CREATE));
-    MPI_Comm shared;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
-    int sz = 0;
-    MPI_Comm_size(shared, &sz);
-    MPI_Comm_free(&shared);
-    int mm[2] = {sz, -sz};
-    TS__RETURN_IF_ERROR(ts__ep_coll_allreduce(mm, 2, MPI_INT, MPI_MIN, comm, timeout_s, CREATE));
-    if (mm[0] != -mm[1])
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: the machines hold different numbers of ranks (%d to %d)", CREATE,
-                        mm[0], -mm[1]);
-    *per = sz;
-    return TS_OK;
-}
-
 ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, int64_t num_max_tokens_per_rank,
                                           int32_t num_topk, int64_t hidden, int64_t intermediate_hidden,
                                           const char *mma_type, const char *activation,
@@ -158,7 +139,8 @@ ts_status ts_get_symm_buffer_for_mega_moe(MPI_Comm comm, int64_t num_experts, in
     }
     /* nodes: forced, or the machines' (every rank knows the verdict of the round above) */
     int32_t per_node = opts && opts->ranks_per_node > 0 ? opts->ranks_per_node : 0;
-    if (st == TS_OK && !per_node) st = ranks_per_machine(comm, timeout_s, &per_node);
+    if (st == TS_OK && !per_node) st = ts__ep_coll_barrier(comm, timeout_s, CREATE);
+    if (st == TS_OK && !per_node) st = ts__ep_ranks_per_machine(comm, timeout_s, CREATE, &per_node);
     if (st == TS_OK && (per_node > R || R % per_node))
         st = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: ranks_per_node %d does not divide the %d ranks", CREATE,
                       per_node, R);
