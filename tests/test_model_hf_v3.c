@@ -137,8 +137,22 @@ static void matches(ts_test_ctx *ts_t_, const char *file, double mean_max, doubl
             }
             ts_model_free(m2);
         }
+        /* a random cache (the demo's): the position moves, the next step reads those rows
+         * (the same seed gives the same logits, another seed others), all finite */
+        float *r1 = b, *r2 = b + V;
+        for (int pass = 0; pass < 3; pass++) {
+            TS_CHECK_STATUS(ts_model_prefill_random(m, 0, 8, pass < 2 ? 1 : 2), TS_OK);
+            TS_CHECK(ts_model_sequence_position(m, 0) == 8);
+            const int64_t seq = 0;
+            const int32_t tok = 7;
+            TS_CHECK_STATUS(ts_model_decode(m, 1, &seq, &tok, pass ? r2 : r1), TS_OK);
+            bool finite = true;
+            for (int64_t i = 0; i < V; i++) finite = finite && isfinite((pass ? r2 : r1)[i]);
+            TS_CHECK(finite);
+            if (pass) TS_CHECK((memcmp(r1, r2, (size_t)V * sizeof *r1) == 0) == (pass == 1));
+        }
+        TS_CHECK_STATUS(ts_model_prefill_random(m, 0, ts_model_get_config(m)->max_seq_len, 1), TS_ERR_INVALID_ARGUMENT);
         /* the refusals of what a V3 model does not do */
-        TS_CHECK_STATUS(ts_model_prefill_random(m, 0, 8, 1), TS_ERR_UNSUPPORTED);
         TS_CHECK_STATUS(ts_model_export_hf(m, "/tmp/never", NULL), TS_ERR_UNSUPPORTED);
     }
     free(a);

@@ -146,6 +146,19 @@ ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32
 ts_status ts__v3_prefill(ts_model *m, int64_t seq, int64_t n_tokens, const int32_t *tokens,
                          float *logits, bool all_logits);
 void ts__v3_reset(ts_model *m, int64_t seq);
+/* One prefill chunk: tokens [c0, c0 + k) of the n of sequence seq (k <= ts__v3_chunk_rows). */
+ts_status ts__v3_prefill_chunk(ts_model *m, int64_t seq, int64_t c0, int64_t k, int64_t n,
+                               const int32_t *tokens, float *logits, bool all_logits);
+int64_t ts__v3_chunk_rows(const ts_model *m);
+/* Routed expert e of layer L on r bf16 rows x [r][dim] (its SwiGLU, in chunks the workspace
+ * holds): out [r][dim] bf16, which may be x itself. */
+ts_status ts__v3_run_expert(ts_model *m, int64_t L, int64_t e, const uint16_t *x, int64_t r,
+                            uint16_t *out);
+/* The last routing (the rows of the MoE layer now running): top-k ids [n][topk], weights. */
+void ts__v3_routing(const ts_model *m, const int32_t **sel, const float **selw);
+/* Random cache contents for sequence seq's first context_len positions (ts_model_prefill_random). */
+ts_status ts__v3_prefill_random(ts_model *m, int64_t seq, int64_t context_len, uint64_t *state);
+
 
 /* hf_load_v3.c: ts_model_load_dir (keep: ts_model_load_dir_keep, the packed sources' pages
  * stay) for a V3 directory (the dispatch in hf_load_v4.c). */

@@ -2,6 +2,7 @@
  * FP8 layout (584 bytes), the indexer's FP4 rows, the compressor states, and the random
  * prefill for benchmarks. */
 #include "model_internal.h"
+#include "hf_v3.h"
 
 #include "tilestack/quant.h"
 
@@ -169,20 +170,9 @@ void ts__model_cache_reset(ts_model *m, int64_t seq) {
 
 /* ---- random prefill (benchmarks) */
 
-static inline uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float rnd(uint64_t *s) {
-    *s += 0x9E3779B97F4A7C15ull;
-    return (float)((int64_t)(mix64(*s) >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
-}
-
 static ts_status random_row(uint64_t *s, uint8_t *cache, int64_t page, int64_t slot) {
     uint16_t row[512];
-    for (int i = 0; i < 512; i++) row[i] = ts__f32_to_bf16_inl(rnd(s));
+    for (int i = 0; i < 512; i++) row[i] = ts__f32_to_bf16_inl(ts__model_rand_unit(s));
     return ts__model_kv_store(cache, page, slot, row);
 }
 
@@ -192,16 +182,15 @@ ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t context_len,
     if (seq < 0 || seq >= m->max_batch)
         return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: seq = %lld is outside [0, max_batch = %lld)",
                         fn, (long long)seq, (long long)m->max_batch);
-    if (m->v3) /* V3 (model_v3.c): a bf16 latent cache the random filler does not know */
-        return ts__fail(TS_ERR_UNSUPPORTED, "%s: not supported on a DeepSeek-V3 model", fn);
     const ts_model_config *c = &m->cfg;
     if (context_len < 0 || context_len >= c->max_seq_len)
         return ts__fail(TS_ERR_INVALID_ARGUMENT,
                         "%s: context_len = %lld is outside [0, max_seq_len = %lld) (the cache "
                         "must keep room for the next token)",
                         fn, (long long)context_len, (long long)c->max_seq_len);
-    ts__model_cache_reset(m, seq);
     uint64_t s = seed ^ ((uint64_t)seq * 0xD1B54A32D192ED03ull);
+    if (m->v3) return ts__v3_prefill_random(m, seq, context_len, &s);
+    ts__model_cache_reset(m, seq);
     const int64_t W = c->window_size, Lc = context_len;
     if (c->attention == TS_MODEL_ATTN_V32) {
         TS__RETURN_IF_ERROR(ts__model_v32_prefill_random(m, seq, Lc, &s));
@@ -225,19 +214,19 @@ ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t context_len,
             /* a previous block exists once a row was made; the current one holds Lc mod r slots */
             if (Lc >= r && cp->coff == 2)
                 for (int64_t i = 0; i < blk; i++) {
-                    st->kv[i] = rnd(&s);
-                    st->score[i] = rnd(&s);
+                    st->kv[i] = ts__model_rand_unit(&s);
+                    st->score[i] = ts__model_rand_unit(&s);
                 }
             for (int64_t i = 0; i < (Lc % r) * w; i++) {
-                st->kv[blk + i] = rnd(&s);
-                st->score[blk + i] = rnd(&s);
+                st->kv[blk + i] = ts__model_rand_unit(&s);
+                st->score[blk + i] = ts__model_rand_unit(&s);
             }
         }
         if (r == 4) {
             const int64_t rows = c->max_seq_len / 4;
             float tmp[128];
             for (int64_t t = 0; t < Lc / 4; t++) {
-                for (int i = 0; i < 128; i++) tmp[i] = rnd(&s);
+                for (int i = 0; i < 128; i++) tmp[i] = ts__model_rand_unit(&s);
                 ts_tensor x = ts_tensor_2d(tmp, TS_F32, 1, 128);
                 ts_tensor q = ts_tensor_2d(lc->icache + (seq * rows + t) * 64, TS_E2M1X2, 1, 64);
                 ts_tensor sf = ts_tensor_2d(lc->icache_sf + seq * rows + t, TS_I32, 1, 1);

@@ -291,6 +291,16 @@ static inline double ts__prof_t0(const ts__prof *p) { return p && p->on ? ts__mo
  * path did at M = 64, 96 or 128 (dsv4-mini, 2 threads, Zen 4). */
 #define TS__PREFILL_ROWS 48
 
+/* The random cache fillers' values (ts_model_prefill_random, benchmarks): one splitmix64 step
+ * as a uniform in [-1, 1) with 24 bits. */
+static inline float ts__model_rand_unit(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((int64_t)(z >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
+}
+
 struct ts_model {
     ts_model_config cfg;
     int64_t max_batch;

@@ -17,7 +17,8 @@
  * Rounding points: the input of every GEMM is bf16 (the bf16 GEMMs, f32 accumulation, f32
  * out); norms, RoPE, routing and SwiGLU in double, the residual in f32; the cached latent row,
  * the attention query and output bf16. Every kernel is batch-invariant and each row's
- * arithmetic is in one fixed order (experts summed in id order), so a row's logits do not
+ * arithmetic is in one fixed order (the routed experts' bf16 outputs summed in top-k order, as
+ * the expert-parallel combine sums them), so a row's logits do not
  * depend on the other rows or the thread count; a prompt's prefill runs its tokens as rows of one
  * pass, bit for bit its decode steps.
  *
@@ -39,7 +40,8 @@
 typedef struct ts__v3_ws {
     float *x, *hf, *t, *q, *kv, *qlat, *ov, *y, *g, *u, *eo, *gl, *selw, *lse;
     uint16_t *h, *qa, *qb, *qfull, *ao, *ovb, *act, *xe;
-    int32_t *sel, *erow, *eslot, *bt, *sl;
+    uint16_t *yk, *routed; /* [B][topk][D] the slots' expert outputs, [B][D] their sum (bf16) */
+    int32_t *sel, *erow, *bt, *sl;
     double *rs;   /* routing scratch [2E] */
     int64_t *pos, *rseq; /* [B] the rows' positions, sequences (prefill) */
     int64_t rows;        /* B: max(max_batch, TS__PREFILL_ROWS) */
@@ -492,6 +494,62 @@ static void route(const ts__v3_config *c, const float *logit, const float *bias,
     }
 }
 
+ts_status ts__v3_run_expert(ts_model *m, int64_t L, int64_t e, const uint16_t *x, int64_t r,
+                           uint16_t *out) {
+    ts__v3 *v = m->v3;
+    ts__v3_ws *w = v->ws;
+    const ts__v3_config *c = &v->c;
+    const ts__v3_layer *ly = &v->layers[L];
+    const int64_t D = c->dim, cap = w->rows * (c->topk + 1); /* rows g / u / eo hold */
+    for (int64_t r0 = 0; r0 < r; r0 += cap) {
+        const int64_t k = ts__min64(cap, r - r0);
+        TS__RETURN_IF_ERROR(swiglu(w, ly->ew1[e], ly->ew3[e], ly->ew2[e], c->moe_inter, D, x + r0 * D, k, w->eo));
+        to_bf16(w->eo, k * D, out + r0 * D);
+    }
+    return TS_OK;
+}
+
+void ts__v3_routing(const ts_model *m, const int32_t **sel, const float **selw) {
+    *sel = m->v3->ws->sel;
+    *selw = m->v3->ws->selw;
+}
+
+/* The routed experts of layer L on this process: each expert (ids in order) runs its rows,
+ * every (row, slot) output is rounded to bf16, then each row's slots are summed as
+ * ts_ep_low_latency_combine sums them (include/tilestack/ep.h: acc = fmaf(y_k, w_k, acc) in
+ * top-k order from 0, rounded to bf16), so the expert-parallel model (model_v3_ep.c), whose
+ * combine that is, gives the same bits. */
+static ts_status routed_local(ts_model *m, int64_t L, int64_t n, uint16_t *out) {
+    ts__v3_ws *w = m->v3->ws;
+    const ts__v3_config *c = &m->v3->c;
+    const int64_t D = c->dim, E = c->n_experts, K = c->topk;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t r = 0;
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t k = 0; k < K; k++)
+                if (w->sel[b * K + k] == e) {
+                    memcpy(w->xe + r * D, w->h + b * D, (size_t)D * 2);
+                    w->erow[r++] = (int32_t)(b * K + k);
+                }
+        if (!r) continue;
+        TS__RETURN_IF_ERROR(ts__v3_run_expert(m, L, e, w->xe, r, w->xe));
+        for (int64_t i = 0; i < r; i++) memcpy(w->yk + (int64_t)w->erow[i] * D, w->xe + i * D, (size_t)D * 2);
+    }
+    for (int64_t b = 0; b < n; b++) {
+        float *acc = w->y + b * D;
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            const uint16_t *yk = w->yk + (b * K + k) * D;
+            const float wk = w->selw[b * K + k];
+            for (int64_t d = 0; d < D; d++) acc[d] = fmaf(ts__bf16_to_f32_inl(yk[d]), wk, acc[d]);
+        }
+        to_bf16(acc, D, out + b * D);
+    }
+    return TS_OK;
+}
+
+/* Routing, the routed experts (here, or over the ranks: m->ep_routed, model_v3_ep.c), then
+ * y = the routed sum (bf16) + the shared experts (f32). */
 static ts_status moe(ts_model *m, int64_t L, int64_t n) {
     ts__v3 *v = m->v3;
     ts__v3_ws *w = v->ws;
@@ -500,26 +558,10 @@ static ts_status moe(ts_model *m, int64_t L, int64_t n) {
     const int64_t D = c->dim, E = c->n_experts, K = c->topk, I = c->moe_inter;
     ts__model_gemv_f32(w->hf, n, D, ly->gate, E, D, w->gl, E);
     for (int64_t b = 0; b < n; b++) route(c, w->gl + b * E, ly->gate_bias, w->rs, w->sel + b * K, w->selw + b * K);
-    memset(w->y, 0, (size_t)(n * D) * sizeof(float));
-    /* experts in id order: each gathers its rows, runs the SwiGLU GEMMs on them, and adds its
-     * weighted output; a row's sum is therefore in expert-id order whatever the batch */
-    for (int64_t e = 0; e < E; e++) {
-        int64_t r = 0;
-        for (int64_t b = 0; b < n; b++)
-            for (int64_t k = 0; k < K; k++)
-                if (w->sel[b * K + k] == e) {
-                    memcpy(w->xe + r * D, w->h + b * D, (size_t)D * 2);
-                    w->erow[r] = (int32_t)b, w->eslot[r] = (int32_t)k;
-                    r++;
-                }
-        if (!r) continue;
-        TS__RETURN_IF_ERROR(swiglu(w, ly->ew1[e], ly->ew3[e], ly->ew2[e], I, D, w->xe, r, w->eo));
-        for (int64_t i = 0; i < r; i++) {
-            const float wt = w->selw[w->erow[i] * K + w->eslot[i]];
-            float *y = w->y + w->erow[i] * D;
-            for (int64_t d = 0; d < D; d++) y[d] += wt * w->eo[i * D + d];
-        }
-    }
+    const uint16_t *routed = w->routed;
+    if (m->ep_routed) TS__RETURN_IF_ERROR(m->ep_routed(m, L, n, w->h, &routed));
+    else TS__RETURN_IF_ERROR(routed_local(m, L, n, w->routed));
+    for (int64_t i = 0; i < n * D; i++) w->y[i] = ts__bf16_to_f32_inl(routed[i]);
     if (!c->n_shared) return TS_OK;
     TS__RETURN_IF_ERROR(swiglu(w, ly->sw1, ly->sw3, ly->sw2, I * c->n_shared, D, w->h, n, w->eo));
     for (int64_t i = 0; i < n * D; i++) w->y[i] += w->eo[i];
@@ -570,20 +612,28 @@ ts_status ts__v3_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32
     return logits ? head(m, 0, n, logits) : TS_OK;
 }
 
+int64_t ts__v3_chunk_rows(const ts_model *m) { return m->v3->ws->rows; }
+
+ts_status ts__v3_prefill_chunk(ts_model *m, int64_t seq, int64_t c0, int64_t k, int64_t n,
+                               const int32_t *tokens, float *logits, bool all_logits) {
+    ts__v3_ws *w = m->v3->ws;
+    const int64_t V = m->cfg.vocab_size, p0 = m->pos[seq];
+    for (int64_t b = 0; b < k; b++) w->rseq[b] = seq, w->pos[b] = p0 + b;
+    TS__RETURN_IF_ERROR(forward(m, k, w->rseq, w->pos, tokens + c0));
+    m->pos[seq] += k;
+    if (all_logits) return head(m, 0, k, logits + c0 * V);
+    if (logits && c0 + k == n) return head(m, k - 1, 1, logits);
+    return TS_OK;
+}
+
 ts_status ts__v3_prefill(ts_model *m, int64_t seq, int64_t n_tokens, const int32_t *tokens,
                          float *logits, bool all_logits) {
     /* chunks of the workspace's rows: each weight is read once per chunk, and the bits are
      * those of n_tokens decode steps (batch-invariant kernels, per-row arithmetic unchanged) */
-    ts__v3_ws *w = m->v3->ws;
-    const int64_t V = m->cfg.vocab_size, C = w->rows;
-    for (int64_t c0 = 0; c0 < n_tokens; c0 += C) {
-        const int64_t k = ts__min64(C, n_tokens - c0), p0 = m->pos[seq];
-        for (int64_t b = 0; b < k; b++) w->rseq[b] = seq, w->pos[b] = p0 + b;
-        TS__RETURN_IF_ERROR(forward(m, k, w->rseq, w->pos, tokens + c0));
-        m->pos[seq] += k;
-        if (all_logits) TS__RETURN_IF_ERROR(head(m, 0, k, logits + c0 * V));
-        else if (logits && c0 + k == n_tokens) TS__RETURN_IF_ERROR(head(m, k - 1, 1, logits));
-    }
+    const int64_t C = ts__v3_chunk_rows(m);
+    for (int64_t c0 = 0; c0 < n_tokens; c0 += C)
+        TS__RETURN_IF_ERROR(ts__v3_prefill_chunk(m, seq, c0, ts__min64(C, n_tokens - c0), n_tokens,
+                                                 tokens, logits, all_logits));
     return TS_OK;
 }
 
@@ -599,6 +649,21 @@ void ts__v3_reset(ts_model *m, int64_t seq) {
                    (size_t)(v->c.max_seq * v->c.index_dim) * sizeof(float));
     }
     m->pos[seq] = 0;
+}
+
+ts_status ts__v3_prefill_random(ts_model *m, int64_t seq, int64_t context_len, uint64_t *state) {
+    ts__v3 *v = m->v3;
+    const int64_t ID = v->c.index_dim, P = v->c.max_seq;
+    ts__v3_reset(m, seq);
+    for (int64_t L = 0; L < v->c.n_layers; L++) {
+        uint16_t *row = v->layers[L].cache + seq * v->blocks * PAGE * LAT;
+        for (int64_t i = 0; i < context_len * LAT; i++) row[i] = ts__f32_to_bf16_inl(ts__model_rand_unit(state));
+        if (!v->layers[L].ix_cache) continue;
+        float *k = v->layers[L].ix_cache + seq * P * ID;
+        for (int64_t i = 0; i < context_len * ID; i++) k[i] = ts__model_rand_unit(state);
+    }
+    m->pos[seq] = context_len;
+    return TS_OK;
 }
 
 /* ---- create / free */
@@ -626,8 +691,8 @@ void ts__v3_layer_cache_bytes(const ts__v3_config *c, int64_t B, size_t *kv, siz
     F_(lse, float, B * H) F_(h, uint16_t, B * D) F_(qa, uint16_t, B * Kq)                          \
     F_(qb, uint16_t, B * H * QK) F_(qfull, uint16_t, B * H * LAT) F_(ao, uint16_t, B * H * KL)     \
     F_(ovb, uint16_t, B * H * c->v_head) F_(act, uint16_t, R * I + B * I)                          \
-    F_(xe, uint16_t, (R + B) * D) F_(sel, int32_t, R) F_(erow, int32_t, R + B)                     \
-    F_(eslot, int32_t, R + B) F_(bt, int32_t, B * NB) F_(sl, int32_t, B)                           \
+    F_(xe, uint16_t, (R + B) * D) F_(yk, uint16_t, R * D) F_(routed, uint16_t, B * D)            \
+    F_(sel, int32_t, R) F_(erow, int32_t, R + B) F_(bt, int32_t, B * NB) F_(sl, int32_t, B)       \
     F_(rs, double, 2 * c->n_experts) F_(pos, int64_t, B) F_(rseq, int64_t, B)
 #define WS32_FIELDS(F_)                                                                            \
     F_(iq, float, B * c->index_heads * c->index_dim) F_(ik, float, B * c->index_dim)              \
@@ -667,8 +732,8 @@ static ts_status ws_alloc(ts__v3 *v, int64_t B) {
 static void ws_free(ts__v3_ws *w) {
     if (!w) return;
     void *p[] = {w->x, w->hf, w->t, w->q, w->kv, w->qlat, w->ov, w->y, w->g, w->u, w->eo, w->gl, w->selw,
-                 w->lse, w->h, w->qa, w->qb, w->qfull, w->ao, w->ovb, w->act, w->xe, w->sel, w->erow,
-                 w->eslot, w->bt, w->sl, w->rs, w->pos, w->rseq, w->iq, w->ik, w->iw, w->mlg, w->isc,
+                 w->lse, w->h, w->qa, w->qb, w->qfull, w->ao, w->ovb, w->act, w->xe, w->yk, w->routed, w->sel, w->erow,
+                 w->bt, w->sl, w->rs, w->pos, w->rseq, w->iq, w->ik, w->iw, w->mlg, w->isc,
                  w->isel, w->ilen};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) ts__aligned_free(p[i]);
     free(w);

@@ -109,14 +109,6 @@ void ts__model_v32_cache_free(ts_model *m) {
     }
 }
 
-static float rnd(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((int64_t)(z >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
-}
-
 /* Latent row (bf16 [576]) into the 656-byte cache at `slot` (tokens contiguous in a block). */
 ts_status ts__model_v32_kv_store(uint8_t *cache, int64_t slot, const uint16_t *row) {
     int64_t shb[4] = {1, 1, 1, TS__V32_DQK}, shq[4] = {1, 1, 1, TS__V32_ROW};
@@ -140,11 +132,11 @@ ts_status ts__model_v32_prefill_random(ts_model *m, int64_t seq, int64_t Lc, uin
         ts__layer_cache *lc = &m->caches[L];
         for (int64_t t = 0; t < Lc; t++) {
             uint16_t row[TS__V32_DQK];
-            for (int i = 0; i < TS__V32_DQK; i++) row[i] = ts__f32_to_bf16_inl(rnd(s));
+            for (int i = 0; i < TS__V32_DQK; i++) row[i] = ts__f32_to_bf16_inl(ts__model_rand_unit(s));
             TS__RETURN_IF_ERROR(ts__model_v32_kv_store(lc->kv32, base + t, row));
             float x[128], ks;
             uint8_t k8[128];
-            for (int i = 0; i < 128; i++) x[i] = rnd(s);
+            for (int i = 0; i < 128; i++) x[i] = ts__model_rand_unit(s);
             ts_tensor xt = ts_tensor_2d(x, TS_F32, 1, 128);
             ts_tensor qt = ts_tensor_2d(k8, TS_E4M3, 1, 128);
             ts_tensor st = ts_tensor_2d(&ks, TS_F32, 1, 1);
