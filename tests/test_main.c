@@ -32,29 +32,6 @@ int ts_test_isas(int out[]) {
     return n;
 }
 
-void *ts_test_read_golden(ts_test_ctx *t, const char *name, size_t *size) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", TS_GOLDEN_DIR, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ts_test_fail(t, __FILE__, __LINE__, "golden file missing: %s", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        ts_test_fail(t, __FILE__, __LINE__, "cannot read golden file %s", path);
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);

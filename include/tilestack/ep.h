@@ -74,7 +74,7 @@ TS_API ts_status ts_ep_get_buffer_size_hint(int32_t num_ranks, int64_t num_max_t
  * multiple of 128): with low_latency_mode the low-latency area (num_nvl_bytes may then be 0);
  * in normal mode the private staging of the messages between nodes (unused with one node;
  * 0 = num_nvl_bytes; see ts_ep_get_internode_buffer_size_hint). Nodes: opts->ranks_per_node.
- * Low-latency mode across nodes is TS_ERR_UNSUPPORTED. Segments (shared inside a node only)
+ * Low-latency calls across nodes travel as MPI messages (docs/ep.md). Segments (shared inside a node only)
  * are created owner-only (0600) and unlinked as soon as every peer has mapped them, so
  * nothing stays in /dev/shm even if a rank is killed later. */
 TS_API ts_status ts_ep_buffer_create(MPI_Comm comm, int64_t num_nvl_bytes, int64_t num_rdma_bytes,

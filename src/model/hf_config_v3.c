@@ -392,3 +392,22 @@ ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts
     *cfg = c;
     return TS_OK;
 }
+
+uint64_t ts__v3_config_hash(const ts__v3_config *c) {
+    /* the fields one by one (never the struct's padding); %a keeps every double's bits */
+    char b[1024];
+    const int n = snprintf(
+        b, sizeof b,
+        "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+        "%a %a %a %d %d %d %d %a %a %a %lld %lld %lld %a %a %lld %lld %d %d %lld %lld %lld",
+        (long long)c->vocab, (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
+        (long long)c->q_lora, (long long)c->kv_lora, (long long)c->nope, (long long)c->rope,
+        (long long)c->v_head, (long long)c->inter, (long long)c->moe_inter, (long long)c->n_experts,
+        (long long)c->topk, (long long)c->n_shared, (long long)c->n_group, (long long)c->topk_group,
+        (long long)c->first_dense, c->route_scale, c->eps, c->rope_theta, c->norm_topk, c->tied,
+        c->interleave, c->yarn, c->factor, c->mscale, c->mscale_all_dim, (long long)c->orig_max,
+        (long long)c->beta_fast, (long long)c->beta_slow, c->attn_factor, c->softmax_scale,
+        (long long)c->max_pos, (long long)c->max_seq, c->quantized, c->v32,
+        (long long)c->index_heads, (long long)c->index_dim, (long long)c->index_topk);
+    return ts__model_fnv1a64(b, n > 0 ? (size_t)n : 0);
+}

@@ -199,9 +199,10 @@ static ts_status resolve_dir(ts__hf_dir *d, const char *dir, const char *fn, res
  * and f32 copies hold the values now; the mapping stays valid, a touch would re-read the
  * file); keep: the packed sources stay, as ts_model_load_dir_keep promises. Returns the bytes
  * of the packed sources given back (ts__v3_hold_of's `released`). */
-static size_t drop_sources(const resolved *r, bool keep) {
+static size_t drop_sources(const resolved *r, bool keep, const void *const *data) {
     size_t n = 0;
     for (int64_t i = 0; i < r->nt; i++) {
+        if (!data[i]) continue; /* another rank's expert: never read */
         const ts__v3_hold h = ts__v3_hold_of(&r->c, &r->tl[i], r->src[i]->dtype);
         if (h.how == V3_HOW_VIEW || (keep && h.released)) continue;
         ts__model_drop_pages(r->src[i]->data, (size_t)(r->src[i]->end - r->src[i]->begin));
@@ -211,7 +212,13 @@ static size_t drop_sources(const resolved *r, bool keep) {
     return n;
 }
 
-static ts_status load(ts__hf_dir *d, const char *dir, int64_t max_batch, bool keep, ts_model **out) {
+/* Experts [lo, hi) only: the others' data are neither read nor bound (an EP rank's share). */
+static bool mine(const ts__v3_tensor *t, int64_t lo, int64_t hi) {
+    return t->expert < 0 || (t->expert >= lo && t->expert < hi);
+}
+
+static ts_status load(ts__hf_dir *d, const char *dir, int64_t max_batch, bool keep, int64_t lo,
+                      int64_t hi, ts_model **out) {
     resolved r;
     TS__RETURN_IF_ERROR(resolve_dir(d, dir, "ts_model_load_dir", &r));
     const int64_t nt = r.nt;
@@ -221,6 +228,7 @@ static ts_status load(ts__hf_dir *d, const char *dir, int64_t max_batch, bool ke
     ts_status st = data && dt && scales ? TS_OK : ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model_load_dir: %s", dir);
     /* pass 2: every value valid, before any is used */
     for (int64_t i = 0; st == TS_OK && i < nt; i++) {
+        if (!mine(&r.tl[i], lo, hi)) continue;
         st = check_values(d, r.src[i], r.shard[i], false);
         if (st == TS_OK && r.sc[i]) {
             st = check_values(d, r.sc[i], r.sc_shard[i], true);
@@ -234,12 +242,13 @@ static ts_status load(ts__hf_dir *d, const char *dir, int64_t max_batch, bool ke
         /* the bytes as ts_model_plan_dir counts them (the same rule, ts__v3_hold_of) */
         ts_model *m = *out;
         for (int64_t i = 0; i < nt; i++) {
+            if (!data[i]) continue;
             const ts__v3_hold h = ts__v3_hold_of(&r.c, &r.tl[i], dt[i]);
             m->load_stats.mapped += h.mapped;
             m->load_stats.converted += h.converted;
             m->load_stats.packed += h.packed;
         }
-        m->load_stats.released = drop_sources(&r, keep);
+        m->load_stats.released = drop_sources(&r, keep, data);
     }
     free(scales);
     free(dt);
@@ -278,11 +287,16 @@ bool ts__v3_dir_is_v3(const char *dir) {
 }
 
 ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, bool keep, ts_model **out) {
+    return ts__v3_load_dir_experts(dir, max_batch, keep, 0, INT64_MAX, "", out);
+}
+
+ts_status ts__v3_load_dir_experts(const char *dir, int64_t max_batch, bool keep, int64_t lo,
+                                  int64_t hi, const char *who, ts_model **out) {
     *out = NULL;
     ts__hf_dir *d = NULL;
     TS__RETURN_IF_ERROR(ts__hf_open(dir, &d));
     ts_model *m = NULL;
-    const ts_status st = load(d, dir, max_batch, keep, &m);
+    const ts_status st = load(d, dir, max_batch, keep, lo, hi, &m);
     if (st != TS_OK) {
         ts__hf_close(d);
         return st;
@@ -291,9 +305,9 @@ ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, bool keep, ts_mode
     size_t mapped = 0;
     for (size_t s = 0; s < d->n_shards; s++) mapped += d->shards[s]->map_len;
     m->v3->mapped = mapped;
-    fprintf(stderr, "tilestack: %s (%s, %s): %.1f MB mapped from the safetensors, "
+    fprintf(stderr, "tilestack: %s%s (%s, %s): %.1f MB mapped from the safetensors, "
             "%.1f MB converted to f32, %.1f MB packed for the kernels, %.1f MB of the file's "
-            "pages given back after packing\n", dir,
+            "pages given back after packing\n", who, dir,
             m->v3->c.v32 ? "DeepseekV32ForCausalLM" : "DeepseekV3ForCausalLM", m->v3->c.quantized ? "FP8 dequantised to bf16 at load" : "BF16", mapped / 1e6,
             m->v3->converted / 1e6, m->v3->packed / 1e6, m->load_stats.released / 1e6);
     *out = m;

@@ -40,6 +40,8 @@ ts_status ts__v3_parse_config(const char *text, size_t len, const char *path, ts
 /* True when config.json names DeepseekV3ForCausalLM / deepseek_v3 or DeepseekV32ForCausalLM /
  * deepseek_v32 (the loader's dispatch). */
 bool ts__v3_is_v3_config(const char *text, size_t len);
+/* fnv1a64 over every field of cfg (the EP ranks' agreement on the config). */
+uint64_t ts__v3_config_hash(const ts__v3_config *cfg);
 
 /* One tensor of a V3 checkpoint (hf_names_v3.c), in the checkpoint's order. */
 typedef enum ts__v3_role {
@@ -127,7 +129,8 @@ typedef struct ts__v3 {
  * TS_F32, or TS_E4M3 with scales[i] f32 [ceil(rows/128), ceil(cols/128)]; every value valid:
  * the loader checked). Linear weights are packed for the bf16 GEMMs (F32 rounded to bf16;
  * e4m3 dequantised, code x scale in f32, then rounded to bf16), norms / gate / bias kept in
- * f32; the embedding is used in place when BF16. Allocates caches and the workspace. On
+ * f32; the embedding is used in place when BF16. A routed expert's tensor with NULL data is
+ * another rank's (not bound). Allocates caches and the workspace. On
  * failure *out is NULL. */
 ts_status ts__v3_model_create(const ts__v3_config *c, const ts__v3_tensor *tensors, int64_t nt,
                               const void *const *data, const ts_dtype *dtypes,
@@ -163,6 +166,10 @@ ts_status ts__v3_prefill_random(ts_model *m, int64_t seq, int64_t context_len, u
 /* hf_load_v3.c: ts_model_load_dir (keep: ts_model_load_dir_keep, the packed sources' pages
  * stay) for a V3 directory (the dispatch in hf_load_v4.c). */
 ts_status ts__v3_load_dir(const char *dir, int64_t max_batch, bool keep, ts_model **out);
+/* The same holding only routed experts [lo, hi) (an EP rank's share; the others' data are not
+ * read: NULL in ts__v3_model_create's data); who prefixes the load's line on stderr. */
+ts_status ts__v3_load_dir_experts(const char *dir, int64_t max_batch, bool keep, int64_t lo,
+                                  int64_t hi, const char *who, ts_model **out);
 /* ts_model_plan_dir's pass over a V3 directory: opened and checked as ts_model_load_dir does
  * (config.json, index, headers, pass 1; no tensor data read), then fn for every tensor with
  * how the load holds it. cfg: the loader's config (max_seq as it would size the caches). */

@@ -82,6 +82,7 @@ ts_status ts_model_create(const ts_model_config *cfg, int64_t max_batch, ts_mode
 void ts_model_free(ts_model *m) {
     if (!m) return;
     if (m->v3) {
+        if (m->ep_free) m->ep_free(m); /* collective: the EP buffer */
         ts__v3_free(m);
         return;
     }

@@ -4,6 +4,7 @@
 #include "model_ep_internal.h"
 #include "ep/ep_coll.h"
 #include "ep/mega_moe_internal.h"
+#include "hf_v3.h"
 #include "hf_v4.h"
 
 #include <math.h>
@@ -124,6 +125,8 @@ static void ep_free(ts_model *m) {
     struct ts__model_ep *ep = m->ep;
     if (!ep) return;
     ts_mega_moe_buffer_destroy(ep->buf); /* collective */
+    ts_ep_buffer_destroy(ep->ll);        /* collective */
+    ts__aligned_free(ep->recv_x);
     for (int64_t L = 0; L < TS_MODEL_MAX_LAYERS; L++) ts_mega_moe_weights_destroy(ep->w[L]);
     ts__aligned_free(ep->routed);
     free(ep->recv);
@@ -242,11 +245,12 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const ts_
     MPI_Comm_size(comm, &R);
     MPI_Comm_rank(comm, &rank);
     int64_t T = 0;
-    if (st == TS_OK) st = ts__model_create_from_records(m);
+    const bool v3 = m && m->v3; /* a V3 model is bound already; its experts need no Mega MoE */
+    if (st == TS_OK && !v3) st = ts__model_create_from_records(m);
     if (st == TS_OK && !m->ep) st = ep_init(m, R, rank, opts, timeout, fn);
     struct ts__model_ep *ep = m ? m->ep : NULL;
     /* a checkpoint load made some (or all) layers' weights as it read them (ep_layer_loaded) */
-    for (int64_t L = 0; st == TS_OK && L < m->cfg.n_layers; L++)
+    for (int64_t L = 0; st == TS_OK && !v3 && L < m->cfg.n_layers; L++)
         if (!ep->w[L]) st = make_weights(m, L);
     ts__ep_hello h = *h0;
     ts__model_ep_set_verdict(&h, st);
@@ -261,17 +265,20 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const ts_
             ep->comm = MPI_COMM_NULL; /* MPI may still complete the dup: not ours to free */
         }
     }
-    if (st == TS_OK) {
+    /* T rows per rank: the largest max_batch, and at least a prefill chunk (every rank's
+     * rows_cap) */
+    T = ts__max64(T, TS__PREFILL_ROWS);
+    if (st == TS_OK && v3) {
+        ep->T = T;
+        st = ts__v3_ep_buffer(m, opts);
+    } else if (st == TS_OK) {
         ts_mega_moe_buffer_options bo = {timeout, opts ? opts->ranks_per_node : 0};
-        /* T rows per rank: the largest max_batch, and at least a prefill chunk (every rank's
-         * rows_cap) */
-        T = ts__max64(T, TS__PREFILL_ROWS);
         st = ts_get_symm_buffer_for_mega_moe(ep->comm, ep->E, T, (int32_t)ep->K, ep->H, ep->I,
                                              "fp8xfp4", "swiglu", &bo, &ep->buf);
+        if (st == TS_OK) st = ts_mega_moe_get_views(ep->buf, &ep->views);
     }
-    if (st == TS_OK) st = ts_mega_moe_get_views(ep->buf, &ep->views);
     if (st != TS_OK) {
-        if (m && m->ep && !m->ep->buf) { /* no collective teardown needed */
+        if (m && m->ep && !m->ep->buf && !m->ep->ll) { /* no collective teardown needed */
             m->ep_free = NULL;
             ep_free(m);
         }
@@ -279,11 +286,15 @@ static ts_status finish_ep(ts_model **pm, MPI_Comm comm, ts_status st, const ts_
         *pm = NULL;
         return st;
     }
+    m->ep_decode = ts__model_ep_decode;
+    m->ep_prefill = ts__model_ep_prefill;
+    if (v3) {
+        m->ep_routed = ts__v3_ep_routed;
+        return TS_OK;
+    }
     ep->T = ep->views.num_max_tokens_per_rank;
     if (ep->views.num_nodes > 1) ep->unfused = true; /* known alike on every rank */
     m->ep_routed = ts__model_ep_routed;
-    m->ep_decode = ts__model_ep_decode;
-    m->ep_prefill = ts__model_ep_prefill;
     return TS_OK;
 }
 
@@ -430,6 +441,46 @@ static size_t ep_packed_bytes(const ts_model *m) {
     return n;
 }
 
+static ts_status no_tensor(void *ctx, const ts__v3_config *c, const ts__v3_tensor *t,
+                           const ts__v3_hold *h) {
+    (void)ctx, (void)c, (void)t, (void)h;
+    return TS_OK;
+}
+
+/* ts_model_load_dir_ep of a V3 / V3.2 directory (model_ep_v3.c runs its experts): config.json
+ * and every header checked first (ts__v3_plan reads no tensor data), the ranks agree on the
+ * config, then each binds the shared part and its experts. st: the caller's argument checks. */
+static ts_status load_dir_v3(const char *dir, MPI_Comm comm, int64_t max_batch,
+                             const ts_model_ep_options *opts, double timeout, ts_status st,
+                             ts_model **out) {
+    static const char fn[] = "ts_model_load_dir_ep";
+    int R = 0, rank = 0;
+    MPI_Comm_size(comm, &R);
+    MPI_Comm_rank(comm, &rank);
+    ts__v3_config c;
+    memset(&c, 0, sizeof c);
+    if (st == TS_OK) st = ts__v3_plan(dir, no_tensor, NULL, &c);
+    ts__ep_hello h;
+    memset(&h, 0, sizeof h);
+    h.n = max_batch;
+    h.unfused = opts && opts->unfused;
+    if (st == TS_OK) h.cfg_hash = ts__v3_config_hash(&c);
+    ts__model_ep_set_verdict(&h, st);
+    TS__RETURN_IF_ERROR(ts__model_ep_agree(comm, &h, NULL, TAG_HELLO, create_timeout(timeout), fn, true));
+    if (c.n_experts % R != 0) /* the configs are equal: alike on every rank */
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: n_routed_experts = %lld is not divisible by "
+                        "the %d ranks of comm", fn, (long long)c.n_experts, R);
+    const int64_t El = c.n_experts / R, lo = rank * El;
+    char who[96];
+    snprintf(who, sizeof who, "rank %d of %d, experts %lld..%lld: ", rank, R, (long long)lo,
+             (long long)(lo + El - 1));
+    ts_model *m = NULL;
+    st = ts__v3_load_dir_experts(dir, max_batch, false, lo, lo + El, who, &m);
+    st = finish_ep(&m, comm, st, &h, opts, timeout, fn);
+    if (st == TS_OK) *out = m;
+    return st;
+}
+
 ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch,
                                const ts_model_ep_options *opts, ts_model **out) {
     static const char fn[] = "ts_model_load_dir_ep";
@@ -440,6 +491,8 @@ ts_status ts_model_load_dir_ep(const char *dir, MPI_Comm comm, int64_t max_batch
     int R = 0, rank = 0;
     MPI_Comm_size(comm, &R);
     MPI_Comm_rank(comm, &rank);
+    if (st == TS_OK && ts__v3_dir_is_v3(dir))
+        return load_dir_v3(dir, comm, max_batch, opts, timeout, st, out);
     /* config.json and the headers only: the ranks agree on the config (and on every rank
      * having opened its directory) before any rank binds a tensor */
     ts__hf_v4_loader *l = NULL;

@@ -1,8 +1,10 @@
 /* The expert-parallel step (model_ep.h): the ranks agree on the step's arguments, then the
  * decode runs as on one process except that each MoE layer's routed experts go through one
- * collective Mega MoE call (fused, or the unfused EP pipeline). A rank with no sequences still
+ * collective Mega MoE call (fused, or the unfused EP pipeline; V3: model_ep_v3.c's
+ * low-latency dispatch and combine). A rank with no sequences still
  * takes part in every layer's call with zero tokens. */
 #include "model_ep_internal.h"
+#include "hf_v3.h"
 
 #include "tilestack/quant.h"
 
@@ -63,34 +65,46 @@ ts_status ts__model_ep_routed(ts_model *m, int64_t L, int64_t n, const uint16_t 
     return TS_OK;
 }
 
-/* A pass with no rows of this rank: its part in every layer's Mega MoE call. */
+/* A pass with no rows of this rank: its part in every MoE layer's collective call (V4: every
+ * layer; V3: those after the dense ones). */
 static ts_status idle_pass(ts_model *m) {
-    for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+    for (int64_t L = m->v3 ? m->v3->c.first_dense : 0; L < m->cfg.n_layers; L++) {
         const uint16_t *r = NULL;
-        TS__RETURN_IF_ERROR(ts__model_ep_routed(m, L, 0, NULL, &r));
+        TS__RETURN_IF_ERROR(m->ep_routed(m, L, 0, NULL, &r));
     }
     return TS_OK;
 }
 
-ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
-                              const int32_t *tokens, float *logits) {
+/* The step's agreement on every rank's verdict, before any cache changes. V4: a zero-token
+ * Mega MoE call in which a rank with bad arguments publishes a rejection (a y of more rows
+ * than the buffer holds); V3: the verdicts exchanged point to point. Either way a missing
+ * rank is named (TS_ERR_TIMEOUT), a failing one gets its own error and the others
+ * TS_ERR_PEER naming it. */
+static ts_status step_vote(ts_model *m, ts_status mine) {
     struct ts__model_ep *ep = m->ep;
-    /* The agreement: a zero-token Mega MoE call in which a rank with bad arguments publishes
-     * a rejection (a y of more rows than the buffer holds), so every rank learns it, and a
-     * missing rank is named, before any cache changes. */
-    const ts_status mine = ts__model_check_step(m, n, seqs, tokens);
+    if (m->v3) {
+        ts__ep_hello h;
+        memset(&h, 0, sizeof h);
+        ts__model_ep_set_verdict(&h, mine);
+        return ts__model_ep_agree(ep->comm, &h, NULL, TS__EP_TAG_STEP, ep->timeout_s,
+                                  "ts_model_decode", false);
+    }
     char msg[512] = "";
     if (mine != TS_OK) snprintf(msg, sizeof msg, "%s", ts_last_error());
     ts_tensor y = ts_tensor_2d(ep->routed, TS_BF16, mine == TS_OK ? 0 : ep->T + 1, ep->H);
     const ts_status vote = mega_call(m, 0, &y, NULL);
     if (mine != TS_OK) return ts__fail(mine, "%s", msg);
-    if (vote != TS_OK) return vote;
+    return vote;
+}
+
+ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
+                              const int32_t *tokens, float *logits) {
+    struct ts__model_ep *ep = m->ep;
+    TS__RETURN_IF_ERROR(step_vote(m, ts__model_check_step(m, n, seqs, tokens)));
     ts_status st = TS_OK;
-    if (n == 0) {
-        st = idle_pass(m);
-    } else {
-        st = ts__model_decode_local(m, n, seqs, tokens, logits);
-    }
+    if (n == 0) st = idle_pass(m);
+    else if (m->v3) st = ts__v3_decode(m, n, seqs, tokens, logits);
+    else st = ts__model_decode_local(m, n, seqs, tokens, logits);
     if (st == TS_OK) ep->steps++;
     return st;
 }
@@ -103,14 +117,14 @@ ts_status ts__model_ep_decode(ts_model *m, int64_t n, const int64_t *seqs,
 ts_status ts__model_ep_prefill(ts_model *m, int64_t seq, int64_t n, const int32_t *tokens,
                                float *logits, bool all, const char *fn) {
     struct ts__model_ep *ep = m->ep;
-    const int64_t C = ts__min64(ts__model_prefill_chunk_rows(m), ep->rows_cap);
+    const int64_t C = m->v3 ? ts__v3_chunk_rows(m) : ts__min64(ts__model_prefill_chunk_rows(m), ep->rows_cap);
     ts_status mine = TS_OK;
     if (n < 0)
         mine = ts__fail(TS_ERR_INVALID_ARGUMENT, "%s: n_tokens = %lld must be >= 0 on an "
                         "expert-parallel model (0: take part without a prompt)", fn, (long long)n);
     else if (n > 0)
         mine = ts__model_prefill_check(fn, m, seq, n, tokens, logits, all);
-    if (mine == TS_OK) mine = ts__model_ws_reserve(m, C);
+    if (mine == TS_OK && !m->v3) mine = ts__model_ws_reserve(m, C);
     ts__ep_hello me;
     memset(&me, 0, sizeof me);
     ts__model_ep_set_verdict(&me, mine);
@@ -121,7 +135,9 @@ ts_status ts__model_ep_prefill(ts_model *m, int64_t seq, int64_t n, const int32_
     for (int64_t c = 0; st == TS_OK && c < chunks; c++) {
         const int64_t c0 = c * C;
         if (c0 < n) {
-            st = ts__model_prefill_chunk(m, seq, c0, ts__min64(C, n - c0), n, tokens, logits, all);
+            const int64_t k = ts__min64(C, n - c0);
+            st = m->v3 ? ts__v3_prefill_chunk(m, seq, c0, k, n, tokens, logits, all)
+                       : ts__model_prefill_chunk(m, seq, c0, k, n, tokens, logits, all);
             continue;
         }
         st = idle_pass(m);

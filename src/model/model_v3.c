@@ -168,6 +168,7 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
     const int64_t H = c->n_heads, E = c->n_experts, KL = c->kv_lora, NV = c->nope + c->v_head;
     size_t nf = 0, copy = 0; /* f32 values; bytes of the bf16 embedding copy */
     for (int64_t i = 0; i < nt; i++) {
+        if (!data[i]) continue; /* another rank's expert */
         const ts__v3_hold h = ts__v3_hold_of(c, &tl[i], dt[i]);
         if (h.how == V3_HOW_F32) nf += h.converted / sizeof(float);
         else copy += h.converted;
@@ -189,6 +190,7 @@ static ts_status bind(ts__v3 *v, const ts__v3_tensor *tl, int64_t nt, const void
     size_t *pk = &v->packed;
     for (int64_t i = 0; i < nt; i++) {
         const ts__v3_tensor *t = &tl[i];
+        if (!data[i]) continue;
         ts__v3_layer *ly = t->layer >= 0 ? &v->layers[t->layer] : NULL;
         const int64_t r = t->shape[0], k = t->ndim == 2 ? t->shape[1] : 1;
         const wsrc whole = {data[i], dt[i], k, scales[i], ts__ceil_div(k, 128), 0};
@@ -517,7 +519,7 @@ void ts__v3_routing(const ts_model *m, const int32_t **sel, const float **selw) 
 /* The routed experts of layer L on this process: each expert (ids in order) runs its rows,
  * every (row, slot) output is rounded to bf16, then each row's slots are summed as
  * ts_ep_low_latency_combine sums them (include/tilestack/ep.h: acc = fmaf(y_k, w_k, acc) in
- * top-k order from 0, rounded to bf16), so the expert-parallel model (model_v3_ep.c), whose
+ * top-k order from 0, rounded to bf16), so the expert-parallel model (model_ep_v3.c), whose
  * combine that is, gives the same bits. */
 static ts_status routed_local(ts_model *m, int64_t L, int64_t n, uint16_t *out) {
     ts__v3_ws *w = m->v3->ws;
@@ -548,7 +550,7 @@ static ts_status routed_local(ts_model *m, int64_t L, int64_t n, uint16_t *out) 
     return TS_OK;
 }
 
-/* Routing, the routed experts (here, or over the ranks: m->ep_routed, model_v3_ep.c), then
+/* Routing, the routed experts (here, or over the ranks: m->ep_routed, model_ep_v3.c), then
  * y = the routed sum (bf16) + the shared experts (f32). */
 static ts_status moe(ts_model *m, int64_t L, int64_t n) {
     ts__v3 *v = m->v3;
