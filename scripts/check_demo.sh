@@ -148,6 +148,18 @@ if "$bin" export-hf --model dsv4-tiny --out "$tmp/ckpt" >/dev/null 2>&1; then
 else
   fail=$((fail + 1)); echo "FAIL tilestack export-hf --model dsv4-tiny"
 fi
+# a DeepSeek-V3.2 checkpoint (tests/gen/gen_hf_v3.py's tiny one, written by tilestack_tests),
+# in-process and, with an MPI build, over 2 expert-parallel ranks
+if "$(dirname "$bin")/tilestack_tests" --write-hf-v3 hf_v32_tiny.bin "$tmp/ck32" >/dev/null 2>&1; then
+  expect "--model DIR (V3.2)" 0 "DeepSeek-V3 MoE decode" -- --model "$tmp/ck32" --context 32 \
+    --steps 3 --warmup 1 --batch 2
+  if command -v mpirun >/dev/null 2>&1 && [ -x "$(dirname "$bin")/tilestack_ep_tests" ]; then
+    expect "--model DIR (V3.2) with --ranks 2" 0 "rank 1 of 2, experts 8..15" -- --model "$tmp/ck32" \
+      --ranks 2 --context 32 --steps 3 --warmup 1 --batch 2
+  fi
+else
+  fail=$((fail + 1)); echo "FAIL tilestack_tests --write-hf-v3 hf_v32_tiny.bin"
+fi
 if command -v mpirun >/dev/null 2>&1 && "$bin" demo --help >/dev/null 2>&1; then
   # E = 64 is not divisible by 3 ranks: refused before any rank starts (or by the EP model)
   timeout 120 "$bin" demo --ranks 3 --quick >"$tmp/out" 2>&1

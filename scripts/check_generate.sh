@@ -263,6 +263,28 @@ if run "export-hf dsv4-tiny" export-hf --model dsv4-tiny --out "$ck"; then
   expect "--model DIR: eos_token_id outside the vocabulary" 1 "eos_token_id" -- generate --model "$ck" --prompt x
 fi
 
+# ---- a DeepSeek-V3 / V3.2 checkpoint (the tiny ones of tests/gen/gen_hf_v3.py, written by
+# tilestack_tests --write-hf-v3): --ranks 2 gives --ranks 1's greedy and seeded ids ----
+tests_bin="$(dirname "$bin")/tilestack_tests"
+for g in hf_v3_tiny hf_v32_tiny; do
+  ck3="$tmp/$g"
+  if ! [ -x "$tests_bin" ] || ! "$tests_bin" --write-hf-v3 "$g.bin" "$ck3" >/dev/null; then
+    bad "writing the $g checkpoint"; continue
+  fi
+  cp "$tok" "$ck3/tokenizer.json"
+  if ! command -v mpirun >/dev/null 2>&1 || ! [ -x "$(dirname "$bin")/tilestack_ep_tests" ] || ! $have_py; then
+    run "generate --model DIR ($g)" generate --model "$ck3" "${greedy[@]}" && ok "generate --model DIR ($g)"; continue
+  fi
+  for r in 1 2; do
+    run "generate --ranks $r ($g) greedy" generate --model "$ck3" "${greedy[@]}" --ranks $r && cp "$tmp/out" "$tmp/v3g$r"
+    run "generate --ranks $r ($g) sampled" generate --model "$ck3" --prompt "the checkpoint" -n 16 \
+      --temperature 0.8 --top-p 0.9 --seed 5 --json --ranks $r && cp "$tmp/out" "$tmp/v3s$r"
+  done
+  if same_reply "$tmp/v3g1" "$tmp/v3g2" && same_reply "$tmp/v3s1" "$tmp/v3s2"; then
+    ok "generate --ranks 2 ($g): the same greedy and seeded replies as --ranks 1"
+  else bad "generate --ranks 2 and --ranks 1 differ on $g"; fi
+done
+
 # ---- bad input ----
 expect "unknown option" 2 "'--frobnicate'" -- generate "${tiny[@]}" --prompt x --frobnicate
 expect "--temperature -1" 2 "--temperature" -- generate "${tiny[@]}" --prompt x --temperature -1

@@ -8,6 +8,7 @@
 
 #define TS_MAX_TESTS 4096
 #include "ts_test_registry.h"
+#include "test_hf_v3_ckpt.h"
 
 void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, ...) {
     va_list ap;
@@ -32,7 +33,20 @@ int ts_test_isas(int out[]) {
     return n;
 }
 
+/* --write-hf-v3 GOLDEN DIR: the tiny V3 / V3.2 checkpoint a golden file describes, for the
+ * command-line checks (scripts/check_generate.sh, check_demo.sh). */
+static int write_hf_v3(const char *file, const char *dir) {
+    ts_test_ctx ctx = {"write-hf-v3", 0};
+    golden g;
+    uint8_t *buf = NULL;
+    if (!tv3_load_golden(&ctx, file, &g, &buf)) return 1;
+    const bool ok = tv3_write_ckpt(&g, dir, NULL, NULL);
+    tv3_free_golden(&g, buf);
+    return ok && !ctx.failures ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--write-hf-v3")) return write_hf_v3(argv[2], argv[3]);
     const char *filter = argc > 1 ? argv[1] : NULL;
     qsort(g_tests, (size_t)g_ntests, sizeof g_tests[0], cmp_entry);
     int passed = 0, failed = 0;

@@ -4,7 +4,7 @@
  * weights themselves), the f32 copies, the cache and workspace bytes it allocates, the file
  * pages it gives back (checked against the checkpoint's own header: everything but the
  * embedding and the tensors converted to f32); the expert split adds up over R = 1, 2, 4, 8
- * (ep_model false: V3 has no expert-parallel model); a bad checkpoint is refused with the
+ * (ep_model true: ts_model_load_dir_ep runs V3); a bad checkpoint is refused with the
  * loader's message. */
 #include "ts_test.h"
 #include "test_model_common.h"
@@ -52,7 +52,7 @@ static void plan_vs_load(ts_test_ctx *ts_t_, const char *dir, int64_t B, bool v3
     const ts__v3 *v = m->v3;
     const ts_model_plan_rank *r = &p.r[0];
     TS_CHECK_MSG(!strcmp(p.model_type, v32 ? "deepseek_v32" : "deepseek_v3"), "model_type %s", p.model_type);
-    TS_CHECK(!p.ep_model);
+    TS_CHECK(p.ep_model);
     TS_CHECK_EQ_INT(p.n, 1);
     TS_CHECK_EQ_INT(r->experts, v->c.n_experts);
     TS_CHECK_EQ_INT(p.context, v->c.max_seq);

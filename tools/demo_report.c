@@ -5,8 +5,15 @@
 
 #include <string.h>
 
-static const char *moe_path(const ts__demo_opts *o, int ranks) {
+/* A DeepSeek-V3 / V3.2 checkpoint (src/model/model_v3.c: its generic config carries that
+ * name, no window and no mHC) rather than the V4 block. */
+static bool is_v3(const ts_model_config *c) {
+    return !strncmp(c->name, "deepseek_v3", 11) && c->window_size == 0 && c->hc_mult == 1;
+}
+
+static const char *moe_path(const ts__demo_opts *o, const ts_model_config *c, int ranks) {
     if (ranks == 1 && !o->rank_mode) return "in-process, every expert local";
+    if (is_v3(c)) return "EP low-latency dispatch + combine, bf16 rows";
     return o->unfused ? "unfused EP: dispatch + grouped GEMMs + combine" : "MegaMoE (fused EP)";
 }
 
@@ -17,9 +24,15 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
         n += snprintf(ratios + n, sizeof ratios - (size_t)n, "%s%d", i ? "," : "",
                       c->compress_ratios[i]);
     const ts_cpu_info *ci = ts_get_cpu_info();
-    fprintf(f, "tilestack %s demo: %s, DeepSeek-V4-style MoE decode (docs/model.md, docs/demo.md)\n",
-            ts_version_string(), c->name);
-    if (c->attention == TS_MODEL_ATTN_V32)
+    const bool v3 = is_v3(c);
+    fprintf(f, "tilestack %s demo: %s, %s MoE decode (docs/model.md, docs/demo.md)\n",
+            ts_version_string(), c->name, v3 ? "DeepSeek-V3" : "DeepSeek-V4-style");
+    if (v3)
+        fprintf(f, "  model    dim %lld, %lld layers, MLA absorbed over a bf16 latent cache (512 + "
+                "RoPE %lld), %lld heads%s; vocab %lld\n", (long long)c->dim, (long long)c->n_layers,
+                (long long)c->rope_head_dim, (long long)c->n_heads,
+                c->index_topk > 0 ? ", V3.2 indexer (f32)" : "", (long long)c->vocab_size);
+    else if (c->attention == TS_MODEL_ATTN_V32)
         fprintf(f, "  model    dim %lld, %lld layers (%lld hash-routed), V3.2 attention: MLA "
                 "absorbed, %lld heads x (128 nope + 64 rope), latent 512, v 128; indexer %lld "
                 "heads x 128, top-%lld of every cached token; vocab %lld, mHC x%lld\n",
@@ -35,17 +48,24 @@ void ts__demo_print_config(FILE *f, const ts_model_config *c, const ts__demo_opt
     fprintf(f, "  experts  %lld routed, top-%lld + 1 shared, inter %lld; %lld per rank\n",
             (long long)c->n_routed_experts, (long long)c->n_activated_experts,
             (long long)c->moe_inter_dim, (long long)(c->n_routed_experts / (ranks > 0 ? ranks : 1)));
+    if (v3)
+        fprintf(f, "  formats  bf16 weights (an FP8 checkpoint dequantised at load), bf16 GEMM "
+                "inputs, f32 accumulation, bf16 latent cache\n");
+    else
     fprintf(f, "  formats  FP8 e4m3 dense weights (128x128 ue8m0 scales), FP4 e2m1 experts (ue8m0 "
             "per 32), FP8 activations, %s, bf16 LM head\n",
             c->attention == TS_MODEL_ATTN_V32 ? "V3.2 656-byte FP8 KV cache, FP8 indexer keys"
                                               : "584-byte FP8 KV cache, FP4 indexer keys");
     fprintf(f, "  run      R = %d rank%s (%s), B = %lld per rank, context L = %lld, %d warm-up + %d "
             "timed steps, %s, %d thread%s per rank\n",
-            ranks, ranks == 1 ? "" : "s", moe_path(o, ranks), (long long)o->batch,
+            ranks, ranks == 1 ? "" : "s", moe_path(o, c, ranks), (long long)o->batch,
             (long long)o->context, o->warmup, o->steps,
             o->topk == 1 ? "greedy sampling" : "top-k sampling", threads,
             threads == 1 ? "" : "s");
-    if (c->attention == TS_MODEL_ATTN_V32)
+    if (v3)
+        fprintf(f, "  notes    no per-kernel profile for V3 yet (the breakdown below is the sampling "
+                "only);%s\n", ranks > 1 ? " EP exchange over shared memory on one node" : "");
+    else if (c->attention == TS_MODEL_ATTN_V32)
         fprintf(f, "  notes    the indexer scores all L cached tokens of every layer (FP8 paged MQA "
                 "logits) before its top-%lld;%s\n", (long long)c->index_topk,
                 ranks > 1 ? " EP exchange over shared memory on one node" : "");
@@ -163,7 +183,7 @@ void ts__demo_json_config(FILE *f, const ts_model_config *c, const ts__demo_opts
             "\"warmup\":%d,\"steps\":%d,\"top_k\":%lld,\"moe_path\":",
             ranks, threads, (long long)o->batch, (long long)o->context, o->warmup, o->steps,
             (long long)o->topk);
-    ts__json_write_string(f, moe_path(o, ranks));
+    ts__json_write_string(f, moe_path(o, c, ranks));
     if (mach) {
         fputs(",\"machine\":{\"isa\":", f);
         ts__json_write_string(f, ts_isa_name(mach->isa));

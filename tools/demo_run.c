@@ -4,6 +4,7 @@
  * (model_profile.c) is on during the timed steps only. */
 #include "demo.h"
 #include "progress_bar.h"
+#include "model/hf_v3.h"
 #include "model/model_internal.h"
 
 #include <errno.h>
@@ -103,6 +104,19 @@ void ts__demo_result_free(ts__demo_result *r) {
     r->step_s = NULL;
 }
 
+/* The expert load of the step's last MoE layer (its routing is the model's, not hashed): V4's
+ * per-expert row counts, or V3's top-k ids. */
+static void count_load(const ts_model *m, int64_t B, double *load) {
+    if (m->v3) {
+        const int32_t *sel = NULL;
+        const float *w = NULL;
+        ts__v3_routing(m, &sel, &w);
+        for (int64_t i = 0; i < B * m->cfg.n_activated_experts; i++) load[sel[i]]++;
+        return;
+    }
+    for (int64_t e = 0; e < m->cfg.n_routed_experts; e++) load[e] += m->ws->masked_m[e];
+}
+
 ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_opts *o,
                            int64_t B, int64_t context, int warmup, int steps,
                            ts__demo_result *r) {
@@ -165,10 +179,7 @@ ts_status ts__demo_measure(const ts__demo_comm *c, ts_model *m, const ts__demo_o
         loc[i] = s2 - s0;
         sample_s += s2 - s1;
         if (c->rank <= 0) ts__progress_bar("timed steps", (double)(i + 1), (double)steps, "");
-        if (inproc && st == TS_OK) {
-            /* the step's last MoE layer (its routing is the model's, not hashed) */
-            for (int64_t e = 0; e < cfg->n_routed_experts; e++) load[e] += m->ws->masked_m[e];
-        }
+        if (inproc && st == TS_OK) count_load(m, B, load);
     }
     ts__model_step_breakdown(m, false, NULL);
     snprintf(msg, sizeof msg, "%s", st != TS_OK ? ts_last_error() : "");

@@ -126,9 +126,8 @@ typedef struct ts_model_plan_rank {
 
 typedef struct ts_model_plan {
     char model_type[32];    /* config.json's: deepseek_v4, deepseek_v3 or deepseek_v32 */
-    /* true: tilestack has the expert-parallel model an R > 1 row describes (V4:
-     * ts_model_load_dir_ep). false (V3, V3.2): not implemented yet; an R > 1 row is what such a
-     * rank would hold (its E / R routed experts and everything else whole) */
+    /* true: tilestack has the expert-parallel model an R > 1 row describes
+     * (ts_model_load_dir_ep; every architecture it plans has one now) */
     bool ep_model;
     int64_t batch, context; /* context: max_seq_len the caches are sized for (see below) */
     int64_t n_layers, n_routed_experts, n_tensors;
@@ -144,7 +143,7 @@ typedef struct ts_model_plan {
  * (R > 1) is planned with the single-process layouts for its E / R experts (the EP model's
  * Mega MoE weights and buffers are not counted). V3 / V3.2 directories (model_type deepseek_v3 /
  * deepseek_v32): the V3 loader's holds, caches and workspace; context is used as given (no
- * compress ratios); ep_model is false: R > 1 is a rank of an EP model not implemented yet. */
+ * compress ratios); their EP ranks' low-latency buffer is not counted either. */
 TS_API ts_status ts_model_plan_dir(const char *dir, int64_t ranks, int64_t batch, int64_t context,
                                    ts_model_plan *out);
 

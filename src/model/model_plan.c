@@ -74,16 +74,16 @@ static ts_status add_v3(void *ctx, const ts__v3_config *c, const ts__v3_tensor *
 }
 
 /* A V3 / V3.2 directory (hf_load_v3.c, model_v3.c): the loader's holds, the bf16 latent cache
- * and V3.2's f32 indexer keys, the workspace of max(batch, 48) rows (allocated at load). V3 has
- * no expert-parallel model yet: an R > 1 row is what such a rank would hold (E / R experts,
- * everything else whole), not something tilestack runs. */
+ * and V3.2's f32 indexer keys, the workspace of max(batch, 48) rows (allocated at load); an R > 1
+ * row is a rank of ts_model_load_dir_ep (E / R experts, everything else whole; its low-latency
+ * EP buffer is not counted, as V4's Mega MoE buffer is not). */
 static ts_status plan_v3(const char *dir, int64_t batch, int64_t context, acc *a) {
     ts_model_plan *out = a->p;
     ts__v3_config c;
     TS__RETURN_IF_ERROR(ts__v3_plan(dir, add_v3, a, &c));
     if (context) c.max_seq = context;
     snprintf(out->model_type, sizeof out->model_type, "%s", c.v32 ? "deepseek_v32" : "deepseek_v3");
-    out->ep_model = false;
+    out->ep_model = true;
     out->batch = batch;
     out->context = c.max_seq;
     out->n_layers = c.n_layers;
