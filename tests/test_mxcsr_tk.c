@@ -493,10 +493,10 @@ static ts_status misc_op(void *vc) {
     case 1: return ts_rmsnorm_forward_and_per_token_cast_ue8m0(&t[0], &t[1], &t[2], &t[3], 1e-6f, m->i[0]);
     case 2:
         return ts_swiglu_forward_and_per_token_cast(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], m->i[0], m->fv,
-                                                    m->b[0], m->b[1], m->b[2], m->b[3], m->b[4]);
+                                                    m->b[0], m->b[1], m->b[2], m->b[3], m->b[4], 1e-4f);
     case 3:
         return ts_swiglu_forward_and_per_token_cast_ue8m0(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], m->i[0],
-                                                          m->fv, m->b[0], m->b[1], m->b[2], m->b[3]);
+                                                          m->fv, m->b[0], m->b[1], m->b[2], m->b[3], 1e-4f);
     case 4: return ts_apply_rotary(&t[0], &t[1], &t[2], m->i[0], m->b[0], m->b[1], m->b[2]);
     case 5: return ts_apply_rotary_f32(&t[0], &t[1], &t[2], m->i[0], m->b[0], m->b[1], m->b[2]);
     case 6: return ts_batched_transpose(&t[0], &t[1]);
