@@ -21,19 +21,6 @@
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static float bf16_val(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* 2^ceil(log2 s) for a positive normal s */
 static float pow2_ceil(float s) {
     int e;
@@ -127,7 +114,7 @@ static void bf_case(ts_test_ctx *ts_t_, int64_t M, int64_t N, int64_t B, bool f3
         for (int64_t j = 0; j < N; j++) {
             const float v = bf_value(&r, i / B, j / B);
             xb[i * N + j] = ts_f32_to_bf16(v);
-            xv[i * N + j] = f32 ? v : bf16_val(xb[i * N + j]);
+            xv[i * N + j] = f32 ? v : ts_bf16_to_f32(xb[i * N + j]);
         }
     const float floor_ = ldexpf(6.0f, -126);
     for (int64_t bi = 0; bi < sm; bi++)
@@ -255,16 +242,16 @@ static void sw_case(ts_test_ctx *ts_t_, float floor_, bool packed, bool round_sf
         for (int g = 0; g < NG; g++) {
             float y[GS], amax = 0;
             for (int j = 0; j < GS; j++) {
-                y[j] = bf16_val(x[p * 2 * H + g * GS + j]) * bf16_val(x[p * 2 * H + H + g * GS + j]); /* exact */
+                y[j] = ts_bf16_to_f32(x[p * 2 * H + g * GS + j]) * ts_bf16_to_f32(x[p * 2 * H + H + g * GS + j]); /* exact */
                 amax = fmaxf(amax, fabsf(y[j]));
             }
             amax = fmaxf(amax, floor_);
             float s = amax / 448.0f, inv = 448.0f / amax;
             if (round_sf || packed) s = pow2_ceil(s), inv = 1.0f / s;
             if (packed)
-                ref_sf[p * cdiv(NG, 4) + g / 4] |= (f32_bits(s) >> 23) << (8 * (g % 4));
+                ref_sf[p * cdiv(NG, 4) + g / 4] |= (uint32_t)(ilogbf(s) + 127) << (8 * (g % 4)); /* s a power of two */
             else
-                ref_sf[p * NG + g] = f32_bits(s);
+                memcpy(&ref_sf[p * NG + g], &s, 4);
             for (int j = 0; j < GS; j++) {
                 const float v = y[j] * inv;
                 ref_q[p * H + g * GS + j] = (uint8_t)e4m3_code(v > 448.0f ? 448.0f : v < -448.0f ? -448.0f : v);
