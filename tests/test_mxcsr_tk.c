@@ -162,6 +162,10 @@ TS_TEST(mxcsr_tk_cast) {
              tq(&b, TS_E4M3), tsf(&b, 0, cdiv(TT, 128), cdiv(TH, 128)), 0, 0, r);
         run3(&f, r ? "per_block_cast_32 round_sf" : "per_block_cast_32", S_XOSB, FN(ts_per_block_cast_32),
              tx(&b, TS_BF16), tq(&b, TS_E4M3), tsf(&b, 0, cdiv(TT, 32), cdiv(TH, 32)), 0, 0, r);
+        run3(&f, r ? "per_block_cast_fp4 round_sf" : "per_block_cast_fp4", S_XOSB, FN(ts_per_block_cast_fp4),
+             tx(&b, TS_BF16), tq(&b, TS_E2M1X2), tsf(&b, 0, cdiv(TT, 128), cdiv(TH, 128)), 0, 0, r);
+        run3(&f, r ? "per_block_cast_fp4_32 round_sf" : "per_block_cast_fp4_32", S_XOSB, FN(ts_per_block_cast_fp4_32),
+             tx(&b, TS_BF16), tq(&b, TS_E2M1X2), tsf(&b, 0, cdiv(TT, 32), cdiv(TH, 32)), 0, 0, r);
         run3(&f, r ? "per_channel_cast round_sf" : "per_channel_cast", S_XOSB, FN(ts_per_channel_cast),
              tx(&b, TS_BF16), tq(&b, TS_E4M3), tsf(&b, 0, cdiv(TT, 128), TH), 0, 0, r);
         run3(&f, r ? "per_token_cast_e4m3 ue8m0" : "per_token_cast_e4m3", S_XOSB, FN(ts_per_token_cast_e4m3),
