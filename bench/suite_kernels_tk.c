@@ -67,7 +67,7 @@ static ts_status run_tk(void *p) {
     switch (c->which) {
     case K_SWIGLU:
         return ts_swiglu_forward_and_per_token_cast(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], 128, 10.0f, true,
-                                                    true, true, true, true);
+                                                    true, true, true, true, 1e-4f);
     case K_RMS: return ts_rmsnorm_forward_and_per_token_cast(&t[0], &t[1], &t[2], &t[3], 1e-6f, 128, true);
     case K_EXPAND: return ts_expand_to_fused(&t[0], &t[1], &t[2]);
     case K_REDUCE: return ts_reduce_fused(&t[0], &t[1], &t[2], &t[3]);

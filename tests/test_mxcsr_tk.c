@@ -162,6 +162,10 @@ TS_TEST(mxcsr_tk_cast) {
              tq(&b, TS_E4M3), tsf(&b, 0, cdiv(TT, 128), cdiv(TH, 128)), 0, 0, r);
         run3(&f, r ? "per_block_cast_32 round_sf" : "per_block_cast_32", S_XOSB, FN(ts_per_block_cast_32),
              tx(&b, TS_BF16), tq(&b, TS_E4M3), tsf(&b, 0, cdiv(TT, 32), cdiv(TH, 32)), 0, 0, r);
+        run3(&f, r ? "per_block_cast_fp4 round_sf" : "per_block_cast_fp4", S_XOSB, FN(ts_per_block_cast_fp4),
+             tx(&b, TS_BF16), tq(&b, TS_E2M1X2), tsf(&b, 0, cdiv(TT, 128), cdiv(TH, 128)), 0, 0, r);
+        run3(&f, r ? "per_block_cast_fp4_32 round_sf" : "per_block_cast_fp4_32", S_XOSB, FN(ts_per_block_cast_fp4_32),
+             tx(&b, TS_BF16), tq(&b, TS_E2M1X2), tsf(&b, 0, cdiv(TT, 32), cdiv(TH, 32)), 0, 0, r);
         run3(&f, r ? "per_channel_cast round_sf" : "per_channel_cast", S_XOSB, FN(ts_per_channel_cast),
              tx(&b, TS_BF16), tq(&b, TS_E4M3), tsf(&b, 0, cdiv(TT, 128), TH), 0, 0, r);
         run3(&f, r ? "per_token_cast_e4m3 ue8m0" : "per_token_cast_e4m3", S_XOSB, FN(ts_per_token_cast_e4m3),
@@ -493,10 +497,10 @@ static ts_status misc_op(void *vc) {
     case 1: return ts_rmsnorm_forward_and_per_token_cast_ue8m0(&t[0], &t[1], &t[2], &t[3], 1e-6f, m->i[0]);
     case 2:
         return ts_swiglu_forward_and_per_token_cast(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], m->i[0], m->fv,
-                                                    m->b[0], m->b[1], m->b[2], m->b[3], m->b[4]);
+                                                    m->b[0], m->b[1], m->b[2], m->b[3], m->b[4], 1e-4f);
     case 3:
         return ts_swiglu_forward_and_per_token_cast_ue8m0(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], m->i[0],
-                                                          m->fv, m->b[0], m->b[1], m->b[2], m->b[3]);
+                                                          m->fv, m->b[0], m->b[1], m->b[2], m->b[3], 1e-4f);
     case 4: return ts_apply_rotary(&t[0], &t[1], &t[2], m->i[0], m->b[0], m->b[1], m->b[2]);
     case 5: return ts_apply_rotary_f32(&t[0], &t[1], &t[2], m->i[0], m->b[0], m->b[1], m->b[2]);
     case 6: return ts_batched_transpose(&t[0], &t[1]);

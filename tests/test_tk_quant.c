@@ -41,9 +41,9 @@ static void swiglu_run(void *vc, int variant) {
     memset(c->sf, 0xEE, (size_t)(c->pal * ncol) * 4);
     memset(c->cnt, 0, sizeof c->cnt);
     ts_status st = c->packed ? ts_swiglu_forward_and_per_token_cast_ue8m0(&x, &pe, &ptt, &tw, &q, &sf, &cnt, c->gs, c->clamp,
-                                                                          c->use_clamp, c->count, c->mask, c->weights)
+                                                                          c->use_clamp, c->count, c->mask, c->weights, 1e-4f)
                              : ts_swiglu_forward_and_per_token_cast(&x, &pe, &ptt, &tw, &q, &sf, &cnt, c->gs, c->clamp,
-                                                                    c->use_clamp, c->count, c->mask, c->weights, c->round_sf);
+                                                                    c->use_clamp, c->count, c->mask, c->weights, c->round_sf, 1e-4f);
     TS_CHECK_STATUS(st, TS_OK);
     uint32_t *src = (uint32_t *)c->sf, *dst = (uint32_t *)c->sf_row;
     for (int64_t i = 0; i < c->P; i++)
@@ -164,20 +164,20 @@ TS_TEST(tk_quant_errors) {
     ts_tensor ttw = ts_tensor_1d(tw, TS_F32, 3), tq = ts_tensor_2d(q, TS_E4M3, 2, 256), tsf = ts_tensor_2d(sf, TS_F32, 2, 2);
     ts_tensor tc = ts_tensor_1d(cnt, TS_I64, 3);
     /* gs not a multiple of 128, gs not dividing H, sf columns */
-    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 100, 1.0f, true, false, false, false, false),
+    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 100, 1.0f, true, false, false, false, false, 1e-4f),
                     TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "multiple of 128") != NULL);
-    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 256, 1.0f, true, false, false, false, false),
+    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 256, 1.0f, true, false, false, false, false, 1e-4f),
                     TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "H / gs columns") != NULL);
-    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 128, 1.0f, false, true, false, false, false),
+    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 128, 1.0f, false, true, false, false, false, 1e-4f),
                     TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "count_clamped needs use_clamp") != NULL);
     size_t written = 0;
     for (size_t i = 0; i < sizeof q; i++) written += q[i] != 0x11;
     TS_CHECK_EQ_INT(written, 0);
     /* a routed position past topk_weights: reported after the launch */
-    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 128, 1.0f, true, false, false, true, false),
+    TS_CHECK_STATUS(ts_swiglu_forward_and_per_token_cast(&tx, &tpe, &tpt, &ttw, &tq, &tsf, &tc, 128, 1.0f, true, false, false, true, false, 1e-4f),
                     TS_ERR_INVALID_ARGUMENT);
     TS_CHECK(strstr(ts_last_error(), "topk_weights.numel") != NULL);
     /* rmsnorm: H not a multiple of 128 */

@@ -68,13 +68,48 @@ class Config:
             'Buffer.get_buffer_size_hint / ts_ep_get_internode_buffer_size_hint instead')
 
 
-class DispatchHandle:
-    """The routing of one normal dispatch (upstream: a 6- or 10-tuple of tensors; opaque here).
-    recv_src_idx: int32 [num_recv_tokens], the token index on its source rank;
-    rank_prefix: list of R + 1 offsets, rows of source s are [rank_prefix[s], rank_prefix[s+1])
-    (upstream's rank_prefix_matrix[:, rank], with a leading 0); is_token_in_rank as passed."""
+class _Routing:
+    """The library's routing of one normal dispatch, hung on the handle's key tensor (recv_src_idx
+    intranode, recv_gbl_rank_prefix_sum internode) so that a tuple rebuilt from the same tensors
+    still finds it."""
 
-    __slots__ = ('_cap', 'num_recv_tokens', 'num_tokens', 'recv_src_idx', 'rank_prefix', 'is_token_in_rank')
+    __slots__ = ('cap', 'num_tokens', 'is_token_in_rank')
+
+
+def _handle_routing(fn, handle, num_rdma_ranks):
+    """The _Routing of a handle dispatch returned (the tuple, or one rebuilt from its tensors)."""
+    n = 10 if num_rdma_ranks > 1 else 6
+    if isinstance(handle, (tuple, list)) and len(handle) == n:
+        key = handle[6] if n == 10 else handle[3]
+        r = getattr(key, '_ts_routing', None) if isinstance(key, torch.Tensor) else None
+        if r is not None:
+            return r
+    raise C.TypeError(f"{fn}: argument 'handle' must be the {n}-tuple returned by dispatch "
+                      f"(or a tuple of the same tensors)")
+
+
+def _intranode_handle(comm, rank, rank_prefix, is_token_in_rank, recv_src_idx):
+    """Upstream's (rank_prefix_matrix, channel_prefix_matrix, recv_channel_prefix_matrix,
+    recv_src_idx, is_token_in_rank, send_head). rank_prefix_matrix[s][d] (int32 [R, R]): the rows
+    sources 0..s send to rank d, each rank's column all-gathered (one small collective; every
+    rank reaches it, since a failed dispatch raises on every rank). send_head[t][d] (int32 [N, R]):
+    the row of token t in rank d's recv_x, -1 where it does not go (upstream: its ring slot). No
+    channels on a CPU: both channel matrices are None."""
+    cols = comm.allgather(list(rank_prefix[1:]))
+    rpm = torch.tensor(cols, dtype=torch.int32).t().contiguous()
+    itir = is_token_in_rank.to(torch.bool)
+    base = rpm[rank - 1] if rank > 0 else torch.zeros(rpm.shape[1], dtype=torch.int32)
+    pos = torch.cumsum(itir.to(torch.int32), 0, dtype=torch.int32) - 1 + base
+    send_head = torch.where(itir, pos, torch.full_like(pos, -1))
+    return (rpm, None, None, recv_src_idx, is_token_in_rank, send_head)
+
+
+def _internode_handle(rank_prefix, is_token_in_rank):
+    """Upstream's 10-tuple: is_token_in_rank and recv_gbl_rank_prefix_sum (int32 [R], inclusive:
+    the rows of sources 0..s) are filled; the RDMA / NVL channel matrices, the RDMA-level prefix,
+    recv_src_meta and the send heads describe GPU queues tilestack does not have (None)."""
+    gbl = torch.tensor(rank_prefix[1:], dtype=torch.int32)
+    return (is_token_in_rank, None, None, None, None, None, gbl, None, None, None)
 
 
 def _check_bool(fn, name, v):
@@ -214,12 +249,11 @@ class Buffer:
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         cfg = config._tuple() if config is not None else None
         if handle is not None:
-            if not isinstance(handle, DispatchHandle):
-                raise C.TypeError(f"{fn}: argument 'handle' must be a handle returned by dispatch")
+            routing = _handle_routing(fn, handle, self.num_rdma_ranks)
             if topk_idx is not None or topk_weights is not None:
                 raise C.ValueError(f"{fn}: cached dispatch (handle given) takes no topk_idx / topk_weights")
-            out = C.ep_dispatch(cap, x, x_scales, None, None, None, None, None, handle.is_token_in_rank,
-                                expert_alignment, num_worst_tokens, cfg, handle._cap)
+            out = C.ep_dispatch(cap, x, x_scales, None, None, None, None, None, routing.is_token_in_rank,
+                                expert_alignment, num_worst_tokens, cfg, routing.cap)
         else:
             out = C.ep_dispatch(cap, x, x_scales, topk_idx, topk_weights, num_tokens_per_rank,
                                 num_tokens_per_rdma_rank, num_tokens_per_expert, is_token_in_rank,
@@ -230,13 +264,16 @@ class Buffer:
         recv = (recv_x, recv_scales) if x_scales is not None else recv_x
         if handle is not None:
             return recv, None, None, None, None, EventOverlap()
-        h = DispatchHandle()
-        h._cap = hcap
-        h.num_recv_tokens = num_recv
-        h.num_tokens = x.shape[0]
-        h.recv_src_idx = tensor_of(rsrc, True)
-        h.rank_prefix = C.ep_handle_info(hcap, self.group_size)[1]
-        h.is_token_in_rank = is_token_in_rank
+        routing = _Routing()
+        routing.cap, routing.num_tokens, routing.is_token_in_rank = hcap, x.shape[0], is_token_in_rank
+        rank_prefix = C.ep_handle_info(hcap, self.group_size)[1]
+        if self.num_rdma_ranks > 1:
+            h = _internode_handle(rank_prefix, is_token_in_rank)
+            h[6]._ts_routing = routing
+        else:
+            recv_src_idx = tensor_of(rsrc, True)
+            h = _intranode_handle(self.comm, self.rank, rank_prefix, is_token_in_rank, recv_src_idx)
+            recv_src_idx._ts_routing = routing
         return recv, tensor_of(rti, True), tensor_of(rtw, True), per_expert, h, EventOverlap()
 
     def combine(self, x, handle, topk_weights=None, bias=None, config=None, previous_event=None,
@@ -244,8 +281,7 @@ class Buffer:
         """Unweighted sum of each token's copies (+ bias): (combined_x, combined_topk_weights, event)."""
         fn = 'deep_ep.Buffer.combine'
         cap = self._buf('combine')
-        if not isinstance(handle, DispatchHandle):
-            raise C.TypeError(f"{fn}: argument 'handle' must be a handle returned by dispatch")
+        routing = _handle_routing(fn, handle, self.num_rdma_ranks)
         bias0 = bias1 = None
         if isinstance(bias, torch.Tensor):
             bias0 = bias
@@ -258,12 +294,12 @@ class Buffer:
         # Shapes of bad arguments are left to the C call, which reports them on every rank
         # (a local raise here would leave the peers waiting in the collective).
         hidden = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
-        combined_x = torch.empty((handle.num_tokens, hidden), dtype=torch.bfloat16)
+        combined_x = torch.empty((routing.num_tokens, hidden), dtype=torch.bfloat16)
         combined_w = None
         if topk_weights is not None:
             k = topk_weights.shape[1] if isinstance(topk_weights, torch.Tensor) and topk_weights.dim() == 2 else 0
-            combined_w = torch.empty((handle.num_tokens, k), dtype=torch.float32)
-        C.ep_combine(cap, handle._cap, x, topk_weights, bias0, bias1,
+            combined_w = torch.empty((routing.num_tokens, k), dtype=torch.float32)
+        C.ep_combine(cap, routing.cap, x, topk_weights, bias0, bias1,
                      config._tuple() if config is not None else None, combined_x, combined_w)
         return combined_x, combined_w, EventOverlap()
 

@@ -46,7 +46,8 @@ static const tk_entry tk_table[] = {
     E(per_token_cast_bf16_to_e5m6_ue8m0, "TOO"), E(per_token_cast_f32_to_e5m6_ue8m0, "TOO"),
     /* quant: block / channel casts, cast back */
     E(per_block_cast, "TOOb"), E(per_block_cast_32, "TOOb"), E(per_block_cast_f32, "TOOb"),
-    E(per_block_cast_32_f32, "TOOb"), E(per_channel_cast, "TOOb"),
+    E(per_block_cast_32_f32, "TOOb"), E(per_block_cast_fp4, "TOOb"), E(per_block_cast_fp4_32, "TOOb"),
+    E(per_block_cast_fp4_f32, "TOOb"), E(per_block_cast_fp4_32_f32, "TOOb"), E(per_channel_cast, "TOOb"),
     E(per_channel_cast_fused_bf16, "TOOb"), E(per_channel_cast_fused_f32, "TOOb"),
     E(per_channel_cast_fused_e4m3, "TTOOb"), E(per_channel_cast_fused_bf16_gather, "TTOOb"),
     E(per_channel_cast_fused_f32_gather, "TTOOb"), E(per_channel_cast_fused_e4m3_gather, "TTTOOb"),
@@ -59,8 +60,8 @@ static const tk_entry tk_table[] = {
     E(cast_back_e5m6_f32, "TTOii"), E(cast_back_e5m6_ue8m0, "TTOii"), E(cast_back_e5m6_f32_ue8m0, "TTOii"),
     E(rmsnorm_forward_and_per_token_cast, "TTOOfib"), E(rmsnorm_forward_and_per_token_cast_ue8m0, "TTOOfi"),
     E(rmsnorm_forward_and_per_token_cast_f32, "TTOOfib"), E(rmsnorm_forward_and_per_token_cast_f32_ue8m0, "TTOOfi"),
-    E(swiglu_forward_and_per_token_cast, "TTTTOOOifbbbbb"),
-    E(swiglu_forward_and_per_token_cast_ue8m0, "TTTTOOOifbbbb"),
+    E(swiglu_forward_and_per_token_cast, "TTTTOOOifbbbbbf"),
+    E(swiglu_forward_and_per_token_cast_ue8m0, "TTTTOOOifbbbbf"),
     /* transpose */
     E(batched_transpose, "TO"), E(batched_transpose_f32, "TO"), E(batched_transpose_e4m3, "TO"),
     /* transform */
@@ -113,12 +114,12 @@ static ts_status tk_dispatch(const tk_entry *e, P_ *t, const int64_t *i, const b
     SIG("TTOOfib", (P_, P_, P_, P_, float, int64_t, bool),
         fp(t[0], t[1], t[2], t[3], f[0], i[0], b[0]))
     SIG("TTOOfi", (P_, P_, P_, P_, float, int64_t), fp(t[0], t[1], t[2], t[3], f[0], i[0]))
-    SIG("TTTTOOOifbbbbb",
-        (P_, P_, P_, P_, P_, P_, P_, int64_t, float, bool, bool, bool, bool, bool),
-        fp(t[0], t[1], t[2], t[3], t[4], t[5], t[6], i[0], f[0], b[0], b[1], b[2], b[3], b[4]))
-    SIG("TTTTOOOifbbbb",
-        (P_, P_, P_, P_, P_, P_, P_, int64_t, float, bool, bool, bool, bool),
-        fp(t[0], t[1], t[2], t[3], t[4], t[5], t[6], i[0], f[0], b[0], b[1], b[2], b[3]))
+    SIG("TTTTOOOifbbbbbf",
+        (P_, P_, P_, P_, P_, P_, P_, int64_t, float, bool, bool, bool, bool, bool, float),
+        fp(t[0], t[1], t[2], t[3], t[4], t[5], t[6], i[0], f[0], b[0], b[1], b[2], b[3], b[4], f[1]))
+    SIG("TTTTOOOifbbbbf",
+        (P_, P_, P_, P_, P_, P_, P_, int64_t, float, bool, bool, bool, bool, float),
+        fp(t[0], t[1], t[2], t[3], t[4], t[5], t[6], i[0], f[0], b[0], b[1], b[2], b[3], f[1]))
     SIG("TO", (P_, P_), fp(t[0], t[1]))
     SIG("OTTibbb", (P_, P_, P_, int64_t, bool, bool, bool),
         fp(t[0], t[1], t[2], i[0], b[0], b[1], b[2]))

@@ -51,6 +51,36 @@ def allgather(t):
             for dt, sh, b in parts]
 
 
+def source_blocks(buf, handle):
+    """R + 1 row offsets of the source blocks of this rank's recv_x, from upstream's handle:
+    intranode rank_prefix_matrix[:, rank] = handle[0], internode recv_gbl_rank_prefix_sum =
+    handle[-4] (both inclusive prefixes)."""
+    col = handle[-4] if buf.num_rdma_ranks > 1 else handle[0][:, buf.rank]
+    return [0] + col.tolist()
+
+
+def check_handle(buf, handle, itir, g_ntpr_rows, n):
+    """The tuple against upstream's shape and meaning: 6 (intranode) / 10 (internode) entries;
+    rank_prefix_matrix = the all-gathered num_tokens_per_rank summed over sources (inclusive);
+    send_head[t][d] = the row of token t in rank d's recv_x (checked through d's recv_src_idx)."""
+    assert type(handle) is tuple
+    if buf.num_rdma_ranks > 1:
+        assert len(handle) == 10 and handle[0] is itir
+        same(handle[6], g_ntpr_rows.cumsum(0, dtype=torch.int32)[:, rank], 'recv_gbl_rank_prefix_sum')
+        return
+    assert len(handle) == 6 and handle[4] is itir and handle[1] is None and handle[2] is None
+    rpm, src_idx, send_head = handle[0], handle[3], handle[5]
+    same(rpm, g_ntpr_rows.cumsum(0, dtype=torch.int32), 'rank_prefix_matrix')
+    assert send_head.dtype == torch.int32 and tuple(send_head.shape) == (n, R)
+    assert bool(((send_head >= 0) == itir).all()), 'send_head -1 exactly where a token is not sent'
+    all_src = allgather(src_idx)
+    for d in range(R):
+        rows = send_head[:, d]
+        ok = rows >= 0
+        got = all_src[d][rows[ok].long()]
+        same(got, torch.arange(n, dtype=torch.int32)[ok], f'send_head into rank {d}')
+
+
 def make_buffer(**kw):
     if '--group' in sys.argv:
         return deep_ep.Buffer(GROUP, **kw)
@@ -123,7 +153,8 @@ def normal_mode():
                 torch.tensor(src, dtype=torch.int32))
 
     exp_x, exp_idx, exp_w, exp_src = expected(all_x)
-    g_ntpr = torch.stack(allgather(ntpr)).sum(0)
+    g_ntpr_rows = torch.stack(allgather(ntpr))  # [source, destination]
+    g_ntpr = g_ntpr_rows.sum(0)
     g_ntpe = torch.stack(allgather(ntpe)).sum(0)
 
     for align in (1, 4):
@@ -134,7 +165,9 @@ def normal_mode():
         same(recv_x, exp_x, 'recv_x')
         same(recv_idx, exp_idx, 'recv_topk_idx')
         same(recv_w, exp_w, 'recv_topk_weights')
-        same(handle.recv_src_idx, exp_src, 'recv_src_idx')
+        if buf.num_rdma_ranks == 1:
+            same(handle[3], exp_src, 'recv_src_idx')
+        check_handle(buf, handle, itir, g_ntpr_rows, n)
         assert recv_x.shape[0] == int(g_ntpr[rank]), 'received count != global num_tokens_per_rank[rank]'
         want = [-(-int(c) // align) * align for c in g_ntpe[rank * el:(rank + 1) * el]]
         assert per_expert == want, f'num_recv_tokens_per_expert_list {per_expert} != {want}'
@@ -145,7 +178,7 @@ def normal_mode():
     recv_r, _, _, _, handle_r, _ = buf.dispatch(
         x_rank, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe,
         topk_idx=topk_idx, topk_weights=topk_w)
-    pre = handle_r.rank_prefix
+    pre = source_blocks(buf, handle_r)
     assert pre[0] == 0 and pre[-1] == recv_r.shape[0]
     for s in range(R):
         blk = recv_r[pre[s]:pre[s + 1]]
@@ -179,6 +212,43 @@ def normal_mode():
     cx, a, b, c, d, _ = buf.dispatch(x2, handle=handle)
     assert (a, b, c, d) == (None, None, None, None)
     same(cx, expected(allgather(x2))[0], 'cached recv_x')
+    # a tuple rebuilt from the handle's tensors works too (a copy of them does not: TypeError, local)
+    cx, *_ = buf.dispatch(x2, handle=tuple(list(handle)))
+    same(cx, expected(allgather(x2))[0], 'cached recv_x (rebuilt tuple)')
+    try:
+        buf.dispatch(x2, handle=tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in handle))
+        raise AssertionError('a handle of copied tensors did not raise')
+    except TypeError as e:
+        assert "'handle'" in str(e), str(e)
+
+    # async_finish=True (with previous_event and allocate_on_comm_stream): the same outputs and
+    # a completed EventOverlap that can be waited on and used as a context manager
+    def completed(ev):
+        assert isinstance(ev, deep_ep.EventOverlap) and ev.event is None
+        ev.current_stream_wait()
+        with ev:
+            pass
+
+    prev = deep_ep.Buffer.capture()
+    completed(prev)
+    a_ntpr, a_ntprdma, a_ntpe, a_itir, ev = buf.get_dispatch_layout(topk_idx, E, previous_event=prev, async_finish=True,
+                                                                    allocate_on_comm_stream=True)
+    completed(ev)
+    same(a_ntpr, ntpr, 'async num_tokens_per_rank')
+    same(a_itir, itir, 'async is_token_in_rank')
+    ax, aidx, aw, alist, ahandle, ev = buf.dispatch(
+        x, num_tokens_per_rank=ntpr, is_token_in_rank=itir, num_tokens_per_expert=ntpe, topk_idx=topk_idx,
+        topk_weights=topk_w, previous_event=ev, async_finish=True, allocate_on_comm_stream=True)
+    completed(ev)
+    same(ax, recv_x, 'async recv_x')
+    same(aidx, recv_idx, 'async recv_topk_idx')
+    acx, _, _, _, _, ev = buf.dispatch(x2, handle=ahandle, async_finish=True)
+    completed(ev)
+    same(acx, cx, 'async cached recv_x')
+    acomb, _, ev = buf.combine(recv_x, ahandle, previous_event=ev, async_finish=True, allocate_on_comm_stream=True)
+    completed(ev)
+    scomb, _, _ = buf.combine(recv_x, handle)
+    same(acomb, scomb, 'async combined_x')
 
     # combine: expert outputs = received rows weighted by this rank's local weights (the
     # caller-side weighting of upstream's normal mode); reference = f32 sum over ranks ascending
@@ -296,8 +366,19 @@ def low_latency_mode():
                     deq = q[e, :c].float().reshape(c, hidden // 128, 128) * sf[:, :, None]
                     ref = torch.stack(rows).float() if rows else torch.empty(0, hidden)
                     assert torch.allclose(deq.reshape(c, hidden), ref, rtol=0.07, atol=0.5), f'LL fp8 rows[{e}]'
-        # combine with identity experts (bf16 rows fed back), copy and zero copy, hooks
+        # combine with identity experts (bf16 rows fed back), copy and zero copy, hooks; the
+        # dispatch and combine with async_finish=True (a completed event, the same rows)
+        recv, count, handle, ev, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=False, async_finish=True)
+        assert isinstance(ev, deep_ep.EventOverlap) and ev.event is None
+        ev.current_stream_wait()
+        recv_a, count_a = recv.clone(), count.clone()
+        out_a, ev, _ = buf.low_latency_combine(recv, topk_idx, topk_w, handle, async_finish=True)
+        assert isinstance(ev, deep_ep.EventOverlap) and ev.event is None
+        out_a = out_a.clone()
         recv, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=False)
+        same(count, count_a, 'LL async recv_count')
+        for e in range(el):
+            same(recv_a[e, :int(count[e])], recv[e, :int(count[e])], f'LL async recv_x[{e}]')
         out, ev, hook = buf.low_latency_combine(recv, topk_idx, topk_w, handle, return_recv_hook=use_hook)
         if use_hook:
             hook()
@@ -305,6 +386,7 @@ def low_latency_mode():
         err = (out.double() - ref).abs().max().item() if n else 0.0
         assert err <= 0.0079 * max(1.0, ref.abs().max().item()), f'LL combine error {err}'
         assert not torch.isnan(out.float()).any()
+        same(out_a, out, 'LL async combined_x')
         recv, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=False)
         zc = buf.get_next_low_latency_combine_buffer(handle)
         assert zc.shape == (el, R * T, hidden) and zc.dtype == torch.bfloat16
@@ -348,7 +430,7 @@ def subgroup_mode():
     recv, _, _, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=ntpr, is_token_in_rank=itir,
                                             num_tokens_per_expert=ntpe, topk_idx=topk_idx,
                                             topk_weights=torch.ones(n, K))
-    pre = handle.rank_prefix
+    pre = source_blocks(buf, handle)
     for s in range(G):
         assert bool((recv[pre[s]:pre[s + 1]].float() == s).all()), f'subgroup block {s}'
     cx, _, _ = buf.combine(recv, handle)

@@ -26,7 +26,9 @@ from deep_gemm.utils import cast_back_from_fp4, per_token_cast_to_fp4, per_token
 comm = MPI.COMM_WORLD
 rank, R = comm.Get_rank(), comm.Get_size()
 N_TOK, E, K, H, I = 16, 4, 2, 256, 128
-T = N_TOK // R  # rows per rank; requested as T - 3, which the buffer rounds up to 8 (R = 1 or 2)
+# the buffer's tokens per rank: each rank's share of the tokens less 3 is requested, which the
+# buffer rounds up to a multiple of 8 (16 at R = 1, 8 at R = 2 and 4)
+T = -(-(N_TOK // R - 3) // 8) * 8
 CLAMP = 6.0
 
 
@@ -126,8 +128,8 @@ def run_case(group, bf16, out_dir):
     share = N_TOK // R
     lo, hi = rank * share, (rank + 1) * share
     n = hi - lo
-    buf = deep_gemm.get_symm_buffer_for_mega_moe(group, E, T - 3, K, H, I, mma_type=mma)
-    assert buf.num_max_tokens_per_rank == T and buf.num_ranks == R and buf.rank == rank  # 5 -> 8
+    buf = deep_gemm.get_symm_buffer_for_mega_moe(group, E, share - 3, K, H, I, mma_type=mma)
+    assert buf.num_max_tokens_per_rank == T and buf.num_ranks == R and buf.rank == rank  # rounded up to 8
     check_views(buf, bf16)
 
     experts = expert_weights(bf16)

@@ -1,4 +1,4 @@
-"""deep_gemm.mega across processes: mega_worker.py under `mpirun -np 1` and `-np 2` (mpi4py
+"""deep_gemm.mega across processes: mega_worker.py under `mpirun -np 1`, `-np 2` and `-np 4` (mpi4py
 communicator, and a torch.distributed gloo group mapped to MPI) checks the fused calls against
 a torch reference and tilestack's unfused baseline; here the outputs are compared bit for bit
 across rank counts, and the parts that need no MPI run in this process."""
@@ -19,7 +19,7 @@ def outputs(tmp_path_factory):
     """y of every rank for each run, from one worker job per rank count."""
     need_mpi('deep_gemm.mega')
     d = tmp_path_factory.mktemp('mega')
-    for np_ in (1, 2):
+    for np_ in (1, 2, 4):
         mpirun(WORKER, 'MEGA_OK', np_, str(d))
     return d
 
@@ -27,14 +27,16 @@ def outputs(tmp_path_factory):
 @pytest.mark.parametrize('mma', ['fp8xfp4', 'bf16xbf16'])
 def test_bit_identical_across_rank_counts(outputs, mma):
     one = torch.load(outputs / f'{mma}_1_0.pt')
-    two = torch.cat([torch.load(outputs / f'{mma}_2_{r}.pt') for r in (0, 1)])
-    assert one.shape == two.shape == (16, 256)
-    assert torch.equal(one.view(torch.int16), two.view(torch.int16))
+    for np_ in (2, 4):
+        many = torch.cat([torch.load(outputs / f'{mma}_{np_}_{r}.pt') for r in range(np_)])
+        assert one.shape == many.shape == (16, 256)
+        assert torch.equal(one.view(torch.int16), many.view(torch.int16)), f'{np_} ranks'
 
 
-def test_torch_group(tmp_path):
+@pytest.mark.parametrize('np_', [2, 4])
+def test_torch_group(tmp_path, np_):
     need_mpi('deep_gemm.mega')
-    mpirun(WORKER, 'MEGA_OK', 2, str(tmp_path), '--group')
+    mpirun(WORKER, 'MEGA_OK', np_, str(tmp_path), '--group')
 
 
 # ---- in this process (no MPI communicator) ----

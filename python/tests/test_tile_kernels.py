@@ -29,10 +29,11 @@ def f32_bits(i):
 
 # ---- references (upstream's get_sf_and_inv and stores, one f32 operation at a time) ----
 
-def ref_scales(amax, fmt, round_sf):
-    """amax f32 [...] -> (sf f32, inv f32, ue8m0 exponent int64 or None)."""
+def ref_scales(amax, fmt, round_sf, cmin=None):
+    """amax f32 [...] -> (sf f32, inv f32, ue8m0 exponent int64 or None); cmin: a custom amax
+    floor (upstream's custom_clamp_min_value)."""
     qmax = torch.tensor(QMAX[fmt], dtype=torch.float32)
-    amax = torch.maximum(amax, torch.tensor(CMIN[fmt], dtype=torch.float32))
+    amax = torch.maximum(amax, torch.tensor(CMIN[fmt] if cmin is None else cmin, dtype=torch.float32))
     sf = amax / qmax
     if not round_sf:
         return sf, qmax / amax, None
@@ -307,25 +308,42 @@ def test_not_bound_names_raise():
 
 # ---- block / channel casts ----
 
+@pytest.mark.parametrize('fmt', ['e4m3', 'e2m1'])
 @pytest.mark.parametrize('block', [(128, 128), (32, 32)])
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize('layout', LAYOUTS)
-def test_per_block_cast_bit_exact(block, dtype, layout):
+def test_per_block_cast_bit_exact(fmt, block, dtype, layout):
     col, round_sf, packed = layout
     t, h = 200, 1320  # partial blocks both ways, a partial 1024-column strip
     x = randn(t, h, dtype=dtype, scale=3.0)
-    out, sf = quant.per_block_cast(x, 'e4m3', block, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+    x[:32, :64] = 0  # blocks at the amax floor: zero, and (for e2m1) normal values under 6 * 2^-126
+    x[40:64, 100:200] = (torch.rand(24, 100, generator=G) * 5e-38 + 1.2e-38).to(dtype)
+    out, sf = quant.per_block_cast(x, fmt, block, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
                                    use_packed_ue8m0=packed)
     bm, bk = block
     nm, nk = (t + bm - 1) // bm, (h + bk - 1) // bk
     pad = torch.zeros(nm * bm, nk * bk)
     pad[:t, :h] = x.float().abs()
     amax = pad.view(nm, bm, nk, bk).amax((1, 3))
-    rsf, inv, e = ref_scales(amax, 'e4m3', round_sf)
+    rsf, inv, e = ref_scales(amax, fmt, round_sf)
     p = x.float() * inv.repeat_interleave(bm, 0)[:t].repeat_interleave(bk, 1)[:, :h]
-    assert same_bits(out, p.clamp(-448, 448).to(torch.float8_e4m3fn))
+    ref = p.clamp(-448, 448).to(torch.float8_e4m3fn) if fmt == 'e4m3' else pack_fp4(ref_e2m1_codes(p))
+    assert same_bits(out, ref)
     assert same_bits(sf, pack_ue8m0(e) if packed else rsf)
     assert sf.stride() == ((1, align(nm, 4)) if col else (sf.shape[1], 1))
+
+
+def test_per_block_cast_errors():
+    fn = quant.per_block_cast
+    x = randn(4, 64)
+    with pytest.raises(ValueError, match="'fmt'"):
+        fn(x, 'e5m2', (32, 32))
+    with pytest.raises(NotImplementedError, match='block'):
+        fn(x, 'e2m1', (1, 32))
+    with pytest.raises(ValueError, match='even hidden'):
+        fn(randn(4, 63), 'e2m1', (32, 32))
+    with pytest.raises(TypeError, match="'x'"):
+        fn(x.half(), 'e2m1', (32, 32))
 
 
 def ref_channel(y, round_sf, group=128):
@@ -534,6 +552,39 @@ def test_swiglu_forward_and_per_token_cast(layout, gs):
     err = (deq[keep] - y[keep]).abs()
     assert (err <= y[keep].abs() * 2.0 ** -4 * 1.001 + sfull * 2.0 ** -6 + 1e-6).all()
     assert (out[~keep].float() == 0).all()
+
+
+@pytest.mark.parametrize('layout', [(False, False, False), (False, True, False), (True, True, True)])
+@pytest.mark.parametrize('sf_clamp_min', [None, 1e-4, 0.05, 3.0])
+def test_swiglu_sf_clamp_min_exact(layout, sf_clamp_min):
+    # a >= 32: silu(a) = a * sigmoid(a) is a itself in f32 (sigmoid(32) rounds to 1), so
+    # y = a * b is exact in torch and in the kernel (bf16 x bf16 fits f32) and the codes compare
+    # bit for bit; rows of b scaled from 1e-7 to 1 put whole rows and single groups under the floor
+    col, round_sf, packed = layout
+    p, h, gs = 16, 512, 128
+    a = (32 + 32 * torch.rand(p, h, generator=G)).bfloat16()
+    scale = torch.tensor([1e-3, 1e-2, 1.0, 1e-7]).repeat(p // 4)[:, None] * (1 + torch.arange(h) // gs)
+    b = (torch.randn(p, h, generator=G) * scale).bfloat16()
+    x = torch.cat([a, b], 1)
+    out, sf = quant.swiglu_forward_and_per_token_cast(x, 'e4m3', gs, use_tma_aligned_col_major_sf=col,
+                                                      round_sf=round_sf, use_packed_ue8m0=packed,
+                                                      sf_clamp_min=sf_clamp_min)
+    af = a.float()
+    y = af * torch.sigmoid(af) * b.float()
+    assert torch.equal(y, af * b.float())  # the premise: the activation is exact here
+    amax = y.abs().view(p, h // gs, gs).amax(-1)
+    rsf, inv, e = ref_scales(amax, 'e4m3', round_sf, cmin=1e-4 if sf_clamp_min is None else sf_clamp_min)
+    q = (y * inv.repeat_interleave(gs, 1)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert same_bits(out, q)
+    assert same_bits(sf, pack_ue8m0(e) if packed else rsf)
+
+
+def test_swiglu_sf_clamp_min_errors():
+    x = randn(2, 256)
+    for bad, cls in ((0.0, ValueError), (-1.0, ValueError), (float('nan'), ValueError), (float('inf'), ValueError),
+                     (1e-50, ValueError), (1e39, ValueError), ('1e-4', TypeError), (True, TypeError)):
+        with pytest.raises(cls, match="'sf_clamp_min'"):
+            quant.swiglu_forward_and_per_token_cast(x, 'e4m3', 128, sf_clamp_min=bad)
 
 
 # ---- fused MoE layout ----

@@ -217,28 +217,30 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
 
 def per_block_cast(x, fmt: str, block_size: tuple, use_tma_aligned_col_major_sf: bool = False,
                    round_sf: bool = False, use_packed_ue8m0: bool = False):
-    """2-D block cast of bf16 / f32 x to 'e4m3' with one scale per (128, 128) or (32, 32) block ->
-    (out, out_sf [ceil(T / bm), ceil(H / bk)]: f32, or packed UE8M0 int32 words, four blocks
-    of a block row each)."""
+    """2-D block cast of bf16 / f32 x to 'e4m3' or 'e2m1' (packed FP4, torch.int8 [T, H / 2],
+    element 2i in the low nibble) with one scale per (128, 128) or (32, 32) block -> (out,
+    out_sf [ceil(T / bm), ceil(H / bk)]: f32, or packed UE8M0 int32 words, four blocks of a
+    block row each)."""
     fn = 'tile_kernels.quant.per_block_cast'
     choice(fmt, fn, 'fmt', ('e4m3', 'e2m1'))
     blk = _block(block_size, fn, 'block_size')
     _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
     tensor(x, fn, 'x', _PLAIN, 2)
-    if fmt != 'e4m3' or blk not in ((128, 128), (32, 32)):
+    if blk not in ((128, 128), (32, 32)):
         raise NotImplementedError(
-            f'{fn}: only e4m3 with (128, 128) or (32, 32) blocks is available in tilestack '
-            f'(ts_per_block_cast[_32][_f32]); got {fmt}, block {blk}')
+            f'{fn}: only (128, 128) or (32, 32) blocks are available in tilestack '
+            f'(ts_per_block_cast[_fp4][_32][_f32]); got block {blk}')
     tokens, hidden = x.shape
     rows, blocks = ceil_div(tokens, blk[0]), ceil_div(hidden, blk[1])
-    out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
+    out = _out_data(fmt, tokens, hidden, x.device, fn)
     sf = alloc_sf(rows, blocks, use_tma_aligned_col_major_sf, use_packed_ue8m0, x.device)
-    # ts_per_block_cast writes row-major f32 scales: the column-major layout is filled from a
-    # copy, and packed UE8M0 takes their exponent bytes (round_sf scales are powers of two)
+    # the kernels write row-major f32 scales: the column-major layout is filled from a copy,
+    # and packed UE8M0 takes their exponent bytes (round_sf scales are powers of two)
     direct = not use_tma_aligned_col_major_sf and not use_packed_ue8m0
     dst = sf if direct else torch.empty((rows, blocks), dtype=torch.float32, device=x.device)
     if tokens:
-        kernel = ('per_block_cast' if blk[0] == 128 else 'per_block_cast_32') + ('_f32' if x.dtype == torch.float32 else '')
+        kernel = ('per_block_cast' + ('_fp4' if fmt == 'e2m1' else '') + ('' if blk[0] == 128 else '_32')
+                  + ('_f32' if x.dtype == torch.float32 else ''))
         call(kernel, fn, ('x', 'out', 'sf'), x, out, dst, round_sf)
         if use_packed_ue8m0:
             pack_ue8m0_into(dst, sf)
@@ -380,8 +382,17 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to
     choice(fmt, fn, 'fmt', ('e4m3',))
     integer(num_per_channels, fn, 'num_per_channels', 0)
     _sf_layout(fn, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
-    if sf_clamp_min is not None:
-        raise NotImplementedError(f'{fn}: sf_clamp_min is not available in tilestack (its cast clamps amax at 1e-4)')
+    if sf_clamp_min is None:
+        floor_ = 1e-4  # upstream's e4m3 amax floor
+    else:
+        if isinstance(sf_clamp_min, bool) or not isinstance(sf_clamp_min, (int, float)):
+            raise C.TypeError(f"{fn}: argument 'sf_clamp_min' must be a float or None, got {type(sf_clamp_min).__name__}")
+        floor_ = float(sf_clamp_min)
+        # the kernel takes it as f32: a value that is not positive and finite there would give an
+        # infinite inverse scale on an all-zero group (upstream does not check)
+        f32 = torch.tensor(floor_, dtype=torch.float32).item()
+        if not (f32 > 0 and f32 != float('inf')):
+            raise C.ValueError(f"{fn}: argument 'sf_clamp_min' must be positive and finite in f32, got {sf_clamp_min!r}")
     rows, h2 = x.shape
     if h2 % 2:
         raise C.ValueError(f"{fn}: argument 'x' must have an even width, got {h2}")
@@ -417,9 +428,9 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to
                 float(swiglu_clamp_value) if use_clamp else 0.0, use_clamp, clamped_count is not None, use_mask,
                 use_weights)
         if use_packed_ue8m0:
-            call('swiglu_forward_and_per_token_cast_ue8m0', fn, names, *args)
+            call('swiglu_forward_and_per_token_cast_ue8m0', fn, names, *args, floor_)
         else:
-            call('swiglu_forward_and_per_token_cast', fn, names, *args, round_sf)
+            call('swiglu_forward_and_per_token_cast', fn, names, *args, round_sf, floor_)
     return out, sf
 
 
