@@ -494,22 +494,17 @@ ts_status ts_ep_elastic_combine(ts_ep_elastic_buffer *eb, const ts_ep_elastic_ha
     ts_tensor y;
     memset(&y, 0, sizeof y);
     if (st == TS_OK) st = ts_ep_get_combine_buffer(b, h->v1, x->shape[1], &y);
+    /* at least one line, so the weights view has data even with no rows */
     const int64_t nw = h && topk_weights ? h->num_recv * h->num_topk : 0;
-    if (st == TS_OK && nw * 4 > eb->comb_w_cap) {
-        float *q = realloc(eb->comb_w, (size_t)nw * 4);
-        if (q) {
-            eb->comb_w = q;
-            eb->comb_w_cap = nw * 4;
-        } else {
-            st = ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no memory for %lld weights", (long long)nw);
-        }
-    }
+    if (st == TS_OK && !grow(&eb->comb_w, &eb->comb_w_cap, nw * 4 + 64))
+        st = ts__fail(TS_ERR_OUT_OF_MEMORY, C ": no memory for %lld weights", (long long)nw);
     /* The reduction writes this rank's combine area (the zero-copy input of ep.h, which peers
      * read only inside a V1 combine), so only once every rank is known to go ahead. */
     st = agree(eb, st, C);
     if (st != TS_OK) return st;
     cfg.num_sms = num_sms ? num_sms : h->num_sms;
-    ts__ep_elastic_reduce(h, x, topk_weights, y.data, topk_weights ? eb->comb_w : NULL, ts__ep_threads(&cfg));
+    ts__ep_elastic_reduce(h, x, topk_weights, y.data, topk_weights ? (float *)(void *)eb->comb_w : NULL,
+                          ts__ep_threads(&cfg));
     ts_tensor yw = ts_tensor_2d(eb->comb_w, TS_F32, h->num_recv, h->num_topk);
     return ts_ep_combine(b, h->v1, &y, topk_weights ? &yw : NULL, bias0, bias1, &cfg, combined_x,
                          combined_topk_weights);

@@ -15,7 +15,7 @@ struct ts_ep_elastic_buffer {
     int64_t scratch_cap;
     uint8_t *expand;
     int64_t expand_cap;
-    float *comb_w;
+    uint8_t *comb_w;
     int64_t comb_w_cap;
 };
 
