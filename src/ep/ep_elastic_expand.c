@@ -5,7 +5,6 @@
 #include "ep/ep_elastic_internal.h"
 #include "tilestack/numerics.h"
 
-#include <math.h>
 #include <string.h>
 
 void ts__ep_elastic_plan(ts_ep_elastic_handle *h, const ts_tensor *recv_idx) {
@@ -100,6 +99,14 @@ typedef struct reduce_ctx {
 
 enum { CHUNK = 256 };
 
+/* Exact widening (bf16 is the top half of an f32), inline in the reduction's inner loop. */
+static inline float bf16_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 static void reduce_task(void *vc, int tid, int nt) {
     const reduce_ctx *c = vc;
     const ts_ep_elastic_handle *h = c->h;
@@ -118,7 +125,10 @@ static void reduce_task(void *vc, int tid, int nt) {
                 if (slot[k] < 0) continue;
                 const float wk = w ? w[slot[k] * ws] : 1.0f;
                 const uint16_t *row = x + slot[k] * c->x->strides[0] + j0;
-                for (int64_t j = 0; j < m; j++) acc[j] = fmaf(wk, ts_bf16_to_f32(row[j]), acc[j]);
+                /* a product then a sum, two roundings: C11 does not contract them (ISO mode), so
+                 * every ISA and build gives these bits, and the baseline build needs no
+                 * software fmaf */
+                for (int64_t j = 0; j < m; j++) acc[j] = acc[j] + wk * bf16_f32(row[j]);
             }
             for (int64_t j = 0; j < m; j++) c->y[i * H + j0 + j] = ts_f32_to_bf16(acc[j]);
         }
