@@ -20,6 +20,7 @@
 #ifdef TILESTACK_HAVE_EP
 #include "core/internal.h"
 #include "tilestack/ep.h"
+#include "tilestack/ep_elastic.h"
 #include "tilestack/numerics.h"
 #include "tilestack/quant.h"
 
@@ -37,11 +38,16 @@ typedef struct ep_bench {
     ts_tensor x, xs, idx, w, tpr, tpe, in_rank, cx, out;
     ts_ep_dispatch_result res;
     int64_t E;
+    /* V2 rows: the elastic buffer, its handles (normal, expanded), the expanded combine input */
+    ts_ep_elastic_buffer *eb;
+    ts_ep_elastic_handle *eh, *ehx;
+    ts_tensor ecx;
 } ep_bench;
 
 typedef enum {
     OP_DISPATCH, OP_DISPATCH_CACHED, OP_COMBINE, OP_COMBINE_ZERO_COPY, OP_REF_DISPATCH, OP_REF_COMBINE,
-    OP_LL_DISPATCH, OP_LL_COMBINE, OP_LL_COMBINE_ZERO_COPY, OP_LL_REF_DISPATCH, OP_LL_REF_COMBINE
+    OP_LL_DISPATCH, OP_LL_COMBINE, OP_LL_COMBINE_ZERO_COPY, OP_LL_REF_DISPATCH, OP_LL_REF_COMBINE,
+    OP_EL_DISPATCH, OP_EL_DISPATCH_EXPANDED, OP_EL_COMBINE, OP_EL_COMBINE_EXPANDED
 } ep_op;
 
 /* Low-latency rows (see ll_section). */
@@ -64,7 +70,33 @@ typedef struct ll_bench {
 static ll_bench *g_ll;
 static ts_status ll_run(ll_bench *l, ep_op op);
 
+/* V2 dispatch (layout inside) and combine; a new dispatch replaces the row's handle. */
+static ts_status run_elastic_op(ep_bench *b, ep_op op) {
+    const bool expand = op == OP_EL_DISPATCH_EXPANDED || op == OP_EL_COMBINE_EXPANDED;
+    ts_ep_elastic_handle **h = expand ? &b->ehx : &b->eh;
+    if (op == OP_EL_COMBINE || op == OP_EL_COMBINE_EXPANDED)
+        return ts_ep_elastic_combine(b->eb, *h, expand ? &b->ecx : &b->cx, NULL, NULL, NULL, 0, &b->out, NULL);
+    ts_ep_elastic_dispatch_args a;
+    memset(&a, 0, sizeof a);
+    a.x = &b->x;
+    a.sf = &b->xs;
+    a.topk_idx = &b->idx;
+    a.topk_weights = &b->w;
+    a.num_experts = b->E;
+    a.expert_alignment = 1;
+    a.do_expand = expand;
+    ts_ep_elastic_dispatch_result r;
+    ts_ep_elastic_handle *nh = NULL;
+    const ts_status st = ts_ep_elastic_dispatch(b->eb, &a, &r, &nh);
+    if (st == TS_OK) {
+        ts_ep_elastic_handle_destroy(*h);
+        *h = nh;
+    }
+    return st;
+}
+
 static ts_status run_op(ep_bench *b, ep_op op, ts_ep_reference_result *ref) {
+    if (op >= OP_EL_DISPATCH) return run_elastic_op(b, op);
     ts_ep_dispatch_args a;
     memset(&a, 0, sizeof a);
     a.x = &b->x;
@@ -644,6 +676,49 @@ int ts__suite_ep(const ts__bench_opts *opts) {
                     memcpy(zx.data, cx, (size_t)(my_recv * H) * 2);
             }
             if (run_row(&b, &rows[i], shape, R, threads, cores, &ref, opts, me)) rc = 1;
+        }
+        /* V2 ElasticBuffer rows, same routing and baseline; its buffer is sized for the worst
+         * case (R*T rows), as upstream sizes it. */
+        ep_row_spec erows[] = {
+            {"elastic_dispatch", "e4m3", OP_EL_DISPATCH, OP_REF_DISPATCH, deep_disp},
+            {"elastic_dispatch_expanded", "e4m3", OP_EL_DISPATCH_EXPANDED, OP_REF_DISPATCH, deep_disp},
+            {"elastic_combine", "bf16", OP_EL_COMBINE, OP_REF_COMBINE, deep_comb},
+            {"elastic_combine_expanded", "bf16", OP_EL_COMBINE_EXPANDED, OP_REF_COMBINE, deep_comb},
+        };
+        bool want_elastic = false;
+        for (size_t i = 0; i < sizeof erows / sizeof erows[0]; i++) want_elastic |= row_wanted(erows[i].name, shape);
+        if (want_elastic) {
+            ts_ep_elastic_options eo = ts_ep_elastic_default_options();
+            eo.num_max_tokens_per_rank = T;
+            eo.hidden = H;
+            eo.num_topk = (int32_t)K;
+            eo.use_fp8_dispatch = true;
+            ts_status est = ts_ep_elastic_create(MPI_COMM_WORLD, &eo, &b.eb);
+            if (est == TS_OK) est = run_op(&b, OP_EL_DISPATCH, NULL);
+            if (est == TS_OK) est = run_op(&b, OP_EL_DISPATCH_EXPANDED, NULL);
+            uint16_t *ecx = NULL;
+            if (est == TS_OK) {
+                ts_ep_elastic_handle_info info;
+                ts_ep_elastic_handle_get_info(b.ehx, &info);
+                const int64_t X = info.num_expanded_tokens;
+                ecx = malloc((size_t)((X > 0 ? X : 1) * H) * 2);
+                for (int64_t i = 0; ecx && i < X * H; i++) ecx[i] = (uint16_t)(0x3f80 + (ts__bench_rng_next(&rng) & 0x7f));
+                b.ecx = ts_tensor_2d(ecx, TS_BF16, X, H);
+                if (!ecx) est = TS_ERR_OUT_OF_MEMORY;
+            }
+            if (est != TS_OK) {
+                if (me == 0) fprintf(stderr, "tilestack bench ep: elastic setup failed: %s\n", ts_last_error());
+                rc = 1;
+            }
+            for (size_t i = 0; i < sizeof erows / sizeof erows[0] && est == TS_OK; i++)
+                if (row_wanted(erows[i].name, shape) && run_row(&b, &erows[i], shape, R, threads, cores, &ref, opts, me))
+                    rc = 1;
+            ts_ep_elastic_handle_destroy(b.eh);
+            ts_ep_elastic_handle_destroy(b.ehx);
+            ts_ep_elastic_destroy(b.eb);
+            b.eh = b.ehx = NULL;
+            b.eb = NULL;
+            free(ecx);
         }
         /* The internode path forced on this machine: every rank its own node, so every token
          * goes through MPI to its destination's node proxy (itself here) and back. Same
