@@ -126,7 +126,7 @@ TS_API ts_status ts_ep_elastic_dispatch(ts_ep_elastic_buffer *buf, const ts_ep_e
  * Not expanded: ts_ep_combine exactly (unweighted sum over ranks, ascending, f32, one RNE).
  * Expanded: first, on each receiving rank and for each received token i,
  *   y_i = bf16_rne(acc), acc = 0.0f, then for k = 0..K-1 with an expanded row s for slot k:
- *   acc = acc + w_s * x[s] (a product, then a sum: two roundings, never contracted),
+ *   acc = fmaf(x[s], w_s, acc) (one rounding: ts_ep_low_latency_combine's arithmetic),
  *   w_s = topk_weights[s] (1 without topk_weights);
  * then ts_ep_combine of y (its per-token weights are topk_weights[s] at slot k, 0 elsewhere). */
 TS_API ts_status ts_ep_elastic_combine(ts_ep_elastic_buffer *buf, const ts_ep_elastic_handle *handle,

@@ -3,6 +3,8 @@
  * before a V1 combine. Everything here is a pure function of the received rows, so it gives
  * the same bits for any thread count (threads split rows, never a sum). */
 #include "ep/ep_elastic_internal.h"
+#include "ep/ep_kernels.h"
+#include "ep/ep_ll_kernels.h"
 #include "tilestack/numerics.h"
 
 #include <string.h>
@@ -95,17 +97,11 @@ typedef struct reduce_ctx {
     const ts_tensor *x, *w;
     uint16_t *y;
     float *yw;
+    ts__ep_ll_fma_bf16_fn fma_bf16;
+    void (*store)(uint16_t *o, const float *acc, int64_t n);
 } reduce_ctx;
 
 enum { CHUNK = 256 };
-
-/* Exact widening (bf16 is the top half of an f32), inline in the reduction's inner loop. */
-static inline float bf16_f32(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static void reduce_task(void *vc, int tid, int nt) {
     const reduce_ctx *c = vc;
@@ -124,13 +120,9 @@ static void reduce_task(void *vc, int tid, int nt) {
             for (int64_t k = 0; k < K; k++) {
                 if (slot[k] < 0) continue;
                 const float wk = w ? w[slot[k] * ws] : 1.0f;
-                const uint16_t *row = x + slot[k] * c->x->strides[0] + j0;
-                /* a product then a sum, two roundings: C11 does not contract them (ISO mode), so
-                 * every ISA and build gives these bits, and the baseline build needs no
-                 * software fmaf */
-                for (int64_t j = 0; j < m; j++) acc[j] = acc[j] + wk * bf16_f32(row[j]);
+                c->fma_bf16(acc, x + slot[k] * c->x->strides[0] + j0, wk, m);
             }
-            for (int64_t j = 0; j < m; j++) c->y[i * H + j0 + j] = ts_f32_to_bf16(acc[j]);
+            c->store(c->y + i * H + j0, acc, m);
         }
         if (c->yw)
             for (int64_t k = 0; k < K; k++) c->yw[i * K + k] = slot[k] >= 0 && w ? w[slot[k] * ws] : 0.0f;
@@ -139,7 +131,14 @@ static void reduce_task(void *vc, int tid, int nt) {
 
 void ts__ep_elastic_reduce(const ts_ep_elastic_handle *h, const ts_tensor *x, const ts_tensor *w, uint16_t *y,
                            float *yw, int nthreads) {
-    reduce_ctx c = {h, x, w, y, yw};
+    /* the low-latency combine's row kernels (bit-identical on every path) */
+    reduce_ctx c = {h, x, w, y, yw, ts__ep_ll_fma_bf16__generic, ts__ep_store_bf16__generic};
+#ifdef TS_HAVE_AVX2_KERNELS
+    if (ts__isa_avx2_up(ts__active_isa())) c.fma_bf16 = ts__ep_ll_fma_bf16__avx2, c.store = ts__ep_store_bf16__avx2;
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512) c.fma_bf16 = ts__ep_ll_fma_bf16__avx512, c.store = ts__ep_store_bf16__avx512;
+#endif
     const int64_t work = h->num_recv > 0 ? h->num_recv : 1;
     if (nthreads > work) nthreads = (int)work;
     ts__parallel_run(nthreads < 1 ? 1 : nthreads, reduce_task, &c);

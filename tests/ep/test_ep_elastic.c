@@ -6,6 +6,7 @@
 #include "ep_case.h"
 #include "tilestack/ep_elastic.h"
 
+#include <math.h>
 
 /* Expert e's output for token (src, t): what a real expert would compute, made up. */
 static uint16_t expert_out(int64_t src, int64_t t, int64_t e, int64_t j) {
@@ -176,7 +177,7 @@ static uint64_t run_elastic(ts_test_ctx *ts_t_, ts_ep_elastic_buffer *buf, const
                                               ro->weights ? &tow : NULL),
                         TS_OK);
         /* Oracle: per destination rank r (ascending), acc_r over r's slots in k order
-         * (acc + w * x, two roundings; w = 1 without weights), rounded to bf16; then 0 + bias + sum_r, rounded. */
+         * (acc = fmaf(x, w, acc); w = 1 without weights), rounded to bf16; then 0 + bias + sum_r, rounded. */
         bool x_ok = true, w_ok = true;
         for (int64_t t = 0; t < N; t++) {
             for (int64_t j = 0; j < H; j++) {
@@ -191,7 +192,7 @@ static uint64_t run_elastic(ts_test_ctx *ts_t_, ts_ep_elastic_buffer *buf, const
                         sent = true;
                         if (ro->expand) {
                             const float w = ro->weights ? in.w[t * K + k] : 1.0f;
-                            acc = acc + w * ts_bf16_to_f32(expert_out(me, t, e, j));
+                            acc = fmaf(ts_bf16_to_f32(expert_out(me, t, e, j)), w, acc);
                         }
                     }
                     if (!sent) continue;
