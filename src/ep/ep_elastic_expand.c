@@ -3,7 +3,6 @@
  * before a V1 combine. Everything here is a pure function of the received rows, so it gives
  * the same bits for any thread count (threads split rows, never a sum). */
 #include "ep/ep_elastic_internal.h"
-#include "ep/ep_kernels.h"
 #include "ep/ep_ll_kernels.h"
 #include "tilestack/numerics.h"
 
@@ -97,8 +96,7 @@ typedef struct reduce_ctx {
     const ts_tensor *x, *w;
     uint16_t *y;
     float *yw;
-    ts__ep_ll_fma_bf16_fn fma_bf16;
-    void (*store)(uint16_t *o, const float *acc, int64_t n);
+    ts__ep_ll_row_kernels k;
 } reduce_ctx;
 
 enum { CHUNK = 256 };
@@ -120,9 +118,9 @@ static void reduce_task(void *vc, int tid, int nt) {
             for (int64_t k = 0; k < K; k++) {
                 if (slot[k] < 0) continue;
                 const float wk = w ? w[slot[k] * ws] : 1.0f;
-                c->fma_bf16(acc, x + slot[k] * c->x->strides[0] + j0, wk, m);
+                c->k.fma_bf16(acc, x + slot[k] * c->x->strides[0] + j0, wk, m);
             }
-            c->store(c->y + i * H + j0, acc, m);
+            c->k.store(c->y + i * H + j0, acc, m);
         }
         if (c->yw)
             for (int64_t k = 0; k < K; k++) c->yw[i * K + k] = slot[k] >= 0 && w ? w[slot[k] * ws] : 0.0f;
@@ -132,13 +130,7 @@ static void reduce_task(void *vc, int tid, int nt) {
 void ts__ep_elastic_reduce(const ts_ep_elastic_handle *h, const ts_tensor *x, const ts_tensor *w, uint16_t *y,
                            float *yw, int nthreads) {
     /* the low-latency combine's row kernels (bit-identical on every path) */
-    reduce_ctx c = {h, x, w, y, yw, ts__ep_ll_fma_bf16__generic, ts__ep_store_bf16__generic};
-#ifdef TS_HAVE_AVX2_KERNELS
-    if (ts__isa_avx2_up(ts__active_isa())) c.fma_bf16 = ts__ep_ll_fma_bf16__avx2, c.store = ts__ep_store_bf16__avx2;
-#endif
-#ifdef TS_HAVE_AVX512_KERNELS
-    if (ts__active_isa() == TS_ISA_AVX512) c.fma_bf16 = ts__ep_ll_fma_bf16__avx512, c.store = ts__ep_store_bf16__avx512;
-#endif
+    reduce_ctx c = {h, x, w, y, yw, ts__ep_ll_pick_row_kernels()};
     const int64_t work = h->num_recv > 0 ? h->num_recv : 1;
     if (nthreads > work) nthreads = (int)work;
     ts__parallel_run(nthreads < 1 ? 1 : nthreads, reduce_task, &c);

@@ -29,6 +29,16 @@ void ts__ep_ll_fma_f32__avx512(float *acc, const float *y, float w, int64_t n);
 void ts__ep_ll_cast__avx512(const uint16_t *x, int64_t hidden, int round_scale, uint8_t *q, float *scale_inv);
 #endif
 
+/* The combine's row kernels for the ISA path in use (ts__active_isa): the weighted
+ * accumulation (bf16 and f32 rows) and the bf16 store, one choice for every caller (the
+ * low-latency combine, V2's expanded combine). */
+typedef struct ts__ep_ll_row_kernels {
+    ts__ep_ll_fma_bf16_fn fma_bf16;
+    ts__ep_ll_fma_f32_fn fma_f32;
+    void (*store)(uint16_t *o, const float *acc, int64_t n);
+} ts__ep_ll_row_kernels;
+ts__ep_ll_row_kernels ts__ep_ll_pick_row_kernels(void);
+
 /* The scale pair of one group from its amax (shared so both paths agree bit for bit). */
 static inline void ts__ep_ll_fp8_scales(float amax, int round_scale, float *scale, float *scale_inv) {
     if (round_scale) {

@@ -365,6 +365,19 @@ ts_status ts_ep_low_latency_combine(ts_ep_buffer *b, const ts_ep_ll_combine_args
     return ts__ep_ll_combine_recv(hk);
 }
 
+ts__ep_ll_row_kernels ts__ep_ll_pick_row_kernels(void) {
+    ts__ep_ll_row_kernels k = {ts__ep_ll_fma_bf16__generic, ts__ep_ll_fma_f32__generic, ts__ep_store_bf16__generic};
+#ifdef TS_HAVE_AVX2_KERNELS
+    if (ts__isa_avx2_up(ts__active_isa()))
+        k = (ts__ep_ll_row_kernels){ts__ep_ll_fma_bf16__avx2, ts__ep_ll_fma_f32__avx2, ts__ep_store_bf16__avx2};
+#endif
+#ifdef TS_HAVE_AVX512_KERNELS
+    if (ts__active_isa() == TS_ISA_AVX512)
+        k = (ts__ep_ll_row_kernels){ts__ep_ll_fma_bf16__avx512, ts__ep_ll_fma_f32__avx512, ts__ep_store_bf16__avx512};
+#endif
+    return k;
+}
+
 typedef struct reduce_ctx {
     ts_ep_ll_hook *hk;
     const int32_t *slot;
@@ -372,9 +385,7 @@ typedef struct reduce_ctx {
     const uint8_t *const *metap; /* [R] their LogFMT metadata */
     const int64_t *rowbase;      /* [E] row of this rank's first selection of expert e there */
     int oom;
-    ts__ep_ll_fma_bf16_fn fma_bf16;
-    ts__ep_ll_fma_f32_fn fma_f32;
-    ts__ep_store_bf16_fn store;
+    ts__ep_ll_row_kernels k;
 } reduce_ctx;
 
 static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
@@ -399,18 +410,18 @@ static void reduce_task(void *vctx, int64_t t0, int64_t t1, int tid) {
             const int64_t row = c->rowbase[e] + c->slot[t * K + k];
             const uint16_t *y = (const uint16_t *)(const void *)c->rowsp[d] + row * H;
             if (!hk->use_logfmt) {
-                c->fma_bf16(acc, y, wk, H);
+                c->k.fma_bf16(acc, y, wk, H);
             } else {
                 const uint32_t *meta = (const uint32_t *)(const void *)c->metap[d] + row * nd;
                 for (int64_t g = 0; g < nd; g++) {
                     const uint16_t m[2] = {(uint16_t)(meta[g] & 0xFFFF), (uint16_t)(meta[g] >> 16)};
                     ts_ep_logfmt10_decode((const uint8_t *)(y + g * 128), m, dec);
-                    c->fma_f32(acc + g * 128, dec, wk, 128);
+                    c->k.fma_f32(acc + g * 128, dec, wk, 128);
                 }
             }
         }
         uint16_t *o = (uint16_t *)hk->out.data + t * hk->out.strides[0];
-        c->store(o, acc, H);
+        c->k.store(o, acc, H);
     }
 }
 
@@ -488,22 +499,7 @@ ts_status ts__ep_ll_combine_recv(ts_ep_ll_hook *hk) {
         }
     }
     if (st == TS_OK) {
-        reduce_ctx rc = {hk, slot, rowsp, metap, rowbase, 0, ts__ep_ll_fma_bf16__generic, ts__ep_ll_fma_f32__generic,
-                         ts__ep_store_bf16__generic};
-#ifdef TS_HAVE_AVX2_KERNELS
-        if (ts__isa_avx2_up(ts__active_isa())) {
-            rc.fma_bf16 = ts__ep_ll_fma_bf16__avx2;
-            rc.fma_f32 = ts__ep_ll_fma_f32__avx2;
-            rc.store = ts__ep_store_bf16__avx2;
-        }
-#endif
-#ifdef TS_HAVE_AVX512_KERNELS
-        if (ts__active_isa() == TS_ISA_AVX512) {
-            rc.fma_bf16 = ts__ep_ll_fma_bf16__avx512;
-            rc.fma_f32 = ts__ep_ll_fma_f32__avx512;
-            rc.store = ts__ep_store_bf16__avx512;
-        }
-#endif
+        reduce_ctx rc = {hk, slot, rowsp, metap, rowbase, 0, ts__ep_ll_pick_row_kernels()};
         ts__parallel_for(hk->topk_idx.shape[0], 4, reduce_task, &rc);
         if (rc.oom) st = ts__fail(TS_ERR_OUT_OF_MEMORY, LC ": no scratch memory for the accumulator");
     }
