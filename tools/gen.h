@@ -51,6 +51,8 @@ typedef struct gen_args {
     /* --ranks: expert-parallel ranks (0: 1; with --dry-run the R = 1, 2, 4, 8 table);
      * --batch / --context: --dry-run only (0 context: the loader's) */
     int64_t ranks, batch, context;
+    /* sequences the model holds (0: 1; `serve --max-batch`) */
+    int64_t max_batch;
 } gen_args;
 
 /* ---- gen_dry_run.c ---- */
@@ -61,6 +63,9 @@ int gen_dry_run(const gen_args *a);
  * command line (the message, naming the option, printed to stderr). `generate` requires
  * --prompt, `chat` refuses it. Ranges that need the vocabulary are checked in gen_open_model. */
 int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a);
+/* A whole decimal integer in [lo, hi]; a finite decimal number. */
+bool gen_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v);
+bool gen_parse_f64(const char *s, double *v);
 void gen_usage(const char *cmd, FILE *f);
 
 /* ---- gen_model.c ---- */
@@ -162,6 +167,35 @@ typedef struct gen_result {
     double *top_lp;
     int64_t top_n;
 } gen_result;
+
+/* One reply as a state machine, for callers that run the model themselves (gen_turn; the
+ * server's batch, tools/serve_sched.c): begin, then gen_reply_take on each row of logits the
+ * model gives (after the prompt, after each decode of the token it returned) until r->finish
+ * is set, then end. The same logits and rng give the same reply, whoever drives it. */
+typedef struct gen_reply {
+    const gen_model *gm;
+    const gen_opts *o;
+    gen_result *r;
+    ts_tokenizer_stream ds;
+    gen_stop stop;
+    char *piece;
+    size_t piece_cap, out_cap, text_cap;
+    bool oom;
+} gen_reply;
+
+/* *r zeroed, the prompt copied; TS_ERR_OUT_OF_MEMORY. gen_reply_end is due whatever it returns. */
+ts_status gen_reply_begin(gen_reply *rp, const gen_model *gm, const gen_opts *o,
+                          const int32_t *prompt, size_t n_prompt, gen_result *r);
+/* Samples *tok from logits [vocab] (the masked ids set to -inf in place; one draw from *rng
+ * unless greedy), streams its text, and sets r->finish when the reply ends: "eos" (*tok is EOS,
+ * not recorded), "stop", "length" (o->max_new), "context" (cached, the tokens in the cache,
+ * is max_seq_len: no room to decode *tok). Otherwise *tok is the next token to decode. */
+ts_status gen_reply_take(gen_reply *rp, float *logits, uint64_t *rng, int64_t cached, int32_t *tok);
+/* Flushes the text held back (st == TS_OK) and frees the machine's state; returns st or the
+ * first error of the flush. r stays the caller's (gen_result_free). */
+ts_status gen_reply_end(gen_reply *rp, ts_status st);
+/* TS_ERR_INVALID_ARGUMENT for a prompt of no tokens or longer than ctx - 1, naming both. */
+ts_status gen_check_prompt(int64_t ctx, size_t n_prompt);
 
 /* One reply: reuses the sequence's cache when gs->ids is a prefix of the prompt (else resets
  * it), feeds the rest with ts_model_prefill, then samples (one uniform per non-greedy step from

@@ -184,10 +184,11 @@ int gen_open_model_on(const char *cmd, const gen_args *a, const gen_peers *p, ge
     if ((rc = sync_ranks(&o, rc))) goto out;
     /* the model: in-process, or collectively over the ranks (each binding its experts) */
     const char *w = dir ? NULL : a->weights, *d = dir ? a->model : NULL;
+    const int64_t batch = a->max_batch > 0 ? a->max_batch : 1;
     const ts_status st = p ? p->create(p->ctx, builtin ? &cfg : NULL, w, d, &gm->m)
-                       : d ? ts_model_load_dir(d, 1, &gm->m)
-                       : w ? ts_model_load(w, 1, &gm->m)
-                           : ts_model_create(&cfg, 1, &gm->m);
+                       : d ? ts_model_load_dir(d, batch, &gm->m)
+                       : w ? ts_model_load(w, batch, &gm->m)
+                           : ts_model_create(&cfg, batch, &gm->m);
     if (st != TS_OK) rc = fail(&o, 1, dir ? "--model" : a->weights ? "--weights" : "creating the model");
     o.peer = st == TS_ERR_PEER;
     if ((rc = sync_ranks(&o, rc))) goto out;

@@ -79,8 +79,7 @@ static const char *esc(const char *v) {
     return ts__text_escape_str(v, buf, sizeof buf);
 }
 
-/* A whole decimal integer in [lo, hi]. */
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v) {
+bool gen_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v) {
     char *end;
     errno = 0;
     const long long x = strtoll(s, &end, 10);
@@ -99,7 +98,7 @@ static bool parse_u64(const char *s, uint64_t *v) {
     return true;
 }
 
-static bool parse_f64(const char *s, double *v) {
+bool gen_parse_f64(const char *s, double *v) {
     char *end;
     errno = 0;
     const double x = strtod(s, &end);
@@ -145,11 +144,11 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(o, "--prompt")) a->prompt = v;
         else if (!strcmp(o, "--ranks")) {
-            if (!parse_i64(v, 1, 1024, &a->ranks)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
+            if (!gen_parse_i64(v, 1, 1024, &a->ranks)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
         } else if (!strcmp(o, "--batch")) {
-            if (!parse_i64(v, 1, 1 << 20, &a->batch)) return bad(cmd, "%s: '%s' is not an integer in [1, 2^20]", o, esc(v));
+            if (!gen_parse_i64(v, 1, 1 << 20, &a->batch)) return bad(cmd, "%s: '%s' is not an integer in [1, 2^20]", o, esc(v));
         } else if (!strcmp(o, "--context")) {
-            if (!parse_i64(v, 1, INT64_C(1) << 24, &a->context))
+            if (!gen_parse_i64(v, 1, INT64_C(1) << 24, &a->context))
                 return bad(cmd, "%s: '%s' is not an integer in [1, 2^24]", o, esc(v));
         }
         else if (!strcmp(o, "--system")) a->system = v;
@@ -159,19 +158,19 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
             else if (!strcmp(v, "v3")) a->chat = GEN_CHAT_V3;
             else return bad(cmd, "%s: '%s' is not v4, v4-thinking or v3", o, esc(v));
         } else if (!strcmp(o, "-n")) {
-            if (!parse_i64(v, 1, INT64_C(1) << 30, &a->max_new))
+            if (!gen_parse_i64(v, 1, INT64_C(1) << 30, &a->max_new))
                 return bad(cmd, "%s: '%s' is not an integer in [1, 2^30]", o, esc(v));
         } else if (!strcmp(o, "--temperature")) {
-            const double t = parse_f64(v, &a->sp.temperature) ? a->sp.temperature : -1;
+            const double t = gen_parse_f64(v, &a->sp.temperature) ? a->sp.temperature : -1;
             if (!(t == 0 || (t >= TS_SAMPLER_MIN_TEMPERATURE && t <= TS_SAMPLER_MAX_TEMPERATURE)))
                 return bad(cmd, "%s: '%s' is not 0 (greedy) or a number in [%g, %g]", o, esc(v),
                            TS_SAMPLER_MIN_TEMPERATURE, TS_SAMPLER_MAX_TEMPERATURE);
         } else if (!strcmp(o, "--top-k")) {
             /* the upper bound is the vocabulary, checked once the model is known */
-            if (!parse_i64(v, 1, INT32_MAX, &a->sp.top_k))
+            if (!gen_parse_i64(v, 1, INT32_MAX, &a->sp.top_k))
                 return bad(cmd, "%s: '%s' is not an integer in [1, vocab]", o, esc(v));
         } else if (!strcmp(o, "--top-p")) {
-            if (!parse_f64(v, &a->sp.top_p) || !(a->sp.top_p > 0 && a->sp.top_p <= 1))
+            if (!gen_parse_f64(v, &a->sp.top_p) || !(a->sp.top_p > 0 && a->sp.top_p <= 1))
                 return bad(cmd, "%s: '%s' is not a number in (0, 1]", o, esc(v));
         } else if (!strcmp(o, "--seed")) {
             if (!parse_u64(v, &a->seed))
@@ -184,10 +183,10 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
                 return bad(cmd, "%s: '%s' is not valid UTF-8 (no reply could contain it)", o, esc(v));
             a->stops[a->n_stops++] = v;
         } else if (!strcmp(o, "--logprobs")) {
-            if (!parse_i64(v, 1, GEN_MAX_LOGPROBS, &a->logprobs))
+            if (!gen_parse_i64(v, 1, GEN_MAX_LOGPROBS, &a->logprobs))
                 return bad(cmd, "%s: '%s' is not an integer in [1, %d]", o, esc(v), GEN_MAX_LOGPROBS);
         } else if (!strcmp(o, "--threads")) {
-            if (!parse_i64(v, 1, 1024, &n)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
+            if (!gen_parse_i64(v, 1, 1024, &n)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
             a->threads = (int)n;
         }
     }

@@ -27,16 +27,9 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
 }
 
 /* What the stop matcher releases: the caller's stream, and the reply's text. */
-typedef struct emit_ctx {
-    const gen_opts *o;
-    gen_result *r;
-    size_t cap;
-    bool oom;
-} emit_ctx;
-
 static void emit_text(void *vc, const char *text, size_t n) {
-    emit_ctx *c = vc;
-    if (!grow((void **)&c->r->text, &c->cap, c->r->text_len + n + 1, 1)) {
+    gen_reply *c = vc;
+    if (!grow((void **)&c->r->text, &c->text_cap, c->r->text_len + n + 1, 1)) {
         c->oom = true;
         return;
     }
@@ -94,74 +87,95 @@ static bool grow_out(gen_result *r, size_t *cap) {
     return true;
 }
 
-/* Samples the next token from gm->logits (masked first) and records it unless it is EOS. */
-static ts_status sample(gen_model *gm, const gen_opts *o, uint64_t *rng, gen_result *r,
-                        size_t *out_cap, int32_t *tok) {
+/* Samples the next token from logits (masked first) and records it unless it is EOS. */
+static ts_status sample(gen_reply *rp, float *logits, uint64_t *rng, int32_t *tok) {
+    const gen_model *gm = rp->gm;
+    gen_result *r = rp->r;
     const int64_t v = gm->cfg->vocab_size;
-    for (size_t i = 0; i < gm->n_masked; i++) gm->logits[gm->masked[i]] = -INFINITY;
-    TS__RETURN_IF_ERROR(ts_sampler_sample(gm->logits, v, &o->sp, rng, tok));
+    for (size_t i = 0; i < gm->n_masked; i++) logits[gm->masked[i]] = -INFINITY;
+    TS__RETURN_IF_ERROR(ts_sampler_sample(logits, v, &rp->o->sp, rng, tok));
     if (*tok == gm->eos) return TS_OK;
-    if (!grow_out(r, out_cap)) return oom("output ids");
+    if (!grow_out(r, &rp->out_cap)) return oom("output ids");
     const size_t k = r->n_out, tn = (size_t)r->top_n;
     if (tn)
-        TS__RETURN_IF_ERROR(ts_sampler_logprobs(gm->logits, v, *tok, r->top_n, &r->lp[k],
+        TS__RETURN_IF_ERROR(ts_sampler_logprobs(logits, v, *tok, r->top_n, &r->lp[k],
                                                 &r->top_ids[k * tn], &r->top_lp[k * tn]));
     r->out[r->n_out++] = *tok;
     return TS_OK;
 }
 
-/* The text of token `tok` into the stop matcher (which streams what is final). */
-static ts_status put_text(gen_model *gm, ts_tokenizer_stream *ds, gen_stop *stop, emit_ctx *ec,
-                          int32_t tok, char **piece, size_t *cap) {
-    const char *t = ts_tokenizer_id_to_token(gm->tok, tok);
+/* The text of token `tok` (-1: the stream's end) into the stop matcher (which streams what
+ * is final). */
+static ts_status put_text(gen_reply *rp, int32_t tok) {
+    const char *t = ts_tokenizer_id_to_token(rp->gm->tok, tok);
     const size_t need = 3 * (t ? strlen(t) : 0) + 12 + 64; /* the stream's bound, and finish's */
-    if (!grow((void **)piece, cap, need, 1)) return oom("text");
+    if (!grow((void **)&rp->piece, &rp->piece_cap, need, 1)) return oom("text");
     size_t len = 0;
-    TS__RETURN_IF_ERROR(tok >= 0 ? ts_tokenizer_stream_put(ds, tok, *piece, *cap, &len)
-                                 : ts_tokenizer_stream_finish(ds, *piece, *cap, &len));
-    if (gen_stop_push(stop, *piece, len, emit_text, ec) != TS_OK || ec->oom) return oom("text");
+    TS__RETURN_IF_ERROR(tok >= 0 ? ts_tokenizer_stream_put(&rp->ds, tok, rp->piece, rp->piece_cap, &len)
+                                 : ts_tokenizer_stream_finish(&rp->ds, rp->piece, rp->piece_cap, &len));
+    if (gen_stop_push(&rp->stop, rp->piece, len, emit_text, rp) != TS_OK || rp->oom) return oom("text");
     return TS_OK;
+}
+
+ts_status gen_reply_begin(gen_reply *rp, const gen_model *gm, const gen_opts *o,
+                          const int32_t *prompt, size_t n_prompt, gen_result *r) {
+    memset(rp, 0, sizeof *rp);
+    memset(r, 0, sizeof *r);
+    rp->gm = gm;
+    rp->o = o;
+    rp->r = r;
+    r->top_n = o->logprobs;
+    r->n_prompt = n_prompt;
+    ts_tokenizer_stream_init(&rp->ds, gm->tok, false);
+    gen_stop_init(&rp->stop, o->stops, o->n_stops);
+    if (!(r->prompt = malloc(n_prompt * sizeof *prompt))) return oom("prompt");
+    memcpy(r->prompt, prompt, n_prompt * sizeof *prompt);
+    return TS_OK;
+}
+
+ts_status gen_reply_take(gen_reply *rp, float *logits, uint64_t *rng, int64_t cached, int32_t *tok) {
+    gen_result *r = rp->r;
+    TS__RETURN_IF_ERROR(sample(rp, logits, rng, tok));
+    if (*tok == rp->gm->eos) {
+        r->finish = "eos";
+        return TS_OK;
+    }
+    TS__RETURN_IF_ERROR(put_text(rp, *tok));
+    if (rp->stop.hit) r->finish = "stop";
+    else if ((int64_t)r->n_out == rp->o->max_new) r->finish = "length";
+    else if (cached == rp->gm->cfg->max_seq_len) r->finish = "context";
+    return TS_OK;
+}
+
+ts_status gen_reply_end(gen_reply *rp, ts_status st) {
+    gen_result *r = rp->r;
+    /* a character cut by the end of the reply comes out as U+FFFD, as the batch decode has it */
+    if (st == TS_OK && !rp->stop.hit) st = put_text(rp, -1);
+    if (st == TS_OK) gen_stop_finish(&rp->stop, emit_text, rp);
+    if (st == TS_OK && rp->oom) st = oom("text");
+    if (st == TS_OK && !r->text && !(r->text = calloc(1, 1))) st = oom("text");
+    free(rp->piece);
+    rp->piece = NULL;
+    gen_stop_free(&rp->stop);
+    return st;
 }
 
 ts_status gen_turn(gen_model *gm, gen_seq *gs, const int32_t *prompt, size_t n_prompt,
                    const gen_opts *o, uint64_t *rng, gen_result *r) {
     memset(r, 0, sizeof *r);
-    const int64_t ctx = gm->cfg->max_seq_len;
-    if (n_prompt == 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "the prompt encodes to no tokens");
-    if ((int64_t)n_prompt > ctx - 1)
-        return ts__fail(TS_ERR_INVALID_ARGUMENT, "the prompt is %zu tokens, longer than the "
-                        "model's context (max_seq_len %lld) minus 1 = %lld", n_prompt,
-                        (long long)ctx, (long long)(ctx - 1));
-    r->top_n = o->logprobs;
-    r->n_prompt = n_prompt;
-    if (!(r->prompt = malloc(n_prompt * sizeof *prompt))) return oom("prompt");
-    memcpy(r->prompt, prompt, n_prompt * sizeof *prompt);
-    ts_tokenizer_stream ds;
-    ts_tokenizer_stream_init(&ds, gm->tok, false);
-    gen_stop stop;
-    gen_stop_init(&stop, o->stops, o->n_stops);
-    emit_ctx ec = {.o = o, .r = r};
-    char *piece = NULL;
-    size_t piece_cap = 0, out_cap = 0;
+    TS__RETURN_IF_ERROR(gen_check_prompt(gm->cfg->max_seq_len, n_prompt));
+    gen_reply rp;
     const double t0 = now_s();
-    ts_status st = feed_prompt(gm, gs, prompt, n_prompt, &r->reused);
+    ts_status st = gen_reply_begin(&rp, gm, o, prompt, n_prompt, r);
+    if (st == TS_OK) st = feed_prompt(gm, gs, prompt, n_prompt, &r->reused);
     const double t1 = now_s();
     double t_first = t1, t_last = t1;
     for (bool first = true; st == TS_OK; first = false) {
         int32_t tok;
-        st = sample(gm, o, rng, r, &out_cap, &tok);
+        st = gen_reply_take(&rp, gm->logits, rng, (int64_t)gs->n, &tok);
         t_last = now_s();
         if (first) t_first = t_last;
-        if (st != TS_OK) break;
-        if (tok == gm->eos) {
-            r->finish = "eos";
-            break;
-        }
-        if ((st = put_text(gm, &ds, &stop, &ec, tok, &piece, &piece_cap)) != TS_OK) break;
-        if (stop.hit) r->finish = "stop";
-        else if ((int64_t)r->n_out == o->max_new) r->finish = "length";
-        else if ((int64_t)gs->n == ctx) r->finish = "context";
-        if (r->finish) break;
+        if (st != TS_OK || r->finish) break;
         if (!grow((void **)&gs->ids, &gs->cap, gs->n + 1, sizeof *gs->ids)) {
             st = oom("sequence ids");
             break;
@@ -171,13 +185,7 @@ ts_status gen_turn(gen_model *gm, gen_seq *gs, const int32_t *prompt, size_t n_p
         gs->ids[gs->n++] = tok;
         r->decode_steps++;
     }
-    /* a character cut by the end of the reply comes out as U+FFFD, as the batch decode has it */
-    if (st == TS_OK && !stop.hit) st = put_text(gm, &ds, &stop, &ec, -1, &piece, &piece_cap);
-    if (st == TS_OK) gen_stop_finish(&stop, emit_text, &ec);
-    if (st == TS_OK && ec.oom) st = oom("text");
-    if (st == TS_OK && !r->text && !(r->text = calloc(1, 1))) st = oom("text");
-    free(piece);
-    gen_stop_free(&stop);
+    st = gen_reply_end(&rp, st);
     r->prefill_s = t1 - t0;
     r->ttft_s = t_first - t0;
     r->decode_s = t_last - t_first;
@@ -190,6 +198,15 @@ ts_status gen_turn(gen_model *gm, gen_seq *gs, const int32_t *prompt, size_t n_p
         gen_result_free(r);
         return ts__fail(st, "%s", msg);
     }
+    return TS_OK;
+}
+
+ts_status gen_check_prompt(int64_t ctx, size_t n_prompt) {
+    if (n_prompt == 0) return ts__fail(TS_ERR_INVALID_ARGUMENT, "the prompt encodes to no tokens");
+    if ((int64_t)n_prompt > ctx - 1)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, "the prompt is %zu tokens, longer than the "
+                        "model's context (max_seq_len %lld) minus 1 = %lld", n_prompt,
+                        (long long)ctx, (long long)(ctx - 1));
     return TS_OK;
 }
 

@@ -29,6 +29,8 @@ static const cmd_entry g_cmds[] = {
     {"generate", "stream a reply to --prompt (--model / --weights, --tokenizer; --json)",
      ts__cmd_generate},
     {"chat", "interactive chat over stdin, history kept (/reset, /exit, Ctrl-D)", ts__cmd_chat},
+    {"serve", "an OpenAI-compatible HTTP server with continuous batching (--model, --port)",
+     ts__cmd_serve},
     {"export-hf", "write a model as a DeepSeek-V4 checkpoint directory (--model NAME --out DIR)",
      ts__cmd_export_hf},
     {"version", "print the version", cmd_version},

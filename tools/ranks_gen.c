@@ -22,13 +22,14 @@ enum { POST_END = -1, POST_STEP = 1, POST_PREFILL = 2 };
 
 typedef struct rank_ctx {
     ts__demo_comm c;
+    int64_t max_batch; /* rank 0's sequences (serve --max-batch); every rank sizes for them */
 } rank_ctx;
 
 static ts_status create(void *ctx, const ts_model_config *cfg, const char *weights,
                         const char *dir, ts_model **m) {
     rank_ctx *r = ctx;
-    /* one sequence on rank 0; the others hold none but need max_batch >= 1 */
-    return ts__demo_model_create(&r->c, cfg, weights, dir, 1, false, r->c.timeout_s, m);
+    /* the sequences are rank 0's, but the EP buffers are sized alike on every rank */
+    return ts__demo_model_create(&r->c, cfg, weights, dir, r->max_batch, false, r->c.timeout_s, m);
 }
 
 static int agree(void *ctx, int rc, bool peer, char *msg, size_t cap) {
@@ -93,6 +94,7 @@ int gen_ranks_open(const char *cmd, const gen_args *a, bool is_rank, int argc, c
         return 1;
     }
     rk->comm = r;
+    r->max_batch = a->max_batch > 0 ? a->max_batch : 1;
     /* the launcher's terminals, which a rank behind mpirun's pipes cannot see */
     const char *tty = getenv(TS__RANKS_TTY_ENV);
     if (tty && strlen(tty) == 2) gen_set_tty(tty[0] == '1', tty[1] == '1');

@@ -1,0 +1,124 @@
+/* The command line of `tilestack serve`: every value parsed whole and range-checked before
+ * anything is loaded (exit 2 naming the option). The model options are generate's. */
+#include "serve.h"
+
+#include "core/text_escape.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tilestack serve (--model NAME|DIR | --config FILE.json | --weights FILE)\n"
+            "                       [--tokenizer FILE.json] [options]\n"
+            "An OpenAI-compatible HTTP server (docs/serve.md): POST /v1/chat/completions,\n"
+            "POST /v1/completions (stream or not), GET /v1/models, /health, /metrics.\n"
+            "model:\n"
+            "  --model NAME|DIR   a built-in model or a Hugging Face checkpoint directory\n"
+            "  --config FILE      a config file; --weights FILE a demo weight file\n"
+            "  --tokenizer FILE   its tokenizer.json (default DIR/tokenizer.json)\n"
+            "  --model-id ID      the id /v1/models lists and requests name (default: the\n"
+            "                     model's name, or DIR's last component)\n"
+            "  --threads T        threads (default: all cores; per rank with --ranks: cores / R)\n"
+            "  --ranks R          expert parallel over R processes (mpirun; default 1)\n"
+            "server:\n"
+            "  --host ADDR        the address to listen on (default 127.0.0.1)\n"
+            "  --port P           the port (default 8000; 0: any free port)\n"
+            "  --port-file FILE   write the bound port to FILE once listening\n"
+            "  --api-key KEY      require 'Authorization: Bearer KEY' (or TS_SERVE_API_KEY)\n"
+            "  --max-batch B      sequences decoded together (default 8)\n"
+            "  --max-context L    prompt + completion tokens per request (default: the\n"
+            "                     model's context)\n"
+            "  --max-queue Q      requests waiting for a sequence; beyond, 503 (default 64)\n"
+            "  --prefill-chunk C  prompt tokens fed per step between decode steps (default 32)\n"
+            "  --max-body BYTES   largest request body; beyond, 413 (default 1048576)\n"
+            "  --drain-timeout S  on SIGTERM, seconds the running requests may take (default 30)\n"
+            "Exit codes: 0 after SIGTERM / SIGINT, 1 failure (a rank lost), 2 bad command line.\n");
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tilestack serve: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+static const char *esc(const char *v) {
+    static char buf[TS__ESC_CAP];
+    return ts__text_escape_str(v, buf, sizeof buf);
+}
+
+int serve_parse_args(int argc, char **argv, serve_args *a) {
+    memset(a, 0, sizeof *a);
+    a->g.chat = GEN_CHAT_NONE;
+    a->g.sp = ts_sampler_default_params();
+    a->host = "127.0.0.1";
+    a->port = 8000;
+    a->max_batch = 8;
+    a->max_queue = 64;
+    a->prefill_chunk = 32;
+    a->max_body = 1 << 20;
+    a->drain_s = 30;
+    a->api_key = getenv("TS_SERVE_API_KEY");
+    if (a->api_key && !*a->api_key) a->api_key = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) return usage(stdout), 1;
+        static const char *const with_value[] = {
+            "--model", "--config", "--weights", "--tokenizer", "--threads", "--ranks", "--host",
+            "--port", "--port-file", "--api-key", "--max-batch", "--max-context", "--max-queue",
+            "--prefill-chunk", "--max-body", "--drain-timeout", "--model-id"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(o, with_value[k]);
+        if (!known) return bad("unknown option '%s' (see --help)", esc(o));
+        if (i + 1 >= argc) return bad("%s needs a value", o);
+        const char *v = argv[++i];
+        int64_t n = 0;
+        /* integer options: the bound and the field */
+        const struct { const char *name; int64_t lo, hi; int64_t *dst; } ints[] = {
+            {"--ranks", 1, 1024, &a->g.ranks},
+            {"--threads", 1, 1024, &n},
+            {"--port", 0, 65535, &n},
+            {"--max-batch", 1, 4096, &a->max_batch},
+            {"--max-context", 2, INT64_C(1) << 24, &a->max_context},
+            {"--max-queue", 0, 1 << 20, &a->max_queue},
+            {"--prefill-chunk", 1, 1 << 16, &a->prefill_chunk},
+            {"--max-body", 1024, INT64_C(1) << 30, &a->max_body}};
+        bool done = false;
+        for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++) {
+            if (strcmp(o, ints[k].name)) continue;
+            if (!gen_parse_i64(v, ints[k].lo, ints[k].hi, ints[k].dst))
+                return bad("%s: '%s' is not an integer in [%lld, %lld]", o, esc(v),
+                           (long long)ints[k].lo, (long long)ints[k].hi);
+            if (!strcmp(o, "--threads")) a->g.threads = (int)n;
+            if (!strcmp(o, "--port")) a->port = (int)n;
+            done = true;
+        }
+        if (done) continue;
+        if (!strcmp(o, "--model")) a->g.model = v;
+        else if (!strcmp(o, "--config")) a->g.config = v;
+        else if (!strcmp(o, "--weights")) a->g.weights = v;
+        else if (!strcmp(o, "--tokenizer")) a->g.tokenizer = v;
+        else if (!strcmp(o, "--host")) a->host = v;
+        else if (!strcmp(o, "--port-file")) a->port_file = v;
+        else if (!strcmp(o, "--api-key")) {
+            if (!*v) return bad("--api-key: an empty key");
+            a->api_key = v;
+        } else if (!strcmp(o, "--model-id")) {
+            if (!*v || strlen(v) >= 128) return bad("--model-id: 1 to 127 bytes");
+            a->model_id = v;
+        } else if (!strcmp(o, "--drain-timeout")) {
+            if (!gen_parse_f64(v, &a->drain_s) || a->drain_s < 0 || a->drain_s > 86400)
+                return bad("%s: '%s' is not a number of seconds in [0, 86400]", o, esc(v));
+        }
+    }
+    if (!!a->g.model + !!a->g.config + !!a->g.weights != 1)
+        return bad("give one of --model NAME|DIR, --config FILE.json or --weights FILE");
+    a->g.max_batch = a->max_batch;
+    return 0;
+}

@@ -1,0 +1,301 @@
+/* The server's scheduler (docs/serve.md, "Continuous batching"): on the main thread, the only
+ * one that calls the model. Each step:
+ *   1. admission: queued requests take free sequences (max_batch of them), first come first
+ *      served; requests whose client went away are dropped, their sequence reset;
+ *   2. one prefill chunk (at most prefill_chunk prompt tokens) of the oldest request still
+ *      feeding its prompt, so a long prompt never stalls the running requests for more than a
+ *      chunk; its last chunk gives the logits of the first token;
+ *   3. one decode step over every request past its prompt, in one ts_model_decode;
+ *   4. each request samples its next token from its own row (gen_reply: its own seed, stops
+ *      and bounds), and the text is handed to its HTTP thread.
+ * ts_model_prefill is bit for bit a run of single-token decodes, and a row of ts_model_decode
+ * does not depend on the other rows, so a request's reply is what `tilestack generate` gives
+ * for its prompt and seed, whatever else is running (tested: tests/serve/). Over --ranks R,
+ * each model call is announced to the other ranks first (ranks_gen.c), which take part with no
+ * rows. */
+#include "serve.h"
+
+#include "core/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void wait_for(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    const long ns = (long)(seconds * 1e9);
+    t.tv_sec += ns / 1000000000L;
+    t.tv_nsec += ns % 1000000000L;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &t);
+}
+
+int serve_enqueue(serve_srv *s, serve_req *q) {
+    if (s->draining || s->dead) return 503;
+    int64_t free_slots = 0;
+    for (int64_t i = 0; i < s->a->max_batch; i++) free_slots += !s->slots[i];
+    if (s->n_queued >= s->a->max_queue + free_slots) return 503;
+    q->refs++;
+    q->state = REQ_QUEUED;
+    q->t_arrive = now_s();
+    q->next = NULL;
+    if (s->queue_tail) s->queue_tail->next = q;
+    else s->queue_head = q;
+    s->queue_tail = q;
+    s->n_queued++;
+    s->metrics.queued = s->n_queued;
+    pthread_cond_signal(&s->work);
+    return 0;
+}
+
+/* The reply's text into the request's buffer (gen_reply's emit, on the main thread). */
+static void emit_to_request(void *ctx, const char *text, size_t n) {
+    serve_req *q = ctx;
+    pthread_mutex_lock(&q->srv->mu);
+    if (q->out_len + n + 1 > q->out_cap) {
+        size_t c = q->out_cap ? q->out_cap * 2 : 256;
+        while (c < q->out_len + n + 1) c *= 2;
+        char *p = realloc(q->out, c);
+        if (!p) {
+            q->fail_status = 500;
+            snprintf(q->fail_msg, sizeof q->fail_msg, "out of memory holding the reply");
+            pthread_mutex_unlock(&q->srv->mu);
+            return;
+        }
+        q->out = p;
+        q->out_cap = c;
+    }
+    memcpy(q->out + q->out_len, text, n);
+    q->out_len += n;
+    q->out[q->out_len] = 0;
+    pthread_mutex_unlock(&q->srv->mu);
+}
+
+/* The request is over (s->mu held): its sequence reset and freed, its HTTP thread told, the
+ * scheduler's reference dropped. status 0: finished (q->r.finish); else failed with msg. */
+static void finish(serve_srv *s, serve_req *q, int status, const char *msg) {
+    if (q->seq >= 0) {
+        s->slots[q->seq] = NULL;
+        ts_model_reset_sequence(s->gm->m, q->seq); /* rank 0's alone: no collective */
+        q->seq = -1;
+    }
+    const double t = now_s();
+    if (!status && q->fail_status) status = q->fail_status, msg = q->fail_msg;
+    if (status) {
+        if (!q->fail_status) q->fail_status = status;
+        if (msg != q->fail_msg) snprintf(q->fail_msg, sizeof q->fail_msg, "%s", msg);
+    } else {
+        q->finish = q->r.finish;
+        s->metrics.completion_tokens += q->n_completion;
+        if (q->n_completion > 1) serve_hist_add(&s->metrics.tpot, (q->t_last - q->t_first) / (double)(q->n_completion - 1));
+        serve_hist_add(&s->metrics.e2e, t - q->t_arrive);
+    }
+    if (q->cancelled && !status) s->metrics.cancelled++;
+    q->t_done = t;
+    q->state = REQ_DONE;
+    pthread_cond_broadcast(&s->progress);
+    serve_req_release(s, q);
+}
+
+/* Samples request q's next token from its row of logits, outside s->mu. Returns false when
+ * the request is over (finished or failed), then with *status / msg set. */
+static bool take(serve_req *q, float *row, int *status, char *msg, size_t cap) {
+    int32_t tok;
+    ts_status st = gen_reply_take(&q->rp, row, &q->rng, q->cached, &tok);
+    const double t = now_s();
+    if (st == TS_OK) {
+        q->n_completion++;
+        if (q->n_completion == 1) q->t_first = t;
+        q->t_last = t;
+        q->next_tok = tok;
+        if (!q->r.finish) return true;
+    }
+    st = gen_reply_end(&q->rp, st);
+    *status = st == TS_OK ? 0 : 500;
+    if (st != TS_OK) snprintf(msg, cap, "%s", ts_last_error());
+    return false;
+}
+
+/* Queued requests into free sequences (s->mu held); the cancelled ones are dropped. */
+static void admit(serve_srv *s, uint64_t *order) {
+    while (s->queue_head) {
+        serve_req *q = s->queue_head;
+        int64_t slot = -1;
+        for (int64_t i = 0; i < s->a->max_batch && slot < 0; i++)
+            if (!s->slots[i]) slot = i;
+        if (slot < 0 && !q->cancelled) return;
+        s->queue_head = q->next;
+        if (!s->queue_head) s->queue_tail = NULL;
+        s->n_queued--;
+        if (q->cancelled) {
+            s->metrics.cancelled++;
+            finish(s, q, 499, "the client closed the connection");
+            continue;
+        }
+        s->slots[slot] = q;
+        q->seq = slot;
+        q->state = REQ_PREFILL;
+        q->order = (*order)++;
+        q->rng = q->seed;
+        q->o.emit = emit_to_request;
+        q->o.emit_ctx = q;
+        s->metrics.prompt_tokens += q->n_prompt;
+        if (gen_reply_begin(&q->rp, s->gm, &q->o, q->prompt, q->n_prompt, &q->r) != TS_OK) {
+            gen_reply_end(&q->rp, TS_ERR_OUT_OF_MEMORY);
+            finish(s, q, 500, "out of memory starting the reply");
+        }
+    }
+}
+
+/* Fails every request, queued or running (s->mu held). */
+static void fail_all(serve_srv *s, int status, const char *msg) {
+    for (int64_t i = 0; i < s->a->max_batch; i++) {
+        serve_req *q = s->slots[i];
+        if (!q) continue;
+        gen_reply_end(&q->rp, TS_ERR_INVALID_ARGUMENT); /* frees its state */
+        finish(s, q, status, msg);
+    }
+    while (s->queue_head) {
+        serve_req *q = s->queue_head;
+        s->queue_head = q->next;
+        s->n_queued--;
+        finish(s, q, status, msg);
+    }
+    s->queue_tail = NULL;
+}
+
+static void update_gauges(serve_srv *s) {
+    int64_t running = 0, kv = 0;
+    for (int64_t i = 0; i < s->a->max_batch; i++)
+        if (s->slots[i]) running++, kv += s->slots[i]->cached;
+    s->metrics.running = running;
+    s->metrics.queued = s->n_queued;
+    s->metrics.kv_used = kv;
+}
+
+/* The model call failed: over ranks a lost or failing peer; every request fails with 503. */
+static int model_failed(serve_srv *s, const char *what) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "the model failed (%s): %s", what, ts_last_error());
+    fprintf(stderr, "tilestack serve: %s\n", msg);
+    pthread_mutex_lock(&s->mu);
+    s->dead = true;
+    fail_all(s, 503, msg);
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
+    const int64_t B = s->a->max_batch, V = s->vocab;
+    float *logits = malloc((size_t)B * (size_t)V * sizeof *logits);
+    int64_t *seqs = malloc((size_t)B * sizeof *seqs);
+    int32_t *toks = malloc((size_t)B * sizeof *toks);
+    serve_req **rows = malloc((size_t)B * sizeof *rows);
+    if (!logits || !seqs || !toks || !rows) {
+        fprintf(stderr, "tilestack serve: out of memory for a batch of %lld rows\n", (long long)B);
+        free(logits), free(seqs), free(toks), free(rows);
+        return 1;
+    }
+    gen_model *gm = s->gm;
+    uint64_t order = 0;
+    double deadline = 0;
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (*stop && !s->draining) {
+            /* finish what runs, refuse what waits */
+            s->draining = true;
+            deadline = now_s() + s->a->drain_s;
+            serve_req *q = s->queue_head;
+            s->queue_head = s->queue_tail = NULL;
+            s->n_queued = 0;
+            while (q) {
+                serve_req *n = q->next;
+                finish(s, q, 503, "the server is shutting down");
+                q = n;
+            }
+        }
+        if (s->draining && now_s() > deadline) fail_all(s, 503, "the server is shutting down (drain timeout)");
+        admit(s, &order);
+        /* requests whose client went away free their sequence now */
+        for (int64_t i = 0; i < B; i++) {
+            serve_req *q = s->slots[i];
+            if (q && q->cancelled) {
+                gen_reply_end(&q->rp, TS_ERR_INVALID_ARGUMENT);
+                s->metrics.cancelled++;
+                finish(s, q, 499, "the client closed the connection");
+            }
+        }
+        update_gauges(s);
+        serve_req *pf = NULL;
+        int64_t n = 0;
+        for (int64_t i = 0; i < B; i++) {
+            serve_req *q = s->slots[i];
+            if (!q) continue;
+            if (q->state == REQ_PREFILL && (!pf || q->order < pf->order)) pf = q;
+            if (q->state == REQ_DECODE) rows[n++] = q;
+        }
+        if (!pf && !n) {
+            if (s->draining && !s->queue_head) break;
+            wait_for(&s->work, &s->mu, 0.25);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+
+        int status = 0;
+        char msg[256] = "";
+        if (pf) {
+            /* one chunk of the oldest prompt; the last gives its first token's logits */
+            const int64_t left = (int64_t)(pf->n_prompt - pf->fed);
+            const int64_t c = left < s->a->prefill_chunk ? left : s->a->prefill_chunk;
+            if (gm->announce) gm->announce(gm->announce_ctx, true);
+            if (ts_model_prefill(gm->m, pf->seq, c, pf->prompt + pf->fed, c == left ? logits : NULL) != TS_OK) {
+                rc = model_failed(s, "prefill");
+                break;
+            }
+            pf->fed += (size_t)c;
+            pf->cached = (int64_t)pf->fed;
+            s->metrics.prefill_chunks++;
+            if (c == left) {
+                const bool go_on = take(pf, logits, &status, msg, sizeof msg);
+                pthread_mutex_lock(&s->mu);
+                if (pf->n_completion) serve_hist_add(&s->metrics.ttft, pf->t_first - pf->t_arrive);
+                if (go_on) pf->state = REQ_DECODE;
+                else finish(s, pf, status, msg);
+                pthread_cond_broadcast(&s->progress);
+                pthread_mutex_unlock(&s->mu);
+            }
+        }
+        if (n) {
+            for (int64_t i = 0; i < n; i++) seqs[i] = rows[i]->seq, toks[i] = rows[i]->next_tok;
+            if (gm->announce) gm->announce(gm->announce_ctx, false);
+            if (ts_model_decode(gm->m, n, seqs, toks, logits) != TS_OK) {
+                rc = model_failed(s, "decode");
+                break;
+            }
+            s->metrics.steps++;
+            for (int64_t i = 0; i < n; i++) {
+                serve_req *q = rows[i];
+                q->cached++;
+                const bool go_on = take(q, logits + (size_t)i * (size_t)V, &status, msg, sizeof msg);
+                if (go_on) continue;
+                pthread_mutex_lock(&s->mu);
+                finish(s, q, status, msg);
+                pthread_mutex_unlock(&s->mu);
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->progress);
+    }
+    if (!rc) pthread_mutex_unlock(&s->mu);
+    free(logits), free(seqs), free(toks), free(rows);
+    return rc;
+}
