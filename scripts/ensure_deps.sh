@@ -2,11 +2,12 @@
 # Installs the Debian packages tilestack needs to build (the compiler, cmake, libonig-dev and
 # libjansson-dev for the tokenizer) when run as root, or prints the
 # exact apt-get line to run. Optional packages (OpenBLAS and oneDNN for the bench baselines,
-# Open MPI for the multi-rank modules) are installed when possible but never required.
+# Open MPI for the multi-rank modules, libmicrohttpd for `tilestack serve`) are installed when
+# possible but never required.
 set -euo pipefail
 
 required=(gcc make cmake)
-optional_pkgs=(libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev)
+optional_pkgs=(libopenblas-dev libdnnl-dev openmpi-bin libopenmpi-dev libmicrohttpd-dev)
 
 missing_pkgs=()
 command -v gcc >/dev/null 2>&1 || missing_pkgs+=(build-essential)

@@ -20,6 +20,8 @@ run_counted "peer loss" "$(dirname "$0")/check_peer_loss.sh" "$@"
 run_counted "tokenizer" "$(dirname "$0")/check_tokenizer.sh" "$@"
 # generate / chat on the CLI (after the tokenizer check, which installs V4's tokenizer.json).
 run_counted "generate" "$(dirname "$0")/check_generate.sh" "$@"
+# `tilestack serve` with the openai client and curl (a venv from PyPI).
+run_counted "serve" "$(dirname "$0")/check_serve.sh" "$@"
 # The Python packages (python/: deep_gemm, deep_select, ...) with pytest, in a venv from PyPI.
 run_counted "python" "$(dirname "$0")/check_python.sh" "$@"
 # Multi-rank EP tests (mpirun), folded into the same totals.

@@ -44,12 +44,14 @@ int ts__cmd_serve(int argc, char **argv) {
     serve_args a;
     int rc = serve_parse_args(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
-    /* SIGTERM reaches every rank through mpirun: rank 0 drains, the others wait for its end */
+    /* SIGTERM / SIGINT, or SIGUSR1 as the --ranks launcher forwards them through mpirun:
+     * rank 0 drains, the others wait for its end */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     gen_model gm;
     gen_ranks rk;
@@ -89,7 +91,9 @@ int ts__cmd_serve(int argc, char **argv) {
         rc = serve_run(&s, &g_stop);
         fprintf(stderr, "tilestack serve: %s\n", rc ? "stopped: the model failed" : "stopped");
     }
-    serve_http_stop(h); /* every request is done by now: their threads end */
+    serve_http_stop(h, a.drain_s); /* every request is done: their responses are sent */
+    /* a lost rank cannot take part in the model's collective free: end the job */
+    if (rc == 1 && s.dead) gen_ranks_abort(&rk, "a rank failed: the server stopped");
     pthread_cond_destroy(&s.progress);
     pthread_cond_destroy(&s.work);
     pthread_mutex_destroy(&s.mu);

@@ -97,10 +97,13 @@ bool ts__demo_take_rank_token(int *argc, char **argv) {
 }
 
 static volatile sig_atomic_t g_child, g_signal;
+/* serve drains on SIGTERM / SIGINT: they reach its ranks as SIGUSR1, which mpirun forwards
+ * without tearing the job down (it kills the job on SIGTERM itself) */
+static int g_drain_signal;
 
 static void forward(int sig) {
     g_signal = sig;
-    if (g_child > 0) kill(g_child, sig);
+    if (g_child > 0) kill(g_child, g_drain_signal && sig != SIGHUP ? g_drain_signal : sig);
 }
 
 static const int g_forwarded[] = {SIGTERM, SIGINT, SIGHUP};
@@ -126,8 +129,8 @@ static void exec_mpirun(const char *mpirun, char **av, char **env, pid_t parent,
     _exit(127);
 }
 
-/* Waits for mpirun. After a forwarded signal mpirun gets 20 s to tear the job down, then
- * SIGKILL (a stuck teardown must not keep this process alive forever either). */
+/* Waits for mpirun. After a forwarded signal mpirun gets 20 s to tear the job down (serve's
+ * drain: 150 s), then SIGKILL (a stuck teardown must not keep this process alive forever). */
 static int wait_mpirun(pid_t pid, int *status) {
     double signalled_at = -1;
     for (;;) {
@@ -139,7 +142,7 @@ static int wait_mpirun(pid_t pid, int *status) {
             clock_gettime(CLOCK_MONOTONIC, &now);
             const double t = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
             if (signalled_at < 0) signalled_at = t;
-            else if (t - signalled_at > 20) kill(pid, SIGKILL);
+            else if (t - signalled_at > (g_drain_signal ? 150 : 20)) kill(pid, SIGKILL);
             struct timespec ts = {0, 50 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
@@ -172,6 +175,7 @@ int ts__demo_launch(const ts__demo_opts *o, int argc, char **argv) {
 }
 
 int ts__launch_ranks(const char *cmd, int ranks, int threads, bool pass_stdin, int argc, char **argv) {
+    g_drain_signal = !strcmp(cmd, "serve") ? SIGUSR1 : 0;
     char mpirun[4096], self[4096];
     if (!ts__demo_find_program("mpirun", mpirun, sizeof mpirun)) {
         fprintf(stderr, "tilestack %s: --ranks %d needs mpirun, which is not on PATH (install "
@@ -307,8 +311,9 @@ int ts__launch_ranks(const char *cmd, int ranks, int threads, bool pass_stdin, i
         fprintf(stderr, "tilestack %s: waiting for mpirun: %s\n", cmd, strerror(errno));
         return 1;
     }
-    if (g_signal) {
-        /* ended from outside: end as the signal would have ended this process */
+    if (g_signal && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        /* ended from outside: end as the signal would have ended this process (unless the
+         * ranks handled it and finished cleanly, as serve's drain does) */
         fprintf(stderr, "tilestack %s: ended by signal %d (forwarded to mpirun)\n", cmd, (int)g_signal);
         signal(g_signal, SIG_DFL);
         raise(g_signal);

@@ -53,6 +53,8 @@ typedef struct gen_args {
     int64_t ranks, batch, context;
     /* sequences the model holds (0: 1; `serve --max-batch`) */
     int64_t max_batch;
+    /* over ranks, the longest wait on a peer (0: 60 s; `serve --rank-timeout`) */
+    double rank_timeout_s;
 } gen_args;
 
 /* ---- gen_dry_run.c ---- */
@@ -242,6 +244,9 @@ typedef struct gen_ranks {
 bool gen_ranks_take_token(int *argc, char **argv);
 int gen_ranks_open(const char *cmd, const gen_args *a, bool is_rank, int argc, char **argv,
                    gen_ranks *rk, gen_model *gm);
+/* Over ranks, after a collective call failed (a peer lost): ends the whole job (every rank,
+ * mpirun non-zero) with msg; in-process a no-op. */
+void gen_ranks_abort(gen_ranks *rk, const char *msg);
 /* The commands' end (rank 0 or in-process): the other ranks released, the model freed, MPI
  * finalised. Returns rc. */
 int gen_ranks_close(gen_ranks *rk, gen_model *gm, int rc);

@@ -88,7 +88,7 @@ int gen_ranks_open(const char *cmd, const gen_args *a, bool is_rank, int argc, c
         return 1;
     }
     ts__demo_comm_set_name(cmd);
-    if (ts__demo_comm_init(&r->c, &argc, &argv, RANKS_TIMEOUT_S) != TS_OK) {
+    if (ts__demo_comm_init(&r->c, &argc, &argv, a->rank_timeout_s > 0 ? a->rank_timeout_s : RANKS_TIMEOUT_S) != TS_OK) {
         fprintf(stderr, "tilestack %s: %s\n", cmd, ts_last_error());
         free(r);
         return 1;
@@ -108,6 +108,11 @@ int gen_ranks_open(const char *cmd, const gen_args *a, bool is_rank, int argc, c
     gm->announce = announce;
     gm->announce_ctx = r;
     return 0;
+}
+
+void gen_ranks_abort(gen_ranks *rk, const char *msg) {
+    rank_ctx *r = rk->comm;
+    if (r) ts__demo_abort(&r->c, msg);
 }
 
 int gen_ranks_close(gen_ranks *rk, gen_model *gm, int rc) {

@@ -124,6 +124,7 @@ typedef struct serve_srv {
     bool dead;               /* the model failed (a rank died): every request fails */
     serve_metrics metrics;
     uint64_t next_id;
+    int64_t open_requests;   /* HTTP requests between their headers and their last byte sent */
 } serve_srv;
 
 /* serve_request.c. Each returns 0, or an HTTP status with an OpenAI-style error body in
@@ -154,6 +155,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop);
 typedef struct serve_http serve_http;
 /* Starts the server on a->host:a->port (the port actually bound in *port). */
 int serve_http_start(serve_srv *s, serve_http **out, int *port);
-void serve_http_stop(serve_http *h);
+/* Waits (at most seconds) until every response has been sent, then stops the server. */
+void serve_http_stop(serve_http *h, double seconds);
 
 #endif

@@ -17,6 +17,7 @@
 
 struct serve_http {
     struct MHD_Daemon *d;
+    serve_srv *s;
 };
 
 enum route { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_METRICS };
@@ -247,6 +248,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
         cn->s = s;
         *con_cls = cn;
+        pthread_mutex_lock(&s->mu);
+        s->open_requests++;
+        pthread_mutex_unlock(&s->mu);
         const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
         struct { const char *path; enum route r; bool post; } routes[] = {
             {"/v1/chat/completions", R_CHAT, true}, {"/v1/completions", R_COMPLETIONS, true},
@@ -318,11 +322,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    serve_srv *s = cls;
     conn *cn = *con_cls;
-    if (cn) free(cn->body);
+    if (!cn) return;
+    free(cn->body);
     free(cn);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->open_requests--;
+    pthread_cond_broadcast(&s->progress);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int serve_http_start(serve_srv *s, serve_http **out, int *port) {
@@ -342,7 +352,7 @@ int serve_http_start(serve_srv *s, serve_http **out, int *port) {
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->a->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "tilestack serve: cannot listen on %s:%d: %s\n", s->a->host, s->a->port,
@@ -357,12 +367,25 @@ int serve_http_start(serve_srv *s, serve_http **out, int *port) {
         return 1;
     }
     h->d = d;
+    h->s = s;
     *out = h;
     return 0;
 }
 
-void serve_http_stop(serve_http *h) {
+void serve_http_stop(serve_http *h, double seconds) {
     if (!h) return;
+    /* the responses of finished requests may still be on their way to slow readers */
+    serve_srv *s = h->s;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        const double waited = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        if (s->open_requests <= 0 || waited > seconds) break;
+        timed_wait(&s->progress, &s->mu, 0.1);
+    }
+    pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(h->d);
     free(h);
 }

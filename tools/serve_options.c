@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "                     model's name, or DIR's last component)\n"
             "  --threads T        threads (default: all cores; per rank with --ranks: cores / R)\n"
             "  --ranks R          expert parallel over R processes (mpirun; default 1)\n"
+            "  --rank-timeout S   with --ranks: the longest wait on a rank before the server\n"
+            "                     fails every request with 503 and exits 1 (default 60)\n"
             "server:\n"
             "  --host ADDR        the address to listen on (default 127.0.0.1)\n"
             "  --port P           the port (default 8000; 0: any free port)\n"
@@ -72,7 +74,7 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
         static const char *const with_value[] = {
             "--model", "--config", "--weights", "--tokenizer", "--threads", "--ranks", "--host",
             "--port", "--port-file", "--api-key", "--max-batch", "--max-context", "--max-queue",
-            "--prefill-chunk", "--max-body", "--drain-timeout", "--model-id"};
+            "--prefill-chunk", "--max-body", "--drain-timeout", "--model-id", "--rank-timeout"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return bad("unknown option '%s' (see --help)", esc(o));
@@ -112,9 +114,12 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
         } else if (!strcmp(o, "--model-id")) {
             if (!*v || strlen(v) >= 128) return bad("--model-id: 1 to 127 bytes");
             a->model_id = v;
+        } else if (!strcmp(o, "--rank-timeout")) {
+            if (!gen_parse_f64(v, &a->g.rank_timeout_s) || a->g.rank_timeout_s < 0.1 || a->g.rank_timeout_s > 3600)
+                return bad("%s: '%s' is not a number of seconds in [0.1, 3600]", o, esc(v));
         } else if (!strcmp(o, "--drain-timeout")) {
-            if (!gen_parse_f64(v, &a->drain_s) || a->drain_s < 0 || a->drain_s > 86400)
-                return bad("%s: '%s' is not a number of seconds in [0, 86400]", o, esc(v));
+            if (!gen_parse_f64(v, &a->drain_s) || a->drain_s < 0 || a->drain_s > 120)
+                return bad("%s: '%s' is not a number of seconds in [0, 120]", o, esc(v));
         }
     }
     if (!!a->g.model + !!a->g.config + !!a->g.weights != 1)
