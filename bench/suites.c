@@ -1,6 +1,7 @@
 /* `tilestack bench`: the suite registry and the command line. A new suite is one line in
  * g_suites plus its ts__suite_* function. */
 #include "bench.h"
+#include "cli.h"
 #include "core/atomic_file.h"
 #include "core/internal.h"
 
@@ -45,6 +46,8 @@ static void list_suites(FILE *f) {
     for (size_t i = 0; i < N_SUITES; i++)
         fprintf(f, "  %-10s %s\n", g_suites[i].name, g_suites[i].what);
     fprintf(f, "  %-10s every suite above\n", "all");
+    fprintf(f, "  %-10s `tilestack serve` under load: saturation against the demo, TPS@TPOT, prefill\n"
+               "  %-10s interference, Poisson arrivals (its own options: bench serve --help)\n", "serve", "");
 }
 
 static void bench_usage(FILE *f) {
@@ -68,6 +71,8 @@ static bool parse_threads(const char *s, int *out) {
 }
 
 int ts__cmd_bench(int argc, char **argv) {
+    /* the server's load generator has options of its own (tools/serve_bench.c) */
+    if (argc > 0 && !strcmp(argv[0], "serve")) return ts__bench_serve(argc - 1, argv + 1);
     ts__bench_opts opts;
     memset(&opts, 0, sizeof opts);
     const char *suite = NULL, *json_path = NULL, *isa_arg = NULL;

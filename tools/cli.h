@@ -10,6 +10,7 @@ int ts__cmd_tokenize(int argc, char **argv);
 int ts__cmd_generate(int argc, char **argv);
 int ts__cmd_chat(int argc, char **argv);
 int ts__cmd_serve(int argc, char **argv); /* cmd_serve.c, or serve_missing.c without libmicrohttpd */
+int ts__bench_serve(int argc, char **argv); /* `bench serve`: serve_bench.c, or serve_missing.c */
 int ts__cmd_export_hf(int argc, char **argv);
 
 #endif

@@ -146,6 +146,7 @@ typedef struct gen_opts {
     const char *const *stops;
     int n_stops;
     int64_t logprobs;  /* top-N per step; 0: none */
+    bool ignore_eos;   /* EOS is a token like any other (serve's ignore_eos, for benchmarks) */
     gen_emit_fn emit;  /* the reply's text as it is released (NULL: not streamed) */
     void *emit_ctx;
 } gen_opts;

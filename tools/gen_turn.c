@@ -94,7 +94,7 @@ static ts_status sample(gen_reply *rp, float *logits, uint64_t *rng, int32_t *to
     const int64_t v = gm->cfg->vocab_size;
     for (size_t i = 0; i < gm->n_masked; i++) logits[gm->masked[i]] = -INFINITY;
     TS__RETURN_IF_ERROR(ts_sampler_sample(logits, v, &rp->o->sp, rng, tok));
-    if (*tok == gm->eos) return TS_OK;
+    if (*tok == gm->eos && !rp->o->ignore_eos) return TS_OK;
     if (!grow_out(r, &rp->out_cap)) return oom("output ids");
     const size_t k = r->n_out, tn = (size_t)r->top_n;
     if (tn)
@@ -136,7 +136,7 @@ ts_status gen_reply_begin(gen_reply *rp, const gen_model *gm, const gen_opts *o,
 ts_status gen_reply_take(gen_reply *rp, float *logits, uint64_t *rng, int64_t cached, int32_t *tok) {
     gen_result *r = rp->r;
     TS__RETURN_IF_ERROR(sample(rp, logits, rng, tok));
-    if (*tok == rp->gm->eos) {
+    if (*tok == rp->gm->eos && !rp->o->ignore_eos) {
         r->finish = "eos";
         return TS_OK;
     }

@@ -30,6 +30,7 @@ typedef struct serve_args {
     int64_t max_context;     /* prompt + completion per request (default: the model's max_seq_len) */
     int64_t max_queue;       /* requests waiting for a sequence; beyond: 503 (default 64) */
     int64_t prefill_chunk;   /* prompt tokens fed per scheduler step (default 32) */
+    double prefill_share;    /* while requests decode, prompt chunks' share of the time (default 0.15) */
     int64_t max_body;        /* request body bytes; beyond: 413 (default 1 MiB) */
     double drain_s;          /* SIGTERM: how long running requests may take to finish (default 30) */
     const char *api_key;     /* --api-key or TS_SERVE_API_KEY; NULL: no key */

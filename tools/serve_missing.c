@@ -4,9 +4,18 @@
 
 #include <stdio.h>
 
+static int missing(const char *cmd) {
+    fprintf(stderr, "tilestack %s: this build has no HTTP server: install libmicrohttpd-dev "
+            "(apt-get install libmicrohttpd-dev) and rebuild\n", cmd);
+    return 2;
+}
+
 int ts__cmd_serve(int argc, char **argv) {
     (void)argc, (void)argv;
-    fprintf(stderr, "tilestack serve: this build has no HTTP server: install libmicrohttpd-dev "
-            "(apt-get install libmicrohttpd-dev) and rebuild\n");
-    return 2;
+    return missing("serve");
+}
+
+int ts__bench_serve(int argc, char **argv) {
+    (void)argc, (void)argv;
+    return missing("bench serve");
 }

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "                     model's context)\n"
             "  --max-queue Q      requests waiting for a sequence; beyond, 503 (default 64)\n"
             "  --prefill-chunk C  prompt tokens fed per step between decode steps (default 32)\n"
+            "  --prefill-share F  while requests decode, the share of time prompts may take,\n"
+            "                     in (0, 1]: TPOT rises at most 1 / (1 - F) (default 0.15)\n"
             "  --max-body BYTES   largest request body; beyond, 413 (default 1048576)\n"
             "  --drain-timeout S  on SIGTERM, seconds the running requests may take (default 30)\n"
             "Exit codes: 0 after SIGTERM / SIGINT, 1 failure (a rank lost), 2 bad command line.\n");
@@ -64,6 +66,7 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
     a->max_batch = 8;
     a->max_queue = 64;
     a->prefill_chunk = 32;
+    a->prefill_share = 0.15;
     a->max_body = 1 << 20;
     a->drain_s = 30;
     a->api_key = getenv("TS_SERVE_API_KEY");
@@ -74,7 +77,8 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
         static const char *const with_value[] = {
             "--model", "--config", "--weights", "--tokenizer", "--threads", "--ranks", "--host",
             "--port", "--port-file", "--api-key", "--max-batch", "--max-context", "--max-queue",
-            "--prefill-chunk", "--max-body", "--drain-timeout", "--model-id", "--rank-timeout"};
+            "--prefill-chunk", "--max-body", "--drain-timeout", "--model-id", "--rank-timeout",
+            "--prefill-share"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return bad("unknown option '%s' (see --help)", esc(o));
@@ -114,6 +118,9 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
         } else if (!strcmp(o, "--model-id")) {
             if (!*v || strlen(v) >= 128) return bad("--model-id: 1 to 127 bytes");
             a->model_id = v;
+        } else if (!strcmp(o, "--prefill-share")) {
+            if (!gen_parse_f64(v, &a->prefill_share) || !(a->prefill_share > 0 && a->prefill_share <= 1))
+                return bad("%s: '%s' is not a number in (0, 1]", o, esc(v));
         } else if (!strcmp(o, "--rank-timeout")) {
             if (!gen_parse_f64(v, &a->g.rank_timeout_s) || a->g.rank_timeout_s < 0.1 || a->g.rank_timeout_s > 3600)
                 return bad("%s: '%s' is not a number of seconds in [0.1, 3600]", o, esc(v));

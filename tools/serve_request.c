@@ -140,6 +140,8 @@ static int parse_sampling(parse_ctx *p, const json_t *root, serve_req *q) {
             return reject(p, 400, zero_only[i], "unsupported_parameter", "'%s' other than 0 is not supported", zero_only[i]);
     }
     if ((rc = get_bool(p, root, "stream", &q->stream))) return rc;
+    /* vLLM's extension: decode past EOS (fixed output lengths for benchmarks) */
+    if ((rc = get_bool(p, root, "ignore_eos", &q->o.ignore_eos))) return rc;
     const json_t *so = json_object_get(root, "stream_options");
     if (present(so)) {
         if (!json_is_object(so)) return reject(p, 400, "stream_options", NULL, "'stream_options' must be an object");

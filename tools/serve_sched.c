@@ -4,7 +4,8 @@
  *      served; requests whose client went away are dropped, their sequence reset;
  *   2. one prefill chunk (at most prefill_chunk prompt tokens) of the oldest request still
  *      feeding its prompt, so a long prompt never stalls the running requests for more than a
- *      chunk; its last chunk gives the logits of the first token;
+ *      chunk, and only while the prefill budget allows (chunks take at most prefill_share of
+ *      the time while requests decode); its last chunk gives the first token's logits;
  *   3. one decode step over every request past its prompt, in one ts_model_decode;
  *   4. each request samples its next token from its own row (gen_reply: its own seed, stops
  *      and bounds), and the text is handed to its HTTP thread.
@@ -18,6 +19,7 @@
 #include "core/internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -206,7 +208,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
     }
     gen_model *gm = s->gm;
     uint64_t order = 0;
-    double deadline = 0;
+    double deadline = 0, credit = 0;
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -250,9 +252,15 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         }
         pthread_mutex_unlock(&s->mu);
 
+        /* prefill budget: while requests decode, prompt chunks take at most prefill_share of
+         * the time (a token bucket filled by decode steps), so running requests' TPOT rises
+         * by at most 1 / (1 - share); with nothing decoding, prompts run back to back */
+        if (!n) credit = 0;
+        else if (credit < 0) pf = NULL;
         int status = 0;
         char msg[256] = "";
         if (pf) {
+            const double tc = now_s();
             /* one chunk of the oldest prompt; the last gives its first token's logits */
             const int64_t left = (int64_t)(pf->n_prompt - pf->fed);
             const int64_t c = left < s->a->prefill_chunk ? left : s->a->prefill_chunk;
@@ -264,6 +272,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
             pf->fed += (size_t)c;
             pf->cached = (int64_t)pf->fed;
             s->metrics.prefill_chunks++;
+            if (n) credit -= now_s() - tc;
             if (c == left) {
                 const bool go_on = take(pf, logits, &status, msg, sizeof msg);
                 pthread_mutex_lock(&s->mu);
@@ -277,10 +286,14 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         if (n) {
             for (int64_t i = 0; i < n; i++) seqs[i] = rows[i]->seq, toks[i] = rows[i]->next_tok;
             if (gm->announce) gm->announce(gm->announce_ctx, false);
+            const double td = now_s();
             if (ts_model_decode(gm->m, n, seqs, toks, logits) != TS_OK) {
                 rc = model_failed(s, "decode");
                 break;
             }
+            const double share = s->a->prefill_share, step = now_s() - td;
+            credit += share < 1 ? step * share / (1 - share) : INFINITY;
+            if (credit > step) credit = step; /* no burst after a quiet spell */
             s->metrics.steps++;
             for (int64_t i = 0; i < n; i++) {
                 serve_req *q = rows[i];
