@@ -1,10 +1,11 @@
-"""deep_ep (deepseek-ai/DeepEP, V1 `deep_ep.Buffer`) on CPU over libtilestack's ts_ep_* (ep.h).
+"""deep_ep (deepseek-ai/DeepEP) on CPU: V1 `deep_ep.Buffer` over libtilestack's ts_ep_* (ep.h),
+and V2 `deep_ep.ElasticBuffer` / `deep_ep.EPHandle` over ts_ep_elastic_* (elastic.py).
 
 Ranks are MPI processes (`mpirun`): a Buffer takes an mpi4py communicator (`comm=`, as upstream)
 or a torch.distributed group whose ranks are the MPI world's ranks (gloo / MPI backend under
 mpirun); that group is mapped to an MPI communicator of the same ranks in the same order.
 Calls finish before they return, so every EventOverlap is a completed event. Differences from
-upstream are listed in docs/python.md (deep_ep table) and docs/ep.md."""
+upstream are listed in docs/python.md (deep_ep tables) and docs/ep.md."""
 import os
 
 import torch
