@@ -403,6 +403,22 @@ def main_checks():
     # ... and the buffer still works
     recv_x, *_ = buf.dispatch(x, topk_idx, topk_w, num_experts=E)
     same(recv_x, exp_x, 'recv_x after the errors')
+
+    # no reference kept past a call, on success or error (every rank makes the same calls)
+    objs = (x, topk_idx, topk_w, cum, bias0, h, h_exp, recv_x_exp, recv_w_exp)
+    before = [sys.getrefcount(o) for o in objs]
+    for _ in range(20):
+        buf.dispatch(x, topk_idx, topk_w, cumulative_local_expert_recv_stats=cum, num_experts=E)
+        buf.dispatch(x, topk_weights=topk_w, handle=h)
+        buf.combine(recv_x_exp, h_exp, topk_weights=recv_w_exp, bias=bias0)
+        for call in (lambda: buf.dispatch(x, topk_idx, topk_w, num_experts=E, do_zero_padding=True),
+                     lambda: buf.combine(recv_x_exp, h_exp, topk_weights=recv_w_exp[:, None], bias=bias0)):
+            try:
+                call()
+                raise AssertionError('no error')
+            except ValueError:
+                pass
+    assert [sys.getrefcount(o) for o in objs] == before, 'a reference was kept'
     buf.destroy()
 
     # a buffer sized by num_bytes, num_max_tokens_per_rank given per call; deterministic off
