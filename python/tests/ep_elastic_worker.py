@@ -427,6 +427,9 @@ def main_checks():
     recv_x, _, _, h, _ = buf.dispatch(x, topk_idx, topk_w, num_experts=E, num_max_tokens_per_rank=T)
     same(recv_x, exp_x, 'recv_x (num_bytes buffer)')
     assert h.num_max_tokens_per_rank == T and h.cached_recv_src_metadata_before_sort is None
+    assert h.topk_idx is not topk_idx  # do_handle_copy=True: a copy
+    _, _, _, h, _ = buf.dispatch(x, topk_idx, num_experts=E, num_max_tokens_per_rank=T, do_handle_copy=False)
+    assert h.topk_idx is topk_idx
     expect_error(lambda: buf.dispatch(x, topk_idx, topk_w, num_experts=E), 'no num_max_tokens_per_rank', ValueError,
                  'num_max_tokens_per_rank', set(range(R)))
     buf.destroy()
