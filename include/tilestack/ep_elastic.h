@@ -83,7 +83,7 @@ typedef struct ts_ep_elastic_dispatch_args {
     const ts_tensor *sf; /* with e4m3 (required): [N, S], passed through byte for byte */
     const ts_tensor *topk_idx;     /* i64/i32 [N, K], -1 = none; required unless handle (then NULL) */
     const ts_tensor *topk_weights; /* f32 [N, K] or NULL; with a handle it re-sends weights */
-    ts_tensor *cumulative_local_expert_recv_stats; /* i32 [E/R] or NULL: += (token, slot)s received per expert */
+    ts_tensor *cumulative_local_expert_recv_stats; /* contiguous i32 [E/R] or NULL: += (token, slot)s received */
     int64_t num_experts;             /* 0 = the handle's */
     int64_t num_max_tokens_per_rank; /* 0 = the handle's or the buffer's; the same on every rank */
     int64_t expert_alignment;        /* >= 1 (0 is an error here; upstream's None = 1); with a handle 0 = its */

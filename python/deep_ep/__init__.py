@@ -1,10 +1,11 @@
-"""deep_ep (deepseek-ai/DeepEP, V1 `deep_ep.Buffer`) on CPU over libtilestack's ts_ep_* (ep.h).
+"""deep_ep (deepseek-ai/DeepEP) on CPU: V1 `deep_ep.Buffer` over libtilestack's ts_ep_* (ep.h),
+and V2 `deep_ep.ElasticBuffer` / `deep_ep.EPHandle` over ts_ep_elastic_* (elastic.py).
 
 Ranks are MPI processes (`mpirun`): a Buffer takes an mpi4py communicator (`comm=`, as upstream)
 or a torch.distributed group whose ranks are the MPI world's ranks (gloo / MPI backend under
 mpirun); that group is mapped to an MPI communicator of the same ranks in the same order.
 Calls finish before they return, so every EventOverlap is a completed event. Differences from
-upstream are listed in docs/python.md (deep_ep table) and docs/ep.md."""
+upstream are listed in docs/python.md (deep_ep tables) and docs/ep.md."""
 import os
 
 import torch
@@ -12,7 +13,7 @@ import torch
 from _tilestack_py import C, missing, tensor_of
 from _tilestack_py.comm import resolve_comm
 
-__all__ = ['Buffer', 'Config', 'EventOverlap', 'topk_idx_t']
+__all__ = ['Buffer', 'Config', 'ElasticBuffer', 'EPHandle', 'EventOverlap', 'topk_idx_t']
 
 topk_idx_t = torch.int64
 
@@ -115,6 +116,17 @@ def _internode_handle(rank_prefix, is_token_in_rank):
 def _check_bool(fn, name, v):
     if not isinstance(v, (bool, int)):
         raise C.TypeError(f"{fn}: argument '{name}' must be a bool, got {type(v).__name__}")
+
+
+def _unpack_bias(fn, bias):
+    """combine's bias: None, a tensor, or a pair of tensors -> (bias0, bias1)."""
+    if bias is None or isinstance(bias, torch.Tensor):
+        return bias, None
+    if isinstance(bias, (tuple, list)):
+        if len(bias) != 2:
+            raise C.ValueError(f"{fn}: argument 'bias' must be a tensor or a pair of tensors")
+        return bias[0], bias[1]
+    raise C.TypeError(f"{fn}: argument 'bias' must be a tensor or a pair of tensors")
 
 
 class Buffer:
@@ -282,15 +294,7 @@ class Buffer:
         fn = 'deep_ep.Buffer.combine'
         cap = self._buf('combine')
         routing = _handle_routing(fn, handle, self.num_rdma_ranks)
-        bias0 = bias1 = None
-        if isinstance(bias, torch.Tensor):
-            bias0 = bias
-        elif isinstance(bias, (tuple, list)):
-            if len(bias) != 2:
-                raise C.ValueError(f"{fn}: argument 'bias' must be a tensor or a pair of tensors")
-            bias0, bias1 = bias
-        elif bias is not None:
-            raise C.TypeError(f"{fn}: argument 'bias' must be a tensor or a pair of tensors")
+        bias0, bias1 = _unpack_bias(fn, bias)
         # Shapes of bad arguments are left to the C call, which reports them on every rank
         # (a local raise here would leave the peers waiting in the collective).
         hidden = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
@@ -399,3 +403,6 @@ class Buffer:
 class _LLHandle(tuple):
     """Upstream's low-latency handle (src_info, layout_range, T, hidden, num_experts), carrying the
     library's handle as well."""
+
+
+from .elastic import ElasticBuffer, EPHandle  # noqa: E402  (V2; uses EventOverlap above)

@@ -84,18 +84,6 @@ static ts_ep_buffer *get_buf(PyObject *cap, const char *fn) {
     return r->buf;
 }
 
-static int64_t arg_i64(PyObject *o, int *err) {
-    long long v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred()) *err = 1;
-    return (int64_t)v;
-}
-
-static int arg_bool(PyObject *o, int *err) {
-    int v = PyObject_IsTrue(o);
-    if (v < 0) *err = 1;
-    return v > 0;
-}
-
 /* None or a 5-tuple of ints -> config (NULL for None). */
 static int arg_config(PyObject *o, const char *fn, ts_ep_config *c, const ts_ep_config **out) {
     *out = NULL;
@@ -109,7 +97,7 @@ static int arg_config(PyObject *o, const char *fn, ts_ep_config *c, const ts_ep_
         return -1;
     }
     int err = 0;
-    for (int i = 0; i < 5; i++) v[i] = arg_i64(PySequence_Fast_GET_ITEM(seq, i), &err);
+    for (int i = 0; i < 5; i++) v[i] = tsp_arg_i64(PySequence_Fast_GET_ITEM(seq, i), &err);
     Py_DECREF(seq);
     if (err) return -1;
     for (int i = 0; i < 5; i++)
@@ -126,12 +114,6 @@ static int arg_config(PyObject *o, const char *fn, ts_ep_config *c, const ts_ep_
     return 0;
 }
 
-/* A view into library memory -> (memoryview, dtype name, shape, strides), or None when absent. */
-static PyObject *describe(const ts_tensor *t) {
-    if (!t->data) Py_RETURN_NONE;
-    return tsp_describe(PyMemoryView_FromMemory(t->data, tsp_span_bytes(t), PyBUF_WRITE), t);
-}
-
 /* ep_buffer_new(comm_handle, num_nvl_bytes, num_rdma_bytes, low_latency_mode, num_qps_per_rank,
  *               timeout_s, ranks_per_node) -> capsule. comm_handle: the C MPI_Comm as an int
  * (mpi4py's MPI._handleof). */
@@ -142,12 +124,12 @@ PyObject *tsp_ep_buffer_new(PyObject *self, PyObject *const *args, Py_ssize_t na
     void *comm_ptr = PyLong_AsVoidPtr(args[0]);
     if (!comm_ptr && PyErr_Occurred()) return NULL;
     int err = 0;
-    int64_t nvl = arg_i64(args[1], &err), rdma = arg_i64(args[2], &err);
-    int ll = arg_bool(args[3], &err);
-    int64_t qps = arg_i64(args[4], &err);
+    int64_t nvl = tsp_arg_i64(args[1], &err), rdma = tsp_arg_i64(args[2], &err);
+    int ll = tsp_arg_bool(args[3], &err);
+    int64_t qps = tsp_arg_i64(args[4], &err);
     double timeout = PyFloat_AsDouble(args[5]);
     if (timeout == -1.0 && PyErr_Occurred()) err = 1;
-    int64_t rpn = arg_i64(args[6], &err);
+    int64_t rpn = tsp_arg_i64(args[6], &err);
     if (err) return NULL;
     if (qps < INT32_MIN || qps > INT32_MAX || rpn < 0 || rpn > INT32_MAX)
         return PyErr_Format(tsp_ValueError, "%s: num_qps_per_rank / ranks_per_node out of range", fn);
@@ -199,7 +181,7 @@ PyObject *tsp_ep_config(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     (void)self;
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "ep_config: 2 arguments expected");
     int err = 0;
-    int64_t kind = arg_i64(args[0], &err), r = arg_i64(args[1], &err);
+    int64_t kind = tsp_arg_i64(args[0], &err), r = tsp_arg_i64(args[1], &err);
     if (err) return NULL;
     const char *fn = kind ? "deep_ep.Buffer.get_combine_config" : "deep_ep.Buffer.get_dispatch_config";
     if (r < INT32_MIN || r > INT32_MAX) return PyErr_Format(tsp_ValueError, "%s: num_ranks out of range", fn);
@@ -216,9 +198,9 @@ PyObject *tsp_ep_size_hint(PyObject *self, PyObject *const *args, Py_ssize_t nar
     (void)self;
     if (nargs != 6) return PyErr_Format(PyExc_TypeError, "%s: 6 arguments expected", fn);
     int err = 0;
-    int64_t r = arg_i64(args[0], &err), t = arg_i64(args[1], &err), h = arg_i64(args[2], &err),
-            k = arg_i64(args[3], &err), s = arg_i64(args[4], &err);
-    int fp8 = arg_bool(args[5], &err);
+    int64_t r = tsp_arg_i64(args[0], &err), t = tsp_arg_i64(args[1], &err), h = tsp_arg_i64(args[2], &err),
+            k = tsp_arg_i64(args[3], &err), s = tsp_arg_i64(args[4], &err);
+    int fp8 = tsp_arg_bool(args[5], &err);
     if (err) return NULL;
     if (r < 0 || r > INT32_MAX || k < 0 || k > INT32_MAX)
         return PyErr_Format(tsp_ValueError, "%s: num_ranks / num_topk out of range", fn);
@@ -234,8 +216,8 @@ PyObject *tsp_ep_ll_size_hint(PyObject *self, PyObject *const *args, Py_ssize_t 
     (void)self;
     if (nargs != 4) return PyErr_Format(PyExc_TypeError, "%s: 4 arguments expected", fn);
     int err = 0;
-    int64_t t = arg_i64(args[0], &err), h = arg_i64(args[1], &err), r = arg_i64(args[2], &err),
-            e = arg_i64(args[3], &err);
+    int64_t t = tsp_arg_i64(args[0], &err), h = tsp_arg_i64(args[1], &err), r = tsp_arg_i64(args[2], &err),
+            e = tsp_arg_i64(args[3], &err);
     if (err) return NULL;
     if (r < INT32_MIN || r > INT32_MAX) return PyErr_Format(tsp_ValueError, "%s: num_ranks out of range", fn);
     int64_t bytes;
@@ -260,7 +242,7 @@ PyObject *tsp_ep_layout(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         tsp_view(args[6], fn, "is_token_in_rank", TSP_OUTPUT, &itir))
         return NULL;
     int err = 0;
-    int64_t e = arg_i64(args[2], &err);
+    int64_t e = tsp_arg_i64(args[2], &err);
     if (err) return NULL;
     ts_status st;
     TSP_CALL(st, ts_ep_get_dispatch_layout(b, &topk, e, &ntpr, have_rdma == 0 ? &ntprdma_s : NULL, &ntpe, &itir));
@@ -273,7 +255,7 @@ PyObject *tsp_ep_layout(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *             expert_alignment, num_worst_tokens, config, handle)
  * -> (recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights, recv_src_idx,
  *     num_recv_tokens_per_expert list or None, num_recv_tokens, new handle capsule or None);
- * tensors as describe() gives them. */
+ * tensors as tsp_describe_mem() gives them. */
 PyObject *tsp_ep_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     static const char fn[] = "deep_ep.Buffer.dispatch";
     (void)self;
@@ -298,8 +280,8 @@ PyObject *tsp_ep_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     a.num_tokens_per_expert = p[5];
     a.is_token_in_rank = p[6];
     int err = 0;
-    a.expert_alignment = arg_i64(args[9], &err);
-    a.num_worst_tokens = arg_i64(args[10], &err);
+    a.expert_alignment = tsp_arg_i64(args[9], &err);
+    a.num_worst_tokens = tsp_arg_i64(args[10], &err);
     if (err) return NULL;
     ts_ep_config cfg;
     if (arg_config(args[11], fn, &cfg, &a.config)) return NULL;
@@ -338,8 +320,9 @@ PyObject *tsp_ep_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_XDECREF(hcap);
         return NULL;
     }
-    return Py_BuildValue("(NNNNNNLN)", describe(&r.recv_x), describe(&r.recv_x_scales), describe(&r.recv_topk_idx),
-                         describe(&r.recv_topk_weights), describe(&r.recv_src_idx), list,
+    return Py_BuildValue("(NNNNNNLN)", tsp_describe_mem(&r.recv_x), tsp_describe_mem(&r.recv_x_scales),
+                         tsp_describe_mem(&r.recv_topk_idx), tsp_describe_mem(&r.recv_topk_weights),
+                         tsp_describe_mem(&r.recv_src_idx), list,
                          (long long)r.num_recv_tokens, hcap ? hcap : Py_NewRef(Py_None));
 }
 
@@ -350,7 +333,7 @@ PyObject *tsp_ep_handle_info(PyObject *self, PyObject *const *args, Py_ssize_t n
     ep_handle_rec *hr = PyCapsule_GetPointer(args[0], HANDLE_CAP);
     if (!hr) return NULL;
     int err = 0;
-    int64_t r = arg_i64(args[1], &err);
+    int64_t r = tsp_arg_i64(args[1], &err);
     if (err) return NULL;
     if (r < 1 || r > (1 << 20)) return PyErr_Format(tsp_ValueError, "ep_handle_info: num_ranks out of range");
     int64_t n, *off = PyMem_Malloc((size_t)(r + 1) * sizeof *off);
@@ -406,7 +389,7 @@ PyObject *tsp_ep_clean_ll(PyObject *self, PyObject *const *args, Py_ssize_t narg
     ts_ep_buffer *b = get_buf(args[0], fn);
     if (!b) return NULL;
     int err = 0;
-    int64_t t = arg_i64(args[1], &err), h = arg_i64(args[2], &err), e = arg_i64(args[3], &err);
+    int64_t t = tsp_arg_i64(args[1], &err), h = tsp_arg_i64(args[2], &err), e = tsp_arg_i64(args[3], &err);
     if (err) return NULL;
     ts_status st;
     TSP_CALL(st, ts_ep_clean_low_latency_buffer(b, t, h, e));
@@ -472,15 +455,15 @@ PyObject *tsp_ep_ll_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t n
     memset(&a, 0, sizeof a);
     a.x = &x;
     a.topk_idx = &topk;
-    a.num_max_dispatch_tokens_per_rank = arg_i64(args[3], &err);
-    a.num_experts = arg_i64(args[4], &err);
+    a.num_max_dispatch_tokens_per_rank = tsp_arg_i64(args[3], &err);
+    a.num_experts = tsp_arg_i64(args[4], &err);
     a.cumulative_local_expert_recv_stats = have_cum == 0 ? &cum_s : NULL;
     a.dispatch_wait_recv_cost_stats = have_wait == 0 ? &wait_s : NULL;
-    a.use_fp8 = arg_bool(args[7], &err);
-    a.round_scale = arg_bool(args[8], &err);
-    a.use_ue8m0 = arg_bool(args[9], &err);
-    a.return_recv_hook = arg_bool(args[10], &err);
-    int64_t num_ranks = arg_i64(args[16], &err);
+    a.use_fp8 = tsp_arg_bool(args[7], &err);
+    a.round_scale = tsp_arg_bool(args[8], &err);
+    a.use_ue8m0 = tsp_arg_bool(args[9], &err);
+    a.return_recv_hook = tsp_arg_bool(args[10], &err);
+    int64_t num_ranks = tsp_arg_i64(args[16], &err);
     if (err) return NULL;
     ts_ep_ll_dispatch_out o = {&rx, have_rs == 0 ? &rs_s : NULL, &rc};
     ep_ll_handle_rec *hr;
@@ -524,7 +507,7 @@ PyObject *tsp_ep_ll_hook_run(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (args[1] != Py_None) {
         ep_ll_handle_rec *hr = PyCapsule_GetPointer(args[1], LL_HANDLE_CAP);
         int err = 0;
-        int64_t r = arg_i64(args[4], &err);
+        int64_t r = tsp_arg_i64(args[4], &err);
         if (!hr || err || ll_copy_info(hr->h, args[2], args[3], r, fn)) return NULL;
     }
     Py_RETURN_NONE;
@@ -554,9 +537,9 @@ PyObject *tsp_ep_ll_combine(PyObject *self, PyObject *const *args, Py_ssize_t na
     a.topk_idx = &topk;
     a.topk_weights = &w;
     a.handle = hr->h;
-    a.use_logfmt = arg_bool(args[5], &err);
-    a.zero_copy = arg_bool(args[6], &err);
-    a.return_recv_hook = arg_bool(args[7], &err);
+    a.use_logfmt = tsp_arg_bool(args[5], &err);
+    a.zero_copy = tsp_arg_bool(args[6], &err);
+    a.return_recv_hook = tsp_arg_bool(args[7], &err);
     a.combine_wait_recv_cost_stats = have_wait == 0 ? &wait_s : NULL;
     if (err) return NULL;
     ts_ep_ll_hook *hook = NULL;
@@ -567,7 +550,7 @@ PyObject *tsp_ep_ll_combine(PyObject *self, PyObject *const *args, Py_ssize_t na
     return hook_capsule(hook);
 }
 
-/* ep_ll_next_combine_buffer(buf, ll_handle) -> describe() of the zero-copy view */
+/* ep_ll_next_combine_buffer(buf, ll_handle) -> tsp_describe_mem() of the zero-copy view */
 PyObject *tsp_ep_ll_next_combine_buffer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     static const char fn[] = "deep_ep.Buffer.get_next_low_latency_combine_buffer";
     (void)self;
@@ -580,7 +563,7 @@ PyObject *tsp_ep_ll_next_combine_buffer(PyObject *self, PyObject *const *args, P
     memset(&t, 0, sizeof t);
     ts_status st = ts_ep_get_next_low_latency_combine_buffer(b, hr->h, &t);
     if (st != TS_OK) return tsp_raise_status(st, fn);
-    return describe(&t);
+    return tsp_describe_mem(&t);
 }
 
 #define F(name) {#name, (PyCFunction)(void (*)(void))tsp_##name, METH_FASTCALL, NULL}

@@ -120,9 +120,11 @@ static struct PyModuleDef moduledef = {
 
 int tsp_ep_init(PyObject *m); /* bind_ep.c: deep_ep's functions, when built with MPI */
 int tsp_mega_init(PyObject *m); /* bind_mega.c: deep_gemm.mega's, likewise */
+int tsp_ep_elastic_init(PyObject *m); /* bind_ep_elastic.c: deep_ep.ElasticBuffer's, likewise */
 
 PyMODINIT_FUNC PyInit__tilestack(void) {
     PyObject *m = PyModule_Create(&moduledef);
-    if (m && (tsp_init(m) < 0 || tsp_ep_init(m) < 0 || tsp_mega_init(m) < 0)) Py_CLEAR(m);
+    if (m && (tsp_init(m) < 0 || tsp_ep_init(m) < 0 || tsp_mega_init(m) < 0 ||
+              tsp_ep_elastic_init(m) < 0)) Py_CLEAR(m);
     return m;
 }

@@ -423,3 +423,20 @@ PyObject *tsp_describe(PyObject *mv, const ts_tensor *t) {
     }
     return Py_BuildValue("(NsNN)", mv, ts_dtype_name(t->dtype), shape, strides);
 }
+
+PyObject *tsp_describe_mem(const ts_tensor *t) {
+    if (!t->data) Py_RETURN_NONE;
+    return tsp_describe(PyMemoryView_FromMemory(t->data, tsp_span_bytes(t), PyBUF_WRITE), t);
+}
+
+int64_t tsp_arg_i64(PyObject *o, int *err) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) *err = 1;
+    return (int64_t)v;
+}
+
+int tsp_arg_bool(PyObject *o, int *err) {
+    int v = PyObject_IsTrue(o);
+    if (v < 0) *err = 1;
+    return v > 0;
+}

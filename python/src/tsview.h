@@ -49,6 +49,14 @@ Py_ssize_t tsp_span_bytes(const ts_tensor *t);
 /* (mv, dtype name, shape, strides): what the Python side makes a tensor view of; steals mv
  * (NULL: the error it raised stands). */
 PyObject *tsp_describe(PyObject *mv, const ts_tensor *t);
+/* tsp_describe of a view into library memory through a writable memoryview over it; None
+ * when t->data is NULL (a tensor the call did not produce). */
+PyObject *tsp_describe_mem(const ts_tensor *t);
+
+/* Positional-argument readers of the fixed-order bindings: an int / a truth value; on failure
+ * the Python error stands and *err is set (so several reads can be checked at once). */
+int64_t tsp_arg_i64(PyObject *o, int *err);
+int tsp_arg_bool(PyObject *o, int *err);
 
 /* Module set-up: creates the exception classes and adds them to the module. */
 int tsp_init(PyObject *module);

@@ -277,8 +277,10 @@ static ts_status check_dispatch(const ts_ep_elastic_buffer *eb, const ts_ep_elas
                             a->topk_weights->shape[0] != p->N || a->topk_weights->shape[1] != p->K))
         return ts__fail(TS_ERR_SHAPE, D ": topk_weights must be f32 [%lld, %lld]", (long long)p->N, (long long)p->K);
     const ts_tensor *st = a->cumulative_local_expert_recv_stats;
-    if (st && (st->dtype != TS_I32 || st->ndim != 1 || st->shape[0] != p->E / R || !st->data))
-        return ts__fail(TS_ERR_SHAPE, D ": cumulative_local_expert_recv_stats must be i32 [%lld]", (long long)(p->E / R));
+    if (st && (st->dtype != TS_I32 || st->ndim != 1 || st->shape[0] != p->E / R || !st->data ||
+               (st->shape[0] > 1 && st->strides[0] != 1)))
+        return ts__fail(TS_ERR_SHAPE, D ": cumulative_local_expert_recv_stats must be contiguous i32 [%lld]",
+                        (long long)(p->E / R));
     /* The worst case (every rank sends all its tokens here) must fit, as upstream sizes it:
      * the buffer is checked against that rather than against this call's counts. */
     const bool fp8 = a->x->dtype == TS_E4M3;
