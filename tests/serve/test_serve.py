@@ -517,3 +517,36 @@ def test_ranks_stopped_rank_fails_requests_with_503():
         if s.p.poll() is None:
             s.p.kill()
     assert gone(pids.values())
+
+
+def test_v3_checkpoint_chat_template(tmp_path):
+    """A DeepSeek-V3 checkpoint directory: the V3 chat template, the directory's name as the id,
+    replies as `generate --model DIR --chat v3`; thinking mode refused (V4's)."""
+    tests_bin = os.path.join(os.path.dirname(BIN), "tilestack_tests")
+    if not os.path.exists(tests_bin):
+        pytest.skip("no tilestack_tests beside the CLI to write the V3 checkpoint")
+    ck = tmp_path / "tiny-v3"
+    subprocess.run([tests_bin, "--write-hf-v3", "hf_v3_tiny.bin", str(ck)], check=True, capture_output=True)
+    import shutil
+    shutil.copy(TOK, ck / "tokenizer.json")
+    global MODEL
+    saved, MODEL = MODEL, ["--model", str(ck)]
+    try:
+        s = Server("--max-batch", "2")
+        try:
+            assert [m.id for m in s.client().models.list().data] == ["tiny-v3"]
+            out = subprocess.run([BIN, "generate", "--model", str(ck), "--chat", "v3", "--prompt", "Hi there",
+                                  "-n", "12", "--seed", "4", "--temperature", "0.9", "--json"],
+                                 capture_output=True, text=True, timeout=120, check=True)
+            want = json.loads(out.stdout)
+            r = s.client().chat.completions.create(model="tiny-v3", messages=[{"role": "user", "content": "Hi there"}],
+                                                   max_tokens=12, seed=4, temperature=0.9)
+            assert r.choices[0].message.content == want["text"]
+            assert r.usage.prompt_tokens == len(want["prompt_ids"])
+            st, _, data = s.request("POST", "/v1/chat/completions",
+                                    {"messages": [{"role": "user", "content": "x"}], "thinking": True})
+            assert st == 400 and error_of(st, data)["param"] == "thinking"
+        finally:
+            assert s.stop() == 0
+    finally:
+        MODEL = saved
