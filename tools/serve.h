@@ -145,6 +145,9 @@ char *serve_stream_usage(const serve_srv *s, const serve_req *q);
 char *serve_models_json(const serve_srv *s);
 
 /* serve_sched.c */
+double serve_now_s(void); /* CLOCK_MONOTONIC seconds */
+/* pthread_cond_timedwait for `seconds` (mu held). */
+void serve_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds);
 /* Queues q (a reference taken). 0, or 503 when the queue is full or the server is draining
  * (s->mu held by the caller). */
 int serve_enqueue(serve_srv *s, serve_req *q);

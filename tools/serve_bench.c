@@ -31,12 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 typedef struct breq {
     int prompt_words, max_tokens;
     uint64_t seed;
@@ -85,7 +79,7 @@ static void run_request(int port, breq *r) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    r->t_send = now_s();
+    r->t_send = serve_now_s();
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) || write(fd, head, (size_t)hn) != hn ||
         write(fd, body, (size_t)n) != n) {
         if (fd >= 0) close(fd);
@@ -105,7 +99,7 @@ static void run_request(int port, breq *r) {
         if (got <= 0) break;
         len += (size_t)got;
         buf[len] = 0;
-        const double t = now_s();
+        const double t = serve_now_s();
         if (!in_body) {
             char *e = strstr(buf, "\r\n\r\n");
             if (!e) continue;
@@ -205,12 +199,12 @@ static void run_poisson(int port, breq *r, int n, double rate, uint64_t seed) {
     pthread_t *th = calloc((size_t)n, sizeof *th);
     one *o = calloc((size_t)n, sizeof *o);
     uint64_t x = seed | 1;
-    double t = now_s();
+    double t = serve_now_s();
     for (int i = 0; i < n; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         const double u = ((double)(x >> 11) + 0.5) / 9007199254740992.0;
         t += -log(u) / rate;
-        const double wait = t - now_s();
+        const double wait = t - serve_now_s();
         if (wait > 0) {
             struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
             nanosleep(&ts, NULL);

@@ -82,16 +82,6 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    const long ns = (long)(seconds * 1e9);
-    t.tv_sec += ns / 1000000000L;
-    t.tv_nsec += ns % 1000000000L;
-    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &t);
-}
-
 /* The client went away (s->mu held): the scheduler drops the request at its next step. */
 static void cancel(serve_srv *s, serve_req *q) {
     if (q->state == REQ_DONE || q->cancelled) return;
@@ -117,7 +107,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (st->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
         while (q->state != REQ_DONE && q->out_len == st->sent && !st->first) {
-            timed_wait(&s->progress, &s->mu, 0.1);
+            serve_timed_wait(&s->progress, &s->mu, 0.1);
             if (q->state != REQ_DONE && q->out_len == st->sent && client_gone(st->fd)) {
                 cancel(s, q);
                 pthread_mutex_unlock(&s->mu);
@@ -211,7 +201,7 @@ static enum MHD_Result completions(struct MHD_Connection *c, conn *cn) {
     }
     pthread_mutex_lock(&s->mu);
     while (q->state != REQ_DONE) {
-        timed_wait(&s->progress, &s->mu, 0.1);
+        serve_timed_wait(&s->progress, &s->mu, 0.1);
         if (q->state != REQ_DONE && client_gone(fd)) {
             cancel(s, q);
             serve_req_release(s, q);
@@ -376,15 +366,9 @@ void serve_http_stop(serve_http *h, double seconds) {
     if (!h) return;
     /* the responses of finished requests may still be on their way to slow readers */
     serve_srv *s = h->s;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = serve_now_s();
     pthread_mutex_lock(&s->mu);
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        const double waited = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
-        if (s->open_requests <= 0 || waited > seconds) break;
-        timed_wait(&s->progress, &s->mu, 0.1);
-    }
+    while (s->open_requests > 0 && serve_now_s() - t0 <= seconds) serve_timed_wait(&s->progress, &s->mu, 0.1);
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(h->d);
     free(h);

@@ -24,13 +24,13 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
+double serve_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void wait_for(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
+void serve_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     const long ns = (long)(seconds * 1e9);
@@ -47,7 +47,7 @@ int serve_enqueue(serve_srv *s, serve_req *q) {
     if (s->n_queued >= s->a->max_queue + free_slots) return 503;
     q->refs++;
     q->state = REQ_QUEUED;
-    q->t_arrive = now_s();
+    q->t_arrive = serve_now_s();
     q->next = NULL;
     if (s->queue_tail) s->queue_tail->next = q;
     else s->queue_head = q;
@@ -89,7 +89,7 @@ static void finish(serve_srv *s, serve_req *q, int status, const char *msg) {
         ts_model_reset_sequence(s->gm->m, q->seq); /* rank 0's alone: no collective */
         q->seq = -1;
     }
-    const double t = now_s();
+    const double t = serve_now_s();
     if (!status && q->fail_status) status = q->fail_status, msg = q->fail_msg;
     if (status) {
         if (!q->fail_status) q->fail_status = status;
@@ -112,7 +112,7 @@ static void finish(serve_srv *s, serve_req *q, int status, const char *msg) {
 static bool take(serve_req *q, float *row, int *status, char *msg, size_t cap) {
     int32_t tok;
     ts_status st = gen_reply_take(&q->rp, row, &q->rng, q->cached, &tok);
-    const double t = now_s();
+    const double t = serve_now_s();
     if (st == TS_OK) {
         q->n_completion++;
         if (q->n_completion == 1) q->t_first = t;
@@ -215,7 +215,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         if (*stop && !s->draining) {
             /* finish what runs, refuse what waits */
             s->draining = true;
-            deadline = now_s() + s->a->drain_s;
+            deadline = serve_now_s() + s->a->drain_s;
             serve_req *q = s->queue_head;
             s->queue_head = s->queue_tail = NULL;
             s->n_queued = 0;
@@ -225,7 +225,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
                 q = n;
             }
         }
-        if (s->draining && now_s() > deadline) fail_all(s, 503, "the server is shutting down (drain timeout)");
+        if (s->draining && serve_now_s() > deadline) fail_all(s, 503, "the server is shutting down (drain timeout)");
         admit(s, &order);
         /* requests whose client went away free their sequence now */
         for (int64_t i = 0; i < B; i++) {
@@ -247,7 +247,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         }
         if (!pf && !n) {
             if (s->draining && !s->queue_head) break;
-            wait_for(&s->work, &s->mu, 0.25);
+            serve_timed_wait(&s->work, &s->mu, 0.25);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -260,7 +260,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         int status = 0;
         char msg[256] = "";
         if (pf) {
-            const double tc = now_s();
+            const double tc = serve_now_s();
             /* one chunk of the oldest prompt; the last gives its first token's logits */
             const int64_t left = (int64_t)(pf->n_prompt - pf->fed);
             const int64_t c = left < s->a->prefill_chunk ? left : s->a->prefill_chunk;
@@ -272,7 +272,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
             pf->fed += (size_t)c;
             pf->cached = (int64_t)pf->fed;
             s->metrics.prefill_chunks++;
-            if (n) credit -= now_s() - tc;
+            if (n) credit -= serve_now_s() - tc;
             if (c == left) {
                 const bool go_on = take(pf, logits, &status, msg, sizeof msg);
                 pthread_mutex_lock(&s->mu);
@@ -286,12 +286,12 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         if (n) {
             for (int64_t i = 0; i < n; i++) seqs[i] = rows[i]->seq, toks[i] = rows[i]->next_tok;
             if (gm->announce) gm->announce(gm->announce_ctx, false);
-            const double td = now_s();
+            const double td = serve_now_s();
             if (ts_model_decode(gm->m, n, seqs, toks, logits) != TS_OK) {
                 rc = model_failed(s, "decode");
                 break;
             }
-            const double share = s->a->prefill_share, step = now_s() - td;
+            const double share = s->a->prefill_share, step = serve_now_s() - td;
             credit += share < 1 ? step * share / (1 - share) : INFINITY;
             if (credit > step) credit = step; /* no burst after a quiet spell */
             s->metrics.steps++;
