@@ -277,6 +277,18 @@ TS_TEST(ep_elastic_dispatch_combine) {
     ts_ep_elastic_destroy(b);
 }
 
+/* Expanded rows that cannot fit the receiver's dispatch area (every token's top-16 on one
+ * rank, a buffer of the hint's size): the senders cannot place them, the rows take the plain
+ * way and the local expansion, with the same results. */
+TS_TEST(ep_elastic_expanded_beyond_area) {
+    ts_ep_elastic_buffer *b = elastic_buffer(ts_t_, 64, 4096, 16, false);
+    if (!b) return;
+    ep_case c = {.seed = 61, .hidden = 4096, .max_tokens = 64, .K = 16, .experts_per_rank = 2, .idx_dtype = TS_I64,
+                 .routing = EP_ROUTE_SKEWED};
+    run_both_thread_counts(ts_t_, b, &c, (run_opts){.A = 4, .expand = true, .zero_padding = true, .weights = true});
+    ts_ep_elastic_destroy(b);
+}
+
 TS_TEST(ep_elastic_fp8) {
     ts_ep_elastic_buffer *b = elastic_buffer(ts_t_, 32, 256, 4, true);
     if (!b) return;
