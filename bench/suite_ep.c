@@ -678,7 +678,8 @@ int ts__suite_ep(const ts__bench_opts *opts) {
             if (run_row(&b, &rows[i], shape, R, threads, cores, &ref, opts, me)) rc = 1;
         }
         /* V2 ElasticBuffer rows, same routing and baseline; its buffer is sized for the worst
-         * case (R*T rows), as upstream sizes it. */
+         * case (R*T rows), as upstream sizes it, or for the expanded rows of this routing when
+         * more (so the senders place them: ep_internal.h, ts__ep_dispatch_expanded). */
         ep_row_spec erows[] = {
             {"elastic_dispatch", "e4m3", OP_EL_DISPATCH, OP_REF_DISPATCH, deep_disp},
             {"elastic_dispatch_expanded", "e4m3", OP_EL_DISPATCH_EXPANDED, OP_REF_DISPATCH, deep_disp},
@@ -693,7 +694,24 @@ int ts__suite_ep(const ts__bench_opts *opts) {
             eo.hidden = H;
             eo.num_topk = (int32_t)K;
             eo.use_fp8_dispatch = true;
-            ts_status est = ts_ep_elastic_create(MPI_COMM_WORLD, &eo, &b.eb);
+            ts_status est = TS_OK;
+            {
+                int64_t *slots = calloc((size_t)E, 8), xmax = 0;
+                for (int64_t e = 0; slots && e < E; e++) slots[e] = tpe[e];
+                if (slots) MPI_Allreduce(MPI_IN_PLACE, slots, (int)E, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+                for (int r = 0; slots && r < R; r++) {
+                    int64_t x = 0;
+                    for (int64_t e = r * (E / R); e < (r + 1) * (E / R); e++) x += slots[e];
+                    if (x > xmax) xmax = x;
+                }
+                free(slots);
+                const int64_t tx = ts__max64(T, ts__ceil_div(xmax, R)); /* R * tx rows >= the expanded rows */
+                est = ts_ep_elastic_get_buffer_size_hint(R, tx, H, (int32_t)K, true, &eo.num_bytes);
+                if (me == 0 && est == TS_OK)
+                    printf("elastic buffer %.1f MiB/rank (expanded rows/rank: max %lld)\n",
+                           (double)eo.num_bytes / (1 << 20), (long long)xmax);
+            }
+            if (est == TS_OK) est = ts_ep_elastic_create(MPI_COMM_WORLD, &eo, &b.eb);
             if (est == TS_OK) est = run_op(&b, OP_EL_DISPATCH, NULL);
             if (est == TS_OK) est = run_op(&b, OP_EL_DISPATCH_EXPANDED, NULL);
             uint16_t *ecx = NULL;

@@ -443,6 +443,7 @@ ts_status ts__ep_check_peers(ts_ep_buffer *b, uint64_t call, const char *what) {
         TS__EP_SAME(idx_dtype, TS_ERR_DTYPE)
         TS__EP_SAME(num_experts, TS_ERR_SHAPE)
         TS__EP_SAME(cached, TS_ERR_INVALID_ARGUMENT)
+        TS__EP_SAME(expand_align, TS_ERR_INVALID_ARGUMENT)
 #undef TS__EP_SAME
     }
     return TS_OK;

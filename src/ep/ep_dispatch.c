@@ -4,20 +4,25 @@
 #include "ep/ep_internal.h"
 
 #include <string.h>
+/* A receiver's dispatch area: rows per received token (x, scales, top-k ids and weights,
+ * source index); with the expanded layout x and scales have xrows rows instead, followed by
+ * one f32 weight per expanded row (ew_bytes 4, else 0). */
 typedef struct recv_layout {
-    int64_t rows, x_off, s_off, i_off, w_off, src_off, total;
+    int64_t rows, xrows, x_off, s_off, i_off, w_off, src_off, ew_off, total;
 } recv_layout;
 
-static recv_layout layout_of(int64_t rows, int64_t row_bytes, int64_t scale_row_bytes, int64_t idx_row_bytes,
-                             int64_t w_row_bytes) {
+static recv_layout layout_of(int64_t rows, int64_t xrows, int64_t row_bytes, int64_t scale_row_bytes,
+                             int64_t idx_row_bytes, int64_t w_row_bytes, int64_t ew_bytes) {
     recv_layout l;
     l.rows = rows;
+    l.xrows = xrows;
     l.x_off = 0;
-    l.s_off = ts__align(rows * row_bytes, 64);
-    l.i_off = l.s_off + ts__align(rows * scale_row_bytes, 64);
+    l.s_off = ts__align(xrows * row_bytes, 64);
+    l.i_off = l.s_off + ts__align(xrows * scale_row_bytes, 64);
     l.w_off = l.i_off + ts__align(rows * idx_row_bytes, 64);
     l.src_off = l.w_off + ts__align(rows * w_row_bytes, 64);
-    l.total = l.src_off + ts__align(rows * 4, 64);
+    l.ew_off = l.src_off + ts__align(rows * 4, 64);
+    l.total = l.ew_off + ts__align(xrows * ew_bytes, 64);
     return l;
 }
 
@@ -60,6 +65,9 @@ ts_status ts_ep_handle_destroy(ts_ep_handle *h) {
     free(h->fwd_rows);
     free(h->fwd_rec);
     free(h->fwd_copy);
+    free(h->ex_dst);
+    free(h->ex_row);
+    free(h->ex_rows);
     free(h);
     return TS_OK;
 }
@@ -87,6 +95,8 @@ typedef struct local_info {
     bool fp8, has_topk, cached;
     ts_ep_handle *h;       /* new handle (non-cached) */
     const ts_ep_handle *use; /* routing used: h or args->handle */
+    int64_t expand_align;  /* the expanded layout is asked for (0: not) */
+    bool placed;           /* ... and the senders write it (every rank's verdict) */
 } local_info;
 
 #define D "ts_ep_dispatch"
@@ -116,6 +126,34 @@ static ts_status internode_routing(const ts_ep_buffer *b, ts_ep_handle *h) {
             h->node_pos[t * nodes + n] = any ? (int32_t)cur[n]++ : -1;
         }
     free(cur);
+    return TS_OK;
+}
+
+/* Room for the expanded placement in a new handle (before the exchange, so a failure is
+ * every rank's verdict), and the per-expert counts checked against the top-k ids: the senders'
+ * rows are placed from these counts, so a stale layout must not make them collide. */
+static ts_status expanded_prepare(const ts_ep_buffer *b, const ts_ep_dispatch_args *a, local_info *li) {
+    ts_ep_handle *h = li->h;
+    const int64_t NK = li->N * li->K;
+    h->ex_k = li->K;
+    h->ex_dst = malloc((size_t)(NK > 0 ? NK : 1) * sizeof *h->ex_dst);
+    h->ex_row = malloc((size_t)(NK > 0 ? NK : 1) * sizeof *h->ex_row);
+    h->ex_rows = malloc((size_t)(b->num_ranks + li->E) * sizeof *h->ex_rows);
+    if (!h->ex_dst || !h->ex_row || !h->ex_rows)
+        return ts__fail(TS_ERR_OUT_OF_MEMORY, D ": no memory for the expanded placement of %lld tokens",
+                        (long long)li->N);
+    int64_t *cnt = h->ex_rows + b->num_ranks;
+    for (int64_t e = 0; e < li->E; e++) cnt[e] = 0;
+    for (int64_t t = 0; t < li->N; t++)
+        for (int64_t k = 0; k < li->K; k++) {
+            const int64_t e = ts__ep_idx_at(a->topk_idx, t, k);
+            if (e >= 0) cnt[e]++;
+        }
+    const ts_tensor *tpe = a->num_tokens_per_expert;
+    for (int64_t e = 0; e < li->E; e++)
+        if (((const int32_t *)tpe->data)[e * tpe->strides[0]] != cnt[e])
+            return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": num_tokens_per_expert[%lld] = %d but topk_idx selects it %lld times",
+                            (long long)e, ((const int32_t *)tpe->data)[e * tpe->strides[0]], (long long)cnt[e]);
     return TS_OK;
 }
 
@@ -248,7 +286,12 @@ static ts_status validate(const ts_ep_buffer *b, const ts_ep_dispatch_args *a, l
     if (meta_bytes(R, li->E, b->num_nodes) > TS__EP_META_SLOT_BYTES)
         return ts__fail(TS_ERR_UNSUPPORTED, D ": %lld experts over %d ranks exceed the metadata slot",
                         (long long)li->E, R);
+    if (li->expand_align > 0 && a->num_worst_tokens > 0)
+        return ts__fail(TS_ERR_INVALID_ARGUMENT, D ": the expanded layout takes no num_worst_tokens");
+    if (li->expand_align > 0 && li->h && li->has_topk && b->num_nodes == 1)
+        TS__RETURN_IF_ERROR(expanded_prepare(b, a, li));
     /* Publish. */
+    m->expand_align = li->expand_align;
     m->hidden = li->hidden;
     m->x_dtype = a->x->dtype;
     m->scale_dtype = li->fp8 ? (int64_t)a->x_scales->dtype : -1;
@@ -301,6 +344,7 @@ typedef struct copy_ctx {
     uint8_t *stage;
     const int64_t *soff;
     rec_layout rec;
+    bool placed; /* x rows and scales go to the expanded rows li->use->ex_row */
 } copy_ctx;
 
 /* Packs token t into its record of the message to node n. */
@@ -338,6 +382,34 @@ static void pack_record(const copy_ctx *c, int64_t t, int n) {
     }
 }
 
+static void copy_scales(const copy_ctx *c, int64_t t, uint8_t *dst) {
+    const ts_tensor *s = c->a->x_scales;
+    const uint8_t *sp = s->data;
+    const int64_t es = c->li->scale_es;
+    for (int64_t j = 0; j < c->li->S; j++)
+        memcpy(dst + j * es, sp + (t * s->strides[0] + j * s->strides[1]) * es, (size_t)es);
+}
+
+/* Token t's row (and scales, and each slot's weight) into each of its expanded rows. */
+static void place_expanded(const copy_ctx *c, int64_t t) {
+    const local_info *li = c->li;
+    const ts_ep_handle *h = li->use;
+    const ts_ep_dispatch_args *a = c->a;
+    const uint8_t *xt = (const uint8_t *)a->x->data + t * a->x->strides[0] * (int64_t)ts_dtype_size(a->x->dtype);
+    for (int64_t k = 0; k < h->ex_k; k++) {
+        const int64_t s = h->ex_row[t * h->ex_k + k];
+        if (s < 0) continue;
+        const int d = h->ex_dst[t * h->ex_k + k];
+        uint8_t *area = ts__ep_dispatch_area(c->b, d);
+        const recv_layout *l = &c->lay[d];
+        ts__ep_copy_row(area + l->x_off + s * li->row_bytes, xt, li->row_bytes);
+        if (li->fp8 && li->S > 0) copy_scales(c, t, area + l->s_off + s * li->S * li->scale_es);
+        if (li->has_topk)
+            ((float *)(void *)(area + l->ew_off))[s] =
+                ((const float *)a->topk_weights->data)[t * a->topk_weights->strides[0] + k * a->topk_weights->strides[1]];
+    }
+}
+
 static void copy_task(void *vctx, int tid, int nthreads) {
     const copy_ctx *c = vctx;
     const ts_ep_buffer *b = c->b;
@@ -354,21 +426,17 @@ static void copy_task(void *vctx, int tid, int nthreads) {
         if (b->num_nodes > 1)
             for (int n = 0; n < b->num_nodes; n++)
                 if (n != b->node && li->use->node_pos[t * b->num_nodes + n] >= 0) pack_record(c, t, n);
+        if (c->placed) place_expanded(c, t);
         for (int d = 0; d < R; d++) {
             int64_t row = pos[t * R + d];
             if (row < 0 || !b->peer[d]) continue; /* other nodes: through their proxy */
             if (!li->cached) row += c->base[d];
             uint8_t *area = ts__ep_dispatch_area(b, d);
             const recv_layout *l = &c->lay[d];
-            ts__ep_copy_row(area + l->x_off + row * li->row_bytes, x + t * xs, li->row_bytes);
             ((int32_t *)(void *)(area + l->src_off))[row] = (int32_t)t;
-            if (li->fp8 && li->S > 0) {
-                const ts_tensor *s = a->x_scales;
-                const uint8_t *sp = s->data;
-                uint8_t *dst = area + l->s_off + row * li->S * li->scale_es;
-                const size_t es = (size_t)li->scale_es;
-                for (int64_t j = 0; j < li->S; j++)
-                    memcpy(dst + j * li->scale_es, sp + (t * s->strides[0] + j * s->strides[1]) * (int64_t)es, es);
+            if (!c->placed) {
+                ts__ep_copy_row(area + l->x_off + row * li->row_bytes, x + t * xs, li->row_bytes);
+                if (li->fp8 && li->S > 0) copy_scales(c, t, area + l->s_off + row * li->S * li->scale_es);
             }
             if (li->has_topk) {
                 const int64_t lo = d * El, hi = lo + El;
@@ -559,8 +627,58 @@ static ts_status internode_exchange(ts_ep_buffer *b, uint64_t call, const local_
     return TS_OK;
 }
 
+/* Every receiver's expanded row count (from the published per-expert counts, or a cached
+ * dispatch's handle) and, when all fit their areas, their layouts in lay: true. A new
+ * handle's placement is then fixed: my (token, slot) rows follow those of lower source
+ * ranks inside each expert group, in my token order. */
+static bool expanded_layout(ts_ep_buffer *b, uint64_t call, const ts_ep_dispatch_args *a, local_info *li,
+                            recv_layout *lay, int64_t area) {
+    const int R = b->num_ranks, me = b->rank;
+    ts_ep_handle *h = (ts_ep_handle *)li->use;
+    if (!li->cached) {
+        const int64_t El = li->E / R, A = li->expand_align;
+        int64_t *cur = h->ex_rows + R; /* [E]: my next row for each expert */
+        for (int d = 0; d < R; d++) {
+            int64_t start = 0;
+            for (int64_t i = 0; i < El; i++) {
+                const int64_t e = d * El + i;
+                int64_t c = 0;
+                for (int s = 0; s < R; s++) {
+                    if (s == me) cur[e] = start + c;
+                    c += meta_experts(ts__ep_meta_of(b, s, call), R)[e];
+                }
+                start += ts__align(c, A);
+            }
+            h->ex_rows[d] = start;
+        }
+    }
+    const int64_t scale_row = li->S * li->scale_es, idx_row = li->K * li->idx_es, w_row = li->K * 4;
+    for (int d = 0; d < R; d++)
+        if (layout_of(lay[d].rows, h->ex_rows[d], li->row_bytes, scale_row, idx_row, w_row, li->has_topk ? 4 : 0)
+                .total > area)
+            return false;
+    for (int d = 0; d < R; d++)
+        lay[d] = layout_of(lay[d].rows, h->ex_rows[d], li->row_bytes, scale_row, idx_row, w_row, li->has_topk ? 4 : 0);
+    if (!li->cached) {
+        const int64_t El = li->E / R, K = li->K;
+        int64_t *cur = h->ex_rows + R;
+        for (int64_t t = 0; t < li->N; t++)
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t e = ts__ep_idx_at(a->topk_idx, t, k);
+                h->ex_dst[t * K + k] = e >= 0 ? (int32_t)(e / El) : -1;
+                h->ex_row[t * K + k] = e >= 0 ? (int32_t)cur[e]++ : -1;
+            }
+    }
+    return true;
+}
+
 ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_dispatch_result *result,
                          ts_ep_handle **handle_out) {
+    return ts__ep_dispatch_expanded(b, a, NULL, result, handle_out);
+}
+
+ts_status ts__ep_dispatch_expanded(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts__ep_expanded *ex,
+                                   ts_ep_dispatch_result *result, ts_ep_handle **handle_out) {
     TS__RETURN_IF_ERROR(ts__ep_check_usable(b, D));
     const int R = b->num_ranks, me = b->rank;
     const uint64_t call = b->calls++;
@@ -569,7 +687,11 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
     m->op = TS__EP_OP_DISPATCH;
     local_info li;
     memset(&li, 0, sizeof li);
+    if (ex) ex->placed = false;
+    li.expand_align = ex ? ex->alignment : 0;
     ts_status st = result ? TS_OK : ts__fail(TS_ERR_NULL_POINTER, D ": result is NULL");
+    if (st == TS_OK && ex && ex->alignment < 1)
+        st = ts__fail(TS_ERR_INVALID_ARGUMENT, D ": expanded alignment %lld < 1", (long long)ex->alignment);
     if (st == TS_OK) st = validate(b, a, &li, m);
     m->status = st;
     ts_status bs = ts__ep_exchange_meta(b, call, meta_bytes(R, li.E, b->num_nodes), D);
@@ -605,12 +727,21 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
         if (worst > 0 && total > worst)
             st = ts__fail(TS_ERR_INVALID_ARGUMENT, D ": rank %d receives %lld tokens, more than its num_worst_tokens %lld",
                           d, (long long)total, (long long)worst);
-        lay[d] = layout_of(worst > 0 ? worst : total, li.row_bytes, scale_row, idx_row, w_row);
+        const int64_t rows = worst > 0 ? worst : total;
+        lay[d] = layout_of(rows, rows, li.row_bytes, scale_row, idx_row, w_row, 0);
         if (st == TS_OK && lay[d].total > area)
             st = ts__fail(TS_ERR_INVALID_ARGUMENT,
                           D ": rank %d would receive %lld tokens (%lld bytes), more than half of num_nvl_bytes (%lld) "
                           "holds; see ts_ep_get_buffer_size_hint",
                           d, (long long)total, (long long)lay[d].total, (long long)area);
+    }
+    if (st == TS_OK && li.expand_align > 0 && b->num_nodes == 1 && li.use->ex_row) {
+        li.placed = expanded_layout(b, call, a, &li, lay, area);
+        if (!li.placed && li.h) { /* rows go the plain way; a cached dispatch of h too */
+            free(li.h->ex_dst), free(li.h->ex_row), free(li.h->ex_rows);
+            li.h->ex_dst = li.h->ex_row = NULL;
+            li.h->ex_rows = NULL;
+        }
     }
     const rec_layout rec = rec_layout_of(li.row_bytes, scale_row, li.K, b->ranks_per_node);
     if (st == TS_OK && b->num_nodes > 1) st = check_staging(b, call, li.E, rec.bytes);
@@ -628,7 +759,7 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
             if (n != b->node) off += node_count(b, call, me, li.E, n) * rec.bytes;
         }
     }
-    copy_ctx cc = {b, a, &li, lay, base, 1, b->rdma, soff, rec};
+    copy_ctx cc = {b, a, &li, lay, base, 1, b->rdma, soff, rec, li.placed};
     int nt = ts__ep_threads(a->config);
     const int64_t max_t = li.N / 8 > 0 ? li.N / 8 : 1; /* >= 8 tokens per thread */
     const int nt_all = nt;
@@ -696,9 +827,19 @@ ts_status ts_ep_dispatch(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts_ep_di
     }
 
     memset(result, 0, sizeof *result);
-    result->recv_x = ts_tensor_2d(mine + l->x_off, a->x->dtype, l->rows, li.hidden);
-    result->recv_x_scales = li.fp8 ? ts_tensor_2d(mine + l->s_off, a->x_scales->dtype, l->rows, li.S)
-                                   : ts_tensor_2d(NULL, TS_F32, 0, 0);
+    if (!li.placed) {
+        result->recv_x = ts_tensor_2d(mine + l->x_off, a->x->dtype, l->rows, li.hidden);
+        result->recv_x_scales = li.fp8 ? ts_tensor_2d(mine + l->s_off, a->x_scales->dtype, l->rows, li.S)
+                                       : ts_tensor_2d(NULL, TS_F32, 0, 0);
+    } else {
+        result->recv_x = ts_tensor_2d(NULL, a->x->dtype, 0, li.hidden);
+        result->recv_x_scales = ts_tensor_2d(NULL, TS_F32, 0, 0);
+        ex->placed = true;
+        ex->x = ts_tensor_2d(mine + l->x_off, a->x->dtype, l->xrows, li.hidden);
+        ex->sf = li.fp8 ? ts_tensor_2d(mine + l->s_off, a->x_scales->dtype, l->xrows, li.S)
+                        : ts_tensor_2d(NULL, TS_F32, 0, 0);
+        ex->w = li.has_topk ? ts_tensor_1d(mine + l->ew_off, TS_F32, l->xrows) : ts_tensor_1d(NULL, TS_F32, 0);
+    }
     result->recv_topk_idx = li.has_topk ? ts_tensor_2d(mine + l->i_off, a->topk_idx->dtype, l->rows, li.K)
                                         : ts_tensor_2d(NULL, TS_I64, 0, 0);
     result->recv_topk_weights = li.has_topk ? ts_tensor_2d(mine + l->w_off, TS_F32, l->rows, li.K)

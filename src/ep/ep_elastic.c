@@ -1,6 +1,7 @@
 /* V2 ElasticBuffer (ep_elastic.h) on top of the V1 normal mode: dispatch = layout + V1
- * dispatch (+ the local expansion of ep_elastic_expand.c), combine = (local reduction of the
- * expanded rows +) V1 combine. The V1 calls keep their own argument agreement; the checks this
+ * dispatch, expanded by the senders themselves on one node (ts__ep_dispatch_expanded), else
+ * by the local copy of ep_elastic_expand.c; combine = (local reduction of the expanded rows +)
+ * V1 combine. The V1 calls keep their own argument agreement; the checks this
  * layer adds before them are agreed on with one small deadline allgather, so a rank with bad
  * arguments still gets its specific code and the others TS_ERR_PEER naming it. */
 #include "ep/ep_coll.h"
@@ -407,7 +408,11 @@ ts_status ts_ep_elastic_dispatch(ts_ep_elastic_buffer *eb, const ts_ep_elastic_d
     }
     ts_ep_dispatch_result r;
     ts_ep_handle *v1h = NULL;
-    st = ts_ep_dispatch(b, &v, &r, h ? &v1h : NULL);
+    /* The senders write the expanded rows themselves when they can (ep_internal.h). */
+    ts__ep_expanded exo;
+    memset(&exo, 0, sizeof exo);
+    exo.alignment = p.A;
+    st = ts__ep_dispatch_expanded(b, &v, a->do_expand ? &exo : NULL, &r, h ? &v1h : NULL);
     if (st != TS_OK) {
         ts_ep_elastic_handle_destroy(h);
         return st;
@@ -434,6 +439,16 @@ ts_status ts_ep_elastic_dispatch(ts_ep_elastic_buffer *eb, const ts_ep_elastic_d
         result->recv_sf = r.recv_x_scales;
         result->recv_topk_idx = p.topk ? r.recv_topk_idx : ts_tensor_2d(NULL, TS_I64, 0, 0);
         result->recv_topk_weights = with_w ? r.recv_topk_weights : ts_tensor_2d(NULL, TS_F32, 0, 0);
+    } else if (exo.placed) {
+        const int64_t xrow = p.hidden * (int64_t)ts_dtype_size(a->x->dtype);
+        const int64_t srow = exo.sf.data ? exo.sf.shape[1] * (int64_t)ts_dtype_size(exo.sf.dtype) : 0;
+        ts__ep_elastic_expand_io io = {NULL, NULL, NULL, exo.x.data, exo.sf.data, with_w ? exo.w.data : NULL,
+                                       a->do_zero_padding};
+        ts__ep_elastic_pad(hh, &io, xrow, srow);
+        result->recv_x = exo.x;
+        result->recv_sf = exo.sf;
+        result->recv_topk_idx = p.topk ? r.recv_topk_idx : ts_tensor_2d(NULL, TS_I64, 0, 0);
+        result->recv_topk_weights = with_w ? exo.w : ts_tensor_1d(NULL, TS_F32, 0);
     } else {
         const int64_t X = hh->num_expanded, xrow = p.hidden * (int64_t)ts_dtype_size(a->x->dtype);
         const bool fp8 = r.recv_x_scales.data != NULL;

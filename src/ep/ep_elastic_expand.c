@@ -1,6 +1,7 @@
 /* The local half of V2's expanded layout: planning which expanded row every (received token,
- * top-k slot) gets, the copy into those rows after a V1 dispatch, and the per-token reduction
- * before a V1 combine. Everything here is a pure function of the received rows, so it gives
+ * top-k slot) gets (the senders place rows by the same rule, ts__ep_dispatch_expanded), the
+ * padding, the copy into those rows after a V1 dispatch where the senders could not place
+ * them, and the per-token reduction before a V1 combine. Everything here is a pure function of the received rows, so it gives
  * the same bits for any thread count (threads split rows, never a sum). */
 #include "ep/ep_elastic_internal.h"
 #include "ep/ep_ll_kernels.h"
@@ -47,6 +48,28 @@ typedef struct expand_ctx {
     int64_t xrow, srow;
 } expand_ctx;
 
+/* Padding rows of local experts [elo, ehi). */
+static void pad_experts(const ts_ep_elastic_handle *h, const ts__ep_elastic_expand_io *io, int64_t xrow, int64_t srow,
+                        int64_t elo, int64_t ehi) {
+    int64_t start = 0;
+    for (int64_t e = 0; e < elo; e++) start += h->counts_list[e];
+    for (int64_t e = elo; e < ehi; e++) {
+        const int64_t end = start + h->counts_list[e];
+        for (int64_t r = start + h->unaligned[e]; r < end; r++) {
+            if (io->ew) io->ew[r] = 0.0f;
+            if (io->zero_padding) {
+                memset(io->ex + r * xrow, 0, (size_t)xrow);
+                if (io->esf) memset(io->esf + r * srow, 0, (size_t)srow);
+            }
+        }
+        start = end;
+    }
+}
+
+void ts__ep_elastic_pad(const ts_ep_elastic_handle *h, const ts__ep_elastic_expand_io *io, int64_t xrow, int64_t srow) {
+    pad_experts(h, io, xrow, srow, 0, h->num_experts / h->num_ranks);
+}
+
 static void expand_task(void *vc, int tid, int nt) {
     const expand_ctx *c = vc;
     const ts_ep_elastic_handle *h = c->h;
@@ -67,20 +90,7 @@ static void expand_task(void *vc, int tid, int nt) {
         }
     /* Padding rows of the experts this task owns. */
     const int64_t El = h->num_experts / h->num_ranks;
-    const int64_t elo = El * tid / nt, ehi = El * (tid + 1) / nt;
-    int64_t start = 0;
-    for (int64_t e = 0; e < elo; e++) start += h->counts_list[e];
-    for (int64_t e = elo; e < ehi; e++) {
-        const int64_t end = start + h->counts_list[e];
-        for (int64_t r = start + h->unaligned[e]; r < end; r++) {
-            if (io->ew) io->ew[r] = 0.0f;
-            if (io->zero_padding) {
-                memset(io->ex + r * c->xrow, 0, (size_t)c->xrow);
-                if (io->esf) memset(io->esf + r * c->srow, 0, (size_t)c->srow);
-            }
-        }
-        start = end;
-    }
+    pad_experts(h, io, c->xrow, c->srow, El * tid / nt, El * (tid + 1) / nt);
 }
 
 void ts__ep_elastic_expand(const ts_ep_elastic_handle *h, const ts__ep_elastic_expand_io *io, int nthreads) {

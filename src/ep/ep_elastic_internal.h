@@ -37,7 +37,9 @@ struct ts_ep_elastic_handle {
 void ts__ep_elastic_plan(ts_ep_elastic_handle *h, const ts_tensor *recv_idx);
 
 /* Copies every received row (x, scales, weight of each slot) to its expanded rows; padding
- * rows get weight 0 and, with zero_padding, zero x / scales. Outputs are contiguous. */
+ * rows get weight 0 and, with zero_padding, zero x / scales. Outputs are contiguous. This is
+ * the fallback of the senders' own placement (ts__ep_dispatch_expanded: internode, or rows
+ * that do not fit the dispatch area). */
 typedef struct ts__ep_elastic_expand_io {
     const ts_tensor *x, *sf, *w; /* V1 outputs [num_recv, ...]; sf / w data may be NULL */
     uint8_t *ex, *esf;           /* [num_expanded, row bytes] */
@@ -45,6 +47,9 @@ typedef struct ts__ep_elastic_expand_io {
     bool zero_padding;
 } ts__ep_elastic_expand_io;
 void ts__ep_elastic_expand(const ts_ep_elastic_handle *h, const ts__ep_elastic_expand_io *io, int nthreads);
+/* The padding part alone (rows placed by the senders; io->x, sf, w unused), rows of xrow /
+ * srow bytes. */
+void ts__ep_elastic_pad(const ts_ep_elastic_handle *h, const ts__ep_elastic_expand_io *io, int64_t xrow, int64_t srow);
 
 /* Expanded combine's local reduction (ep_elastic.h): y [num_recv, hidden] bf16 contiguous,
  * yw [num_recv, K] (or NULL) the per-token weights for the V1 combine. */

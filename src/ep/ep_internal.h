@@ -35,6 +35,7 @@ typedef struct ts__ep_meta {
     int64_t hidden, x_dtype, scale_dtype, num_scales, num_topk, idx_dtype;
     int64_t has_topk, has_weights, cached, num_tokens, num_experts, num_worst_tokens;
     int64_t num_recv;     /* combine: rows of this rank's combine input */
+    int64_t expand_align; /* dispatch: V2's expanded layout requested with this alignment, else 0 */
     /* followed by int64 send_count[R] (dispatch) and int32 expert_count[E] (dispatch, topk) */
 } ts__ep_meta;
 
@@ -103,7 +104,30 @@ struct ts_ep_handle {
                               node-local rank (-1 none), records of the served sources in order */
     int64_t *fwd_rec;      /* [R + 1]: record offsets per source (non-empty for served sources only) */
     int64_t *fwd_copy;     /* [records + 1]: first copy of each record in the combine message */
+    /* V2's expanded layout placed by the senders (ts__ep_dispatch_expanded; NULL otherwise):
+     * for my (token t, slot k), the destination rank and its expanded row there (-1: none),
+     * and every rank's expanded row count, so a cached dispatch places rows the same way. */
+    int64_t ex_k;
+    int32_t *ex_dst, *ex_row; /* [N, ex_k] */
+    int64_t *ex_rows;         /* [R], then [E] scratch of the row cursors */
 };
+
+/* ts_ep_dispatch, and V2's expanded layout (ep_elastic.h) written straight by the senders:
+ * each (token, top-k slot) row goes to its final row of the receiver's dispatch area, local
+ * expert groups each starting at a multiple of `alignment`, inside a group by (source rank,
+ * source token, slot), as ts__ep_elastic_plan orders them. Only with one node and when every
+ * receiver's expanded rows fit its area (the same verdict on every rank); otherwise the call
+ * is a plain dispatch and ex->placed is false. With placed: ex->x / sf [rows, ...] and w
+ * [rows] (the slot's weight; data NULL without top-k) are views into this rank's area, the
+ * alignment padding rows are left unwritten, and result->recv_x / recv_x_scales are not
+ * produced (data NULL); the other result fields are as ts_ep_dispatch's. */
+typedef struct ts__ep_expanded {
+    int64_t alignment; /* in: >= 1 */
+    bool placed;       /* out */
+    ts_tensor x, sf, w;
+} ts__ep_expanded;
+ts_status ts__ep_dispatch_expanded(ts_ep_buffer *b, const ts_ep_dispatch_args *a, ts__ep_expanded *ex,
+                                   ts_ep_dispatch_result *result, ts_ep_handle **handle_out);
 
 static inline ts__ep_ctrl *ts__ep_ctrl_of(const ts_ep_buffer *b, int r) {
     return (ts__ep_ctrl *)(void *)b->peer[r];

@@ -16,16 +16,21 @@ static uint16_t expert_out(int64_t src, int64_t t, int64_t e, int64_t j) {
     return ts_f32_to_bf16((float)((int64_t)(h % 40001) - 20000) * 1e-3f);
 }
 
-static ts_ep_elastic_buffer *elastic_buffer(ts_test_ctx *ts_t_, int64_t T, int64_t hidden, int K, bool fp8) {
+static ts_ep_elastic_buffer *elastic_buffer_timeout(ts_test_ctx *ts_t_, int64_t T, int64_t hidden, int K, bool fp8,
+                                                    double timeout_s) {
     ts_ep_elastic_options o = ts_ep_elastic_default_options();
     o.num_max_tokens_per_rank = T;
     o.hidden = hidden;
     o.num_topk = K;
     o.use_fp8_dispatch = fp8;
-    o.num_cpu_timeout_secs = TS_EP_TEST_TIMEOUT_S;
+    o.num_cpu_timeout_secs = timeout_s;
     ts_ep_elastic_buffer *b = NULL;
     TS_CHECK_STATUS(ts_ep_elastic_create(MPI_COMM_WORLD, &o, &b), TS_OK);
     return b;
+}
+
+static ts_ep_elastic_buffer *elastic_buffer(ts_test_ctx *ts_t_, int64_t T, int64_t hidden, int K, bool fp8) {
+    return elastic_buffer_timeout(ts_t_, T, hidden, K, fp8, TS_EP_TEST_TIMEOUT_S);
 }
 
 /* Expanded rows expected from the reference's received rows: per local expert, the (row, k)
@@ -277,6 +282,18 @@ TS_TEST(ep_elastic_dispatch_combine) {
     ts_ep_elastic_destroy(b);
 }
 
+/* Expanded rows that cannot fit the receiver's dispatch area (every token's top-16 on one
+ * rank, a buffer of the hint's size): the senders cannot place them, the rows take the plain
+ * way and the local expansion, with the same results. */
+TS_TEST(ep_elastic_expanded_beyond_area) {
+    ts_ep_elastic_buffer *b = elastic_buffer(ts_t_, 64, 4096, 16, false);
+    if (!b) return;
+    ep_case c = {.seed = 61, .hidden = 4096, .max_tokens = 64, .K = 16, .experts_per_rank = 2, .idx_dtype = TS_I64,
+                 .routing = EP_ROUTE_SKEWED};
+    run_both_thread_counts(ts_t_, b, &c, (run_opts){.A = 4, .expand = true, .zero_padding = true, .weights = true});
+    ts_ep_elastic_destroy(b);
+}
+
 TS_TEST(ep_elastic_fp8) {
     ts_ep_elastic_buffer *b = elastic_buffer(ts_t_, 32, 256, 4, true);
     if (!b) return;
@@ -361,6 +378,59 @@ TS_TEST(ep_elastic_bad_input) {
     ts_ep_elastic_handle_destroy(h);
     ep_free_inputs(&in);
     ts_ep_elastic_destroy(b);
+}
+
+/* The last rank skips one collective call (dispatch, an expanded or plain combine, or the
+ * barrier): the others get TS_ERR_TIMEOUT naming it, the buffer then refuses further use, and
+ * every rank tears down cleanly. */
+typedef enum { SKIP_DISPATCH, SKIP_COMBINE_EXPANDED, SKIP_COMBINE, SKIP_BARRIER } skip_call;
+
+static void skip_one_call(ts_test_ctx *ts_t_, skip_call which) {
+    const int absent = g_ep_size - 1;
+    ts_ep_elastic_buffer *b = elastic_buffer_timeout(ts_t_, 16, 128, 2, false, 1.5);
+    if (!b) return;
+    ep_case c = {.seed = 59, .hidden = 128, .max_tokens = 16, .K = 2, .experts_per_rank = 2, .idx_dtype = TS_I64};
+    ep_inputs in;
+    ep_make_inputs(&c, &in);
+    ts_ep_elastic_dispatch_args a;
+    memset(&a, 0, sizeof a);
+    a.x = &in.tx;
+    a.topk_idx = &in.tidx;
+    a.topk_weights = &in.tw;
+    a.num_experts = in.E;
+    a.expert_alignment = 1;
+    a.do_expand = which != SKIP_COMBINE;
+    ts_ep_elastic_dispatch_result res;
+    ts_ep_elastic_handle *h = NULL;
+    uint16_t *out = calloc((size_t)(in.N * c.hidden + 1), 2);
+    ts_tensor tout = ts_tensor_2d(out, TS_BF16, in.N, c.hidden);
+    const bool skip = g_ep_rank == absent;
+    ts_status st = TS_OK;
+    if (which != SKIP_DISPATCH) TS_CHECK_STATUS(ts_ep_elastic_dispatch(b, &a, &res, &h), TS_OK);
+    if (!skip && !TS_FAILED()) {
+        if (which == SKIP_DISPATCH) st = ts_ep_elastic_dispatch(b, &a, &res, &h);
+        else if (which == SKIP_BARRIER) st = ts_ep_elastic_barrier(b);
+        else st = ts_ep_elastic_combine(b, h, &res.recv_x, NULL, NULL, NULL, 0, &tout, NULL);
+        TS_CHECK_STATUS(st, TS_ERR_TIMEOUT);
+        char want[32];
+        snprintf(want, sizeof want, "for rank %d", absent);
+        TS_CHECK_MSG(strstr(ts_last_error(), want) != NULL, "call %d: timeout message does not name rank %d: %s",
+                     (int)which, absent, ts_last_error());
+        TS_CHECK_STATUS(ts_ep_elastic_barrier(b), TS_ERR_PEER); /* only destroy is left */
+    }
+    ep_test_barrier();
+    ts_ep_elastic_handle_destroy(h);
+    free(out);
+    ep_free_inputs(&in);
+    TS_CHECK_STATUS(ts_ep_elastic_destroy(b), TS_OK);
+}
+
+TS_TEST(ep_elastic_rank_stops_participating) {
+    if (g_ep_size < 2) return;
+    skip_one_call(ts_t_, SKIP_DISPATCH);
+    skip_one_call(ts_t_, SKIP_COMBINE_EXPANDED);
+    skip_one_call(ts_t_, SKIP_COMBINE);
+    skip_one_call(ts_t_, SKIP_BARRIER);
 }
 
 TS_TEST(ep_elastic_buffer_queries) {
