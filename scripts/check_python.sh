@@ -7,6 +7,7 @@
 # or with TS_REQUIRE_PYTHON=1 (.ci/run), where that fails. Ends with "N passed, N failed".
 # The first venv takes minutes: the default PyPI torch wheel pulls ~3 GB of CUDA libraries
 # (it runs on CPU); measured 4 min 24 s on a loaded 2-vCPU VM.
+# TS_PYTHON_ASAN=1 tests an AddressSanitizer build of the extension instead (docs/python.md).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=
@@ -36,12 +37,33 @@ fi
 [ -z "${TS_PYTHON_VENV:-}" ] && ! "$venv/bin/python" -c "import mpi4py" 2>/dev/null &&
   "$venv/bin/pip" install -q --disable-pip-version-check mpi4py==4.1.2 >>"$venv.log" 2>&1
 # Reuse the finished build's static library: the extension alone is compiled here.
-"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
-  "$here/python" -Ccmake.define.TILESTACK_BUILD_DIR="$build" -Cbuild-dir="$build/py-build" \
-  >"$build/py-install.log" 2>&1 || { tail -n 20 "$build/py-install.log"; echo "0 passed, 1 failed"; exit 1; }
+run=(env)
+if [ "${TS_PYTHON_ASAN:-}" = 1 ]; then
+  # Opt-in: the extension compiled with AddressSanitizer (the library stays the build's own),
+  # installed into $build/py-asan-site rather than the venv, the interpreter run with libasan
+  # preloaded (python itself is not instrumented) and leak checks off (torch and CPython keep
+  # memory at exit). libstdc++ is preloaded with it: ASan resolves the real __cxa_throw when it
+  # starts, and without libstdc++ loaded by then, the first C++ exception torch throws (a
+  # DLPack export of a non-CPU tensor) aborts in ASan's interceptor. The mpirun workers inherit
+  # the environment.
+  asan=$(${CC:-cc} -print-file-name=libasan.so)
+  stdcxx=$(${CC:-cc} -print-file-name=libstdc++.so.6)
+  [ -f "$asan" ] || { echo "python packages: TS_PYTHON_ASAN=1: no libasan.so for ${CC:-cc}"; echo "0 passed, 1 failed"; exit 1; }
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --upgrade \
+    --target "$build/py-asan-site" "$here/python" -Ccmake.define.TILESTACK_BUILD_DIR="$build" \
+    -Cbuild-dir="$build/py-asan-build" "-Ccmake.define.CMAKE_C_FLAGS=-fsanitize=address -fno-omit-frame-pointer -g" \
+    -Ccmake.define.CMAKE_MODULE_LINKER_FLAGS=-fsanitize=address \
+    >"$build/py-install.log" 2>&1 || { tail -n 20 "$build/py-install.log"; echo "0 passed, 1 failed"; exit 1; }
+  run=(env PYTHONPATH="$build/py-asan-site" LD_PRELOAD="$asan $stdcxx" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+  echo "python packages: AddressSanitizer extension ($build/py-asan-site, LD_PRELOAD=$asan $stdcxx)"
+else
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
+    "$here/python" -Ccmake.define.TILESTACK_BUILD_DIR="$build" -Cbuild-dir="$build/py-build" \
+    >"$build/py-install.log" 2>&1 || { tail -n 20 "$build/py-install.log"; echo "0 passed, 1 failed"; exit 1; }
+fi
 log=$(mktemp)
 # From outside python/, so the tests import the installed packages, not the source tree.
-(cd "$build" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/python/tests") 2>&1 | tee "$log"
+(cd "$build" && "${run[@]}" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/python/tests") 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 p=$(grep -Eo '[0-9]+ passed' "$log" | tail -n1 | cut -d' ' -f1)
 f=$(grep -Eo '[0-9]+ (failed|error)' "$log" | awk '{s += $1} END {print s + 0}')

@@ -13,10 +13,38 @@ import time
 import torch
 
 import _tilestack as C
+import deep_ep
 import deep_gemm
 import deep_select
 import flash_mla
+import tile_kernels
 from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+
+LARGE = ('16x129280', 'n=2048', 'topk=2048', '4096x7168')  # shapes timed on every 20th round only
+
+
+def ep_cases(g):
+    """deep_ep rows on a 1-rank Buffer over mpi4py's COMM_SELF (one process, no mpirun): the
+    binding's cost around the library's collective entry points at the smallest world."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        print('deep_ep rows skipped: no mpi4py')
+        return []
+    t, hidden, experts, k = 4, 512, 16, 8
+    buf = deep_ep.Buffer(comm=MPI.COMM_SELF, num_rdma_bytes=deep_ep.Buffer.get_low_latency_rdma_size_hint(
+        t, hidden, 1, experts), low_latency_mode=True)
+    idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(t)])
+    x = torch.randn(t, hidden, generator=g).bfloat16()
+    w = torch.rand(t, k, generator=g)
+    recv, _, handle, _, _ = buf.low_latency_dispatch(x, idx, t, experts, use_fp8=False)
+    out = torch.empty(t, hidden, dtype=torch.bfloat16)
+    return [
+        ('deep_ep.Buffer.get_dispatch_layout', f'1 rank, {t} tokens, top-{k} of {experts}, allocating 3',
+         lambda: buf.get_dispatch_layout(idx, experts)),
+        ('deep_ep.Buffer.low_latency_combine', f'1 rank, {t}x{hidden} bf16, top-{k}, out given',
+         lambda: buf.low_latency_combine(recv, idx, w, handle, out=out)),
+    ]
 
 
 def cases():
@@ -41,6 +69,12 @@ def cases():
     fq = torch.randn(1, 64, 576, generator=g).bfloat16()
     fkv = torch.randn(256, 1, 576, generator=g).bfloat16()
     fidx = torch.arange(128, dtype=torch.int32).view(1, 1, 128)
+    lq = torch.randn(4, 128, 576, generator=g).bfloat16()  # V3.2 sparse prefill: h_q 128, topk 2048
+    lkv = torch.randn(4096, 1, 576, generator=g).bfloat16()
+    lidx = torch.stack([torch.randperm(4096, generator=g)[:2048] for _ in range(4)]).int().view(4, 1, 2048)
+    tx = torch.randn(1, 512, generator=g).bfloat16()
+    tx_large = torch.randn(4096, 7168, generator=g).bfloat16()
+    mhc_out = torch.empty(1, 4, 512, dtype=torch.bfloat16)
     return [
         ('deep_select.topk', '1x256 f32 k=8, output_idx given', lambda: deep_select.topk(
             x_small, 8, output_idx=idx_small, return_value=False)),
@@ -53,7 +87,15 @@ def cases():
             (q, None), (kv, kv_sf), w, ks, ke)),
         ('flash_mla.flash_mla_sparse_fwd', 's_q=1 h_q=64 topk=128', lambda: flash_mla.flash_mla_sparse_fwd(
             fq, fkv, fidx, 576 ** -0.5)),
-    ]
+        ('flash_mla.flash_mla_sparse_fwd', 's_q=4 h_q=128 topk=2048 s_kv=4096', lambda: flash_mla.flash_mla_sparse_fwd(
+            lq, lkv, lidx, 576 ** -0.5)),
+        ('tile_kernels.quant.per_token_cast', '1x512 bf16 e4m3, 128/sf, allocating (out, sf)',
+         lambda: tile_kernels.quant.per_token_cast(tx, 'e4m3', 128)),
+        ('tile_kernels.quant.per_token_cast', '4096x7168 bf16 e4m3, 128/sf', lambda: tile_kernels.quant.per_token_cast(
+            tx_large, 'e4m3', 128)),
+        ('tile_kernels.mhc.expand_to_mhc', '1x512 bf16 hc=4, out given', lambda: tile_kernels.mhc.expand_to_mhc(
+            tx, 4, out=mhc_out)),
+    ] + ep_cases(g)
 
 
 def main():
@@ -68,7 +110,7 @@ def main():
             f()
     for it in range(args.calls):
         for i, (_, shape, f) in enumerate(rows):
-            if 'n=2048' in shape or '129280' in shape:
+            if any(m in shape for m in LARGE):
                 if it % 20:  # large shapes: fewer calls, same interleaving
                     continue
             t0 = time.perf_counter()
@@ -79,7 +121,7 @@ def main():
     cpu = platform.processor() or platform.machine()
     print(f'machine: {cpu}, {torch.get_num_threads()} torch threads, '
           f'{deep_gemm.get_num_sms()} tilestack threads')
-    print(f"{'function':28} {'shape':40} {'python us':>10} {'C us':>10} {'overhead us':>12} "
+    print(f"{'function':36} {'shape':48} {'python us':>10} {'C us':>10} {'overhead us':>12} "
           f"{'p10':>6} {'ratio':>7}")
     out = []
     for i, (name, shape, _) in enumerate(rows):
@@ -91,7 +133,7 @@ def main():
                    overhead_p10_us=over[len(over) // 10] * 1e6,
                    ratio=med(py) / med(c))
         out.append(row)
-        print(f"{name:28} {shape:40} {row['python_us']:10.2f} {row['c_us']:10.2f} "
+        print(f"{name:36} {shape:48} {row['python_us']:10.2f} {row['c_us']:10.2f} "
               f"{row['overhead_us']:12.2f} {row['overhead_p10_us']:6.2f} {row['ratio']:7.3f}")
     if args.json:
         with open(args.json, 'w') as fh:

@@ -48,12 +48,32 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
     return out
 
 
+def _varlen(fn, indices, rows, next_n):
+    """SM100's varlen mode: token rows (next_n = 1) with indices int32 [rows] naming each row's
+    request; a request is a maximal run of equal indices. Returns each row's run start."""
+    if not isinstance(indices, torch.Tensor):
+        raise C.TypeError(f"{fn}: argument 'indices' must be a torch tensor, got {type(indices).__name__}")
+    if indices.dtype != torch.int32:
+        raise C.TypeError(f"{fn}: argument 'indices' must be torch.int32, got {indices.dtype}")
+    if next_n != 1:
+        raise C.ValueError(f'{fn}: the varlen mode (indices) needs next_n = 1, got {next_n}')
+    if indices.dim() != 1 or indices.shape[0] != rows or not indices.is_contiguous():
+        raise C.ValueError(f"{fn}: argument 'indices' must be a contiguous [{rows}] tensor, got shape "
+                           f'{tuple(indices.shape)} with strides {indices.stride()}')
+    row = torch.arange(rows, dtype=torch.int64)
+    first = torch.ones(rows, dtype=torch.bool)
+    first[1:] = indices[1:] != indices[:-1]
+    return torch.where(first, row, 0).cummax(0).values
+
+
 def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
     """The [num_sms + 1, 2] int32 schedule for context_lens [B, next_n] (2-D only, as
-    upstream). num_sms is the worker count the caller passes (deep_gemm.get_num_sms())."""
+    upstream). num_sms is the worker count the caller passes (deep_gemm.get_num_sms()).
+    With indices (varlen), B counts token rows and next_n is 1: the schedule is the one of
+    those rows (the values are opaque; the logits call checks them)."""
     fn = 'deep_gemm.get_paged_mqa_logits_metadata'
-    if indices is not None:
-        raise NotImplementedError(f'{fn}: the varlen (indices) mode is not available in tilestack')
+    if indices is not None and isinstance(context_lens, torch.Tensor) and context_lens.dim() == 2:
+        _varlen(fn, indices, context_lens.shape[0], context_lens.shape[1])
     if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
         raise C.ValueError(f'{fn}: num_sms must be a positive int, got {num_sms!r}')
     out = torch.empty((num_sms + 1, 2), dtype=torch.int32)
@@ -63,13 +83,17 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
 
 def _paged(fn, legacy, q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta,
            max_context_len, clean_logits, logits_dtype, indices):
-    if indices is not None:
-        raise NotImplementedError(f'{fn}: the varlen (indices) mode is not available in tilestack')
     if logits_dtype not in (torch.float32, torch.bfloat16):
         raise C.TypeError(f'{fn}: logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}')
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise C.ValueError(f"{fn}: argument 'q' must be a 4-D tensor [B, next_n, H, D]")
     rows = q.shape[0] * q.shape[1]
+    if indices is not None:
+        # every row of a request reads the block-table row of the request's first token (as
+        # upstream's varlen scheduler); each row keeps its own context length
+        starts = _varlen(fn, indices, q.shape[0], q.shape[1])
+        if isinstance(block_table, torch.Tensor) and block_table.dim() == 2 and block_table.shape[0] == rows:
+            block_table = block_table.index_select(0, starts)
     stride = C.paged_mqa_logits_row_stride(max_context_len, logits_dtype == torch.bfloat16)
     out = torch.empty_strided((rows, max_context_len), (stride, 1), dtype=logits_dtype)
     C.paged_mqa_logits(legacy, q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta,
@@ -82,7 +106,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
                              indices=None):
     """Decode logits [B·next_n, max_context_len] (upstream's padded view) over the fused paged
     KV cache; q = (q, q_sf or None). Columns past a row's context are unspecified unless
-    clean_logits (then -inf; upstream forbids clean_logits with 2-D context lens)."""
+    clean_logits (then -inf; upstream forbids clean_logits with 2-D context lens). Varlen
+    (indices int32 [B], next_n = 1): B token rows, a request being a run of equal indices whose
+    rows all read the block-table row of its first token; row t scores its context_lens[t, 0]."""
     fn = 'deep_gemm.fp8_fp4_paged_mqa_logits'
     q_, q_sf = pair(q, fn, 'q')
     return _paged(fn, False, q_, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta,

@@ -53,6 +53,10 @@ def test_sparse_fwd_against_reference(with_sink):
     out, ml, lse = flash_mla.flash_mla_sparse_fwd(q, kv, idx, scale, 512, attn_sink=sink)
     r_out, r_ml, r_lse = reference(q, kv, idx, scale, 512, sink)
     assert out.shape == (5, 8, 512) and out.dtype == torch.bfloat16
+    # upstream's outputs: three separate contiguous tensors
+    assert out.stride() == (8 * 512, 512, 1) and ml.dtype == lse.dtype == torch.float32
+    assert ml.shape == lse.shape == (5, 8) and ml.stride() == lse.stride() == (8, 1)
+    assert out.data_ptr() != ml.data_ptr() != lse.data_ptr()
     assert not torch.isnan(out).any()  # NaN rows never read
     assert torch.all(out[4] == 0) and torch.all(torch.isposinf(lse[4])) and torch.all(torch.isneginf(ml[4]))
     assert calc_diff(out[:4], r_out[:4]) < 1e-5

@@ -101,7 +101,66 @@ def test_paged_mqa_logits_against_reference():
             row = i * next_n + t
             assert calc_diff(out[row, :n], ref) < 5e-6
             assert torch.equal(legacy[row, :n], out[row, :n])
-    with pytest.raises(NotImplementedError, match='varlen'):
-        deep_gemm.get_paged_mqa_logits_metadata(ctx, 64, num_sms, indices=torch.zeros(1))
+    with pytest.raises(ValueError, match='next_n = 1'):  # varlen rows are single tokens, as upstream
+        deep_gemm.get_paged_mqa_logits_metadata(ctx, 64, num_sms, indices=torch.zeros(b, dtype=torch.int32))
     with pytest.raises(ValueError):
         deep_gemm.get_paged_mqa_logits_metadata(ctx[0], 64, num_sms)  # 2-D only, as upstream
+
+
+@pytest.mark.parametrize('fp4', [False, True])
+def test_paged_mqa_logits_varlen(fp4):
+    """SM100's varlen mode (upstream's test: sequences of 1..n tokens flattened into rows with
+    next_n = 1, indices = the sequence of each row, context_lens growing by one per token):
+    every row against a float64 reference over its sequence's keys. Rows past a sequence's first
+    carry a different (wrong) block-table row: upstream's scheduler reads the first row's."""
+    from deep_gemm.utils import cast_back_from_fp4, per_token_cast_to_fp4
+    seqs, h, d, block_kv, max_len = 4, 8, 64, 32, 200
+    tokens = torch.tensor([3, 1, 4, 2])
+    indices = torch.arange(seqs, dtype=torch.int32).repeat_interleave(tokens)
+    rows = int(tokens.sum())
+    seq_ctx = torch.randint(1, max_len - 4, (seqs,), generator=G, dtype=torch.int32)
+    offset = torch.cat([torch.arange(int(n)) for n in tokens]).int()
+    ctx = (seq_ctx.repeat_interleave(tokens) + offset).view(rows, 1)
+    max_blocks = (max_len + block_kv - 1) // block_kv
+    num_blocks = (seqs + rows) * max_blocks
+    perm = torch.randperm(num_blocks, generator=G).int()
+    seq_table = perm[:seqs * max_blocks].view(seqs, max_blocks)
+    bt = seq_table.repeat_interleave(tokens, dim=0).clone()
+    first = torch.ones(rows, dtype=torch.bool)
+    first[1:] = indices[1:] != indices[:-1]
+    bt[~first] = perm[seqs * max_blocks:seqs * max_blocks + int((~first).sum()) * max_blocks].view(-1, max_blocks)
+    x = torch.randn(num_blocks, block_kv, d, generator=G)
+    qf = torch.randn(rows, 1, h, d, generator=G)
+    if fp4:
+        kv_q, kv_sf = per_token_cast_to_fp4(x.view(-1, d), use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)
+        keys_all = cast_back_from_fp4(kv_q, kv_sf, gran_k=32, use_packed_ue8m0=True).view(num_blocks, block_kv, d)
+        q_q, q_sf = per_token_cast_to_fp4(qf.view(-1, d), use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)
+        q_deq = cast_back_from_fp4(q_q, q_sf, gran_k=32, use_packed_ue8m0=True).view(rows, 1, h, d)
+        q_in = (q_q.view(rows, 1, h, d // 2), q_sf.view(rows, 1, h))
+        data, scale, k_scale = kv_q.view(torch.uint8), kv_sf.view(torch.uint8), torch.ones(num_blocks, block_kv)
+    else:
+        kv_q = x.to(torch.float8_e4m3fn)
+        keys_all, k_scale = kv_q.float(), torch.rand(num_blocks, block_kv, generator=G) + 0.5
+        q_in = (qf.to(torch.float8_e4m3fn), None)
+        q_deq = q_in[0].float()
+        data, scale = kv_q.view(torch.uint8), k_scale.view(torch.uint8)
+    width = data.numel() // (num_blocks * block_kv)
+    kv_cache = torch.cat([data.reshape(num_blocks, -1), scale.reshape(num_blocks, -1)], dim=1)
+    kv_cache = kv_cache.view(num_blocks, block_kv, 1, width + 4)
+    w = torch.randn(rows, h, generator=G)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(ctx, block_kv, deep_gemm.get_num_sms(), indices=indices)
+    out = deep_gemm.fp8_fp4_paged_mqa_logits(q_in, kv_cache, w, ctx, bt, meta, max_len, clean_logits=True,
+                                             indices=indices)
+    assert out.shape == (rows, max_len) and out.stride(0) * 4 % 1024 == 0
+    for r in range(rows):
+        n = int(ctx[r, 0])
+        p = torch.arange(n)
+        blocks = seq_table[int(indices[r]), p // block_kv].long()
+        dots = (q_deq[r, 0].double() @ keys_all[blocks, p % block_kv].double().t()).clamp_min(0)
+        ref = (dots * w[r].double()[:, None]).sum(0) * k_scale[blocks, p % block_kv].double()
+        assert calc_diff(out[r, :n], ref) < 5e-6
+        assert torch.isneginf(out[r, n:]).all()
+    with pytest.raises(TypeError, match="'indices'"):
+        deep_gemm.fp8_fp4_paged_mqa_logits(q_in, kv_cache, w, ctx, bt, meta, max_len, indices=indices.long())
+    with pytest.raises(ValueError, match="'indices'"):
+        deep_gemm.get_paged_mqa_logits_metadata(ctx, block_kv, 2, indices=indices[:-1])

@@ -408,6 +408,8 @@ def test_expand_pre_apply_mix_post_bit_exact():
     x = randn(s, t, h)
     r = mhc_ops.expand_to_mhc(x, 4)
     assert r.shape == (s, t, 4, h) and torch.equal(r, x[:, :, None, :].expand(s, t, 4, h))
+    out = torch.empty(t, 4, h, dtype=torch.bfloat16)  # 2-D rows into a given output
+    assert mhc_ops.expand_to_mhc(x[0], 4, out=out) is out and torch.equal(out, x[0, :, None, :].expand(t, 4, h))
     res = randn(s, t, 4, h)
     mix = torch.rand(s, t, 4, 1, generator=G)
     li = mhc_ops.mhc_pre_apply_mix(res, mix)
