@@ -3,8 +3,8 @@
  * every request decodes exactly its max_tokens):
  *   saturation    B clients back to back: the server's tokens/s, against `tilestack demo` on
  *                 the same model, batch and ranks (decode steps alone, at the mean context);
- *   sweep         1, 2, 4 .. B clients: tokens/s against TPOT p50 (the demo's TPS@TPOT curve,
- *                 through the server; --plot FILE.svg);
+ *   sweep         1, 2, 4 .. B clients with short prompts: tokens/s against TPOT p50 (the
+ *                 demo's TPS@TPOT curve, through the server; --plot FILE.svg);
  *   prefill       B - 1 long replies alone, then with long prompts arriving: TPOT p50 ratio;
  *   poisson       requests at three arrival rates (Poisson), prompt and output lengths uniform
  *                 in [L/2, 3L/2]: throughput, TTFT and TPOT p50 / p99.
@@ -475,33 +475,45 @@ int ts__bench_serve(int argc, char **argv) {
     free(r);
 
     const int64_t ctx = server_context(port);
-    /* saturation: short prompts, so the server's tokens/s is decode's, as the demo's is */
-    const int ns = a.quick ? 2 * B : 4 * B;
-    r = requests(ns, 2, O, 100, false);
-    l = (load){.port = port, .r = r, .n = ns};
-    run_closed(&l, B);
-    const stats sat = summarise(r, ns);
-    free(r);
-    print_stats("saturation (B clients)", &sat);
-    const double demo = demo_tokens_per_s(&a, (int64_t)(sat.mean_prompt + O / 2.0));
-    printf("demo at batch %d, context %lld: %.1f tok/s; server / demo = %.3f\n", B,
-           (long long)(sat.mean_prompt + O / 2.0), demo, sat.tok_s / demo);
+    /* saturation: short prompts, so the server's tokens/s is decode's, as the demo's is;
+     * alternated with the demo (best of each: this machine's noise only slows runs down) */
+    const int ns = a.quick ? 2 * B : 4 * B, rounds = a.quick ? 2 : 3;
+    stats sat = {0};
+    double demo = NAN;
+    for (int round = 0; round < rounds; round++) {
+        r = requests(ns, 2, O, 100, false);
+        l = (load){.port = port, .r = r, .n = ns};
+        run_closed(&l, B);
+        const stats st = summarise(r, ns);
+        free(r);
+        print_stats("saturation (B clients)", &st);
+        if (st.tok_s > sat.tok_s || round == 0) sat = st;
+        const double d = demo_tokens_per_s(&a, (int64_t)(st.mean_prompt + O / 2.0));
+        printf("demo at batch %d, context %lld: %.1f tok/s\n", B, (long long)(st.mean_prompt + O / 2.0), d);
+        if (isfinite(d) && !(d <= demo)) demo = d;
+    }
+    printf("best of %d: server %.1f tok/s, demo %.1f tok/s; server / demo = %.3f\n", rounds, sat.tok_s, demo,
+           sat.tok_s / demo);
     json_object_set_new(out, "saturation", stats_json(&sat));
     json_object_set_new(out, "demo_tokens_per_s", json_real(isfinite(demo) ? demo : 0));
     json_object_set_new(out, "server_over_demo", json_real(isfinite(demo) ? sat.tok_s / demo : 0));
 
     /* sweep: TPS@TPOT through the server */
+    /* tokens per W-word prompt, for the phases that must fit the context */
+    r = requests(1, W, 2, 150, false);
+    run_request(port, r);
+    const double sweep_prompt_tokens = r->prompt_tokens > 0 ? (double)r->prompt_tokens : W;
+    free(r);
     ts__demo_point pts[16];
     int np = 0;
-    double sweep_prompt_tokens = W;
     json_t *sweep = json_array();
     for (int c = 1; c <= B && np < 16; c = c < B && 2 * c > B ? B : 2 * c) {
-        r = requests(2 * c, W, O, 200 + (uint64_t)c, false);
-        l = (load){.port = port, .r = r, .n = 2 * c};
+        /* short prompts, as the saturation's: the decode curve, as the demo's */
+        r = requests(3 * c, 2, O, 200 + (uint64_t)c, false);
+        l = (load){.port = port, .r = r, .n = 3 * c};
         run_closed(&l, c);
-        const stats s = summarise(r, 2 * c);
+        const stats s = summarise(r, 3 * c);
         free(r);
-        sweep_prompt_tokens = s.mean_prompt;
         pts[np++] = (ts__demo_point){.B = c, .p50_ms = 1e3 * s.tpot50, .p99_ms = 1e3 * s.tpot99,
                                      .tps_rank = s.tok_s / (double)a.ranks};
         char what[32];

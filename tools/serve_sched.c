@@ -6,7 +6,8 @@
  *      feeding its prompt, so a long prompt never stalls the running requests for more than a
  *      chunk, and only while the prefill budget allows (chunks take at most prefill_share of
  *      the time while requests decode); its last chunk gives the first token's logits;
- *   3. one decode step over every request past its prompt, in one ts_model_decode;
+ *   3. one decode step over every request past its prompt, in one ts_model_decode, with the
+ *      last few tokens of prompts (SERVE_FEED_TOKENS) riding along as rows while others decode;
  *   4. each request samples its next token from its own row (gen_reply: its own seed, stops
  *      and bounds), and the text is handed to its HTTP thread.
  * ts_model_prefill is bit for bit a run of single-token decodes, and a row of ts_model_decode
@@ -23,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* prompt tokens short enough to ride in the decode batch rather than a prefill chunk */
+#define SERVE_FEED_TOKENS 8
 
 double serve_now_s(void) {
     struct timespec t;
@@ -124,6 +128,20 @@ static bool take(serve_req *q, float *row, int *status, char *msg, size_t cap) {
     *status = st == TS_OK ? 0 : 500;
     if (st != TS_OK) snprintf(msg, cap, "%s", ts_last_error());
     return false;
+}
+
+/* The prompt is in the cache: the first token from its logits; the request decodes on, or
+ * is over. */
+static void first_token(serve_srv *s, serve_req *q, float *row) {
+    int status = 0;
+    char msg[256] = "";
+    const bool go_on = take(q, row, &status, msg, sizeof msg);
+    pthread_mutex_lock(&s->mu);
+    if (q->n_completion) serve_hist_add(&s->metrics.ttft, q->t_first - q->t_arrive);
+    if (go_on) q->state = REQ_DECODE;
+    else finish(s, q, status, msg);
+    pthread_cond_broadcast(&s->progress);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Queued requests into free sequences (s->mu held); the cancelled ones are dropped. */
@@ -239,11 +257,17 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         update_gauges(s);
         serve_req *pf = NULL;
         int64_t n = 0;
+        for (int64_t i = 0; i < B; i++)
+            if (s->slots[i] && s->slots[i]->state == REQ_DECODE) rows[n++] = s->slots[i];
+        /* while requests decode, a prompt's last SERVE_FEED_TOKENS tokens ride in the decode
+         * batch, one per step (the same bits as a prefill: ts_model_prefill is a run of
+         * single-token decodes), so short prompts never wait for the prefill budget */
+        const bool decoding = n > 0;
         for (int64_t i = 0; i < B; i++) {
             serve_req *q = s->slots[i];
-            if (!q) continue;
-            if (q->state == REQ_PREFILL && (!pf || q->order < pf->order)) pf = q;
-            if (q->state == REQ_DECODE) rows[n++] = q;
+            if (!q || q->state != REQ_PREFILL) continue;
+            if (decoding && q->n_prompt - q->fed <= SERVE_FEED_TOKENS) rows[n++] = q;
+            else if (!pf || q->order < pf->order) pf = q;
         }
         if (!pf && !n) {
             if (s->draining && !s->queue_head) break;
@@ -255,7 +279,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         /* prefill budget: while requests decode, prompt chunks take at most prefill_share of
          * the time (a token bucket filled by decode steps), so running requests' TPOT rises
          * by at most 1 / (1 - share); with nothing decoding, prompts run back to back */
-        if (!n) credit = 0;
+        if (!decoding) credit = 0;
         else if (credit < 0) pf = NULL;
         int status = 0;
         char msg[256] = "";
@@ -272,19 +296,15 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
             pf->fed += (size_t)c;
             pf->cached = (int64_t)pf->fed;
             s->metrics.prefill_chunks++;
-            if (n) credit -= serve_now_s() - tc;
-            if (c == left) {
-                const bool go_on = take(pf, logits, &status, msg, sizeof msg);
-                pthread_mutex_lock(&s->mu);
-                if (pf->n_completion) serve_hist_add(&s->metrics.ttft, pf->t_first - pf->t_arrive);
-                if (go_on) pf->state = REQ_DECODE;
-                else finish(s, pf, status, msg);
-                pthread_cond_broadcast(&s->progress);
-                pthread_mutex_unlock(&s->mu);
-            }
+            if (decoding) credit -= serve_now_s() - tc;
+            if (c == left) first_token(s, pf, logits);
         }
         if (n) {
-            for (int64_t i = 0; i < n; i++) seqs[i] = rows[i]->seq, toks[i] = rows[i]->next_tok;
+            for (int64_t i = 0; i < n; i++) {
+                serve_req *q = rows[i];
+                seqs[i] = q->seq;
+                toks[i] = q->state == REQ_PREFILL ? q->prompt[q->fed] : q->next_tok;
+            }
             if (gm->announce) gm->announce(gm->announce_ctx, false);
             const double td = serve_now_s();
             if (ts_model_decode(gm->m, n, seqs, toks, logits) != TS_OK) {
@@ -298,6 +318,11 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
             for (int64_t i = 0; i < n; i++) {
                 serve_req *q = rows[i];
                 q->cached++;
+                if (q->state == REQ_PREFILL) {
+                    /* a prompt token fed: its logits matter only after the last one */
+                    if (++q->fed == q->n_prompt) first_token(s, q, logits + (size_t)i * (size_t)V);
+                    continue;
+                }
                 const bool go_on = take(q, logits + (size_t)i * (size_t)V, &status, msg, sizeof msg);
                 if (go_on) continue;
                 pthread_mutex_lock(&s->mu);
