@@ -256,7 +256,7 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         }
         update_gauges(s);
         serve_req *pf = NULL;
-        int64_t n = 0;
+        int64_t n = 0, n_feed = 0;
         for (int64_t i = 0; i < B; i++)
             if (s->slots[i] && s->slots[i]->state == REQ_DECODE) rows[n++] = s->slots[i];
         /* while requests decode, a prompt's last SERVE_FEED_TOKENS tokens ride in the decode
@@ -266,8 +266,9 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
         for (int64_t i = 0; i < B; i++) {
             serve_req *q = s->slots[i];
             if (!q || q->state != REQ_PREFILL) continue;
-            if (decoding && q->n_prompt - q->fed <= SERVE_FEED_TOKENS) rows[n++] = q;
-            else if (!pf || q->order < pf->order) pf = q;
+            if (decoding && q->n_prompt - q->fed <= SERVE_FEED_TOKENS) {
+                if (credit >= 0) rows[n++] = q, n_feed++;
+            } else if (!pf || q->order < pf->order) pf = q;
         }
         if (!pf && !n) {
             if (s->draining && !s->queue_head) break;
@@ -311,8 +312,10 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
                 rc = model_failed(s, "decode");
                 break;
             }
+            /* the budget pays for the fed prompt rows' share of the step too */
             const double share = s->a->prefill_share, step = serve_now_s() - td;
-            credit += share < 1 ? step * share / (1 - share) : INFINITY;
+            const double feed = step * (double)n_feed / (double)n;
+            credit += share < 1 ? (step - feed) * share / (1 - share) - feed : INFINITY;
             if (credit > step) credit = step; /* no burst after a quiet spell */
             s->metrics.steps++;
             for (int64_t i = 0; i < n; i++) {
