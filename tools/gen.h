@@ -65,6 +65,11 @@ int gen_dry_run(const gen_args *a);
  * command line (the message, naming the option, printed to stderr). `generate` requires
  * --prompt, `chat` refuses it. Ranges that need the vocabulary are checked in gen_open_model. */
 int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a);
+/* "tilestack CMD: <message>" on stderr; returns 2 (a bad command line). */
+int gen_bad(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An option or value in a message: escaped, so a hostile argument cannot drive the terminal
+ * (one static buffer: one call per message). */
+const char *gen_esc(const char *v);
 /* A whole decimal integer in [lo, hi]; a finite decimal number. */
 bool gen_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v);
 bool gen_parse_f64(const char *s, double *v);

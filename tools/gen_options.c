@@ -62,8 +62,7 @@ void gen_usage(const char *cmd, FILE *f) {
                    "  --context L        tokens per sequence (default: the loader's 8192 cap)\n");
 }
 
-static int bad(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(const char *cmd, const char *fmt, ...) {
+int gen_bad(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "tilestack %s: ", cmd);
@@ -73,8 +72,7 @@ static int bad(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
-/* An option or value in a message: escaped, so a hostile argument cannot drive the terminal. */
-static const char *esc(const char *v) {
+const char *gen_esc(const char *v) {
     static char buf[TS__ESC_CAP];
     return ts__text_escape_str(v, buf, sizeof buf);
 }
@@ -134,8 +132,8 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
             known |= !strcmp(o, with_value[k]);
         for (size_t k = 0; !chat && k < sizeof plan_opts / sizeof *plan_opts; k++)
             known |= !strcmp(o, plan_opts[k]);
-        if (!known) return bad(cmd, "unknown option '%s' (see --help)", esc(o));
-        if (i + 1 >= argc) return bad(cmd, "%s needs a value", o);
+        if (!known) return gen_bad(cmd, "unknown option '%s' (see --help)", gen_esc(o));
+        if (i + 1 >= argc) return gen_bad(cmd, "%s needs a value", o);
         const char *v = argv[++i];
         int64_t n;
         if (!strcmp(o, "--model")) a->model = v;
@@ -144,67 +142,67 @@ int gen_parse_args(const char *cmd, int argc, char **argv, gen_args *a) {
         else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(o, "--prompt")) a->prompt = v;
         else if (!strcmp(o, "--ranks")) {
-            if (!gen_parse_i64(v, 1, 1024, &a->ranks)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
+            if (!gen_parse_i64(v, 1, 1024, &a->ranks)) return gen_bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, gen_esc(v));
         } else if (!strcmp(o, "--batch")) {
-            if (!gen_parse_i64(v, 1, 1 << 20, &a->batch)) return bad(cmd, "%s: '%s' is not an integer in [1, 2^20]", o, esc(v));
+            if (!gen_parse_i64(v, 1, 1 << 20, &a->batch)) return gen_bad(cmd, "%s: '%s' is not an integer in [1, 2^20]", o, gen_esc(v));
         } else if (!strcmp(o, "--context")) {
             if (!gen_parse_i64(v, 1, INT64_C(1) << 24, &a->context))
-                return bad(cmd, "%s: '%s' is not an integer in [1, 2^24]", o, esc(v));
+                return gen_bad(cmd, "%s: '%s' is not an integer in [1, 2^24]", o, gen_esc(v));
         }
         else if (!strcmp(o, "--system")) a->system = v;
         else if (!strcmp(o, "--chat")) {
             if (!strcmp(v, "v4")) a->chat = GEN_CHAT_V4;
             else if (!strcmp(v, "v4-thinking")) a->chat = GEN_CHAT_V4_THINKING;
             else if (!strcmp(v, "v3")) a->chat = GEN_CHAT_V3;
-            else return bad(cmd, "%s: '%s' is not v4, v4-thinking or v3", o, esc(v));
+            else return gen_bad(cmd, "%s: '%s' is not v4, v4-thinking or v3", o, gen_esc(v));
         } else if (!strcmp(o, "-n")) {
             if (!gen_parse_i64(v, 1, INT64_C(1) << 30, &a->max_new))
-                return bad(cmd, "%s: '%s' is not an integer in [1, 2^30]", o, esc(v));
+                return gen_bad(cmd, "%s: '%s' is not an integer in [1, 2^30]", o, gen_esc(v));
         } else if (!strcmp(o, "--temperature")) {
             const double t = gen_parse_f64(v, &a->sp.temperature) ? a->sp.temperature : -1;
             if (!(t == 0 || (t >= TS_SAMPLER_MIN_TEMPERATURE && t <= TS_SAMPLER_MAX_TEMPERATURE)))
-                return bad(cmd, "%s: '%s' is not 0 (greedy) or a number in [%g, %g]", o, esc(v),
+                return gen_bad(cmd, "%s: '%s' is not 0 (greedy) or a number in [%g, %g]", o, gen_esc(v),
                            TS_SAMPLER_MIN_TEMPERATURE, TS_SAMPLER_MAX_TEMPERATURE);
         } else if (!strcmp(o, "--top-k")) {
             /* the upper bound is the vocabulary, checked once the model is known */
             if (!gen_parse_i64(v, 1, INT32_MAX, &a->sp.top_k))
-                return bad(cmd, "%s: '%s' is not an integer in [1, vocab]", o, esc(v));
+                return gen_bad(cmd, "%s: '%s' is not an integer in [1, vocab]", o, gen_esc(v));
         } else if (!strcmp(o, "--top-p")) {
             if (!gen_parse_f64(v, &a->sp.top_p) || !(a->sp.top_p > 0 && a->sp.top_p <= 1))
-                return bad(cmd, "%s: '%s' is not a number in (0, 1]", o, esc(v));
+                return gen_bad(cmd, "%s: '%s' is not a number in (0, 1]", o, gen_esc(v));
         } else if (!strcmp(o, "--seed")) {
             if (!parse_u64(v, &a->seed))
-                return bad(cmd, "%s: '%s' is not an integer in [0, 2^64)", o, esc(v));
+                return gen_bad(cmd, "%s: '%s' is not an integer in [0, 2^64)", o, gen_esc(v));
         } else if (!strcmp(o, "--stop")) {
             const size_t len = strlen(v);
-            if (a->n_stops == GEN_MAX_STOPS) return bad(cmd, "%s: more than %d stop strings", o, GEN_MAX_STOPS);
-            if (!len) return bad(cmd, "%s: an empty stop string would end every reply at once", o);
+            if (a->n_stops == GEN_MAX_STOPS) return gen_bad(cmd, "%s: more than %d stop strings", o, GEN_MAX_STOPS);
+            if (!len) return gen_bad(cmd, "%s: an empty stop string would end every reply at once", o);
             if (ts__utf8_first_invalid((const unsigned char *)v, len) != len)
-                return bad(cmd, "%s: '%s' is not valid UTF-8 (no reply could contain it)", o, esc(v));
+                return gen_bad(cmd, "%s: '%s' is not valid UTF-8 (no reply could contain it)", o, gen_esc(v));
             a->stops[a->n_stops++] = v;
         } else if (!strcmp(o, "--logprobs")) {
             if (!gen_parse_i64(v, 1, GEN_MAX_LOGPROBS, &a->logprobs))
-                return bad(cmd, "%s: '%s' is not an integer in [1, %d]", o, esc(v), GEN_MAX_LOGPROBS);
+                return gen_bad(cmd, "%s: '%s' is not an integer in [1, %d]", o, gen_esc(v), GEN_MAX_LOGPROBS);
         } else if (!strcmp(o, "--threads")) {
-            if (!gen_parse_i64(v, 1, 1024, &n)) return bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, esc(v));
+            if (!gen_parse_i64(v, 1, 1024, &n)) return gen_bad(cmd, "%s: '%s' is not an integer in [1, 1024]", o, gen_esc(v));
             a->threads = (int)n;
         }
     }
     if (!!a->model + !!a->config + !!a->weights != 1)
-        return bad(cmd, "give one of --model NAME|DIR, --config FILE.json or --weights FILE");
+        return gen_bad(cmd, "give one of --model NAME|DIR, --config FILE.json or --weights FILE");
     if (chat && a->prompt)
-        return bad(cmd, "--prompt: chat reads its turns from stdin");
+        return gen_bad(cmd, "--prompt: chat reads its turns from stdin");
     if ((a->batch || a->context) && !a->dry_run)
-        return bad(cmd, "--batch and --context go with --dry-run");
+        return gen_bad(cmd, "--batch and --context go with --dry-run");
     if (a->dry_run) {
-        if (!a->model) return bad(cmd, "--dry-run plans a checkpoint directory: give --model DIR");
+        if (!a->model) return gen_bad(cmd, "--dry-run plans a checkpoint directory: give --model DIR");
         if (!a->batch) a->batch = 1;
         return 0; /* no prompt, no tokenizer */
     }
-    if (!chat && !a->prompt) return bad(cmd, "--prompt TEXT is required");
+    if (!chat && !a->prompt) return gen_bad(cmd, "--prompt TEXT is required");
     if (a->system && a->chat == GEN_CHAT_NONE)
-        return bad(cmd, "--system needs a chat format (--chat v4 | v4-thinking | v3)");
+        return gen_bad(cmd, "--system needs a chat format (--chat v4 | v4-thinking | v3)");
     if (a->logprobs && !a->json)
-        return bad(cmd, "--logprobs: log-probabilities are written in the JSON output: add --json");
+        return gen_bad(cmd, "--logprobs: log-probabilities are written in the JSON output: add --json");
     return 0;
 }

@@ -2,9 +2,6 @@
  * anything is loaded (exit 2 naming the option). The model options are generate's. */
 #include "serve.h"
 
-#include "core/text_escape.h"
-
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,22 +38,6 @@ static void usage(FILE *f) {
             "Exit codes: 0 after SIGTERM / SIGINT, 1 failure (a rank lost), 2 bad command line.\n");
 }
 
-static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tilestack serve: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
-
-static const char *esc(const char *v) {
-    static char buf[TS__ESC_CAP];
-    return ts__text_escape_str(v, buf, sizeof buf);
-}
-
 int serve_parse_args(int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof *a);
     a->g.chat = GEN_CHAT_NONE;
@@ -81,8 +62,8 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
             "--prefill-share"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(o, with_value[k]);
-        if (!known) return bad("unknown option '%s' (see --help)", esc(o));
-        if (i + 1 >= argc) return bad("%s needs a value", o);
+        if (!known) return gen_bad("serve", "unknown option '%s' (see --help)", gen_esc(o));
+        if (i + 1 >= argc) return gen_bad("serve", "%s needs a value", o);
         const char *v = argv[++i];
         int64_t n = 0;
         /* integer options: the bound and the field */
@@ -99,7 +80,7 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
         for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++) {
             if (strcmp(o, ints[k].name)) continue;
             if (!gen_parse_i64(v, ints[k].lo, ints[k].hi, ints[k].dst))
-                return bad("%s: '%s' is not an integer in [%lld, %lld]", o, esc(v),
+                return gen_bad("serve", "%s: '%s' is not an integer in [%lld, %lld]", o, gen_esc(v),
                            (long long)ints[k].lo, (long long)ints[k].hi);
             if (!strcmp(o, "--threads")) a->g.threads = (int)n;
             if (!strcmp(o, "--port")) a->port = (int)n;
@@ -113,24 +94,24 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--host")) a->host = v;
         else if (!strcmp(o, "--port-file")) a->port_file = v;
         else if (!strcmp(o, "--api-key")) {
-            if (!*v) return bad("--api-key: an empty key");
+            if (!*v) return gen_bad("serve", "--api-key: an empty key");
             a->api_key = v;
         } else if (!strcmp(o, "--model-id")) {
-            if (!*v || strlen(v) >= 128) return bad("--model-id: 1 to 127 bytes");
+            if (!*v || strlen(v) >= 128) return gen_bad("serve", "--model-id: 1 to 127 bytes");
             a->model_id = v;
         } else if (!strcmp(o, "--prefill-share")) {
             if (!gen_parse_f64(v, &a->prefill_share) || !(a->prefill_share > 0 && a->prefill_share <= 1))
-                return bad("%s: '%s' is not a number in (0, 1]", o, esc(v));
+                return gen_bad("serve", "%s: '%s' is not a number in (0, 1]", o, gen_esc(v));
         } else if (!strcmp(o, "--rank-timeout")) {
             if (!gen_parse_f64(v, &a->g.rank_timeout_s) || a->g.rank_timeout_s < 0.1 || a->g.rank_timeout_s > 3600)
-                return bad("%s: '%s' is not a number of seconds in [0.1, 3600]", o, esc(v));
+                return gen_bad("serve", "%s: '%s' is not a number of seconds in [0.1, 3600]", o, gen_esc(v));
         } else if (!strcmp(o, "--drain-timeout")) {
             if (!gen_parse_f64(v, &a->drain_s) || a->drain_s < 0 || a->drain_s > 120)
-                return bad("%s: '%s' is not a number of seconds in [0, 120]", o, esc(v));
+                return gen_bad("serve", "%s: '%s' is not a number of seconds in [0, 120]", o, gen_esc(v));
         }
     }
     if (!!a->g.model + !!a->g.config + !!a->g.weights != 1)
-        return bad("give one of --model NAME|DIR, --config FILE.json or --weights FILE");
+        return gen_bad("serve", "give one of --model NAME|DIR, --config FILE.json or --weights FILE");
     a->g.max_batch = a->max_batch;
     return 0;
 }

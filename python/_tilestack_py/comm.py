@@ -44,3 +44,34 @@ def resolve_comm(fn, group, comm):
     except Exception as e:
         raise C.TypeError(f"{fn}: argument 'comm' must be an mpi4py.MPI.Comm, got {type(comm).__name__}") from e
     return comm, owned, handle, group
+
+
+class BufferLifetime:
+    """destroy() / __del__ of a communication buffer: the C capsule `_cap` (freed by
+    C.<_c_destroy>) and the communicator the buffer may have made (`_owned_comm`). A class sets
+    _c_destroy and _api (its name in messages)."""
+    _c_destroy, _api = '', ''
+
+    def destroy(self):
+        assert self.explicitly_destroy, '`explicitly_destroy` flag must be set'
+        self._destroy()
+
+    def _destroy(self):
+        if self._cap is not None:
+            cap, self._cap = self._cap, None
+            getattr(C, self._c_destroy)(cap)
+        if getattr(self, '_owned_comm', None) is not None:
+            self._owned_comm.Free()
+            self._owned_comm = None
+
+    def __del__(self):
+        try:
+            if getattr(self, '_cap', None) is not None and not self.explicitly_destroy:
+                self._destroy()
+        except Exception:
+            pass
+
+    def _buf(self, fn):
+        if self._cap is None:
+            raise RuntimeError(f'{self._api}.{fn}: the buffer was destroyed')
+        return self._cap

@@ -11,7 +11,7 @@ import os
 import torch
 
 from _tilestack_py import C, missing, tensor_of
-from _tilestack_py.comm import resolve_comm
+from _tilestack_py.comm import BufferLifetime, resolve_comm
 
 __all__ = ['Buffer', 'Config', 'ElasticBuffer', 'EPHandle', 'EventOverlap', 'topk_idx_t']
 
@@ -129,13 +129,15 @@ def _unpack_bias(fn, bias):
     raise C.TypeError(f"{fn}: argument 'bias' must be a tensor or a pair of tensors")
 
 
-class Buffer:
+class Buffer(BufferLifetime):
     """Expert-parallel dispatch / combine buffers over MPI (shared memory inside a node, MPI
     messages between nodes). num_nvl_bytes: the per-rank shared segment (normal mode; size it
     with get_buffer_size_hint); num_rdma_bytes: the low-latency area (or the internode staging).
     Both multiples of 128."""
 
     num_sms: int = 20
+
+    _c_destroy, _api = 'ep_buffer_destroy', 'deep_ep.Buffer'
 
     def __init__(self, group=None, num_nvl_bytes=0, num_rdma_bytes=0, low_latency_mode=False,
                  num_qps_per_rank=24, allow_nvlink_for_low_latency_mode=True, allow_mnnvl=False,
@@ -163,31 +165,6 @@ class Buffer:
                                     num_qps_per_rank, timeout, 0)
         self.rank, self.group_size, self.ranks_per_node = C.ep_buffer_info(self._cap)
         self.num_rdma_ranks = self.group_size // self.ranks_per_node
-
-    # ---- lifetime ----
-    def destroy(self):
-        assert self.explicitly_destroy, '`explicitly_destroy` flag must be set'
-        self._destroy()
-
-    def _destroy(self):
-        if self._cap is not None:
-            cap, self._cap = self._cap, None
-            C.ep_buffer_destroy(cap)
-        if getattr(self, '_owned_comm', None) is not None:
-            self._owned_comm.Free()
-            self._owned_comm = None
-
-    def __del__(self):
-        try:
-            if getattr(self, '_cap', None) is not None and not self.explicitly_destroy:
-                self._destroy()
-        except Exception:
-            pass
-
-    def _buf(self, fn):
-        if self._cap is None:
-            raise RuntimeError(f'deep_ep.Buffer.{fn}: the buffer was destroyed')
-        return self._cap
 
     # ---- static helpers ----
     @staticmethod

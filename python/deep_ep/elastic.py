@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import torch
 
 from _tilestack_py import C, missing, tensor_of
-from _tilestack_py.comm import resolve_comm
+from _tilestack_py.comm import BufferLifetime, resolve_comm
 
 from . import _HAVE_EP, _NO_EP, EventOverlap, _check_bool, _unpack_bias
 
@@ -105,11 +105,13 @@ _PP = 'pipeline-parallel send / recv is not built (ts_ep_elastic_pp_*: TS_ERR_UN
 _AGRS = 'AGRS all-gather sessions are not built (ts_ep_elastic_*agrs*: TS_ERR_UNSUPPORTED)'
 
 
-class ElasticBuffer:
+class ElasticBuffer(BufferLifetime):
     """DeepEP V2's buffer: expert-parallel dispatch / combine (shared memory inside a node, MPI
     between nodes) with no separate layout call, and the expanded per-expert layout. Size it with
     num_bytes (a multiple of 2 MiB) or with the MoE settings (num_max_tokens_per_rank, hidden,
     num_topk, use_fp8_dispatch; see get_buffer_size_hint)."""
+
+    _c_destroy, _api = 'ep_elastic_destroy', 'deep_ep.ElasticBuffer'
 
     def __init__(self, group=None, num_bytes=None, num_cpu_bytes=0, num_max_tokens_per_rank=0, hidden=0, num_topk=0,
                  use_fp8_dispatch=False, deterministic=False, allow_hybrid_mode=True, allow_multiple_reduction=True,
@@ -153,31 +155,6 @@ class ElasticBuffer:
         self.scaleout_rank_idx = self.rank_idx // self.num_scaleup_ranks
         self.scaleup_rank_idx = self.rank_idx % self.num_scaleup_ranks
         self.num_rdma_ranks, self.num_nvlink_ranks = self.get_physical_domain_size()
-
-    # ---- lifetime ----
-    def destroy(self):
-        assert self.explicitly_destroy, '`explicitly_destroy` flag must be set'
-        self._destroy()
-
-    def _destroy(self):
-        if self._cap is not None:
-            cap, self._cap = self._cap, None
-            C.ep_elastic_destroy(cap)
-        if getattr(self, '_owned_comm', None) is not None:
-            self._owned_comm.Free()
-            self._owned_comm = None
-
-    def __del__(self):
-        try:
-            if getattr(self, '_cap', None) is not None and not self.explicitly_destroy:
-                self._destroy()
-        except Exception:
-            pass
-
-    def _buf(self, fn):
-        if self._cap is None:
-            raise RuntimeError(f'deep_ep.ElasticBuffer.{fn}: the buffer was destroyed')
-        return self._cap
 
     # ---- sizes and settings ----
     @staticmethod
