@@ -49,7 +49,19 @@ static int same_state(const ts_model *m, int64_t a, int64_t b, char *what, size_
         CMP(lc->win, c->window_size * 584, "window ring");
         const int64_t r = ly->ratio;
         if (r == 0) continue;
-        CMP(lc->comp, m->comp_blocks[L] * TS__COMP_PAGE * 584, "compressed cache");
+        /* the rows written so far, each through its sequence's pages */
+        const ts__pages *pg = &m->pages;
+        const int64_t rpp = pg->page_tokens / r, irpp = pg->page_tokens / 4;
+        for (int64_t j = 0; j < m->pos[a] / r; j++) {
+            char ra[584], rb[584];
+            ts__model_kv_copy((uint8_t *)ra, 1, 0, lc->comp, rpp, ts__pages_row(pg, a, j, rpp));
+            ts__model_kv_copy((uint8_t *)rb, 1, 0, lc->comp, rpp, ts__pages_row(pg, b, j, rpp));
+            if (!same_bytes(ra, rb, 584)) {
+                snprintf(what, cap, "layer %lld: compressed cache row %lld", (long long)L,
+                         (long long)j);
+                return 0;
+            }
+        }
         for (int k = 0; k < (r == 4 ? 2 : 1); k++) {
             const ts__compressor *cp = k ? &ly->icomp : &ly->comp;
             const ts__comp_state *cs = k ? lc->ics : lc->cs;
@@ -60,10 +72,13 @@ static int same_state(const ts_model *m, int64_t a, int64_t b, char *what, size_
                 return 0;
             }
         }
-        if (r == 4) {
-            const int64_t rows = c->max_seq_len / 4;
-            CMP(lc->icache, rows * 64, "index cache");
-            CMP(lc->icache_sf, rows * 4, "index cache scales");
+        for (int64_t j = 0; r == 4 && j < m->pos[a] / 4; j++) {
+            const int64_t ia = ts__pages_row(pg, a, j, irpp), ib = ts__pages_row(pg, b, j, irpp);
+            if (!same_bytes(lc->icache + ia * 64, lc->icache + ib * 64, 64) ||
+                lc->icache_sf[ia] != lc->icache_sf[ib]) {
+                snprintf(what, cap, "layer %lld: index cache row %lld", (long long)L, (long long)j);
+                return 0;
+            }
         }
 #undef CMP
     }

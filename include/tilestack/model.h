@@ -171,6 +171,30 @@ TS_API ts_status ts_model_prefill_random(ts_model *m, int64_t seq, int64_t conte
                                          uint64_t seed);
 TS_API int64_t ts_model_sequence_position(const ts_model *m, int64_t seq);
 
+/* ---- paged caches (docs/model.md §5 "Pages"). A V4-attention model keeps its compressed rows
+ * and indexer rows in a pool of pages, as FlashMLA's block table: a sequence takes a page when
+ * its position enters it and gives its pages back on ts_model_reset_sequence (the window ring
+ * and the compressor states stay one per sequence slot). Placement never changes a bit. A
+ * step whose sequences need more pages than are free fails with TS_ERR_OUT_OF_MEMORY, nothing
+ * advanced. V3 / V3.2 caches are not paged: one max_seq_len slot per sequence, reported as
+ * max_batch x pages_per_sequence pages (paged = false). */
+typedef struct ts_model_kv_pages {
+    bool paged;
+    int64_t page_tokens;        /* tokens a page holds */
+    int64_t pages_total, pages_free;
+    int64_t pages_per_sequence; /* pages of a sequence of max_seq_len tokens */
+    uint64_t page_bytes;        /* one page's bytes over every layer */
+} ts_model_kv_pages;
+
+TS_API ts_status ts_model_get_kv_pages(const ts_model *m, ts_model_kv_pages *out);
+/* A new pool of `pages` pages of page_tokens tokens (0: the default, 256 raised to a multiple of
+ * every compress ratio, at most max_seq_len), replacing the one ts_model_create makes
+ * (max_batch x pages_per_sequence: every sequence can reach max_seq_len). Every sequence must be
+ * empty (TS_ERR_INVALID_ARGUMENT otherwise, as for page_tokens not a multiple of every compress
+ * ratio or pages < 1); TS_ERR_UNSUPPORTED for a model without pages. Not collective: every rank
+ * of an expert-parallel model makes the same call. */
+TS_API ts_status ts_model_set_kv_pages(ts_model *m, int64_t page_tokens, int64_t pages);
+
 /* One decode step: for i < n, sequence seqs[i] consumes token tokens[i] at its current
  * position, which then advances by one. logits: f32 [n, vocab_size] row-major (may be NULL
  * when only the caches should advance). Sequences must be distinct. A sequence at

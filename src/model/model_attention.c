@@ -208,7 +208,7 @@ static ts_status flash(ts_model *m, int64_t L, int64_t n, bool staged, const flo
     a.topk_length = &len;
     if (r > 0) {
         const int64_t ext = r == 4 ? ts__min64(c->index_topk, c->max_seq_len / 4) : c->max_seq_len / r;
-        int64_t sek[4] = {m->max_batch * m->comp_blocks[L], TS__COMP_PAGE, 1, 584};
+        int64_t sek[4] = {m->pages.total, m->pages.page_tokens / r, 1, 584};
         ekc = ts_tensor_make(lc->comp, TS_U8, 4, sek);
         int64_t sei[3] = {n, 1, ext};
         eidx = ts_tensor_make(ws->ext_idx, TS_I32, 3, sei);
@@ -279,22 +279,22 @@ ts_status ts__model_attention(ts_model *m, int64_t L, const ts__rows *rw, const 
             });
         /* the compressor states and cache rows: not re-runnable */
         t0 = PROF_T0(m);
-        const int64_t base_blk = m->comp_blocks[L] * TS__COMP_PAGE;
+        const ts__pages *pg = &m->pages;
+        const int64_t rpp = pg->page_tokens / r, irpp = pg->page_tokens / 4;
         for (int64_t b = 0; b < n; b++) {
             const int64_t s = seqs[b], p = rw->pos[b];
             uint16_t row[512];
             if (compress_step(m, cp, &lc->cs[s], ws->ck + b * w, ws->cg + b * w, p, row, NULL))
-                TS__RETURN_IF_ERROR(ts__model_kv_store(lc->comp, TS__COMP_PAGE,
-                                                       s * base_blk + p / r, row));
+                TS__RETURN_IF_ERROR(ts__model_kv_store(lc->comp, rpp,
+                                                       ts__pages_row(pg, s, p / r, rpp), row));
             if (r == 4) {
                 double rf[128];
                 uint16_t irow[128];
                 if (compress_step(m, &ly->icomp, &lc->ics[s], ws->ik + b * 256, ws->ig + b * 256,
                                   p, irow, rf)) {
                     ts__model_hadamard128(rf);
-                    const int64_t rows = c->max_seq_len / 4;
-                    TS__RETURN_IF_ERROR(fp4_row(rf, lc->icache + (s * rows + p / 4) * 64,
-                                                 lc->icache_sf + s * rows + p / 4));
+                    const int64_t ir = ts__pages_row(pg, s, p / 4, irpp);
+                    TS__RETURN_IF_ERROR(fp4_row(rf, lc->icache + ir * 64, lc->icache_sf + ir));
                 }
             }
         }
@@ -333,8 +333,16 @@ ts_status ts__model_attention(ts_model *m, int64_t L, const ts__rows *rw, const 
             int64_t sq[3] = {1, IH, 64};
             ts_tensor q = ts_tensor_make(ws->qi4 + b * IH * 64, TS_E2M1X2, 3, sq);
             ts_tensor qsf = ts_tensor_2d(ws->qi4sf + b * IH, TS_I32, 1, IH);
-            ts_tensor kv = ts_tensor_2d(lc->icache + s * rows * 64, TS_E2M1X2, nr, 64);
-            ts_tensor kvsf = ts_tensor_1d(lc->icache_sf + s * rows, TS_I32, nr);
+            /* the sequence's rows from its pages, in order (the logits kernel reads them
+             * contiguous: 68 bytes a row against IH x 128 multiply-adds) */
+            const int64_t irpp = m->pages.page_tokens / 4;
+            for (int64_t j = 0; j < nr; j += irpp) {
+                const int64_t ir = ts__pages_row(&m->pages, s, j, irpp), k = ts__min64(irpp, nr - j);
+                memcpy(ws->ikeys + j * 64, lc->icache + ir * 64, (size_t)(k * 64));
+                memcpy(ws->ikeys_sf + j, lc->icache_sf + ir, (size_t)k * sizeof(int32_t));
+            }
+            ts_tensor kv = ts_tensor_2d(ws->ikeys, TS_E2M1X2, nr, 64);
+            ts_tensor kvsf = ts_tensor_1d(ws->ikeys_sf, TS_I32, nr);
             ts_tensor wt = ts_tensor_2d(ws->wi + b * IH, TS_F32, 1, IH);
             int32_t ks = 0, ke = (int32_t)nr;
             ts_tensor kst = ts_tensor_1d(&ks, TS_I32, 1), ket = ts_tensor_1d(&ke, TS_I32, 1);
@@ -347,20 +355,21 @@ ts_status ts__model_attention(ts_model *m, int64_t L, const ts__rows *rw, const 
             o.indices_type = TS_I32;
             o.return_value = false;
             ts_tensor ti = ts_tensor_2d(ws->itopk, TS_I32, 1, K);
-            const int64_t base = s * m->comp_blocks[L] * TS__COMP_PAGE;
-            const int64_t kk = ts__min64(K, nr);
+            const int64_t kk = ts__min64(K, nr), rpp = m->pages.page_tokens / 4;
             TS__PROF_SECTION(pf, TS__P_TOPK, 0, 0,
                 TS__RETURN_IF_ERROR(ts_topk(&lg, K, &o, NULL, NULL, NULL, &ti));
-                for (int64_t k = 0; k < kk; k++) ei[k] = (int32_t)(base + ws->itopk[k]);
+                for (int64_t k = 0; k < kk; k++)
+                    ei[k] = (int32_t)ts__pages_row(&m->pages, s, ws->itopk[k], rpp);
                 ws->ext_len[b] = (int32_t)kk);
         }
     } else if (r > 0) {
         const int64_t K = c->max_seq_len / r;
         for (int64_t b = 0; b < n; b++) {
             const int64_t s = seqs[b], p = rw->pos[b], nr = (p + 1) / r;
-            const int64_t base = s * m->comp_blocks[L] * TS__COMP_PAGE;
+            const int64_t rpp = m->pages.page_tokens / r;
             int32_t *ei = ws->ext_idx + b * K;
-            for (int64_t k = 0; k < K; k++) ei[k] = k < nr ? (int32_t)(base + k) : -1;
+            for (int64_t k = 0; k < K; k++)
+                ei[k] = k < nr ? (int32_t)ts__pages_row(&m->pages, s, k, rpp) : -1;
             ws->ext_len[b] = (int32_t)nr;
         }
     }

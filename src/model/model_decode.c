@@ -19,6 +19,7 @@
     F_(ig, float, B * 256) F_(qi, uint16_t, B * IH * 128) F_(wi, float, B * IH)         \
     F_(qi4, uint8_t, B * IH * 64) F_(qi4sf, int32_t, B * IH)                           \
     F_(ilogits, float, c->max_seq_len / 4 + 1) F_(itopk, int32_t, c->index_topk)       \
+    F_(ikeys, uint8_t, c->max_seq_len / 4 * 64) F_(ikeys_sf, int32_t, c->max_seq_len / 4) \
     F_(win_idx, int32_t, B * c->window_size) F_(win_len, int32_t, B)                   \
     F_(ext_idx, int32_t, B * ext) F_(ext_len, int32_t, B) F_(gs, float, B * E)          \
     F_(sel, int32_t, B * K) F_(selw, float, B * K) F_(x8, uint8_t, B * D)               \
@@ -160,7 +161,18 @@ ts_status ts__model_check_step(const ts_model *m, int64_t n, const int64_t *seqs
                             "%s: sequence %lld is at position %lld = max_seq_len (cache full)", fn,
                             (long long)s, (long long)m->pos[s]);
     }
-    return TS_OK;
+    TS__RETURN_IF_ERROR(ts__model_check_pool(m, fn));
+    if (!m->pages.table) return TS_OK;
+    int64_t want = 0;
+    for (int64_t i = 0; i < n; i++)
+        want += ts__pages_missing(&m->pages, seqs[i], m->pos[seqs[i]] + 1);
+    return ts__pages_enough(&m->pages, fn, want);
+}
+
+ts_status ts__model_check_pool(const ts_model *m, const char *fn) {
+    if (m->v3 || m->cfg.attention != TS_MODEL_ATTN_V4 || m->pages.table) return TS_OK;
+    return ts__fail(TS_ERR_OUT_OF_MEMORY, "%s: the model has no cache pool (a failed "
+                    "ts_model_set_kv_pages left none)", fn);
 }
 
 ts_status ts_model_decode(ts_model *m, int64_t n, const int64_t *seqs, const int32_t *tokens,
@@ -176,7 +188,10 @@ ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,
     TS__RETURN_IF_ERROR(ts__model_check_step(m, n, seqs, tokens));
     if (n == 0) return TS_OK;
     int64_t *pos = m->ws->rpos;
-    for (int64_t b = 0; b < n; b++) pos[b] = m->pos[seqs[b]];
+    for (int64_t b = 0; b < n; b++) {
+        pos[b] = m->pos[seqs[b]];
+        if (m->pages.table) ts__pages_take(&m->pages, seqs[b], pos[b] + 1);
+    }
     const ts__rows r = {n, seqs, pos, tokens, false};
     TS__RETURN_IF_ERROR(ts__model_forward(m, &r));
     for (int64_t b = 0; b < n; b++) m->pos[seqs[b]]++;

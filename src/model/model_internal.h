@@ -138,9 +138,9 @@ typedef struct ts__comp_state {
 
 typedef struct ts__layer_cache {
     uint8_t *win;      /* [max_batch] blocks of window rows (MODEL1, page = window) */
-    uint8_t *comp;     /* [max_batch * comp_blocks] blocks of 64 rows (MODEL1) */
-    uint8_t *icache;   /* [max_batch][max_seq/4][64] FP4 rows */
-    int32_t *icache_sf;/* [max_batch][max_seq/4] packed ue8m0 */
+    uint8_t *comp;     /* [pages] pages of page_tokens / ratio rows (MODEL1; ts__pages) */
+    uint8_t *icache;   /* [pages][page_tokens / 4][64] FP4 rows (ts__pages) */
+    int32_t *icache_sf;/* [pages][page_tokens / 4] packed ue8m0 */
     ts__comp_state *cs, *ics; /* [max_batch] */
     /* attention = v32: [max_batch * v32 blocks] blocks of 64 tokens, 656-byte rows (V32) and
      * the indexer's fused FP8 keys (64 x 128 e4m3, then 64 f32 scales per block) */
@@ -148,6 +148,37 @@ typedef struct ts__layer_cache {
 } ts__layer_cache;
 
 #define TS__COMP_PAGE 64
+
+/* ---- the page table of the compressed caches (model_pages.c, docs/model.md §5 "Pages"): a
+ * layer's compressed rows and indexer rows live in a pool of `total` pages, a page holding
+ * page_tokens / ratio rows of that layer. Sequence s's logical page j (tokens [j, j + 1) x
+ * page_tokens) is physical page table[s * per_seq + j] in every layer's pool, -1 until the
+ * sequence reaches it; its pages go back to the pool when it is reset. Physical placement never
+ * changes a bit: the kernels address rows through the table. */
+typedef struct ts__pages {
+    int64_t page_tokens, per_seq, total, batch;
+    int32_t *table;      /* [batch][per_seq] */
+    int32_t *free_pages; /* a stack: free_pages[nfree - 1] is handed out next */
+    int64_t nfree;
+} ts__pages;
+
+ts_status ts__pages_init(ts__pages *p, int64_t batch, int64_t page_tokens, int64_t per_seq,
+                         int64_t total);
+void ts__pages_free(ts__pages *p);
+/* The pages sequence s lacks to hold `tokens` tokens. */
+int64_t ts__pages_missing(const ts__pages *p, int64_t s, int64_t tokens);
+/* TS_ERR_OUT_OF_MEMORY from fn, naming the pool, unless `want` pages are free. */
+ts_status ts__pages_enough(const ts__pages *p, const char *fn, int64_t want);
+/* Pages for sequence s to hold `tokens` tokens (ts__pages_enough said they are free). */
+void ts__pages_take(ts__pages *p, int64_t s, int64_t tokens);
+void ts__pages_release(ts__pages *p, int64_t s);
+/* Physical row of sequence s's logical row `row` in a pool of pages of rpp rows. */
+static inline int64_t ts__pages_row(const ts__pages *p, int64_t s, int64_t row, int64_t rpp) {
+    return (int64_t)p->table[s * p->per_seq + row / rpp] * rpp + row % rpp;
+}
+/* The default page: 256 tokens, raised to a multiple of every compress ratio (capped at
+ * max_seq_len, a multiple of all of them). */
+int64_t ts__pages_default_tokens(const ts_model_config *c);
 
 /* ---- the rows of one pass through the layers (model_decode.c, model_prefill.c): row i is
  * token tok[i] of sequence seq[i] at position pos[i]. A decode step holds distinct sequences;
@@ -189,6 +220,7 @@ typedef struct ts__ws {
     float *wi;                 /* [B][IH] */
     uint8_t *qi4; int32_t *qi4sf; /* [B][IH*64], [B][IH] */
     float *ilogits;            /* [max_seq/4] */
+    uint8_t *ikeys; int32_t *ikeys_sf; /* [max_seq/4][64], [max_seq/4]: one sequence's indexer rows */
     int32_t *itopk;            /* [index_topk] */
     int32_t *win_idx, *win_len;   /* [B][window], [B] */
     int32_t *ext_idx, *ext_len;   /* [B][ext_max], [B] */
@@ -316,7 +348,7 @@ struct ts_model {
     /* caches */
     int64_t *pos; /* [max_batch] */
     ts__layer_cache caches[TS_MODEL_MAX_LAYERS];
-    int64_t comp_blocks[TS_MODEL_MAX_LAYERS]; /* blocks per sequence */
+    ts__pages pages; /* the compressed caches' pages (v4 attention) */
     /* ts_model_load_dir's bytes (hf_load_v4.c, hf_load_v3.c; zero otherwise): records viewing the mapping,
      * converted into buffers, quantised at load; packed = ts__model_packed_bytes after binding */
     /* released: of those, the bytes ts__model_release_packed dropped after packing (views'
@@ -490,8 +522,10 @@ ts_status ts__model_ws_reserve(ts_model *m, int64_t rows);
 ts_status ts__model_forward(ts_model *m, const ts__rows *r);
 /* The head over rows [row0, row0 + n) of ws->X: logits f32 [n][vocab_size]. */
 ts_status ts__model_head(ts_model *m, int64_t row0, int64_t n, float *logits);
-/* ts_model_decode's argument checks, and the step itself without the EP dispatch (an EP
- * model's ep_decode calls it once every rank agreed that the step is valid). */
+/* TS_ERR_OUT_OF_MEMORY from fn when a V4-attention model has lost its page pool. */
+ts_status ts__model_check_pool(const ts_model *m, const char *fn);
+/* ts_model_decode's argument checks (free pages included), and the step itself without the EP
+ * dispatch (an EP model's ep_decode calls it once every rank agreed that the step is valid). */
 ts_status ts__model_check_step(const ts_model *m, int64_t n, const int64_t *seqs,
                                const int32_t *tokens);
 ts_status ts__model_decode_local(ts_model *m, int64_t n, const int64_t *seqs,

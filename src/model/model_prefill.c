@@ -33,7 +33,9 @@ ts_status ts__model_prefill_check(const char *fn, const ts_model *m, int64_t seq
             return ts__fail(TS_ERR_INVALID_ARGUMENT,
                             "%s: tokens[%lld] = %d is outside [0, vocab_size = %lld)", fn,
                             (long long)i, tokens[i], (long long)m->cfg.vocab_size);
-    return TS_OK;
+    TS__RETURN_IF_ERROR(ts__model_check_pool(m, fn));
+    if (!m->pages.table) return TS_OK;
+    return ts__pages_enough(&m->pages, fn, ts__pages_missing(&m->pages, seq, p + n));
 }
 
 ts_status ts__model_prefill_chunk(ts_model *m, int64_t seq, int64_t c0, int64_t k, int64_t n,
@@ -44,6 +46,8 @@ ts_status ts__model_prefill_chunk(ts_model *m, int64_t seq, int64_t c0, int64_t 
         ws->rseq[b] = seq;
         ws->rpos[b] = p0 + b;
     }
+    /* the pages ts__model_prefill_check found free */
+    if (m->pages.table) ts__pages_take(&m->pages, seq, p0 + k);
     const ts__rows r = {k, ws->rseq, ws->rpos, tokens + c0, true};
     TS__RETURN_IF_ERROR(ts__model_forward(m, &r));
     m->pos[seq] += k;
