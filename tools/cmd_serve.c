@@ -39,6 +39,37 @@ static void model_id(const serve_args *a, const ts_model_config *cfg, char *out,
     else snprintf(out, cap, "%s", cfg->name);
 }
 
+/* The page pool: --kv-cache-tokens on rank 0's model (the only one holding rows); a request
+ * longer than the pool can never run, so the context is bounded by it too. */
+static int setup_pages(const serve_args *a, gen_model *gm, serve_srv *s) {
+    ts_model_kv_pages p;
+    if (ts_model_get_kv_pages(gm->m, &p) != TS_OK) return 1;
+    if (a->kv_tokens) {
+        if (!p.paged) {
+            fprintf(stderr, "tilestack serve: --kv-cache-tokens: this model's caches are not paged "
+                    "(V3 / V3.2 attention: one context per sequence)\n");
+            return 2;
+        }
+        const int64_t pages = (a->kv_tokens + p.page_tokens - 1) / p.page_tokens;
+        if (ts_model_set_kv_pages(gm->m, 0, pages) != TS_OK || ts_model_get_kv_pages(gm->m, &p) != TS_OK) {
+            fprintf(stderr, "tilestack serve: --kv-cache-tokens %lld: %s\n", (long long)a->kv_tokens,
+                    ts_last_error());
+            return 1;
+        }
+    }
+    s->page_tokens = p.page_tokens;
+    s->pages_total = p.pages_total;
+    s->metrics.pages_total = p.pages_total;
+    s->metrics.kv_capacity = p.pages_total * p.page_tokens;
+    if (s->max_context > s->metrics.kv_capacity) s->max_context = s->metrics.kv_capacity;
+    if (s->max_context < 2) {
+        fprintf(stderr, "tilestack serve: --kv-cache-tokens %lld: room for %lld tokens, a request "
+                "needs 2 at least\n", (long long)a->kv_tokens, (long long)s->max_context);
+        return 2;
+    }
+    return 0;
+}
+
 int ts__cmd_serve(int argc, char **argv) {
     const bool is_rank = gen_ranks_take_token(&argc, argv);
     serve_args a;
@@ -66,12 +97,12 @@ int ts__cmd_serve(int argc, char **argv) {
     s.created = (int64_t)time(NULL);
     s.chat_format = !strncmp(gm.cfg->name, "deepseek_v3", 11) ? TS_CHAT_DEEPSEEK_V3 : TS_CHAT_DEEPSEEK_V4;
     model_id(&a, gm.cfg, s.model_id, sizeof s.model_id);
-    s.metrics.kv_capacity = a.max_batch * gm.cfg->max_seq_len;
     if (s.max_context > gm.cfg->max_seq_len) {
         fprintf(stderr, "tilestack serve: --max-context %lld: the model holds %lld tokens per sequence\n",
                 (long long)s.max_context, (long long)gm.cfg->max_seq_len);
         return gen_ranks_close(&rk, &gm, 2);
     }
+    if ((rc = setup_pages(&a, &gm, &s))) return gen_ranks_close(&rk, &gm, rc);
     s.slots = calloc((size_t)a.max_batch, sizeof *s.slots);
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.work, NULL);
@@ -85,8 +116,10 @@ int ts__cmd_serve(int argc, char **argv) {
         rc = 1;
     }
     if (!rc) {
-        fprintf(stderr, "tilestack serve: %s on http://%s:%d (batch %lld, context %lld, %s)\n",
+        fprintf(stderr, "tilestack serve: %s on http://%s:%d (batch %lld, context %lld, KV cache "
+                "%lld pages of %lld tokens, %s)\n",
                 s.model_id, a.host, port, (long long)a.max_batch, (long long)s.max_context,
+                (long long)s.pages_total, (long long)s.page_tokens,
                 a.api_key ? "API key required" : "no API key");
         rc = serve_run(&s, &g_stop);
         fprintf(stderr, "tilestack serve: %s\n", rc ? "stopped: the model failed" : "stopped");

@@ -29,6 +29,7 @@ typedef struct serve_args {
     int64_t max_batch;       /* sequences decoded together (default 8) */
     int64_t max_context;     /* prompt + completion per request (default: the model's max_seq_len) */
     int64_t max_queue;       /* requests waiting for a sequence; beyond: 503 (default 64) */
+    int64_t kv_tokens;       /* --kv-cache-tokens: the page pool's tokens (0: max_batch x context) */
     int64_t prefill_chunk;   /* prompt tokens fed per scheduler step (default 32) */
     double prefill_share;    /* while requests decode, prompt chunks' share of the time (default 0.15) */
     int64_t max_body;        /* request body bytes; beyond: 413 (default 1 MiB) */
@@ -54,7 +55,8 @@ typedef struct serve_metrics {
     uint64_t prompt_tokens, completion_tokens, cancelled;
     serve_hist ttft, tpot, e2e;
     int64_t running, queued;
-    int64_t kv_used, kv_capacity; /* tokens in the caches / max_batch * max_seq_len */
+    int64_t kv_used, kv_capacity; /* tokens in the caches / the pool's (pages x page_tokens) */
+    int64_t pages_used, pages_reserved, pages_total; /* the model's page pool */
     int64_t steps, prefill_chunks;
 } serve_metrics;
 
@@ -90,6 +92,7 @@ typedef struct serve_req {
     uint64_t rng;
     int64_t cached;                 /* tokens in its cache */
     uint64_t order;                 /* admission order (the oldest prefills first) */
+    int64_t pages;                  /* cache pages reserved for it while it holds a sequence */
 
     /* shared, under srv->mu */
     serve_state state;
@@ -110,6 +113,10 @@ typedef struct serve_srv {
     const serve_args *a;
     gen_model *gm;
     int64_t max_context;   /* the effective per-request bound */
+    /* the model's page pool (ts_model_get_kv_pages): a request is admitted once the pages for
+     * its prompt + max_tokens are free, and reserves them until it ends, so a step never
+     * finds the pool empty */
+    int64_t page_tokens, pages_total, pages_reserved;
     int64_t vocab;
     ts_chat_format chat_format;
     char model_id[128];

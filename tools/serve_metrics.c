@@ -108,6 +108,13 @@ char *serve_metrics_text(const serve_metrics *m) {
             "# TYPE tilestack_kv_cache_usage_ratio gauge\ntilestack_kv_cache_usage_ratio %.6f\n",
         (long long)m->kv_used, (long long)m->kv_capacity,
         m->kv_capacity ? (double)m->kv_used / (double)m->kv_capacity : 0.0);
+    put(&b, "# HELP tilestack_kv_cache_pages_used cache pages holding rows\n"
+            "# TYPE tilestack_kv_cache_pages_used gauge\ntilestack_kv_cache_pages_used %lld\n"
+            "# HELP tilestack_kv_cache_pages_reserved cache pages reserved by running requests\n"
+            "# TYPE tilestack_kv_cache_pages_reserved gauge\ntilestack_kv_cache_pages_reserved %lld\n"
+            "# HELP tilestack_kv_cache_pages cache pages in the pool\n"
+            "# TYPE tilestack_kv_cache_pages gauge\ntilestack_kv_cache_pages %lld\n",
+        (long long)m->pages_used, (long long)m->pages_reserved, (long long)m->pages_total);
     hist(&b, "tilestack_time_to_first_token_seconds", "arrival to the first sampled token", &m->ttft);
     hist(&b, "tilestack_time_per_output_token_seconds", "per request: (last token - first) / (tokens - 1)", &m->tpot);
     hist(&b, "tilestack_request_duration_seconds", "arrival to the last token", &m->e2e);

@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "  --max-context L    prompt + completion tokens per request (default: the\n"
             "                     model's context)\n"
             "  --max-queue Q      requests waiting for a sequence; beyond, 503 (default 64)\n"
+            "  --kv-cache-tokens N  the KV cache's page pool, in tokens over all requests (a\n"
+            "                     request waits until its prompt + max_tokens fit; default:\n"
+            "                     max-batch x the model's context)\n"
             "  --prefill-chunk C  prompt tokens fed per step between decode steps (default 32)\n"
             "  --prefill-share F  while requests decode, the share of time prompts may take,\n"
             "                     in (0, 1]: TPOT rises at most 1 / (1 - F) (default 0.15)\n"
@@ -59,7 +62,7 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
             "--model", "--config", "--weights", "--tokenizer", "--threads", "--ranks", "--host",
             "--port", "--port-file", "--api-key", "--max-batch", "--max-context", "--max-queue",
             "--prefill-chunk", "--max-body", "--drain-timeout", "--model-id", "--rank-timeout",
-            "--prefill-share"};
+            "--prefill-share", "--kv-cache-tokens"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return gen_bad("serve", "unknown option '%s' (see --help)", gen_esc(o));
@@ -74,6 +77,7 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
             {"--max-batch", 1, 4096, &a->max_batch},
             {"--max-context", 2, INT64_C(1) << 24, &a->max_context},
             {"--max-queue", 0, 1 << 20, &a->max_queue},
+            {"--kv-cache-tokens", 1, INT64_C(1) << 40, &a->kv_tokens},
             {"--prefill-chunk", 1, 1 << 16, &a->prefill_chunk},
             {"--max-body", 1024, INT64_C(1) << 30, &a->max_body}};
         bool done = false;

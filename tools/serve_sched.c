@@ -88,6 +88,8 @@ static void emit_to_request(void *ctx, const char *text, size_t n) {
 /* The request is over (s->mu held): its sequence reset and freed, its HTTP thread told, the
  * scheduler's reference dropped. status 0: finished (q->r.finish); else failed with msg. */
 static void finish(serve_srv *s, serve_req *q, int status, const char *msg) {
+    s->pages_reserved -= q->pages;
+    q->pages = 0;
     if (q->seq >= 0) {
         s->slots[q->seq] = NULL;
         ts_model_reset_sequence(s->gm->m, q->seq); /* rank 0's alone: no collective */
@@ -144,14 +146,23 @@ static void first_token(serve_srv *s, serve_req *q, float *row) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Queued requests into free sequences (s->mu held); the cancelled ones are dropped. */
+/* The cache pages request q can fill: its prompt and every completion token. */
+static int64_t pages_for(const serve_srv *s, const serve_req *q) {
+    int64_t t = (int64_t)q->n_prompt + q->o.max_new;
+    if (t > s->max_context) t = s->max_context;
+    return (t + s->page_tokens - 1) / s->page_tokens;
+}
+
+/* Queued requests into free sequences while the pool has their pages, first come first served
+ * (s->mu held); the cancelled ones are dropped. */
 static void admit(serve_srv *s, uint64_t *order) {
     while (s->queue_head) {
         serve_req *q = s->queue_head;
         int64_t slot = -1;
         for (int64_t i = 0; i < s->a->max_batch && slot < 0; i++)
             if (!s->slots[i]) slot = i;
-        if (slot < 0 && !q->cancelled) return;
+        const int64_t need = pages_for(s, q);
+        if ((slot < 0 || s->pages_reserved + need > s->pages_total) && !q->cancelled) return;
         s->queue_head = q->next;
         if (!s->queue_head) s->queue_tail = NULL;
         s->n_queued--;
@@ -162,6 +173,8 @@ static void admit(serve_srv *s, uint64_t *order) {
         }
         s->slots[slot] = q;
         q->seq = slot;
+        q->pages = need;
+        s->pages_reserved += need;
         q->state = REQ_PREFILL;
         q->order = (*order)++;
         q->rng = q->seed;
@@ -199,6 +212,10 @@ static void update_gauges(serve_srv *s) {
     s->metrics.running = running;
     s->metrics.queued = s->n_queued;
     s->metrics.kv_used = kv;
+    ts_model_kv_pages p;
+    if (ts_model_get_kv_pages(s->gm->m, &p) == TS_OK) s->metrics.pages_used = p.pages_total - p.pages_free;
+    s->metrics.pages_reserved = s->pages_reserved;
+    s->metrics.pages_total = s->pages_total;
 }
 
 /* The model call failed: over ranks a lost or failing peer; every request fails with 503. */

@@ -388,6 +388,43 @@ def test_queue_full_is_503_with_retry_after():
         assert s.stop() == 0
 
 
+def test_kv_pages_admission_and_return():
+    """A page pool smaller than the batch (--kv-cache-tokens: 2 pages of 256 tokens for 4
+    sequences): requests wait for pages, never more than 2 run at once, every reply is
+    generate's, and the pages come back when they end."""
+    s = Server("--max-batch", "4", "--kv-cache-tokens", "400", "--prefill-chunk", "8")
+    try:
+        m = s.metrics()
+        assert m["tilestack_kv_cache_pages"] == 2 and m["tilestack_kv_cache_capacity_tokens"] == 512
+        assert "KV cache 2 pages of 256 tokens" in s.stderr()
+        peak = {"running": 0, "reserved": 0, "used": 0}
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                m = s.metrics()
+                peak["running"] = max(peak["running"], m["tilestack_batch_size"])
+                peak["reserved"] = max(peak["reserved"], m["tilestack_kv_cache_pages_reserved"])
+                peak["used"] = max(peak["used"], m["tilestack_kv_cache_pages_used"])
+                time.sleep(0.02)
+
+        w = threading.Thread(target=watch)
+        w.start()
+        with ThreadPoolExecutor(6) as ex:
+            results = list(ex.map(lambda i: one_request(s, i), range(6)))
+        done.set()
+        w.join()
+        for p, n, seed, text, finish in results:
+            want = generate(p, n, seed)
+            assert text == want["text"], (p, n, seed)
+            assert finish == openai_finish(want["finish_reason"])
+        assert 1 <= peak["used"] <= 2 and peak["reserved"] <= 2 and peak["running"] <= 2, peak
+        wait_metric(s, "tilestack_kv_cache_pages_used", lambda v: v == 0)
+        assert s.metrics()["tilestack_kv_cache_pages_reserved"] == 0
+    finally:
+        assert s.stop() == 0
+
+
 def test_sigterm_finishes_running_requests():
     """SIGTERM while a streamed reply is being read: the reply arrives whole and the server
     exits 0."""
@@ -548,5 +585,9 @@ def test_v3_checkpoint_chat_template(tmp_path):
             assert st == 400 and error_of(st, data)["param"] == "thinking"
         finally:
             assert s.stop() == 0
+        # V3 caches are not paged: --kv-cache-tokens is refused up front
+        r = subprocess.run([BIN, "serve", *MODEL, "--port", "0", "--kv-cache-tokens", "64"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "not paged" in r.stderr, r.stderr
     finally:
         MODEL = saved
