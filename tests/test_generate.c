@@ -316,6 +316,32 @@ TS_TEST(generate_stop_matcher) {
     }
 }
 
+/* The reasoning / answer split of a V4 thinking reply, against hand-worked cases: the first
+ * marker splits, a tail that may begin the marker is held back until the reply is done. */
+TS_TEST(generate_think_split) {
+    static const struct {
+        const char *text;
+        bool done, found;
+        size_t reasoning, answer;
+    } cases[] = {
+        {"abc</think>xyz", false, true, 3, 11},   {"abc</think>xyz", true, true, 3, 11},
+        {"</think>", false, true, 0, 8},          {"a</think>b</think>c", true, true, 1, 9},
+        {"abc</thi", false, false, 3, 8},         {"abc</thi", true, false, 8, 8},
+        {"abc<", false, false, 3, 4},             {"abc<x", false, false, 5, 5},
+        {"<</", false, false, 1, 3},              {"", false, false, 0, 0},
+        {"think>", false, false, 6, 6},           {"a</think", false, false, 1, 8},
+        {"a</think>", false, true, 1, 9},         {"x<t", false, false, 3, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gen_think t;
+        gen_think_split(cases[i].text, strlen(cases[i].text), cases[i].done, &t);
+        TS_CHECK_MSG(t.found == cases[i].found && t.reasoning == cases[i].reasoning &&
+                         t.answer == cases[i].answer,
+                     "'%s' (done %d): found %d reasoning %zu answer %zu", cases[i].text,
+                     cases[i].done, t.found, t.reasoning, t.answer);
+    }
+}
+
 TS_TEST(generate_json_matches_decode) {
     gen_model gm;
     if (!open_tiny(ts_t_, &gm)) return;

@@ -41,7 +41,7 @@ static void pop_to(history *h, size_t n) {
 static const char *answer_of(const gen_result *r, bool thinking, size_t *len) {
     const char *a = r->text;
     if (thinking)
-        for (const char *p = r->text; (p = strstr(p, "</think>")); p += 8) a = p + 8;
+        for (const char *p = r->text; (p = strstr(p, GEN_THINK_END)); p += 8) a = p + 8;
     *len = r->text_len - (size_t)(a - r->text);
     return a;
 }

@@ -6,6 +6,7 @@
  *   gen_stop.c     stop strings over the streamed text: what may be printed, where to cut
  *   gen_turn.c     one reply: cache reuse, prefill (ts_model_prefill), the sample / decode
  *                  loop, timings
+ *   gen_think.c    a V4 thinking reply split into its reasoning and its answer
  *   gen_json.c     a reply as one JSON object
  *   gen_print.c    the streamed reply on stdout (control characters escaped on a terminal)
  *   ranks_gen.c    --ranks R: the launch, each rank's model, the other ranks' steps (MPI,
@@ -25,6 +26,7 @@
 #include <stdio.h>
 
 #define GEN_MAX_STOPS 16
+#define GEN_THINK_END "</think>"
 #define GEN_MAX_LOGPROBS 100
 
 typedef enum gen_chat { GEN_CHAT_NONE = -1, GEN_CHAT_V4, GEN_CHAT_V4_THINKING, GEN_CHAT_V3 } gen_chat;
@@ -256,5 +258,16 @@ void gen_ranks_abort(gen_ranks *rk, const char *msg);
 /* The commands' end (rank 0 or in-process): the other ranks released, the model freed, MPI
  * finalised. Returns rc. */
 int gen_ranks_close(gen_ranks *rk, gen_model *gm, int rc);
+
+/* ---- gen_think.c ---- */
+/* Of a V4 thinking reply's first n bytes: found: text[0, reasoning) is the reasoning and the
+ * answer starts at `answer` (after the first GEN_THINK_END); not found: it is all reasoning, of
+ * which text[0, reasoning) can be shown now (done: all; else short of a tail that may begin the
+ * marker), and answer = n. */
+typedef struct gen_think {
+    bool found;
+    size_t reasoning, answer;
+} gen_think;
+void gen_think_split(const char *text, size_t n, bool done, gen_think *out);
 
 #endif

@@ -74,6 +74,7 @@ typedef struct serve_req {
     struct serve_srv *srv;
     /* set by the HTTP thread before the request is queued; read-only after */
     bool chat, stream, include_usage, echo;
+    bool thinking;                  /* V4 thinking: reasoning_content, then content */
     int32_t *prompt;
     size_t n_prompt;
     gen_opts o;                     /* sampler, max_new, stops; emit set by the scheduler */
@@ -143,10 +144,11 @@ void serve_req_release(serve_srv *s, serve_req *q); /* drops a reference (under 
 char *serve_error_body(const char *message, const char *type, const char *param, const char *code);
 /* The whole response of a finished request (non-streamed). */
 char *serve_response_json(const serve_srv *s, const serve_req *q);
-/* One server-sent event "data: {...}\n\n" carrying text[0..n) (a delta), or the final chunk
- * (finish_reason; usage when asked), or with first the chat role chunk. */
-char *serve_stream_chunk(const serve_srv *s, const serve_req *q, const char *text, size_t n,
-                         bool first, bool final);
+/* One server-sent event "data: {...}\n\n" carrying text[0..n) (a delta; with thinking, the
+ * reasoning's delta reasoning[0..rn) before it), or the final chunk (finish_reason; usage when
+ * asked), or with first the chat role chunk. */
+char *serve_stream_chunk(const serve_srv *s, const serve_req *q, const char *reasoning, size_t rn,
+                         const char *text, size_t n, bool first, bool final);
 /* The last stream chunk with stream_options.include_usage: no choices, the usage. */
 char *serve_stream_usage(const serve_srv *s, const serve_req *q);
 char *serve_models_json(const serve_srv *s);

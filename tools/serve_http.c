@@ -36,7 +36,7 @@ typedef struct stream {
     serve_srv *s;
     serve_req *q;
     int fd;
-    size_t sent;      /* bytes of q->out already in events */
+    size_t sent;      /* bytes of q->out already in events (thinking: or held back as the marker's) */
     bool first, final_sent, done_sent;
     char *pending;    /* the event being written, from pend_off */
     size_t pend_len, pend_off;
@@ -95,6 +95,29 @@ static char *failure_body(const serve_req *q) {
 }
 
 /* ---- the stream: one event per step's text, the final chunk, [DONE] ---- */
+
+/* The next deltas of q's text from st->sent (q->mu held): with thinking, the reasoning's
+ * [*r, *r + *rn) and the answer's [*c, *c + *cn), the marker between them skipped and a tail that
+ * may begin it held back until more text (or the end) comes; *to: st->sent after them. */
+static bool next_delta(const serve_req *q, const stream *st, const char **r, size_t *rn,
+                       const char **c, size_t *cn, size_t *to) {
+    const char *out = q->out;
+    *r = *c = NULL;
+    *rn = *cn = 0;
+    *to = q->out_len;
+    if (!q->thinking) {
+        *c = out + st->sent;
+        *cn = q->out_len - st->sent;
+        return *cn > 0;
+    }
+    gen_think th;
+    gen_think_split(out ? out : "", q->out_len, q->state == REQ_DONE, &th);
+    if (st->sent < th.reasoning) *r = out + st->sent, *rn = th.reasoning - st->sent;
+    const size_t a = st->sent > th.answer ? st->sent : th.answer;
+    if (th.found) *c = out + a, *cn = q->out_len - a;
+    else *to = th.reasoning;
+    return *rn || *cn;
+}
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream *st = cls;
@@ -106,18 +129,20 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         st->pend_len = st->pend_off = 0;
         if (st->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (q->state != REQ_DONE && q->out_len == st->sent && !st->first) {
+        const char *rt, *ct;
+        size_t rn, cn, to;
+        while (q->state != REQ_DONE && !next_delta(q, st, &rt, &rn, &ct, &cn, &to) && !st->first) {
             serve_timed_wait(&s->progress, &s->mu, 0.1);
-            if (q->state != REQ_DONE && q->out_len == st->sent && client_gone(st->fd)) {
+            if (q->state != REQ_DONE && !next_delta(q, st, &rt, &rn, &ct, &cn, &to) && client_gone(st->fd)) {
                 cancel(s, q);
                 pthread_mutex_unlock(&s->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
         char *ev = NULL;
-        if (st->first || q->out_len > st->sent) {
-            ev = serve_stream_chunk(s, q, q->out + st->sent, q->out_len - st->sent, st->first, false);
-            st->sent = q->out_len;
+        if (next_delta(q, st, &rt, &rn, &ct, &cn, &to) || st->first) {
+            ev = serve_stream_chunk(s, q, rt, rn, ct, cn, st->first, false);
+            st->sent = to;
             st->first = false;
         } else if (q->fail_status && !st->final_sent) {
             char *body = failure_body(q);
@@ -125,7 +150,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             free(body);
             st->final_sent = true;
         } else if (!st->final_sent) {
-            ev = serve_stream_chunk(s, q, NULL, 0, false, true);
+            ev = serve_stream_chunk(s, q, NULL, 0, NULL, 0, false, true);
             if (ev && q->include_usage) {
                 char *u = serve_stream_usage(s, q);
                 char *both = u ? malloc(strlen(ev) + strlen(u) + 1) : NULL;

@@ -228,6 +228,7 @@ static int parse_chat_prompt(parse_ctx *p, const json_t *root, serve_req *q) {
     if (!rc && present(kw)) rc = get_bool(p, kw, "thinking", &thinking);
     if (!rc && thinking && p->s->chat_format != TS_CHAT_DEEPSEEK_V4)
         rc = reject(p, 400, "thinking", NULL, "thinking mode is DeepSeek V4's; this model uses the V3 template");
+    q->thinking = thinking;
     if (!rc && ts_chat_encode(p->s->gm->tok, p->s->chat_format, m, n, thinking, &q->prompt, &q->n_prompt) != TS_OK)
         rc = reject(p, 400, "messages", NULL, "messages: %s", ts_last_error());
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
@@ -367,10 +368,15 @@ static json_t *head(const serve_srv *s, const serve_req *q, const char *object) 
 
 char *serve_response_json(const serve_srv *s, const serve_req *q) {
     json_t *r = head(s, q, q->chat ? "chat.completion" : "text_completion");
-    json_t *text = json_stringn(q->out ? q->out : "", q->out_len);
+    const char *out = q->out ? q->out : "";
+    gen_think th = {false, 0, 0};
+    if (q->thinking) gen_think_split(out, q->out_len, true, &th);
+    json_t *text = json_stringn(out + th.answer, q->out_len - th.answer);
     json_t *choice = q->chat
-        ? json_pack("{s:i, s:{s:s, s:o}, s:n, s:s?}", "index", 0, "message", "role", "assistant",
-                    "content", text, "logprobs", "finish_reason", finish_reason(q))
+        ? json_pack("{s:i, s:{s:s, s:o, s:o*}, s:n, s:s?}", "index", 0, "message", "role", "assistant",
+                    "content", text, "reasoning_content",
+                    q->thinking ? json_stringn(out, th.reasoning) : NULL, "logprobs", "finish_reason",
+                    finish_reason(q))
         : json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text", text, "logprobs", "finish_reason",
                     finish_reason(q));
     if (!r || !choice) {
@@ -397,8 +403,8 @@ static char *sse(json_t *j) {
     return e;
 }
 
-char *serve_stream_chunk(const serve_srv *s, const serve_req *q, const char *text, size_t n,
-                         bool first, bool final) {
+char *serve_stream_chunk(const serve_srv *s, const serve_req *q, const char *reasoning, size_t rn,
+                         const char *text, size_t n, bool first, bool final) {
     json_t *c = head(s, q, q->chat ? "chat.completion.chunk" : "text_completion");
     if (!c) return NULL;
     json_t *choice;
@@ -406,6 +412,8 @@ char *serve_stream_chunk(const serve_srv *s, const serve_req *q, const char *tex
     if (q->chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
+        if (q->thinking && (rn || first))
+            json_object_set_new(delta, "reasoning_content", json_stringn(reasoning ? reasoning : "", rn));
         if (n || first) json_object_set_new(delta, "content", json_stringn(text ? text : "", n));
         choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason", fin);
     } else {

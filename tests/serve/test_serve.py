@@ -93,12 +93,13 @@ def srv():
     assert s.stop() == 0, s.stderr()
 
 
-def generate(prompt, n, seed, chat=False, temperature=None, stops=(), top_k=None, top_p=None):
+def generate(prompt, n, seed, chat=False, temperature=None, stops=(), top_k=None, top_p=None,
+             thinking=False):
     """The oracle: `tilestack generate --json`."""
     cmd = [BIN, "generate", *MODEL, "--prompt", prompt, "-n", str(n), "--seed", str(seed), "--json",
            "--threads", "1"]
     if chat:
-        cmd += ["--chat", "v4"]
+        cmd += ["--chat", "v4-thinking" if thinking else "v4"]
     if temperature is not None:
         cmd += ["--temperature", str(temperature)]
     if top_k is not None:
@@ -149,6 +150,32 @@ def test_chat_matches_generate_greedy_and_sampled(srv):
         assert r.choices[0].message.role == "assistant"
         assert r.choices[0].message.content == want["text"]
         assert r.usage.prompt_tokens == len(want["prompt_ids"])
+
+
+def test_thinking_reasoning_content(srv):
+    """V4 thinking mode: the reply up to the first </think> is reasoning_content, the rest
+    content, whole and streamed (reasoning deltas first), against `generate --chat v4-thinking`;
+    the seeds include replies with the marker and without."""
+    split, seeds = 0, (0, 1, 2, 6, 11)  # 1, 6 and 11 sample the marker
+    for seed in seeds:
+        want = generate("Why?", 60, seed, chat=True, temperature=1.5, thinking=True)["text"]
+        reasoning, mark, answer = want.partition("</think>")
+        split += bool(mark)
+        args = dict(model="dsv4-tiny", messages=[{"role": "user", "content": "Why?"}], max_tokens=60,
+                    seed=seed, temperature=1.5, extra_body={"thinking": True})
+        m = srv.client().chat.completions.create(**args).choices[0].message
+        assert (m.reasoning_content, m.content) == (reasoning, answer), seed
+        rs, cs = [], []
+        for chunk in srv.client().chat.completions.create(stream=True, **args):
+            for c in chunk.choices:
+                d = c.delta.model_dump()
+                rs.append(d.get("reasoning_content") or "")
+                cs.append(d.get("content") or "")
+        assert ("".join(rs), "".join(cs)) == (reasoning, answer), seed
+        # no reasoning after the answer began
+        first_c = next((i for i, c in enumerate(cs) if c), len(cs))
+        assert not any(rs[first_c + 1:]), seed
+    assert 0 < split < len(seeds), split
 
 
 def test_top_k_top_p_match_generate(srv):
