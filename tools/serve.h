@@ -75,6 +75,8 @@ typedef struct serve_req {
     /* set by the HTTP thread before the request is queued; read-only after */
     bool chat, stream, include_usage, echo;
     bool thinking;                  /* V4 thinking: reasoning_content, then content */
+    bool logprobs;                  /* the sampled tokens' log-probabilities in the response */
+    int64_t top_logprobs;           /* and the top-N alternatives of each (o.logprobs >= 1) */
     int32_t *prompt;
     size_t n_prompt;
     gen_opts o;                     /* sampler, max_new, stops; emit set by the scheduler */

@@ -104,6 +104,26 @@ static int add_stop(parse_ctx *p, serve_req *q, const json_t *v) {
     return 0;
 }
 
+/* OpenAI's two spellings: chat `logprobs: true` with `top_logprobs` 0..20; completions
+ * `logprobs: N` (0..5, the alternatives; null: none). The sampler records the top max(N, 1) of
+ * each step (gen_opts.logprobs), of which the response shows N. */
+static int parse_logprobs(parse_ctx *p, const json_t *root, serve_req *q) {
+    int rc;
+    const json_t *lp = json_object_get(root, "logprobs");
+    bool top_given = false;
+    if (q->chat) {
+        if ((rc = get_bool(p, root, "logprobs", &q->logprobs))) return rc;
+        if ((rc = get_int(p, root, "top_logprobs", 0, 20, &q->top_logprobs, &top_given))) return rc;
+        if (top_given && !q->logprobs)
+            return reject(p, 400, "top_logprobs", NULL, "'top_logprobs' needs 'logprobs': true");
+    } else if (present(lp)) {
+        if ((rc = get_int(p, root, "logprobs", 0, 5, &q->top_logprobs, NULL))) return rc;
+        q->logprobs = true;
+    }
+    q->o.logprobs = q->logprobs ? (q->top_logprobs > 1 ? q->top_logprobs : 1) : 0;
+    return 0;
+}
+
 static int parse_sampling(parse_ctx *p, const json_t *root, serve_req *q) {
     int rc;
     double temperature = 1, top_p = 1;
@@ -125,8 +145,9 @@ static int parse_sampling(parse_ctx *p, const json_t *root, serve_req *q) {
     q->seed = seeded ? (uint64_t)seed : mix64(((uint64_t)time(NULL) << 20) ^ __atomic_add_fetch(&p->s->next_id, 1, __ATOMIC_RELAXED) ^ (uint64_t)(uintptr_t)q);
     int64_t n = 1;
     if ((rc = get_int(p, root, "n", 1, 1, &n, NULL))) return rc;
-    const char *refused[] = {"logprobs", "top_logprobs", "tools", "tool_choice", "functions",
-                             "response_format", "logit_bias", "suffix", "best_of"};
+    if ((rc = parse_logprobs(p, root, q))) return rc;
+    const char *refused[] = {"tools", "tool_choice", "functions", "response_format", "logit_bias",
+                             "suffix", "best_of"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         const json_t *v = json_object_get(root, refused[i]);
         if (present(v) && !json_is_false(v))
@@ -140,6 +161,9 @@ static int parse_sampling(parse_ctx *p, const json_t *root, serve_req *q) {
             return reject(p, 400, zero_only[i], "unsupported_parameter", "'%s' other than 0 is not supported", zero_only[i]);
     }
     if ((rc = get_bool(p, root, "stream", &q->stream))) return rc;
+    if (q->stream && q->logprobs)
+        return reject(p, 400, "logprobs", "unsupported_parameter",
+                      "'logprobs' is not supported with 'stream' by this server (ask without streaming)");
     /* vLLM's extension: decode past EOS (fixed output lengths for benchmarks) */
     if ((rc = get_bool(p, root, "ignore_eos", &q->o.ignore_eos))) return rc;
     const json_t *so = json_object_get(root, "stream_options");
@@ -366,6 +390,60 @@ static json_t *head(const serve_srv *s, const serve_req *q, const char *object) 
                      (json_int_t)q->created, "model", s->model_id, "system_fingerprint", "tilestack-" TS_VERSION_STRING);
 }
 
+/* Token id's text, decoded alone (a token cut inside a UTF-8 character gives U+FFFD). */
+static json_t *token_text(const serve_srv *s, int32_t id, size_t *len) {
+    char *t = NULL;
+    *len = 0;
+    if (ts_tokenizer_decode(s->gm->tok, &id, 1, false, &t, len) != TS_OK) return json_string("");
+    json_t *j = json_stringn(t, *len);
+    free(t);
+    return j ? j : json_string("");
+}
+
+/* The response's logprobs (NULL: not asked): chat's {content: [{token, logprob, bytes,
+ * top_logprobs}]} or completions' {tokens, token_logprobs, top_logprobs, text_offset}, over
+ * the sampled tokens (EOS, which has no text, not listed). */
+static json_t *logprobs_json(const serve_srv *s, const serve_req *q) {
+    if (!q->logprobs) return NULL;
+    const gen_result *r = &q->r;
+    const size_t tn = (size_t)r->top_n, show = (size_t)q->top_logprobs;
+    json_t *content = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+           *offs = json_array();
+    size_t off = 0;
+    for (size_t k = 0; k < r->n_out; k++) {
+        size_t len;
+        json_t *tok = token_text(s, r->out[k], &len);
+        json_t *top_chat = json_array(), *top_cmpl = json_object();
+        for (size_t j = 0; j < tn && j < show; j++) {
+            const int32_t id = r->top_ids[k * tn + j];
+            const double v = r->top_lp[k * tn + j];
+            if (id < 0 || !isfinite(v)) continue;
+            size_t l2;
+            json_t *t2 = token_text(s, id, &l2);
+            json_array_append_new(top_chat, json_pack("{s:O, s:f, s:n}", "token", t2, "logprob", v, "bytes"));
+            json_object_set_new(top_cmpl, json_string_value(t2), json_real(v));
+            json_decref(t2);
+        }
+        if (q->chat)
+            json_array_append_new(content, json_pack("{s:O, s:f, s:n, s:o}", "token", tok, "logprob", r->lp[k],
+                                                     "bytes", "top_logprobs", top_chat));
+        else json_decref(top_chat);
+        json_array_append(tokens, tok);
+        json_array_append_new(lps, json_real(r->lp[k]));
+        json_array_append_new(tops, top_cmpl);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += len;
+        json_decref(tok);
+    }
+    if (q->chat) {
+        json_decref(tokens), json_decref(lps), json_decref(tops), json_decref(offs);
+        return json_pack("{s:o, s:n}", "content", content, "refusal");
+    }
+    json_decref(content);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
 char *serve_response_json(const serve_srv *s, const serve_req *q) {
     json_t *r = head(s, q, q->chat ? "chat.completion" : "text_completion");
     const char *out = q->out ? q->out : "";
@@ -384,6 +462,8 @@ char *serve_response_json(const serve_srv *s, const serve_req *q) {
         json_decref(choice);
         return NULL;
     }
+    json_t *lp = logprobs_json(s, q);
+    if (lp) json_object_set_new(choice, "logprobs", lp);
     json_object_set_new(r, "choices", json_pack("[o]", choice));
     json_object_set_new(r, "usage", usage(q));
     return dump(r);

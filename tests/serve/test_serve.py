@@ -94,10 +94,12 @@ def srv():
 
 
 def generate(prompt, n, seed, chat=False, temperature=None, stops=(), top_k=None, top_p=None,
-             thinking=False):
+             thinking=False, logprobs=0):
     """The oracle: `tilestack generate --json`."""
     cmd = [BIN, "generate", *MODEL, "--prompt", prompt, "-n", str(n), "--seed", str(seed), "--json",
            "--threads", "1"]
+    if logprobs:
+        cmd += ["--logprobs", str(logprobs)]
     if chat:
         cmd += ["--chat", "v4-thinking" if thinking else "v4"]
     if temperature is not None:
@@ -176,6 +178,41 @@ def test_thinking_reasoning_content(srv):
         first_c = next((i for i, c in enumerate(cs) if c), len(cs))
         assert not any(rs[first_c + 1:]), seed
     assert 0 < split < len(seeds), split
+
+
+def test_logprobs_match_generate(srv):
+    """logprobs of the sampled tokens and their top alternatives, chat's and completions'
+    shapes, against `generate --logprobs N --json` (the same doubles); refused with stream."""
+    want = generate("Tell me", 10, 3, chat=True, temperature=0.8, logprobs=3)
+    r = srv.client().chat.completions.create(
+        model="dsv4-tiny", messages=[{"role": "user", "content": "Tell me"}], max_tokens=10, seed=3,
+        temperature=0.8, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert [c.logprob for c in content] == [s["logprob"] for s in want["logprobs"]]
+    assert [[t.logprob for t in c.top_logprobs] for c in content] == \
+        [[t["logprob"] for t in s["top"]] for s in want["logprobs"]]
+    # top_logprobs 0: the sampled tokens' alone
+    r = srv.client().chat.completions.create(
+        model="dsv4-tiny", messages=[{"role": "user", "content": "Tell me"}], max_tokens=10, seed=3,
+        temperature=0.8, logprobs=True)
+    assert [c.logprob for c in r.choices[0].logprobs.content] == [s["logprob"] for s in want["logprobs"]]
+    assert all(c.top_logprobs == [] for c in r.choices[0].logprobs.content)
+    want = generate("abc", 8, 5, logprobs=2)
+    r = srv.client().completions.create(model="dsv4-tiny", prompt="abc", max_tokens=8, seed=5, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert lp.token_logprobs == [s["logprob"] for s in want["logprobs"]]
+    assert len(lp.tokens) == len(lp.top_logprobs) == len(lp.text_offset) == len(want["output_ids"])
+    assert all(len(t) <= 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0
+    # without logprobs: null, as OpenAI
+    r = srv.client().completions.create(model="dsv4-tiny", prompt="abc", max_tokens=4, seed=5)
+    assert r.choices[0].logprobs is None
+    for body, param in (({"prompt": "x", "logprobs": 2, "stream": True}, "logprobs"),
+                        ({"prompt": "x", "logprobs": 6}, "logprobs")):
+        st, _, data = srv.request("POST", "/v1/completions", body)
+        assert st == 400 and error_of(st, data)["param"] == param
+    st, _, data = srv.request("POST", "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
+    assert st == 400 and error_of(st, data)["param"] == "top_logprobs"
 
 
 def test_top_k_top_p_match_generate(srv):
@@ -314,7 +351,7 @@ def error_of(status, body):
     ('{"prompt": "x", "top_p": 0}', "top_p"),
     ('{"prompt": "x", "n": 2}', "n"),
     ('{"prompt": "x", "stop": 5}', "stop"),
-    ('{"prompt": "x", "logprobs": 2}', "logprobs"),
+    ('{"prompt": "x", "logprobs": -1}', "logprobs"),
     ('{"prompt": 5}', "prompt"),
     ('{"prompt": [999999]}', "prompt"),
     ('{"prompt": "x", "stream": "yes"}', "stream"),
