@@ -114,6 +114,12 @@ static void pool_free(ts_model *m) {
 /* The compressed rows' and indexer rows' pools: `pages` pages of page_tokens tokens. */
 static ts_status pool_alloc(ts_model *m, int64_t page_tokens, int64_t pages) {
     const ts_model_config *c = &m->cfg;
+    /* the attention addresses rows with int32 indices */
+    for (int64_t L = 0; L < c->n_layers; L++)
+        if (c->compress_ratios[L] > 0 && pages > INT32_MAX / (page_tokens / c->compress_ratios[L]))
+            return ts__fail(TS_ERR_OVERFLOW, "ts_model: %lld cache pages of %lld tokens hold more than "
+                            "2^31 - 1 rows of layer %lld", (long long)pages, (long long)page_tokens,
+                            (long long)L);
     pool_free(m);
     TS__RETURN_IF_ERROR(
         ts__pages_init(&m->pages, m->max_batch, page_tokens, pages_per_seq(c, page_tokens), pages));
