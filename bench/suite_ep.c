@@ -68,6 +68,8 @@ typedef struct ll_bench {
     uint16_t *csend, *crecv; /* combine rows */
 } ll_bench;
 static ll_bench *g_ll;
+/* bench/suite_ep_transport.c */
+int ts__ep_transport_section(const ts__bench_opts *opts, int64_t T, int64_t H, double hit, int threads);
 static ts_status ll_run(ll_bench *l, ep_op op);
 
 /* V2 dispatch (layout inside) and combine; a new dispatch replaces the row's handle. */
@@ -777,6 +779,10 @@ int ts__suite_ep(const ts__bench_opts *opts) {
         ts_ep_reference_free(&ref);
     }
 done:
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* rows crossing to another node: staged against one-sided / datatype transfers */
+    if (row_wanted("internode_rows", "") && R > 1)
+        rc |= ts__ep_transport_section(opts, T, H, hit_probability(E, E / R, K), threads);
     ts_ep_handle_destroy(b.h);
     ts_ep_buffer_destroy(b.buf);
     free(x);
