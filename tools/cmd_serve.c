@@ -44,12 +44,16 @@ static void model_id(const serve_args *a, const ts_model_config *cfg, char *out,
 static int setup_pages(const serve_args *a, gen_model *gm, serve_srv *s) {
     ts_model_kv_pages p;
     if (ts_model_get_kv_pages(gm->m, &p) != TS_OK) return 1;
-    if (a->kv_tokens) {
-        if (!p.paged) {
-            fprintf(stderr, "tilestack serve: --kv-cache-tokens: this model's caches are not paged "
-                    "(V3 / V3.2 attention: one context per sequence)\n");
-            return 2;
-        }
+    s->spread = gm->spread > 1 ? gm->spread : 1;
+    s->pages_reserved = calloc((size_t)s->spread, sizeof *s->pages_reserved);
+    if (!s->pages_reserved) return fprintf(stderr, "tilestack serve: out of memory\n"), 1;
+    if (a->kv_tokens && !p.paged) {
+        fprintf(stderr, "tilestack serve: --kv-cache-tokens: this model's caches are not paged "
+                "(V3 / V3.2 attention: one context per sequence)\n");
+        return 2;
+    }
+    /* spread over ranks, every rank made its own pool (ranks_gen.c) */
+    if (a->kv_tokens && s->spread == 1) {
         const int64_t pages = (a->kv_tokens + p.page_tokens - 1) / p.page_tokens;
         if (ts_model_set_kv_pages(gm->m, 0, pages) != TS_OK || ts_model_get_kv_pages(gm->m, &p) != TS_OK) {
             fprintf(stderr, "tilestack serve: --kv-cache-tokens %lld: %s\n", (long long)a->kv_tokens,
@@ -59,9 +63,10 @@ static int setup_pages(const serve_args *a, gen_model *gm, serve_srv *s) {
     }
     s->page_tokens = p.page_tokens;
     s->pages_total = p.pages_total;
-    s->metrics.pages_total = p.pages_total;
-    s->metrics.kv_capacity = p.pages_total * p.page_tokens;
-    if (s->max_context > s->metrics.kv_capacity) s->max_context = s->metrics.kv_capacity;
+    s->metrics.pages_total = p.pages_total * s->spread;
+    s->metrics.kv_capacity = p.pages_total * p.page_tokens * s->spread;
+    /* a request lives on one rank: its pool bounds the context */
+    if (s->max_context > p.pages_total * p.page_tokens) s->max_context = p.pages_total * p.page_tokens;
     if (s->max_context < 2) {
         fprintf(stderr, "tilestack serve: --kv-cache-tokens %lld: room for %lld tokens, a request "
                 "needs 2 at least\n", (long long)a->kv_tokens, (long long)s->max_context);
@@ -102,7 +107,10 @@ int ts__cmd_serve(int argc, char **argv) {
                 (long long)s.max_context, (long long)gm.cfg->max_seq_len);
         return gen_ranks_close(&rk, &gm, 2);
     }
-    if ((rc = setup_pages(&a, &gm, &s))) return gen_ranks_close(&rk, &gm, rc);
+    if ((rc = setup_pages(&a, &gm, &s))) {
+        free(s.pages_reserved);
+        return gen_ranks_close(&rk, &gm, rc);
+    }
     s.slots = calloc((size_t)a.max_batch, sizeof *s.slots);
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.work, NULL);
@@ -116,10 +124,10 @@ int ts__cmd_serve(int argc, char **argv) {
         rc = 1;
     }
     if (!rc) {
-        fprintf(stderr, "tilestack serve: %s on http://%s:%d (batch %lld, context %lld, KV cache "
-                "%lld pages of %lld tokens, %s)\n",
-                s.model_id, a.host, port, (long long)a.max_batch, (long long)s.max_context,
-                (long long)s.pages_total, (long long)s.page_tokens,
+        fprintf(stderr, "tilestack serve: %s on http://%s:%d (batch %lld over %d rank%s, context %lld, "
+                "KV cache %lld pages of %lld tokens per rank, %s)\n",
+                s.model_id, a.host, port, (long long)a.max_batch, s.spread, s.spread > 1 ? "s" : "",
+                (long long)s.max_context, (long long)s.pages_total, (long long)s.page_tokens,
                 a.api_key ? "API key required" : "no API key");
         rc = serve_run(&s, &g_stop);
         fprintf(stderr, "tilestack serve: %s\n", rc ? "stopped: the model failed" : "stopped");
@@ -131,5 +139,6 @@ int ts__cmd_serve(int argc, char **argv) {
     pthread_cond_destroy(&s.work);
     pthread_mutex_destroy(&s.mu);
     free(s.slots);
+    free(s.pages_reserved);
     return gen_ranks_close(&rk, &gm, rc);
 }

@@ -94,6 +94,13 @@ void ts__demo_abort(const ts__demo_comm *c, const char *msg) __attribute__((nore
 /* Rank 0's *v to every rank. Rank 0 waits at most timeout_s for each send; the others wait
  * for it without a deadline (rank 0 may be waiting for its user), off the CPU once idle. */
 void ts__demo_post(const ts__demo_comm *c, int64_t *v);
+/* A post's payload of `bytes` (the ranks know the size from the post): rank 0's buf to every
+ * rank, each wait bounded by timeout_s (past it the job ends). */
+void ts__demo_post_data(const ts__demo_comm *c, void *buf, int64_t bytes);
+/* A rank's answer to rank 0 (job ended past timeout_s), and rank 0's receive of it from rank
+ * `from`: TS_ERR_TIMEOUT naming it past timeout_s (the caller decides). */
+void ts__demo_send_back(const ts__demo_comm *c, const void *buf, int64_t bytes);
+ts_status ts__demo_recv_back(const ts__demo_comm *c, int from, void *buf, int64_t bytes);
 void ts__demo_max(const ts__demo_comm *c, double *v, int n); /* in place */
 void ts__demo_sum(const ts__demo_comm *c, double *v, int n);
 /* Every rank's status -> the first non-OK one (by rank; a TS_ERR_PEER only if no rank has a

@@ -217,6 +217,49 @@ void ts__demo_post(const ts__demo_comm *c, int64_t *v) {
 #endif
 }
 
+enum { DATA_TAG = 0x7e5e, BACK_TAG = 0x7e5f };
+
+/* The payload of a post (its size is in the post itself), rank 0 to every rank. */
+void ts__demo_post_data(const ts__demo_comm *c, void *buf, int64_t bytes) {
+#ifdef TS__DEMO_EP
+    if (c->size < 2) return;
+    MPI_Request q;
+    if (c->rank == 0) {
+        for (int r = 1; r < c->size; r++) {
+            MPI_Isend(buf, (int)bytes, MPI_BYTE, r, DATA_TAG, MPI_COMM_WORLD, &q);
+            check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "posting to the ranks"));
+        }
+        return;
+    }
+    /* it follows its post at once */
+    MPI_Irecv(buf, (int)bytes, MPI_BYTE, 0, DATA_TAG, MPI_COMM_WORLD, &q);
+    check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "a post's data"));
+#else
+    (void)c, (void)buf, (void)bytes;
+#endif
+}
+
+void ts__demo_send_back(const ts__demo_comm *c, const void *buf, int64_t bytes) {
+#ifdef TS__DEMO_EP
+    MPI_Request q;
+    MPI_Isend(buf, (int)bytes, MPI_BYTE, 0, BACK_TAG, MPI_COMM_WORLD, &q);
+    check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "answering rank 0"));
+#else
+    (void)c, (void)buf, (void)bytes;
+#endif
+}
+
+ts_status ts__demo_recv_back(const ts__demo_comm *c, int from, void *buf, int64_t bytes) {
+#ifdef TS__DEMO_EP
+    MPI_Request q;
+    MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, BACK_TAG, MPI_COMM_WORLD, &q);
+    return ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "a rank's logits");
+#else
+    (void)c, (void)from, (void)buf, (void)bytes;
+    return TS_OK;
+#endif
+}
+
 ts_status ts__demo_agree(const ts__demo_comm *c, ts_status st, char *msg, size_t cap) {
 #ifdef TS__DEMO_EP
     if (c->size > 1) {

@@ -57,6 +57,12 @@ typedef struct gen_args {
     int64_t max_batch;
     /* over ranks, the longest wait on a peer (0: 60 s; `serve --rank-timeout`) */
     double rank_timeout_s;
+    /* over ranks, the sequences spread over every rank (serve): slot s on rank s % R as its
+     * sequence s / R, each rank's model for ceil(max_batch / R); else rank 0 holds them all */
+    bool spread;
+    /* with spread: every rank's model gets a page pool of ceil(kv_tokens / R) tokens (0: the
+     * default pool) */
+    int64_t kv_tokens;
 } gen_args;
 
 /* ---- gen_dry_run.c ---- */
@@ -91,6 +97,18 @@ typedef struct gen_model {
      * in-process. */
     void (*announce)(void *ctx, bool prefill);
     void *announce_ctx;
+    /* With gen_args.spread over R ranks (rank 0; ranks_gen.c): the sequences' owners. spread
+     * ranks hold them (1 in-process or unspread: rank 0 alone, and the calls below are NULL).
+     * Each is collective: rank 0 posts it, every rank takes part. decode: n rows of slots
+     * (owner slot % spread) and tokens, logits [n][vocab] in row order back on rank 0; prefill:
+     * one slot's n tokens, its last logits (NULL: none); reset: the slot's sequence emptied on
+     * its owner. */
+    int spread;
+    ts_status (*spread_decode)(void *ctx, int64_t n, const int64_t *slots, const int32_t *tokens,
+                               float *logits);
+    ts_status (*spread_prefill)(void *ctx, int64_t slot, int64_t n, const int32_t *tokens,
+                                float *last_logits);
+    void (*spread_reset)(void *ctx, int64_t slot);
 } gen_model;
 
 /* Over R ranks: this rank, and the collectives gen_open_model_on needs. */

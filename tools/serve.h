@@ -119,7 +119,9 @@ typedef struct serve_srv {
     /* the model's page pool (ts_model_get_kv_pages): a request is admitted once the pages for
      * its prompt + max_tokens are free, and reserves them until it ends, so a step never
      * finds the pool empty */
-    int64_t page_tokens, pages_total, pages_reserved;
+    int64_t page_tokens, pages_total; /* pages_total: each rank's pool (all alike) */
+    int64_t *pages_reserved;          /* [ranks holding sequences]: slot s's is s % gm->spread */
+    int spread;                       /* those ranks (1: rank 0 alone) */
     int64_t vocab;
     ts_chat_format chat_format;
     char model_id[128];

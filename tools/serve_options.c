@@ -117,5 +117,8 @@ int serve_parse_args(int argc, char **argv, serve_args *a) {
     if (!!a->g.model + !!a->g.config + !!a->g.weights != 1)
         return gen_bad("serve", "give one of --model NAME|DIR, --config FILE.json or --weights FILE");
     a->g.max_batch = a->max_batch;
+    /* over ranks every rank holds its share of the sequences (data-parallel attention) */
+    a->g.spread = true;
+    a->g.kv_tokens = a->kv_tokens;
     return 0;
 }

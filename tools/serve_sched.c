@@ -88,13 +88,15 @@ static void emit_to_request(void *ctx, const char *text, size_t n) {
 /* The request is over (s->mu held): its sequence reset and freed, its HTTP thread told, the
  * scheduler's reference dropped. status 0: finished (q->r.finish); else failed with msg. */
 static void finish(serve_srv *s, serve_req *q, int status, const char *msg) {
-    s->pages_reserved -= q->pages;
-    q->pages = 0;
     if (q->seq >= 0) {
+        s->pages_reserved[q->seq % s->spread] -= q->pages;
         s->slots[q->seq] = NULL;
-        ts_model_reset_sequence(s->gm->m, q->seq); /* rank 0's alone: no collective */
+        /* not a collective: the owner alone resets (rank 0, or told to) */
+        if (s->gm->spread_reset) s->gm->spread_reset(s->gm->announce_ctx, q->seq);
+        else ts_model_reset_sequence(s->gm->m, q->seq);
         q->seq = -1;
     }
+    q->pages = 0;
     const double t = serve_now_s();
     if (!status && q->fail_status) status = q->fail_status, msg = q->fail_msg;
     if (status) {
@@ -158,11 +160,12 @@ static int64_t pages_for(const serve_srv *s, const serve_req *q) {
 static void admit(serve_srv *s, uint64_t *order) {
     while (s->queue_head) {
         serve_req *q = s->queue_head;
+        /* a free sequence on a rank whose pool has the request's pages */
+        const int64_t need = pages_for(s, q);
         int64_t slot = -1;
         for (int64_t i = 0; i < s->a->max_batch && slot < 0; i++)
-            if (!s->slots[i]) slot = i;
-        const int64_t need = pages_for(s, q);
-        if ((slot < 0 || s->pages_reserved + need > s->pages_total) && !q->cancelled) return;
+            if (!s->slots[i] && s->pages_reserved[i % s->spread] + need <= s->pages_total) slot = i;
+        if (slot < 0 && !q->cancelled) return;
         s->queue_head = q->next;
         if (!s->queue_head) s->queue_tail = NULL;
         s->n_queued--;
@@ -174,7 +177,7 @@ static void admit(serve_srv *s, uint64_t *order) {
         s->slots[slot] = q;
         q->seq = slot;
         q->pages = need;
-        s->pages_reserved += need;
+        s->pages_reserved[slot % s->spread] += need;
         q->state = REQ_PREFILL;
         q->order = (*order)++;
         q->rng = q->seed;
@@ -206,16 +209,23 @@ static void fail_all(serve_srv *s, int status, const char *msg) {
 }
 
 static void update_gauges(serve_srv *s) {
-    int64_t running = 0, kv = 0;
+    int64_t running = 0, kv = 0, used = 0, reserved = 0;
     for (int64_t i = 0; i < s->a->max_batch; i++)
-        if (s->slots[i]) running++, kv += s->slots[i]->cached;
+        if (s->slots[i]) {
+            running++, kv += s->slots[i]->cached;
+            used += (s->slots[i]->cached + s->page_tokens - 1) / s->page_tokens;
+        }
+    for (int r = 0; r < s->spread; r++) reserved += s->pages_reserved[r];
     s->metrics.running = running;
     s->metrics.queued = s->n_queued;
     s->metrics.kv_used = kv;
+    /* the model's own count where it holds every sequence (the pages a step took), else the
+     * pages of the positions each owner holds */
     ts_model_kv_pages p;
-    if (ts_model_get_kv_pages(s->gm->m, &p) == TS_OK) s->metrics.pages_used = p.pages_total - p.pages_free;
-    s->metrics.pages_reserved = s->pages_reserved;
-    s->metrics.pages_total = s->pages_total;
+    if (s->spread == 1 && ts_model_get_kv_pages(s->gm->m, &p) == TS_OK) used = p.pages_total - p.pages_free;
+    s->metrics.pages_used = used;
+    s->metrics.pages_reserved = reserved;
+    s->metrics.pages_total = s->pages_total * s->spread;
 }
 
 /* The model call failed: over ranks a lost or failing peer; every request fails with 503. */
@@ -306,8 +316,15 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
             /* one chunk of the oldest prompt; the last gives its first token's logits */
             const int64_t left = (int64_t)(pf->n_prompt - pf->fed);
             const int64_t c = left < s->a->prefill_chunk ? left : s->a->prefill_chunk;
-            if (gm->announce) gm->announce(gm->announce_ctx, true);
-            if (ts_model_prefill(gm->m, pf->seq, c, pf->prompt + pf->fed, c == left ? logits : NULL) != TS_OK) {
+            float *last = c == left ? logits : NULL;
+            ts_status st;
+            if (gm->spread_prefill) {
+                st = gm->spread_prefill(gm->announce_ctx, pf->seq, c, pf->prompt + pf->fed, last);
+            } else {
+                if (gm->announce) gm->announce(gm->announce_ctx, true);
+                st = ts_model_prefill(gm->m, pf->seq, c, pf->prompt + pf->fed, last);
+            }
+            if (st != TS_OK) {
                 rc = model_failed(s, "prefill");
                 break;
             }
@@ -323,9 +340,15 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
                 seqs[i] = q->seq;
                 toks[i] = q->state == REQ_PREFILL ? q->prompt[q->fed] : q->next_tok;
             }
-            if (gm->announce) gm->announce(gm->announce_ctx, false);
             const double td = serve_now_s();
-            if (ts_model_decode(gm->m, n, seqs, toks, logits) != TS_OK) {
+            ts_status st;
+            if (gm->spread_decode) {
+                st = gm->spread_decode(gm->announce_ctx, n, seqs, toks, logits);
+            } else {
+                if (gm->announce) gm->announce(gm->announce_ctx, false);
+                st = ts_model_decode(gm->m, n, seqs, toks, logits);
+            }
+            if (st != TS_OK) {
                 rc = model_failed(s, "decode");
                 break;
             }

@@ -460,7 +460,7 @@ def test_kv_pages_admission_and_return():
     try:
         m = s.metrics()
         assert m["tilestack_kv_cache_pages"] == 2 and m["tilestack_kv_cache_capacity_tokens"] == 512
-        assert "KV cache 2 pages of 256 tokens" in s.stderr()
+        assert "KV cache 2 pages of 256 tokens per rank" in s.stderr()
         peak = {"running": 0, "reserved": 0, "used": 0}
         done = threading.Event()
 
@@ -583,15 +583,20 @@ needs_mpi = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v mpirun"],
 
 @needs_mpi
 def test_ranks_2_same_replies_and_clean_exit():
-    s = Server("--ranks", "2", "--max-batch", "4", env={"OMPI_ALLOW_RUN_AS_ROOT": "1",
-                                                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    """Sequences spread over 2 ranks (slot s on rank s % 2, each with its own 1-page pool of
+    --kv-cache-tokens / 2): the same replies as generate at R = 1, pages back, a clean exit."""
+    s = Server("--ranks", "2", "--max-batch", "4", "--kv-cache-tokens", "512",
+               env={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     try:
         pids = rank_pids()
         assert sorted(pids) == [0, 1]
+        assert "batch 4 over 2 ranks" in s.stderr() and "1 pages of 256 tokens per rank" in s.stderr()
+        assert s.metrics()["tilestack_kv_cache_pages"] == 2
         with ThreadPoolExecutor(6) as ex:
             results = list(ex.map(lambda i: one_request(s, i), range(6)))
         for p, n, seed, text, finish in results:
             assert text == generate(p, n, seed)["text"]
+        wait_metric(s, "tilestack_kv_cache_pages_reserved", lambda v: v == 0)
     finally:
         rc = s.stop()
     assert rc == 0, s.stderr()
