@@ -8,7 +8,14 @@
  * token); the other ranks take part in it with no sequence of their own (a prefill of zero
  * tokens, a step of zero rows), and leave when rank 0 posts POST_END. The tokens are rank 0's
  * alone, so the ranks cannot disagree on them; they are those of R = 1, whose logits are the
- * same bits (model_ep.h). */
+ * same bits (model_ep.h).
+ *
+ * `serve` spreads its sequences instead (gen_args.spread): slot s lives on rank s % R as its
+ * sequence s / R, so every rank attends its share of a step (data-parallel attention, as the
+ * demo) while the experts serve all rows. Rank 0 still decides everything: it posts each step's
+ * rows (slot, token) and each prompt chunk to every rank, each rank runs its rows, and the
+ * other ranks send their rows' logits back for rank 0 to sample. A reset goes to the owner
+ * only (not collective). The rows' logits are the single-process bits wherever they ran. */
 #include "demo.h"
 #include "gen.h"
 
