@@ -330,14 +330,21 @@ static pid_t start_server(const bench_args *a, const char *port_file, int *port)
     return -1;
 }
 
-/* `tilestack demo` on the same model, batch, ranks at `context`: its tokens/s (total). */
+/* The demo's --batch for the server's: the demo's is per rank, the server's spread over the
+ * ranks, so the same sequences in all are B / R per rank. */
+static int64_t demo_batch(const bench_args *a) {
+    const int64_t b = (a->batch + a->ranks - 1) / a->ranks;
+    return b > 0 ? b : 1;
+}
+
+/* `tilestack demo` on the same model, sequences, ranks at `context`: its tokens/s (total). */
 static double demo_tokens_per_s(const bench_args *a, int64_t context) {
     char self[4096], b[32], r[32], c[32], t[32], json[] = "/tmp/ts-bench-serve-demo-XXXXXX";
     if (self_path(self, sizeof self)) return NAN;
     const int fd = mkstemp(json);
     if (fd < 0) return NAN;
     close(fd);
-    snprintf(b, sizeof b, "%lld", (long long)a->batch);
+    snprintf(b, sizeof b, "%lld", (long long)demo_batch(a));
     snprintf(r, sizeof r, "%lld", (long long)a->ranks);
     snprintf(c, sizeof c, "%lld", (long long)context);
     snprintf(t, sizeof t, "%lld", (long long)a->threads);
@@ -387,7 +394,8 @@ static void usage(FILE *f) {
                "                             [--tokenizer FILE] [options]\n"
                "Drives `tilestack serve` over loopback (docs/serve.md, \"Benchmark\").\n"
                "  --ranks R          expert-parallel ranks of the server and the demo (default 1)\n"
-               "  --batch B          the server's --max-batch and the demo's --batch (default 8)\n"
+               "  --batch B          the server's --max-batch (default 8); the demo runs as many\n"
+               "                     sequences in all (--batch B / R per rank)\n"
                "  --threads T        threads of the server and the demo (default: theirs)\n"
                "  --prompt-words P   prompt length in 3-letter words (default 32)\n"
                "  --output-len O     completion tokens per request (default 64)\n"
@@ -493,7 +501,8 @@ int ts__bench_serve(int argc, char **argv) {
         print_stats("saturation (B clients)", &st);
         if (st.tok_s > sat.tok_s || round == 0) sat = st;
         const double d = demo_tokens_per_s(&a, (int64_t)(st.mean_prompt + O / 2.0));
-        printf("demo at batch %d, context %lld: %.1f tok/s\n", B, (long long)(st.mean_prompt + O / 2.0), d);
+        printf("demo at batch %lld per rank, context %lld: %.1f tok/s\n", (long long)demo_batch(&a),
+               (long long)(st.mean_prompt + O / 2.0), d);
         if (isfinite(d) && !(d <= demo)) demo = d;
     }
     /* a prompt token takes a row of a model call as an output token does, and yields none */
