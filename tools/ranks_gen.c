@@ -38,7 +38,7 @@ typedef struct rank_ctx {
     int64_t max_batch;
     bool spread;
     int64_t kv_tokens;     /* spread: the pool of ceil(kv_tokens / R) tokens per rank (0: default) */
-    int64_t *msg;          /* a spread call's payload (int64), [3 max_batch R + 4 + prefill chunk] */
+    int64_t *msg;          /* a spread call's payload (int64), grown to the largest one */
     int64_t msg_cap;
     float *logits;         /* [max_batch][vocab]: a rank's rows of a spread step */
     int64_t *seqs;
