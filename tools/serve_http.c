@@ -42,6 +42,11 @@ typedef struct stream {
     size_t pend_len, pend_off;
 } stream;
 
+/* Every response closes its connection ("Connection: close"): a connection holds a thread and
+ * one of the connection limit's places, and a client's idle keep-alive connection would hold
+ * them until the idle timeout (120 s), so that, once the limit is reached, new clients wait
+ * that long (seen: openai clients left to the garbage collector). A new loopback connection
+ * per request costs nothing beside a decode step. */
 static enum MHD_Result respond(struct MHD_Connection *c, serve_srv *s, int status, char *body,
                                const char *type) {
     if (!body) {
@@ -54,6 +59,7 @@ static enum MHD_Result respond(struct MHD_Connection *c, serve_srv *s, int statu
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Connection", "close"); /* see above */
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     const enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
@@ -217,6 +223,7 @@ static enum MHD_Result completions(struct MHD_Connection *c, conn *cn) {
         *st = (stream){.s = s, .q = q, .fd = fd, .first = q->chat};
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "Connection", "close");
         const enum MHD_Result ok = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         pthread_mutex_lock(&s->mu);

@@ -548,6 +548,27 @@ def test_bounded_load_memory_returns(srv):
     assert rss1 <= rss0 + 4096, (rss0, rss1)
 
 
+def test_clients_that_keep_connections_open_do_not_block_others(srv):
+    """More clients than the connection limit (max_batch + max_queue + 32 = 52 here) that never
+    close their connections: every response says Connection: close and the server closes, so
+    the next clients are served (before, the 53rd waited for the idle timeout, 120 s; the socket
+    timeout below is the hang guard)."""
+    held = []
+    try:
+        for i in range(70):
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            c.request("POST", "/v1/completions", body=json.dumps({"prompt": "a", "max_tokens": 2, "seed": i}))
+            r = c.getresponse()
+            r.read()
+            assert r.status == 200 and r.getheader("Connection") == "close"
+            held.append(c)  # never closed by the client
+        st, hdr, _ = srv.request("GET", "/health")
+        assert st == 200 and hdr.get("Connection") == "close"
+    finally:
+        for c in held:
+            c.close()
+
+
 def rank_pids():
     """The pids of the serve ranks running now, by their OMPI_COMM_WORLD_RANK."""
     out = {}
