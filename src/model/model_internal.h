@@ -156,8 +156,9 @@ typedef struct ts__layer_cache {
  * sequence reaches it; its pages go back to the pool when it is reset. Physical placement never
  * changes a bit: the kernels address rows through the table. */
 typedef struct ts__pages {
-    int64_t page_tokens, per_seq, total, batch;
-    int32_t *table;      /* [batch][per_seq] */
+    int64_t page_tokens, per_seq, total;
+    int32_t *table;      /* [batch][per_seq]: a sequence's pages are a prefix of its row */
+    int64_t *held;       /* [batch]: that prefix's length */
     int32_t *free_pages; /* a stack: free_pages[nfree - 1] is handed out next */
     int64_t nfree;
 } ts__pages;

@@ -16,10 +16,10 @@ ts_status ts__pages_init(ts__pages *p, int64_t batch, int64_t page_tokens, int64
     p->page_tokens = page_tokens;
     p->per_seq = per_seq;
     p->total = total;
-    p->batch = batch;
     p->table = (int32_t *)malloc((size_t)(batch * per_seq) * sizeof *p->table);
+    p->held = (int64_t *)calloc((size_t)batch, sizeof *p->held);
     p->free_pages = (int32_t *)malloc((size_t)(total > 0 ? total : 1) * sizeof *p->free_pages);
-    if (!p->table || !p->free_pages) {
+    if (!p->table || !p->held || !p->free_pages) {
         ts__pages_free(p);
         return ts__fail(TS_ERR_OUT_OF_MEMORY, "ts_model: out of memory (page table)");
     }
@@ -32,20 +32,13 @@ ts_status ts__pages_init(ts__pages *p, int64_t batch, int64_t page_tokens, int64
 
 void ts__pages_free(ts__pages *p) {
     free(p->table);
+    free(p->held);
     free(p->free_pages);
     memset(p, 0, sizeof *p);
 }
 
-/* Pages held by sequence s: a prefix of its table row. */
-static int64_t held(const ts__pages *p, int64_t s) {
-    const int32_t *t = p->table + s * p->per_seq;
-    int64_t k = 0;
-    while (k < p->per_seq && t[k] >= 0) k++;
-    return k;
-}
-
 int64_t ts__pages_missing(const ts__pages *p, int64_t s, int64_t tokens) {
-    const int64_t need = ts__ceil_div(tokens, p->page_tokens), have = held(p, s);
+    const int64_t need = ts__ceil_div(tokens, p->page_tokens), have = p->held[s];
     return need > have ? need - have : 0;
 }
 
@@ -61,16 +54,17 @@ ts_status ts__pages_enough(const ts__pages *p, const char *fn, int64_t want) {
 void ts__pages_take(ts__pages *p, int64_t s, int64_t tokens) {
     int32_t *t = p->table + s * p->per_seq;
     const int64_t need = ts__ceil_div(tokens, p->page_tokens);
-    for (int64_t k = held(p, s); k < need && p->nfree > 0; k++) t[k] = p->free_pages[--p->nfree];
+    while (p->held[s] < need && p->nfree > 0) t[p->held[s]++] = p->free_pages[--p->nfree];
 }
 
 void ts__pages_release(ts__pages *p, int64_t s) {
     int32_t *t = p->table + s * p->per_seq;
     /* last page first: the next sequence takes them back in the order this one had them */
-    for (int64_t k = held(p, s) - 1; k >= 0; k--) {
+    for (int64_t k = p->held[s] - 1; k >= 0; k--) {
         p->free_pages[p->nfree++] = t[k];
         t[k] = -1;
     }
+    p->held[s] = 0;
 }
 
 int64_t ts__pages_default_tokens(const ts_model_config *c) {
