@@ -407,31 +407,33 @@ static json_t *logprobs_json(const serve_srv *s, const serve_req *q) {
     if (!q->logprobs) return NULL;
     const gen_result *r = &q->r;
     const size_t tn = (size_t)r->top_n, show = (size_t)q->top_logprobs;
+    /* chat: content; completions: tokens, token_logprobs, top_logprobs, text_offset */
     json_t *content = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(),
            *offs = json_array();
     size_t off = 0;
     for (size_t k = 0; k < r->n_out; k++) {
         size_t len;
         json_t *tok = token_text(s, r->out[k], &len);
-        json_t *top_chat = json_array(), *top_cmpl = json_object();
+        json_t *top = q->chat ? json_array() : json_object();
         for (size_t j = 0; j < tn && j < show; j++) {
             const int32_t id = r->top_ids[k * tn + j];
             const double v = r->top_lp[k * tn + j];
             if (id < 0 || !isfinite(v)) continue;
             size_t l2;
             json_t *t2 = token_text(s, id, &l2);
-            json_array_append_new(top_chat, json_pack("{s:O, s:f, s:n}", "token", t2, "logprob", v, "bytes"));
-            json_object_set_new(top_cmpl, json_string_value(t2), json_real(v));
+            if (q->chat) json_array_append_new(top, json_pack("{s:O, s:f, s:n}", "token", t2, "logprob", v, "bytes"));
+            else json_object_set_new(top, json_string_value(t2), json_real(v));
             json_decref(t2);
         }
-        if (q->chat)
+        if (q->chat) {
             json_array_append_new(content, json_pack("{s:O, s:f, s:n, s:o}", "token", tok, "logprob", r->lp[k],
-                                                     "bytes", "top_logprobs", top_chat));
-        else json_decref(top_chat);
-        json_array_append(tokens, tok);
-        json_array_append_new(lps, json_real(r->lp[k]));
-        json_array_append_new(tops, top_cmpl);
-        json_array_append_new(offs, json_integer((json_int_t)off));
+                                                     "bytes", "top_logprobs", top));
+        } else {
+            json_array_append(tokens, tok);
+            json_array_append_new(lps, json_real(r->lp[k]));
+            json_array_append_new(tops, top);
+            json_array_append_new(offs, json_integer((json_int_t)off));
+        }
         off += len;
         json_decref(tok);
     }

@@ -13,8 +13,8 @@
  * ts_model_prefill is bit for bit a run of single-token decodes, and a row of ts_model_decode
  * does not depend on the other rows, so a request's reply is what `tilestack generate` gives
  * for its prompt and seed, whatever else is running (tested: tests/serve/). Over --ranks R,
- * each model call is announced to the other ranks first (ranks_gen.c), which take part with no
- * rows. */
+ * the sequences are spread over the ranks and each model call goes through gen_model's spread
+ * hooks (ranks_gen.c). */
 #include "serve.h"
 
 #include "core/internal.h"
@@ -317,13 +317,10 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
             const int64_t left = (int64_t)(pf->n_prompt - pf->fed);
             const int64_t c = left < s->a->prefill_chunk ? left : s->a->prefill_chunk;
             float *last = c == left ? logits : NULL;
-            ts_status st;
-            if (gm->spread_prefill) {
-                st = gm->spread_prefill(gm->announce_ctx, pf->seq, c, pf->prompt + pf->fed, last);
-            } else {
-                if (gm->announce) gm->announce(gm->announce_ctx, true);
-                st = ts_model_prefill(gm->m, pf->seq, c, pf->prompt + pf->fed, last);
-            }
+            /* over ranks the serve ranks always spread the sequences (serve_options.c) */
+            const ts_status st = gm->spread_prefill
+                ? gm->spread_prefill(gm->announce_ctx, pf->seq, c, pf->prompt + pf->fed, last)
+                : ts_model_prefill(gm->m, pf->seq, c, pf->prompt + pf->fed, last);
             if (st != TS_OK) {
                 rc = model_failed(s, "prefill");
                 break;
@@ -341,13 +338,8 @@ int serve_run(serve_srv *s, volatile sig_atomic_t *stop) {
                 toks[i] = q->state == REQ_PREFILL ? q->prompt[q->fed] : q->next_tok;
             }
             const double td = serve_now_s();
-            ts_status st;
-            if (gm->spread_decode) {
-                st = gm->spread_decode(gm->announce_ctx, n, seqs, toks, logits);
-            } else {
-                if (gm->announce) gm->announce(gm->announce_ctx, false);
-                st = ts_model_decode(gm->m, n, seqs, toks, logits);
-            }
+            const ts_status st = gm->spread_decode ? gm->spread_decode(gm->announce_ctx, n, seqs, toks, logits)
+                                                   : ts_model_decode(gm->m, n, seqs, toks, logits);
             if (st != TS_OK) {
                 rc = model_failed(s, "decode");
                 break;
