@@ -180,25 +180,33 @@ void ts__demo_abort(const ts__demo_comm *c, const char *msg) {
     exit(1);
 }
 
-enum { POST_TAG = 0x7e5d }; /* beside ep_coll's TS__EP_TAG_COLL on the world communicator */
+/* beside ep_coll's TS__EP_TAG_COLL on the world communicator: posts, their payloads, answers */
+enum { POST_TAG = 0x7e5d, DATA_TAG = 0x7e5e, BACK_TAG = 0x7e5f };
+
+#ifdef TS__DEMO_EP
+/* Rank 0's bytes to every other rank, each send bounded by the timeout. */
+static void send_to_all(const ts__demo_comm *c, const void *buf, int64_t bytes, int tag) {
+    for (int r = 1; r < c->size; r++) {
+        MPI_Request q;
+        MPI_Isend(buf, (int)bytes, MPI_BYTE, r, tag, MPI_COMM_WORLD, &q);
+        check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "posting to the ranks"));
+    }
+}
+#endif
 
 void ts__demo_post(const ts__demo_comm *c, int64_t *v) {
 #ifdef TS__DEMO_EP
     if (c->size < 2) return;
     if (c->rank == 0) {
         /* eager-sized: each send completes at once unless a peer is gone */
-        for (int r = 1; r < c->size; r++) {
-            MPI_Request q;
-            MPI_Isend(v, 1, MPI_INT64_T, r, POST_TAG, MPI_COMM_WORLD, &q);
-            check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "posting to the ranks"));
-        }
+        send_to_all(c, v, sizeof *v, POST_TAG);
         return;
     }
     /* No deadline: rank 0 may be waiting for its user. A peer that dies takes the job down
      * (mpirun), so this does not wait forever; past the backoff's first second a poll every
      * 10 ms keeps an idle rank off the CPU. */
     MPI_Request q;
-    MPI_Irecv(v, 1, MPI_INT64_T, 0, POST_TAG, MPI_COMM_WORLD, &q);
+    MPI_Irecv(v, (int)sizeof *v, MPI_BYTE, 0, POST_TAG, MPI_COMM_WORLD, &q);
     ts__ep_backoff w = TS__EP_BACKOFF_INIT;
     const double t0 = ts__ep_now_s();
     bool idle = false;
@@ -217,21 +225,16 @@ void ts__demo_post(const ts__demo_comm *c, int64_t *v) {
 #endif
 }
 
-enum { DATA_TAG = 0x7e5e, BACK_TAG = 0x7e5f };
-
 /* The payload of a post (its size is in the post itself), rank 0 to every rank. */
 void ts__demo_post_data(const ts__demo_comm *c, void *buf, int64_t bytes) {
 #ifdef TS__DEMO_EP
     if (c->size < 2) return;
-    MPI_Request q;
     if (c->rank == 0) {
-        for (int r = 1; r < c->size; r++) {
-            MPI_Isend(buf, (int)bytes, MPI_BYTE, r, DATA_TAG, MPI_COMM_WORLD, &q);
-            check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "posting to the ranks"));
-        }
+        send_to_all(c, buf, bytes, DATA_TAG);
         return;
     }
     /* it follows its post at once */
+    MPI_Request q;
     MPI_Irecv(buf, (int)bytes, MPI_BYTE, 0, DATA_TAG, MPI_COMM_WORLD, &q);
     check(c, ts__ep_coll_wait(&q, MPI_COMM_WORLD, c->timeout_s, "a post's data"));
 #else
