@@ -68,14 +68,14 @@ for dir in "$@"; do
     verdict "ep_kill_leaves_no_segment ($k per node${mode:+, $mode})" "$([ -z "$leftover" ] && echo 1)" \
       "left in /dev/shm: $leftover"
   done
-  # Where the machine allows it (root, ip netns; TS_EP_NETNS=0 turns it off): the EP tests
-  # across simulated hosts (scripts/netns_hosts.sh: network namespaces on a private bridge,
-  # each with its own hostname and /dev/shm), so the machines' own split finds the nodes and the
-  # internode traffic goes over TCP on 10.77.0.0/24: the ep_ tests, the EP model (its Mega MoE
-  # takes the unfused pipeline across machines) and Mega MoE's across-nodes test. Left out:
-  # the tests that need every rank on one machine (a one-node buffer compared with the split
-  # ones, the fused Mega MoE) and, at one rank per host, those forcing nodes of two.
-  # netns_hosts.sh run tears the hosts down on any exit (trap) and bounds mpirun (timeout).
+  # Where the machine allows it (root, ip netns; TS_EP_NETNS=0 turns it off): the whole
+  # multi-rank suite across simulated hosts (scripts/netns_hosts.sh: network namespaces on a
+  # private bridge, each with its own hostname and /dev/shm), so the machines' own split finds
+  # the nodes and the internode traffic goes over TCP on 10.77.0.0/24. Tests that force nodes
+  # fit them to the machines found (g_ep_machine_ranks): the one-node comparisons take the
+  # machines as nodes, the fused Mega MoE calls are checked to refuse and the unfused pipeline
+  # takes their checks. netns_hosts.sh run tears the hosts down on any exit (trap) and bounds
+  # mpirun (timeout).
   netns_why=
   if [ "${TS_EP_NETNS:-1}" = 0 ]; then netns_why="TS_EP_NETNS=0"
   elif [ "$(id -u)" -ne 0 ]; then netns_why="needs root"
@@ -94,19 +94,13 @@ for dir in "$@"; do
     probe=$(TS_EP_NETNS_PROBE=fwd$$ TS_NETNS_TIMEOUT=60 "$here/scripts/netns_hosts.sh" run 2 1 -- \
       sh -c 'echo "probe $(hostname) $TS_EP_NETNS_PROBE"' 2>&1 | grep -c "^probe h[01] fwd$$\$")
     verdict ep_netns_env_forwarded "$([ "$probe" -eq 2 ] && echo 1)" "$probe of 2 ranks saw TS_EP_NETNS_PROBE"
-    # ep_dispatch_threads_larger: once (CI rehearsal 2026-12-03, 2 hosts x 2, a loaded machine)
-    # all four ranks timed out waiting on each other in its internode data phase; not seen in
-    # 8 reruns since. Left out across hosts until that stall is understood (docs/ep.md).
-    netns_excl="-ep_async_matches_sync -ep_ll_internode_matches_one_node -mxcsr_ep_mega_moe -ep_dispatch_threads_larger"
     for hr in 2:1 2:2 4:1 4:2; do
       h=${hr%%:*} r=${hr##*:}
-      excl=$netns_excl
-      [ "$r" = 1 ] && [ "$h" -ge 4 ] && excl="$excl -ep_dispatch_internode_forced -ep_internode_rdma_rank_counts"
       echo "=== ep tests: $dir, $h network-namespace hosts x $r ranks ==="
       log=$(mktemp)
-      # shellcheck disable=SC2016,SC2086
+      # shellcheck disable=SC2016
       run_counted "$bin on $h netns hosts x $r" bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' "$log" \
-        env TS_NETNS_TIMEOUT=300 "$here/scripts/netns_hosts.sh" run "$h" "$r" -- "$bin" ep_ mega_moe_across $excl
+        env TS_NETNS_TIMEOUT=540 "$here/scripts/netns_hosts.sh" run "$h" "$r" -- "$bin"
       # every host's veth carried traffic: the ranks talked over the private network
       quiet=$(grep '^netns_hosts: veth bytes:' "$log" | tail -n1 | tr ' ' '\n' | grep -c '^rx=[0-9]\{1,5\}$')
       verdict "ep_netns_traffic_on_private_net ($h x $r)" \

@@ -76,7 +76,17 @@ static ts_status wait_all(ts_ep_buffer *b, uint64_t target, double deadline, con
             b->data_phase = false;
             return TS_OK;
         }
-        if (b->nreqs && w.sleep_ns > TS__EP_MPI_MAX_SLEEP_NS) w.sleep_ns = TS__EP_MPI_MAX_SLEEP_NS;
+        /* This rank's requests being complete does not mean its peers' are: MPI may still hold
+         * a fragment or the closing message of a transfer in its send queue, which only this
+         * process's progress engine writes out (and MPI_Testall on completed requests does not
+         * run it). A rank waiting here in the node barrier without progress can so hold a
+         * remote rank in its data phase, whose node-local ranks wait on it: the 2 x 2 host
+         * deadlock (docs/ep.md). MPI_Iprobe receives nothing and runs the progress engine. */
+        if (done && b->num_nodes > 1) {
+            int flag = 0;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, b->comm, &flag, MPI_STATUS_IGNORE);
+        }
+        if (b->num_nodes > 1 && w.sleep_ns > TS__EP_MPI_MAX_SLEEP_NS) w.sleep_ns = TS__EP_MPI_MAX_SLEEP_NS;
         if (ts__ep_backoff_step(&w) && ts__ep_now_s() > deadline) return timeout(b, target, what);
     }
 }

@@ -2,7 +2,7 @@
  * fails if it failed on any rank. Rank 0 prints the usual "N passed, N failed" line.
  * `tilestack_ep_tests [substring...] [-substring...]` runs the tests whose names contain any
  * substring given (all when none is), less those containing a substring given after '-'
- * (scripts/netns_hosts.sh leaves out the tests that need every rank on one machine); `--kill-test` is the fault drill of
+ * (tests that force nodes fit them to the machines found: g_ep_machine_ranks); `--kill-test` is the fault drill of
  * scripts/run_ep_tests.sh (a rank is SIGKILLed after creating a buffer); `--stop-test` that of
  * scripts/check_peer_loss.sh (the last rank stops itself, SIGSTOP, between tests: the others
  * must end the job with TS_ERR_TIMEOUT naming it, within TS_EP_TEST_WAIT_S). Every wait of the
@@ -18,7 +18,21 @@
 #define TS_MAX_TESTS 256
 #include "ts_test_registry.h"
 
-int g_ep_rank, g_ep_size;
+int g_ep_rank, g_ep_size, g_ep_machine_ranks = 1;
+
+static int machine_ranks(void) {
+    MPI_Comm shared;
+    int size = 1, local = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_ep_rank, MPI_INFO_NULL, &shared);
+    MPI_Comm_size(shared, &size);
+    MPI_Comm_rank(shared, &local);
+    MPI_Comm_free(&shared);
+    /* equal machines of consecutive ranks: the same size everywhere, local rank = rank % size */
+    int mine[2] = {size, local == g_ep_rank % size ? 1 : 0}, lo[2] = {0, 0}, hi = 0;
+    MPI_Allreduce(mine, lo, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&size, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return lo[0] == hi && lo[1] ? size : 1;
+}
 
 void ts_test_fail(ts_test_ctx *t, const char *file, int line, const char *fmt, ...) {
     char prefix[32];
@@ -133,6 +147,7 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_ep_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_ep_size);
+    g_ep_machine_ranks = machine_ranks();
     if (argc > 1 && !strcmp(argv[1], "--kill-test")) {
         /* A peer is dead: MPI_Finalize could wait for it forever. */
         _exit(argc > 2 && !strcmp(argv[2], "ll") ? kill_test_ll() : kill_test());

@@ -12,6 +12,11 @@
 #include <string.h>
 
 extern int g_ep_rank, g_ep_size;
+/* Ranks per machine (shared memory) when every machine holds the same number of consecutive
+ * ranks, else 1: the largest node a test may give a buffer is this many ranks, so a test that
+ * forces nodes of k ranks runs only where k divides it (across real hosts, k = R cannot). */
+extern int g_ep_machine_ranks;
+static inline bool ep_node_size_fits(int k) { return k >= 1 && g_ep_machine_ranks % k == 0; }
 
 /* Deadline used by every test buffer: short, so a broken protocol fails fast. */
 #define TS_EP_TEST_TIMEOUT_S 20.0

@@ -298,7 +298,7 @@ TS_TEST(ep_dispatch_threads_larger) {
  * and hence to the intranode path. */
 TS_TEST(ep_dispatch_internode_forced) {
     for (int k = 1; k <= 2; k++) {
-        if (g_ep_size % k != 0 || (k == 2 && g_ep_size < 4)) continue;
+        if (g_ep_size % k != 0 || (k == 2 && g_ep_size < 4) || !ep_node_size_fits(k)) continue;
         int64_t nvl = 0, rdma = 0;
         TS_CHECK_STATUS(ts_ep_get_buffer_size_hint(g_ep_size, 64, 256, 8, 8, false, &nvl), TS_OK);
         TS_CHECK_STATUS(ts_ep_get_internode_buffer_size_hint(g_ep_size, k, 64, 256, 8, 8, false, &rdma), TS_OK);

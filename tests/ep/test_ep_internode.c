@@ -43,7 +43,7 @@ TS_TEST(ep_internode_staging_too_small) {
 /* num_tokens_per_rdma_rank: per node, a token counted once per node; dispatch checks it. */
 TS_TEST(ep_internode_rdma_rank_counts) {
     if (g_ep_size < 2) return;
-    const int R = g_ep_size, k = R % 2 == 0 && R >= 4 ? 2 : 1, nodes = R / k;
+    const int R = g_ep_size, k = R % 2 == 0 && R >= 4 && ep_node_size_fits(2) ? 2 : 1, nodes = R / k;
     ts_ep_buffer *b = node_buffer(ts_t_, k, 1 << 20, 0);
     if (!b) return;
     ep_case c = {.seed = 43, .hidden = 64, .max_tokens = 25, .K = 5, .experts_per_rank = 2, .idx_dtype = TS_I64,
@@ -81,11 +81,12 @@ static uint64_t busy_work(int64_t n) {
     return h;
 }
 
-/* dispatch_start / combine_start + wait == the synchronous calls, byte for byte, on one node
- * and across nodes; a call made while one is in flight is refused; an event waits once. */
+/* dispatch_start / combine_start + wait == the synchronous calls, byte for byte, with the
+ * machines as nodes (one node when every rank is on one machine) and with every rank its own
+ * node; a call made while one is in flight is refused; an event waits once. */
 TS_TEST(ep_async_matches_sync) {
     const int R = g_ep_size;
-    for (int k = R; k >= 1; k = k == 1 ? 0 : 1) {
+    for (int k = g_ep_machine_ranks; k >= 1; k = k == 1 ? 0 : 1) {
         int64_t nvl = 0;
         TS_CHECK_STATUS(ts_ep_get_buffer_size_hint(R, 48, 256, 6, 0, false, &nvl), TS_OK);
         ts_ep_buffer *b = node_buffer(ts_t_, k, nvl, 0);
