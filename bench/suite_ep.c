@@ -19,6 +19,7 @@
 
 #ifdef TILESTACK_HAVE_EP
 #include "core/internal.h"
+#include "suite_ep_a2a_expanded.h"
 #include "tilestack/ep.h"
 #include "tilestack/ep_elastic.h"
 #include "tilestack/numerics.h"
@@ -42,12 +43,15 @@ typedef struct ep_bench {
     ts_ep_elastic_buffer *eb;
     ts_ep_elastic_handle *eh, *ehx;
     ts_tensor ecx;
+    ts_ep_elastic_dispatch_result er; /* the last V2 dispatch's outputs */
+    ts__a2a_expanded *a2a; /* the expanded rows' baseline */
 } ep_bench;
 
 typedef enum {
     OP_DISPATCH, OP_DISPATCH_CACHED, OP_COMBINE, OP_COMBINE_ZERO_COPY, OP_REF_DISPATCH, OP_REF_COMBINE,
     OP_LL_DISPATCH, OP_LL_COMBINE, OP_LL_COMBINE_ZERO_COPY, OP_LL_REF_DISPATCH, OP_LL_REF_COMBINE,
-    OP_EL_DISPATCH, OP_EL_DISPATCH_EXPANDED, OP_EL_COMBINE, OP_EL_COMBINE_EXPANDED
+    OP_EL_DISPATCH, OP_EL_DISPATCH_EXPANDED, OP_EL_COMBINE, OP_EL_COMBINE_EXPANDED,
+    OP_A2A_DISPATCH_EXPANDED, OP_A2A_COMBINE_EXPANDED
 } ep_op;
 
 /* Low-latency rows (see ll_section). */
@@ -87,9 +91,8 @@ static ts_status run_elastic_op(ep_bench *b, ep_op op) {
     a.num_experts = b->E;
     a.expert_alignment = 1;
     a.do_expand = expand;
-    ts_ep_elastic_dispatch_result r;
     ts_ep_elastic_handle *nh = NULL;
-    const ts_status st = ts_ep_elastic_dispatch(b->eb, &a, &r, &nh);
+    const ts_status st = ts_ep_elastic_dispatch(b->eb, &a, &b->er, &nh);
     if (st == TS_OK) {
         ts_ep_elastic_handle_destroy(*h);
         *h = nh;
@@ -98,6 +101,8 @@ static ts_status run_elastic_op(ep_bench *b, ep_op op) {
 }
 
 static ts_status run_op(ep_bench *b, ep_op op, ts_ep_reference_result *ref) {
+    if (op == OP_A2A_DISPATCH_EXPANDED) return ts__a2a_expanded_dispatch(b->a2a);
+    if (op == OP_A2A_COMBINE_EXPANDED) return ts__a2a_expanded_combine(b->a2a, b->ecx.data, b->out.data);
     if (op >= OP_EL_DISPATCH) return run_elastic_op(b, op);
     ts_ep_dispatch_args a;
     memset(&a, 0, sizeof a);
@@ -195,11 +200,15 @@ static double hit_probability(int64_t E, int64_t El, int64_t k) {
     return 1.0 - (miss > 0 ? miss : 0.0);
 }
 
-/* One timed row and its MPI_Alltoallv baseline; deep = DeepEP's byte count, all ranks. */
+/* One timed row and its MPI_Alltoallv baseline; deep = DeepEP's byte count, all ranks
+ * (against the token dispatcher: the expanded rows' bytes); base_name NULL: "MPI_Alltoallv";
+ * moved: the bytes read and written for the roofline (0: 2 deep, each byte read and written). */
 typedef struct ep_row_spec {
     const char *name, *dtype;
     ep_op op, base;
     double deep;
+    const char *base_name;
+    double moved;
 } ep_row_spec;
 
 /* The report row of r on R ranks of `threads` threads each: the roofline is the whole
@@ -212,10 +221,10 @@ static ts__bench_row ep_row(const ep_row_spec *r, const char *shape, int R, int 
     row.shape = shape;
     row.dtype = r->dtype;
     row.threads = R * threads < cores ? R * threads : cores;
-    row.bytes = 2.0 * r->deep;
+    row.bytes = r->moved > 0 ? r->moved : 2.0 * r->deep;
     row.roof = TS__ROOF_MEMCPY;
     row.roof_fixed = true; /* the share of memcpy speed is the figure, wherever the bytes sit */
-    row.baseline = "MPI_Alltoallv";
+    row.baseline = r->base_name ? r->base_name : "MPI_Alltoallv";
     return row;
 }
 
@@ -475,10 +484,10 @@ static int ll_section(const ts__bench_opts *opts, int threads, int cores, int k)
                  (long long)K, (long long)l.E);
         const double deep_disp = (double)all_sel * (double)(H + nsc * 4 + 16), deep_comb = (double)all_sel * 2.0 * H;
         ep_row_spec rows[] = {
-            {k == 1 ? "ll_internode_dispatch" : "ll_dispatch", "bf16>e4m3", OP_LL_DISPATCH, OP_LL_REF_DISPATCH, deep_disp},
-            {k == 1 ? "ll_internode_combine" : "ll_combine", "bf16", OP_LL_COMBINE, OP_LL_REF_COMBINE, deep_comb},
+            {k == 1 ? "ll_internode_dispatch" : "ll_dispatch", "bf16>e4m3", OP_LL_DISPATCH, OP_LL_REF_DISPATCH, deep_disp, NULL, 0},
+            {k == 1 ? "ll_internode_combine" : "ll_combine", "bf16", OP_LL_COMBINE, OP_LL_REF_COMBINE, deep_comb, NULL, 0},
             {k == 1 ? "ll_internode_combine_zero_copy" : "ll_combine_zero_copy", "bf16", OP_LL_COMBINE_ZERO_COPY,
-             OP_LL_REF_COMBINE, deep_comb},
+             OP_LL_REF_COMBINE, deep_comb, NULL, 0},
         };
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             if (!row_wanted(rows[i].name, shape)) continue;
@@ -657,10 +666,10 @@ int ts__suite_ep(const ts__bench_opts *opts) {
         snprintf(shape, sizeof shape, "R=%d T=%lld H=%lld k=%lld E=%lld", R, (long long)T, (long long)H, (long long)K,
                  (long long)E);
         ep_row_spec rows[] = {
-            {"dispatch", "e4m3", OP_DISPATCH, OP_REF_DISPATCH, deep_disp},
-            {"dispatch_cached", "e4m3", OP_DISPATCH_CACHED, OP_REF_DISPATCH, deep_disp},
-            {"combine", "bf16", OP_COMBINE, OP_REF_COMBINE, deep_comb},
-            {"combine_zero_copy", "bf16", OP_COMBINE_ZERO_COPY, OP_REF_COMBINE, deep_comb},
+            {"dispatch", "e4m3", OP_DISPATCH, OP_REF_DISPATCH, deep_disp, NULL, 0},
+            {"dispatch_cached", "e4m3", OP_DISPATCH_CACHED, OP_REF_DISPATCH, deep_disp, NULL, 0},
+            {"combine", "bf16", OP_COMBINE, OP_REF_COMBINE, deep_comb, NULL, 0},
+            {"combine_zero_copy", "bf16", OP_COMBINE_ZERO_COPY, OP_REF_COMBINE, deep_comb, NULL, 0},
         };
         ts_ep_reference_result ref;
         memset(&ref, 0, sizeof ref);
@@ -682,11 +691,24 @@ int ts__suite_ep(const ts__bench_opts *opts) {
         /* V2 ElasticBuffer rows, same routing and baseline; its buffer is sized for the worst
          * case (R*T rows), as upstream sizes it, or for the expanded rows of this routing when
          * more (so the senders place them: ep_internal.h, ts__ep_dispatch_expanded). */
+        /* The expanded rows also against the Alltoallv token dispatcher delivering the same
+         * expanded rows (suite_ep_a2a_expanded.c), counting the expanded rows' bytes. */
+        int64_t xall = 0;
+        for (int64_t i = 0; i < T * K; i++) xall += idx[i] >= 0;
+        MPI_Allreduce(MPI_IN_PLACE, &xall, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        const double xdisp = (double)xall * H * 2 * fp8, xcomb = (double)xall * H * 2;
+        const char *a2a_name = "MPI_Alltoallv token dispatcher (expanded rows)";
+        /* a token row read once per rank it reaches, written once per slot; combine the reverse */
+        const double xmoved_disp = deep_disp + xdisp, xmoved_comb = deep_comb + xcomb;
         ep_row_spec erows[] = {
-            {"elastic_dispatch", "e4m3", OP_EL_DISPATCH, OP_REF_DISPATCH, deep_disp},
-            {"elastic_dispatch_expanded", "e4m3", OP_EL_DISPATCH_EXPANDED, OP_REF_DISPATCH, deep_disp},
-            {"elastic_combine", "bf16", OP_EL_COMBINE, OP_REF_COMBINE, deep_comb},
-            {"elastic_combine_expanded", "bf16", OP_EL_COMBINE_EXPANDED, OP_REF_COMBINE, deep_comb},
+            {"elastic_dispatch", "e4m3", OP_EL_DISPATCH, OP_REF_DISPATCH, deep_disp, NULL, 0},
+            {"elastic_dispatch_expanded", "e4m3", OP_EL_DISPATCH_EXPANDED, OP_REF_DISPATCH, deep_disp, NULL, 0},
+            {"elastic_dispatch_expanded_vs_a2a", "e4m3", OP_EL_DISPATCH_EXPANDED, OP_A2A_DISPATCH_EXPANDED, xdisp,
+             a2a_name, xmoved_disp},
+            {"elastic_combine", "bf16", OP_EL_COMBINE, OP_REF_COMBINE, deep_comb, NULL, 0},
+            {"elastic_combine_expanded", "bf16", OP_EL_COMBINE_EXPANDED, OP_REF_COMBINE, deep_comb, NULL, 0},
+            {"elastic_combine_expanded_vs_a2a", "bf16", OP_EL_COMBINE_EXPANDED, OP_A2A_COMBINE_EXPANDED, xcomb,
+             a2a_name, xmoved_comb},
         };
         bool want_elastic = false;
         for (size_t i = 0; i < sizeof erows / sizeof erows[0]; i++) want_elastic |= row_wanted(erows[i].name, shape);
@@ -716,6 +738,23 @@ int ts__suite_ep(const ts__bench_opts *opts) {
             if (est == TS_OK) est = ts_ep_elastic_create(MPI_COMM_WORLD, &eo, &b.eb);
             if (est == TS_OK) est = run_op(&b, OP_EL_DISPATCH, NULL);
             if (est == TS_OK) est = run_op(&b, OP_EL_DISPATCH_EXPANDED, NULL);
+            if (est == TS_OK) est = ts__a2a_expanded_create(x, xs, idx, w, T, H, S, K, E, &b.a2a);
+            if (est == TS_OK) est = ts__a2a_expanded_dispatch(b.a2a);
+            if (est == TS_OK) {
+                /* the baseline delivers the same expanded rows, scales and weights */
+                int64_t n = 0;
+                const uint8_t *ax;
+                const float *asf, *aw;
+                ts__a2a_expanded_rows(b.a2a, &n, &ax, &asf, &aw);
+                int same = n == b.er.num_expanded_tokens &&
+                           !memcmp(ax, b.er.recv_x.data, (size_t)(n * H)) &&
+                           !memcmp(asf, b.er.recv_sf.data, (size_t)(n * S) * 4) &&
+                           !memcmp(aw, b.er.recv_topk_weights.data, (size_t)n * 4);
+                MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+                if (me == 0) printf("Alltoallv token dispatcher: the same expanded rows as elastic_dispatch_expanded: %s\n",
+                                    same ? "yes (every rank)" : "NO");
+                if (!same) rc = 1;
+            }
             uint16_t *ecx = NULL;
             if (est == TS_OK) {
                 ts_ep_elastic_handle_info info;
@@ -736,16 +775,18 @@ int ts__suite_ep(const ts__bench_opts *opts) {
             ts_ep_elastic_handle_destroy(b.eh);
             ts_ep_elastic_handle_destroy(b.ehx);
             ts_ep_elastic_destroy(b.eb);
+            ts__a2a_expanded_destroy(b.a2a);
             b.eh = b.ehx = NULL;
             b.eb = NULL;
+            b.a2a = NULL;
             free(ecx);
         }
         /* The internode path forced on this machine: every rank its own node, so every token
          * goes through MPI to its destination's node proxy (itself here) and back. Same
          * routing, same bytes, same baseline. Staging from the internode size hint. */
         ep_row_spec irows[] = {
-            {"internode_dispatch", "e4m3", OP_DISPATCH, OP_REF_DISPATCH, deep_disp},
-            {"internode_combine", "bf16", OP_COMBINE, OP_REF_COMBINE, deep_comb},
+            {"internode_dispatch", "e4m3", OP_DISPATCH, OP_REF_DISPATCH, deep_disp, NULL, 0},
+            {"internode_combine", "bf16", OP_COMBINE, OP_REF_COMBINE, deep_comb, NULL, 0},
         };
         char ishape[112];
         snprintf(ishape, sizeof ishape, "%s nodes=%d", shape, R);
